@@ -1,0 +1,230 @@
+"""The `tui-trainer` command: headless commands for scripts and CI.
+
+Exit status: 0 on success, 2 on bad input (config, session, checkpoint, data), 1 when
+training fails. torch is imported only by the commands that train.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .core import config as cfgmod
+from .core.config import ConfigError
+from .core.errors import CheckpointError
+from .core.paths import default_session_dir
+from .core.store import SessionError, SessionStore
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class BadInput(Exception):
+    """Input the user can fix; printed as one message, exit status 2."""
+
+
+def _session_dir(arg: str | None) -> Path:
+    return Path(arg).expanduser() if arg else default_session_dir()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tui-trainer",
+        description="Controlled PyTorch training experiments on MNIST: toggle the knobs, "
+                    "train, and prove reproducibility.")
+    p.add_argument("--version", action="version", version=f"tui-trainer {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    def config_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--config", metavar="FILE", help="a TOML run config")
+        sp.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one key (repeatable); see `tui-trainer config`")
+
+    sp = sub.add_parser("config", help="print the run config (the defaults, documented)",
+                        description="Print the complete run config as TOML, every key with "
+                                    "what it does. With --config/--set, prints the result "
+                                    "after checking it.")
+    config_args(sp)
+    sp.add_argument("--plain", action="store_true", help="without the comments")
+
+    sp = sub.add_parser("run", help="train one run in the foreground",
+                        description="Train one run in the foreground, recording everything in "
+                                    "the session; a progress bar goes to stderr.")
+    config_args(sp)
+    sp.add_argument("--session", metavar="DIR", help="session directory (default: "
+                    f"{default_session_dir()})")
+    sp.add_argument("--name", help="a name for the run (default run-<id>)")
+    sp.add_argument("--json", action="store_true",
+                    help="end stdout with one JSON object describing the run")
+    sp.add_argument("--kill-at-step", type=int, metavar="N",
+                    help="simulate a crash: the process kills itself (SIGKILL) right after "
+                         "step N, to try resuming")
+
+    sp = sub.add_parser("resume", help="continue a run from its newest checkpoint",
+                        description="Continue a stopped, finished or crashed run from its "
+                                    "newest checkpoint, bit-for-bit. Only the training length "
+                                    f"({', '.join(cfgmod.TRAINING_LENGTH_KEYS)}) may change.")
+    sp.add_argument("run_id", type=int, metavar="RUN_ID")
+    sp.add_argument("--session", metavar="DIR")
+    sp.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    sp.add_argument("--checkpoint", metavar="PATH",
+                    help="resume from this checkpoint of the run instead of the newest")
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--kill-at-step", type=int, metavar="N", help=argparse.SUPPRESS)
+
+    sp = sub.add_parser("runs", help="list a session's runs")
+    sp.add_argument("--session", metavar="DIR")
+    sp.add_argument("--json", action="store_true")
+    return p
+
+
+# --- commands ----------------------------------------------------------------------------
+
+def cmd_config(args: argparse.Namespace) -> int:
+    cfg = cfgmod.load(args.config, args.sets)
+    sys.stdout.write(cfg.to_toml(comments=not args.plain))
+    return EXIT_OK
+
+
+def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary))
+        return
+    acc = summary.get("eval_accuracy")
+    sps = summary.get("samples_per_s")
+    print(f"run {summary['run_id']} ({summary['name']}) {summary['status']}: "
+          f"{summary['steps']} steps, {summary['epochs']:.2f} epochs, "
+          f"loss {_num(summary.get('final_loss'))}, "
+          f"eval accuracy {'-' if acc is None else f'{acc:.2%}'}, "
+          f"{'-' if sps is None else f'{sps:,.0f}'} samples/s, data {summary['dataset']}")
+    print(f"parameters sha256 {summary['param_sha256']}")
+    print(f"checkpoint {summary['checkpoint']}")
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cfg = cfgmod.load(args.config, args.sets)
+    from .engine.train import run_training   # torch is imported here, not before
+    summary = run_training(cfg, _session_dir(args.session), name=args.name,
+                           progress=sys.stderr.isatty(), kill_at_step=args.kill_at_step)
+    _print_summary(summary.to_dict(), args.json)
+    return EXIT_OK
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    overrides = cfgmod.parse_overrides(args.sets)
+    for key in overrides:
+        if key not in cfgmod.TRAINING_LENGTH_KEYS:
+            raise ConfigError(key, "cannot change when continuing a run (it would no longer "
+                              "be the same run); only "
+                              f"{', '.join(cfgmod.TRAINING_LENGTH_KEYS)} may change")
+    session = _session_dir(args.session)
+    with SessionStore(session, create=False) as store:
+        run = store.run(args.run_id)
+        if store.is_live(run):
+            raise BadInput(f"run {args.run_id} is still training (pid {run['pid']}); stop it "
+                           "before continuing it")
+        cfg = cfgmod.from_dict({**run["config"], **overrides})
+        if args.checkpoint:
+            path = Path(args.checkpoint)
+        else:
+            checkpoints = store.checkpoints(args.run_id)
+            if not checkpoints:
+                raise BadInput(f"run {args.run_id} has no checkpoint to continue from")
+            path = Path(checkpoints[0]["path"])
+    from .engine.checkpoint import load_checkpoint
+    from .engine.train import run_training
+    state = load_checkpoint(path)
+    if state.get("run_id") != args.run_id:
+        raise CheckpointError(f"checkpoint {path} belongs to run {state.get('run_id')}, "
+                              f"not to run {args.run_id}")
+    mine = {k: v for k, v in cfg.to_dict().items() if k not in cfgmod.TRAINING_LENGTH_KEYS}
+    theirs = {k: v for k, v in dict(state["config"]).items()
+              if k not in cfgmod.TRAINING_LENGTH_KEYS}
+    if mine != theirs:
+        diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        raise CheckpointError(f"checkpoint {path} was written with another config "
+                              f"(differs in: {', '.join(diff)})")
+    summary = run_training(cfg, session, run_id=args.run_id, checkpoint=state,
+                           progress=sys.stderr.isatty(), kill_at_step=args.kill_at_step)
+    _print_summary(summary.to_dict(), args.json)
+    return EXIT_OK
+
+
+def run_rows(store: SessionStore) -> list[dict[str, Any]]:
+    rows = []
+    for run in store.runs():
+        summary = run["summary"] or {}
+        last = store.steps(run["id"])[-1:] or [{}]
+        evals = store.evals(run["id"])
+        checkpoints = store.checkpoints(run["id"])
+        rows.append({
+            "run_id": run["id"], "name": run["name"], "status": run["status"],
+            "steps": run["step"], "epochs": run["epoch"],
+            "loss": last[0].get("loss"),
+            "eval_accuracy": evals[-1]["accuracy"] if evals else None,
+            "samples_per_s": summary.get("samples_per_s", last[0].get("samples_per_s")),
+            "elapsed_s": summary.get("elapsed_s", last[0].get("elapsed")),
+            "dataset": run["dataset"], "created": run["created"],
+            "checkpoint": checkpoints[0]["path"] if checkpoints else None,
+            "config": run["config"],
+        })
+    return rows
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    session = _session_dir(args.session)
+    with SessionStore(session, create=False) as store:
+        rows = run_rows(store)
+    if args.json:
+        print(json.dumps(rows))
+        return EXIT_OK
+    if not rows:
+        print(f"no runs in {session}")
+        return EXIT_OK
+    header = ("id", "name", "status", "step", "epoch", "loss", "acc", "samples/s", "data",
+              "created")
+    table = [header]
+    for r in rows:
+        table.append((
+            str(r["run_id"]), r["name"], r["status"], str(r["steps"]), f"{r['epochs']:.2f}",
+            _num(r["loss"]),
+            "-" if r["eval_accuracy"] is None else f"{r['eval_accuracy']:.2%}",
+            "-" if r["samples_per_s"] is None else f"{r['samples_per_s']:,.0f}",
+            r["dataset"] or "-", time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))))
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return EXIT_OK
+
+
+COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": cmd_runs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_OK
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigError as e:
+        print(f"tui-trainer: bad config: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (SessionError, CheckpointError, BadInput) as e:
+        print(f"tui-trainer: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("tui-trainer: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - training failed; the run's log has the traceback
+        print(f"tui-trainer: training failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_FAILED

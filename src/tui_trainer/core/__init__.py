@@ -1,0 +1,1 @@
+"""The core layer: config, session store, paths. Imports neither torch nor textual."""

@@ -1,0 +1,428 @@
+"""The run config: every knob of a training run, typed, documented and validated.
+
+Keys are flat and the same everywhere: in TOML files, in `--set KEY=VALUE`, in the session
+store and (later) in the dashboard's form. Each knob carries the one-line explanation that
+`tui-trainer config` prints, so the text lives in one place.
+
+This module is part of the core layer: it imports neither torch nor textual.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import textwrap
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Keys that may change when a run is continued: they only say how long to train.
+TRAINING_LENGTH_KEYS = ("epochs", "max_steps")
+
+GROUPS = {
+    "reproducibility": "Reproducibility: seeds and deterministic algorithms",
+    "data": "Data and data loading",
+    "speed": "Model, precision and speed",
+    "optimisation": "Optimisation",
+    "bookkeeping": "Device, logging, fingerprints and checkpoints",
+}
+
+_DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+class ConfigError(ValueError):
+    """A bad config value; `key` names the field, the message says what is allowed."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        self.reason = message
+        super().__init__(f"{key}: {message}")
+
+
+def knob(default: Any, doc: str, group: str, *, choices: tuple[str, ...] | None = None,
+         lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+         hi_open: bool = False) -> Any:
+    return field(default=default, metadata={
+        "doc": doc, "group": group, "choices": choices,
+        "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open,
+    })
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    # --- reproducibility -------------------------------------------------------------------
+    seed: int | None = knob(
+        1, "Seed for torch, numpy and Python's random (an integer), or \"none\" to seed nothing: "
+        "then no two runs are alike.", "reproducibility", lo=0, hi=2**63 - 1)
+    deterministic: str = knob(
+        "on", "torch.use_deterministic_algorithms: on makes ops that have no deterministic "
+        "implementation raise, warn only warns about them, off allows them (some CUDA "
+        "kernels, e.g. scatter_add and index_add, use atomics and differ run to run).",
+        "reproducibility", choices=("off", "on", "warn"))
+    cudnn_deterministic: bool = knob(
+        True, "torch.backends.cudnn.deterministic: cuDNN picks only deterministic convolution "
+        "algorithms. Matters on CUDA only.", "reproducibility")
+    cudnn_benchmark: bool = knob(
+        False, "torch.backends.cudnn.benchmark: cuDNN times several convolution algorithms per "
+        "new input shape and keeps the fastest. Faster with fixed shapes, but the choice can "
+        "differ run to run and so break bit-for-bit determinism. CUDA only.", "reproducibility")
+    seed_workers: bool = knob(
+        True, "Give each DataLoader worker a worker_init_fn that seeds numpy and random from its "
+        "torch seed, and give the loader its own seeded generator. Without it, numpy "
+        "augmentation repeats across workers and the shuffle follows the global RNG.",
+        "reproducibility")
+    num_threads: int = knob(
+        0, "torch.set_num_threads for CPU ops; 0 keeps PyTorch's default (one per core). A "
+        "different thread count can change the order of float sums, hence the bits.",
+        "reproducibility", lo=0, hi=1024)
+
+    # --- data ------------------------------------------------------------------------------
+    dataset: str = knob(
+        "auto", "auto: full MNIST when it is in data_dir or can be downloaded, else the real-MNIST "
+        "sample shipped with tui-trainer (8,000 train / 2,000 eval digits). mnist and "
+        "fashion-mnist need the full set; synthetic is random images (speed tests only).",
+        "data", choices=("auto", "mnist", "fashion-mnist", "mnist-sample", "synthetic"))
+    data_dir: str = knob(
+        "", "Where datasets live and are downloaded to; empty means the user's cache directory "
+        "(tui-trainer/datasets).", "data")
+    train_samples: int = knob(
+        0, "Train on the first N training samples only (0 = all): short epochs for quick "
+        "experiments.", "data", lo=0, hi=10**9)
+    eval_samples: int = knob(
+        0, "Evaluate on the first N evaluation samples only (0 = all).", "data", lo=0, hi=10**9)
+    loader: str = knob(
+        "torchvision", "torchvision: per-sample transforms in a DataLoader, as in "
+        "pytorch/examples. resident: the whole split normalized once into one tensor on the "
+        "device, batches taken by index (no per-sample Python work at all).", "data",
+        choices=("torchvision", "resident"))
+    augment: str = knob(
+        "off", "Random shifts of up to 2 pixels, drawn with torch or with numpy RNG. numpy in "
+        "DataLoader workers is only reproducible with seed_workers on.", "data",
+        choices=("off", "torch", "numpy"))
+    batch_size: int = knob(64, "Training samples per micro-batch.", "data", lo=1, hi=65536)
+    eval_batch_size: int = knob(1000, "Samples per evaluation batch.", "data", lo=1, hi=65536)
+    num_workers: int = knob(
+        0, "DataLoader worker processes (torchvision loader). 0 loads in the training process; "
+        "more overlaps loading with compute but each worker costs memory and start-up time.",
+        "data", lo=0, hi=64)
+    pin_memory: bool = knob(
+        False, "Put batches in page-locked host memory. Only speeds host-to-GPU copies, and only "
+        "then can non_blocking copies overlap compute. No effect on the CPU.", "data")
+    non_blocking: bool = knob(
+        False, "Copy batches to the GPU with non_blocking=True: asynchronous only from pinned "
+        "memory. No effect on the CPU.", "data")
+    persistent_workers: bool = knob(
+        False, "Keep DataLoader workers alive between epochs instead of starting them anew each "
+        "epoch (needs num_workers > 0).", "data")
+
+    # --- model and speed -------------------------------------------------------------------
+    model: str = knob(
+        "grokking", "grokking: the small two-conv net of the \"Grokking PyTorch\" notes (10 and "
+        "20 5x5 filters, dropout). examples: the net of pytorch/examples mnist/main.py (32 and "
+        "64 3x3 filters, 1.2M parameters), heavier.", "speed", choices=("grokking", "examples"))
+    amp: str = knob(
+        "off", "Automatic mixed precision: fp16 (CUDA only, with a GradScaler against underflow) "
+        "or bf16 (CUDA or CPU, no scaler needed). Faster on tensor-core GPUs; changes the "
+        "numbers.", "speed", choices=("off", "fp16", "bf16"))
+    channels_last: bool = knob(
+        False, "Store the model and inputs in channels_last (NHWC) memory format: faster "
+        "convolutions on tensor-core GPUs, usually nothing on the CPU.", "speed")
+    compile: str = knob(
+        "off", "torch.compile the model: a slow first step while it compiles, then often faster "
+        "steps. Needs a C++ compiler on the CPU.", "speed", choices=("off", "on"))
+
+    # --- optimisation ----------------------------------------------------------------------
+    optimizer: str = knob(
+        "sgd", "sgd (with momentum), adadelta (pytorch/examples' choice, lr 1.0), adam or "
+        "adamw (decoupled weight decay).", "optimisation",
+        choices=("sgd", "adadelta", "adam", "adamw"))
+    lr: float = knob(0.01, "Learning rate at the start.", "optimisation", lo=0, hi=100,
+                     lo_open=True)
+    momentum: float = knob(0.5, "SGD momentum (sgd only).", "optimisation", lo=0, hi=1,
+                           hi_open=True)
+    weight_decay: float = knob(0.0, "Weight decay (L2 penalty; decoupled for adamw).",
+                               "optimisation", lo=0, hi=1)
+    no_decay_bias: bool = knob(
+        False, "Keep biases and normalisation parameters out of weight decay (the common "
+        "practice: decaying them only hurts).", "optimisation")
+    lr_step_gamma: float = knob(
+        0.7, "Multiply the learning rate by this after every epoch (StepLR, as in "
+        "pytorch/examples); 1 keeps it constant.", "optimisation", lo=0, hi=1, lo_open=True)
+    grad_accum_steps: int = knob(
+        1, "Micro-batches whose gradients are summed before one optimizer step: an effective "
+        "batch of batch_size x grad_accum_steps in the memory of one micro-batch.",
+        "optimisation", lo=1, hi=4096)
+    clip_grad_norm: float = knob(
+        0.0, "Clip the gradients' total L2 norm to this before each step; 0 = no clipping.",
+        "optimisation", lo=0, hi=1e9)
+    epochs: int = knob(2, "Passes over the training set.", "optimisation", lo=1, hi=100000)
+    max_steps: int = knob(
+        0, "Stop after this many optimizer steps in all, even inside an epoch; 0 = no limit.",
+        "optimisation", lo=0, hi=10**9)
+
+    # --- bookkeeping -----------------------------------------------------------------------
+    device: str = knob(
+        "auto", "auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:N or mps.",
+        "bookkeeping")
+    eval_every: int = knob(
+        1, "Evaluate every N epochs (and when training ends); 0 = never.", "bookkeeping",
+        lo=0, hi=100000)
+    log_every: int = knob(
+        10, "Record loss, learning rate, gradient norm, throughput, timings and memory every N "
+        "steps. Only then does the loop wait for the device (loss.item() is a sync).",
+        "bookkeeping", lo=1, hi=10**9)
+    fingerprint_every: int = knob(
+        50, "Every N steps, record a SHA-256 of all parameters' bytes (exact identity between "
+        "runs) and their L2 norm; 0 = only when training ends.", "bookkeeping", lo=0, hi=10**9)
+    checkpoint_every: int = knob(
+        0, "Write a checkpoint every N steps, for resuming mid-epoch; 0 = at the end of each "
+        "epoch only. One is always written when training ends or is stopped.", "bookkeeping",
+        lo=0, hi=10**9)
+    keep_checkpoints: int = knob(
+        3, "How many of a run's newest checkpoints to keep on disk.", "bookkeeping",
+        lo=1, hi=10000)
+
+    # ---------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> RunConfig:
+        return from_dict({**self.to_dict(), **changes})
+
+    def to_toml(self, comments: bool = True) -> str:
+        return to_toml(self, comments=comments)
+
+
+FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(RunConfig)}
+DEFAULTS = RunConfig()
+
+
+def doc(key: str) -> str:
+    return FIELDS[key].metadata["doc"]
+
+
+def group(key: str) -> str:
+    return FIELDS[key].metadata["group"]
+
+
+def choices(key: str) -> tuple[str, ...] | None:
+    return FIELDS[key].metadata["choices"]
+
+
+def kind(key: str) -> str:
+    """One of bool, int, float, choice, seed, device, text."""
+    if key == "seed":
+        return "seed"
+    if key == "device":
+        return "device"
+    if FIELDS[key].metadata["choices"]:
+        return "choice"
+    return {bool: "bool", int: "int", float: "float"}.get(type(FIELDS[key].default), "text")
+
+
+def allowed(key: str) -> str:
+    """Says in words what values `key` takes."""
+    meta = FIELDS[key].metadata
+    k = kind(key)
+    if k == "choice":
+        return "one of " + ", ".join(meta["choices"])
+    if k == "bool":
+        return "true or false"
+    if k == "device":
+        return "auto, cpu, cuda, cuda:N or mps"
+    if k == "text":
+        return "a string"
+    lo, hi = meta["lo"], meta["hi"]
+    noun = "an integer" if k in ("int", "seed") else "a number"
+    left = ">" if meta["lo_open"] else ">="
+    right = "<" if meta["hi_open"] else "<="
+    text = f"{noun} {left} {_fmt(lo)} and {right} {_fmt(hi)}"
+    return text + (', or "none"' if k == "seed" else "")
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+# --- parsing and validation --------------------------------------------------------------
+
+_TRUE = {"true", "on", "yes", "1"}
+_FALSE = {"false", "off", "no", "0"}
+
+
+def parse_value(key: str, text: str) -> Any:
+    """Turns the text of `--set KEY=VALUE` (or a form field) into a typed value."""
+    if key not in FIELDS:
+        raise ConfigError(key, f"unknown key; known keys: {', '.join(FIELDS)}")
+    k = kind(key)
+    t = text.strip()
+    try:
+        if k == "bool":
+            if t.lower() in _TRUE:
+                return True
+            if t.lower() in _FALSE:
+                return False
+            raise ValueError
+        if k == "seed":
+            return None if t.lower() == "none" else int(t)
+        if k == "int":
+            return int(t)
+        if k == "float":
+            return float(t)
+    except ValueError:
+        raise ConfigError(key, f"must be {allowed(key)}, got {text!r}") from None
+    return t
+
+
+def check_value(key: str, value: Any) -> Any:
+    """Validates one typed value (from TOML or parse_value); returns it normalised."""
+    if key not in FIELDS:
+        raise ConfigError(key, f"unknown key; known keys: {', '.join(FIELDS)}")
+    meta = FIELDS[key].metadata
+    k = kind(key)
+    bad = ConfigError(key, f"must be {allowed(key)}, got {value!r}")
+    if k == "bool":
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if k == "choice":
+        if isinstance(value, bool) and {"on", "off"} <= set(meta["choices"]):
+            value = "on" if value else "off"
+        if not isinstance(value, str) or value not in meta["choices"]:
+            raise bad
+        return value
+    if k == "device":
+        if not isinstance(value, str) or not _DEVICE_RE.match(value):
+            raise bad
+        return value
+    if k == "text":
+        if not isinstance(value, str):
+            raise bad
+        return value
+    if k == "seed" and (value is None or (isinstance(value, str) and value.lower() == "none")):
+        return None
+    if isinstance(value, bool):
+        raise bad
+    if k in ("int", "seed"):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int):
+            raise bad
+    elif k == "float":
+        if not isinstance(value, (int, float)):
+            raise bad
+        value = float(value)
+    lo, hi = meta["lo"], meta["hi"]
+    if lo is not None and (value < lo or (meta["lo_open"] and value == lo)):
+        raise bad
+    if hi is not None and (value > hi or (meta["hi_open"] and value == hi)):
+        raise bad
+    return value
+
+
+def check_combination(cfg: RunConfig) -> None:
+    """Rules that involve more than one key."""
+    if cfg.persistent_workers and cfg.num_workers == 0:
+        raise ConfigError("persistent_workers", "needs num_workers > 0 (there are no workers "
+                          "to keep); set num_workers or persistent_workers = false")
+    if cfg.loader == "resident" and cfg.num_workers > 0:
+        raise ConfigError("num_workers", "must be 0 with loader = resident (batches are "
+                          "taken by index from one tensor; there is nothing for workers to do)")
+
+
+def validate_all(values: dict[str, Any]) -> dict[str, str]:
+    """Every problem in `values`, as {key: reason}: for forms that mark each field."""
+    problems: dict[str, str] = {}
+    clean: dict[str, Any] = {}
+    for key, value in values.items():
+        try:
+            clean[key] = check_value(key, value)
+        except ConfigError as e:
+            problems[key] = e.reason
+    if not problems:
+        try:
+            check_combination(RunConfig(**{**DEFAULTS.to_dict(), **clean}))
+        except ConfigError as e:
+            problems[e.key] = e.reason
+    return problems
+
+
+def from_dict(values: dict[str, Any]) -> RunConfig:
+    """A validated RunConfig from a (possibly partial) mapping; raises the first ConfigError."""
+    clean = {key: check_value(key, value) for key, value in values.items()}
+    cfg = RunConfig(**{**DEFAULTS.to_dict(), **clean})
+    check_combination(cfg)
+    return cfg
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(key or pair, f"--set takes KEY=VALUE, got {pair!r}")
+        out[key] = parse_value(key, text)
+    return out
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("--config", f"no such file: {p}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("--config", f"cannot read {p}: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("--config", f"{p} is not valid TOML: {e}") from None
+    for key, value in data.items():
+        if isinstance(value, dict):
+            raise ConfigError(key, "tables are not used; keys are flat (see `tui-trainer config`)")
+    return data
+
+
+def load(config_file: str | Path | None = None, overrides: list[str] | None = None,
+         base: RunConfig | None = None) -> RunConfig:
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        values.update(read_toml(config_file))
+    values.update(parse_overrides(overrides or []))
+    start = (base or DEFAULTS).to_dict()
+    return from_dict({**start, **values})
+
+
+# --- writing -----------------------------------------------------------------------------
+
+def _toml_value(value: Any) -> str:
+    if value is None:
+        return '"none"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def to_toml(cfg: RunConfig, comments: bool = True) -> str:
+    lines: list[str] = []
+    if comments:
+        lines += ["# tui-trainer run config. Every key is optional; missing keys take the "
+                  "defaults shown here.", "# Set any key on the command line with "
+                  "--set KEY=VALUE.", ""]
+    values = cfg.to_dict()
+    for g, title in GROUPS.items():
+        keys = [k for k in FIELDS if group(k) == g]
+        if comments:
+            lines += [f"# === {title} " + "=" * max(3, 80 - len(title)), ""]
+        for key in keys:
+            if comments:
+                lines += textwrap.wrap(doc(key), 94, initial_indent="# ",
+                                       subsequent_indent="# ")
+                lines.append(f"# allowed: {allowed(key)}")
+            lines.append(f"{key} = {_toml_value(values[key])}")
+            if comments:
+                lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

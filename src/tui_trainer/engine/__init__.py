@@ -1,0 +1,1 @@
+"""The engine layer: the training process. Imports torch, never textual."""

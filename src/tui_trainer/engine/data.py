@@ -1,0 +1,309 @@
+"""Datasets and loaders: which data a run uses, and the two ways of feeding it.
+
+- `torchvision` loader: torchvision datasets with per-sample transforms in a DataLoader, as
+  pytorch/examples does it.
+- `resident` loader: the whole split decoded and normalized once into one tensor on the
+  device; batches are taken by index, augmentation is done for the whole batch at once.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import random
+import shutil
+import socket
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+import torchvision.transforms.functional as TF
+from torch.utils.data import DataLoader, Dataset, Subset
+from torchvision import datasets, transforms
+
+from ..core.config import ConfigError, RunConfig
+from ..core.paths import default_data_dir
+
+MEAN_STD = {"mnist": (0.1307, 0.3081), "fashion-mnist": (0.2860, 0.3530),
+            "synthetic": (0.5, 0.25)}
+MAX_SHIFT = 2
+# Debian's dataset-fashion-mnist package puts the four IDX files here.
+FASHION_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
+IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+             "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+class DataUnavailable(ConfigError):
+    """The dataset asked for is not on disk and cannot be fetched."""
+
+
+@dataclass
+class DataInfo:
+    name: str            # mnist, fashion-mnist, mnist-sample or synthetic
+    description: str
+    root: str
+    train_size: int
+    eval_size: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+# --- where the data comes from -----------------------------------------------------------
+
+def _extract_idx(gz_dir: Path, raw_dir: Path) -> None:
+    """Decompresses the four IDX .gz files into raw_dir, where torchvision reads them.
+    Each file is written beside its target and moved into place, so runs starting at the
+    same moment never read half a file."""
+    raw_dir.mkdir(parents=True, exist_ok=True)
+    for name in IDX_FILES:
+        target = raw_dir / name
+        if target.exists():
+            continue
+        tmp = raw_dir / f".{name}.{os.getpid()}.tmp"
+        with gzip.open(gz_dir / f"{name}.gz", "rb") as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        os.replace(tmp, target)
+
+
+def _sample_gz_dir() -> Path:
+    return Path(str(resources.files("tui_trainer") / "assets" / "mnist-sample"))
+
+
+def _try_download_mnist(root: Path) -> bool:
+    if os.environ.get("TUI_TRAINER_OFFLINE"):
+        return False
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(10)
+    try:
+        datasets.MNIST(str(root), train=True, download=True)
+        datasets.MNIST(str(root), train=False, download=True)
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "not available"; we fall back
+        return False
+    finally:
+        socket.setdefaulttimeout(previous)
+
+
+def _mnist_on_disk(root: Path) -> bool:
+    raw = root / "MNIST" / "raw"
+    return all((raw / n).exists() or (raw / f"{n}.gz").exists() for n in IDX_FILES)
+
+
+def load_datasets(cfg: RunConfig) -> tuple[Dataset, Dataset, DataInfo]:
+    """The raw train and eval datasets (PIL images, no transform yet) and what they are."""
+    root = Path(cfg.data_dir).expanduser() if cfg.data_dir else default_data_dir()
+    name = cfg.dataset
+    if name in ("auto", "mnist"):
+        if _mnist_on_disk(root):
+            raw = root / "MNIST" / "raw"
+            if not all((raw / n).exists() for n in IDX_FILES):
+                _extract_idx(raw, raw)
+            name = "mnist"
+        elif _try_download_mnist(root):
+            name = "mnist"
+        elif cfg.dataset == "mnist":
+            raise DataUnavailable(
+                "dataset", f"full MNIST is not in data_dir ({root / 'MNIST' / 'raw'}) and "
+                "cannot be downloaded here. Put the four IDX files there (or set data_dir to "
+                "where they are), or use dataset = mnist-sample: the 10,000 real digits "
+                "shipped with tui-trainer.")
+        else:
+            name = "mnist-sample"
+    if name == "mnist":
+        train = datasets.MNIST(str(root), train=True, download=False)
+        test = datasets.MNIST(str(root), train=False, download=False)
+        desc = "MNIST (60,000 train / 10,000 test)"
+    elif name == "mnist-sample":
+        sample_root = root / "mnist-sample"
+        _extract_idx(_sample_gz_dir(), sample_root / "MNIST" / "raw")
+        train = datasets.MNIST(str(sample_root), train=True, download=False)
+        test = datasets.MNIST(str(sample_root), train=False, download=False)
+        desc = ("MNIST sample shipped with tui-trainer: the 10,000 real MNIST test digits, "
+                "split 8,000 train / 2,000 eval")
+        root = sample_root
+    elif name == "fashion-mnist":
+        raw = root / "FashionMNIST" / "raw"
+        if not all((raw / n).exists() for n in IDX_FILES):
+            for source in (raw, FASHION_SYSTEM_DIR):
+                if all((source / f"{n}.gz").exists() for n in IDX_FILES):
+                    _extract_idx(source, raw)
+                    break
+            else:
+                raise DataUnavailable(
+                    "dataset", f"Fashion-MNIST is not in data_dir ({raw}) nor in "
+                    f"{FASHION_SYSTEM_DIR} (Debian: apt-get install dataset-fashion-mnist). "
+                    "Use dataset = mnist-sample for the sample shipped with tui-trainer.")
+        train = datasets.FashionMNIST(str(root), train=True, download=False)
+        test = datasets.FashionMNIST(str(root), train=False, download=False)
+        desc = "Fashion-MNIST (60,000 train / 10,000 test)"
+    else:  # synthetic
+        n_train = cfg.train_samples or 8000
+        n_eval = cfg.eval_samples or 2000
+        # FakeData draws each image from a generator seeded by its index: fixed data.
+        train = datasets.FakeData(n_train, (1, 28, 28), 10, random_offset=0)
+        test = datasets.FakeData(n_eval, (1, 28, 28), 10, random_offset=n_train)
+        desc = "synthetic: random images and labels (for speed tests; nothing to learn)"
+        root = Path("-")
+    if cfg.train_samples and cfg.train_samples < len(train):
+        train = Subset(train, range(cfg.train_samples))
+    if cfg.eval_samples and cfg.eval_samples < len(test):
+        test = Subset(test, range(cfg.eval_samples))
+    info = DataInfo(name=name, description=desc, root=str(root), train_size=len(train),
+                    eval_size=len(test))
+    return train, test, info
+
+
+def _base(ds: Dataset) -> Dataset:
+    return ds.dataset if isinstance(ds, Subset) else ds
+
+
+def _mean_std(info: DataInfo) -> tuple[float, float]:
+    return MEAN_STD.get(info.name, MEAN_STD["mnist"])
+
+
+# --- augmentation ------------------------------------------------------------------------
+
+def draw_shift(rng: str) -> tuple[int, int]:
+    """A random (dx, dy) in [-MAX_SHIFT, MAX_SHIFT], from torch's or numpy's global RNG:
+    inside a DataLoader worker that is the worker's own RNG."""
+    if rng == "numpy":
+        dx, dy = np.random.randint(-MAX_SHIFT, MAX_SHIFT + 1, size=2)
+        return int(dx), int(dy)
+    dx, dy = torch.randint(-MAX_SHIFT, MAX_SHIFT + 1, (2,)).tolist()
+    return dx, dy
+
+
+class RandomShift:
+    """Shifts an image by a few whole pixels, filling with black."""
+
+    def __init__(self, rng: str):
+        self.rng = rng
+
+    def __call__(self, img: Any) -> Any:
+        dx, dy = draw_shift(self.rng)
+        return TF.affine(img, angle=0.0, translate=[dx, dy], scale=1.0, shear=[0.0])
+
+    def __repr__(self) -> str:
+        return f"RandomShift(max_shift={MAX_SHIFT}, rng={self.rng})"
+
+
+def shift_batch(x: torch.Tensor, dxy: torch.Tensor, fill: float) -> torch.Tensor:
+    """Shifts each image of x (N, 1, H, W) by its own (dx, dy), all in one indexing op."""
+    n, _, h, w = x.shape
+    p = MAX_SHIFT
+    padded = torch.nn.functional.pad(x, (p, p, p, p), value=fill)
+    dxy = dxy.to(x.device)
+    rows = torch.arange(h, device=x.device)[None, :] + p - dxy[:, 1:2]   # (N, H)
+    cols = torch.arange(w, device=x.device)[None, :] + p - dxy[:, 0:1]   # (N, W)
+    batch = torch.arange(n, device=x.device)[:, None, None]
+    return padded[batch, 0, rows[:, :, None], cols[:, None, :]].unsqueeze(1)
+
+
+# --- loaders -----------------------------------------------------------------------------
+
+def seed_worker(worker_id: int) -> None:
+    """worker_init_fn: numpy and random get the worker's own torch seed (base seed + id)."""
+    worker_seed = torch.initial_seed() % 2**32
+    np.random.seed(worker_seed)
+    random.seed(worker_seed)
+
+
+class ResidentLoader:
+    """The whole split as one normalized tensor on the device; batches by index."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, shuffle: bool,
+                 augment: str, fill: float, generator: torch.Generator | None):
+        self.x, self.y = x, y
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.augment = augment
+        self.fill = fill
+        self.generator = generator
+
+    def __len__(self) -> int:
+        return (len(self.x) + self.batch_size - 1) // self.batch_size
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.x)
+        order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
+        order = order.to(self.x.device)
+        for start in range(0, n, self.batch_size):
+            idx = order[start:start + self.batch_size]
+            x = self.x[idx]
+            if self.augment == "torch":
+                x = shift_batch(x, torch.randint(-MAX_SHIFT, MAX_SHIFT + 1, (len(idx), 2)),
+                                self.fill)
+            elif self.augment == "numpy":
+                dxy = torch.from_numpy(np.random.randint(-MAX_SHIFT, MAX_SHIFT + 1,
+                                                         size=(len(idx), 2)))
+                x = shift_batch(x, dxy, self.fill)
+            yield x, self.y[idx]
+
+
+def _resident_tensors(ds: Dataset, info: DataInfo, device: torch.device
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    base = _base(ds)
+    idx = list(ds.indices) if isinstance(ds, Subset) else None
+    if isinstance(base, datasets.MNIST):  # FashionMNIST is a subclass
+        data, targets = base.data, base.targets
+        if idx is not None:
+            data, targets = data[idx], targets[idx]
+        x = data.unsqueeze(1).float().div_(255)
+    else:  # FakeData: render each image once through the same ToTensor as the loader
+        to_tensor = transforms.ToTensor()
+        pairs = [ds[i] for i in range(len(ds))]
+        x = torch.stack([to_tensor(img) for img, _ in pairs])
+        targets = torch.tensor([int(t) for _, t in pairs])
+    mean, std = _mean_std(info)
+    x = (x - mean) / std
+    return x.to(device), targets.long().to(device)
+
+
+@dataclass
+class Loaders:
+    train: Any
+    eval: Any
+    info: DataInfo
+    generator: torch.Generator | None   # the training loader's own RNG, if it has one
+    pin_memory: bool                     # as applied (only true on CUDA)
+
+
+def make_loaders(cfg: RunConfig, device: torch.device) -> Loaders:
+    train_ds, eval_ds, info = load_datasets(cfg)
+    mean, std = _mean_std(info)
+    # The training shuffle (and the workers' base seed) come from a generator of their own
+    # when seed_workers is on; otherwise from the global torch RNG, as in a plain DataLoader.
+    generator = None
+    if cfg.seed_workers and cfg.seed is not None:
+        generator = torch.Generator()
+        generator.manual_seed(cfg.seed)
+    # Evaluation never draws from the training RNG streams, so how often a run evaluates does
+    # not change its training bits.
+    eval_generator = torch.Generator()
+    eval_generator.manual_seed(0)
+    pin = cfg.pin_memory and device.type == "cuda"
+
+    if cfg.loader == "resident":
+        fill = (0.0 - mean) / std
+        x, y = _resident_tensors(train_ds, info, device)
+        ex, ey = _resident_tensors(eval_ds, info, device)
+        train = ResidentLoader(x, y, cfg.batch_size, True, cfg.augment, fill, generator)
+        ev = ResidentLoader(ex, ey, cfg.eval_batch_size, False, "off", fill, None)
+        return Loaders(train, ev, info, generator, pin_memory=False)
+
+    steps: list[Any] = [RandomShift(cfg.augment)] if cfg.augment != "off" else []
+    to_tensor = [transforms.ToTensor(), transforms.Normalize((mean,), (std,))]
+    _base(train_ds).transform = transforms.Compose(steps + to_tensor)
+    _base(eval_ds).transform = transforms.Compose(to_tensor)
+    workers = cfg.num_workers
+    train = DataLoader(
+        train_ds, batch_size=cfg.batch_size, shuffle=True, num_workers=workers,
+        pin_memory=pin, persistent_workers=cfg.persistent_workers and workers > 0,
+        worker_init_fn=seed_worker if cfg.seed_workers else None, generator=generator)
+    ev = DataLoader(eval_ds, batch_size=cfg.eval_batch_size, shuffle=False,
+                    num_workers=workers, pin_memory=pin, generator=eval_generator)
+    return Loaders(train, ev, info, generator, pin_memory=pin)

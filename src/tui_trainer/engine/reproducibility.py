@@ -1,0 +1,175 @@
+"""Applying the reproducibility knobs, and recording what was really applied.
+
+The fingerprint is the run's *effective* settings: what torch reports after the knobs were
+set, plus versions and the hardware, so that two runs can be compared on what can change
+their bits, not on what their config files asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import platform
+import random
+from typing import Any
+
+import numpy as np
+import torch
+import torchvision
+from torch import nn
+
+from ..core.config import ConfigError, RunConfig
+
+# cuBLAS needs a fixed workspace to be deterministic; it must be set before its first use.
+CUBLAS_DETERMINISTIC = ":4096:8"
+
+
+def resolve_device(cfg: RunConfig) -> torch.device:
+    spec = cfg.device
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if spec.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError("device", f"{spec} was asked for but there is no usable CUDA "
+                              f"device here (torch {torch.__version__}, "
+                              "torch.cuda.is_available() is False); use device = cpu or auto")
+        index = int(spec.split(":")[1]) if ":" in spec else 0
+        if index >= torch.cuda.device_count():
+            raise ConfigError("device", f"{spec} was asked for but this machine has "
+                              f"{torch.cuda.device_count()} CUDA device(s): cuda:0 to "
+                              f"cuda:{torch.cuda.device_count() - 1}")
+        return torch.device("cuda", index)
+    if spec == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("device", "mps was asked for but this machine has no Apple GPU; "
+                          "use device = cpu or auto")
+    return torch.device(spec)
+
+
+def check_device_knobs(cfg: RunConfig, device: torch.device) -> None:
+    if cfg.amp == "fp16" and device.type != "cuda":
+        raise ConfigError("amp", f"fp16 needs a CUDA device (fp16 kernels and a GradScaler); "
+                          f"this run's device is {device.type}: use amp = bf16 or off")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def apply_knobs(cfg: RunConfig, device: torch.device) -> None:
+    """Sets every process-wide knob, in the order torch needs them."""
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    if cfg.deterministic != "off" and device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC)
+    torch.use_deterministic_algorithms(cfg.deterministic != "off",
+                                       warn_only=cfg.deterministic == "warn")
+    torch.backends.cudnn.deterministic = cfg.cudnn_deterministic
+    torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
+    if cfg.seed is not None:
+        seed_everything(cfg.seed)
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return _cpu_name()
+
+
+def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any],
+                       pin_memory: bool, model: nn.Module) -> dict[str, Any]:
+    cuda = device.type == "cuda"
+    return {
+        "seed": cfg.seed,
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "seed_workers": cfg.seed_workers,
+        "num_threads": torch.get_num_threads(),
+        "num_interop_threads": torch.get_num_interop_threads(),
+        "loader": cfg.loader,
+        "augment": cfg.augment,
+        "num_workers": cfg.num_workers if cfg.loader == "torchvision" else 0,
+        "pin_memory": pin_memory,
+        "non_blocking": cfg.non_blocking and cuda,
+        "persistent_workers": cfg.persistent_workers and cfg.num_workers > 0,
+        "amp": cfg.amp,
+        "grad_scaler": cfg.amp == "fp16",
+        "channels_last": cfg.channels_last,
+        "compile": cfg.compile,
+        "model": cfg.model,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "device": str(device),
+        "device_name": device_name(device),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        "platform": platform.platform(),
+        "data": data,
+    }
+
+
+# --- RNG states, in a form that torch.load(weights_only=True) accepts --------------------
+
+def capture_rng(generator: torch.Generator | None, cuda: bool) -> dict[str, Any]:
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    py_version, py_state, py_gauss = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if cuda else [],
+        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(gauss)},
+        "python": [py_version, list(py_state), py_gauss],
+        "loader": generator.get_state() if generator is not None else None,
+    }
+
+
+def restore_rng(state: dict[str, Any], generator: torch.Generator | None) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"]:
+        torch.cuda.set_rng_state_all(state["cuda"])
+    np_state = state["numpy"]
+    np.random.set_state(("MT19937", np_state["keys"].numpy().astype(np.uint32),
+                         np_state["pos"], np_state["has_gauss"], np_state["cached_gaussian"]))
+    py_version, py_state, py_gauss = state["python"]
+    random.setstate((py_version, tuple(py_state), py_gauss))
+    if generator is not None and state["loader"] is not None:
+        generator.set_state(state["loader"])
+
+
+# --- parameter identity ------------------------------------------------------------------
+
+@torch.no_grad()
+def param_fingerprint(model: nn.Module) -> tuple[str, float]:
+    """SHA-256 over every parameter's name and bytes (in the standard contiguous layout, so
+    channels_last does not change it), and the parameters' global L2 norm."""
+    h = hashlib.sha256()
+    squares = 0.0
+    for name, p in model.named_parameters():
+        t = p.detach().to("cpu").contiguous()
+        h.update(name.encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        squares += float(t.double().pow(2).sum())
+    return h.hexdigest(), math.sqrt(squares)

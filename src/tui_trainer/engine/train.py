@@ -1,0 +1,559 @@
+"""The training process: one run, start to end (or to a stop, a crash, or a kill).
+
+The loop reads like pytorch/examples' mnist/main.py with each knob as a named step; what it
+adds is bookkeeping: metrics into the session store at log points only (every `.item()` is
+a device sync), parameter fingerprints, checkpoints that allow bit-exact resume.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import psutil
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core.config import RunConfig
+from ..core.errors import CheckpointError
+from ..core.store import HEARTBEAT_S, BatchedWriter, SessionStore
+from .checkpoint import save_checkpoint
+from .data import Loaders, make_loaders
+from .models import build_model
+from .reproducibility import (apply_knobs, capture_rng, check_device_knobs, effective_settings,
+                              param_fingerprint, resolve_device, restore_rng)
+
+
+@dataclass
+class Position:
+    epoch: int = 0            # the epoch being trained (epochs completed so far)
+    batch: int = 0            # batches of this epoch consumed
+    step: int = 0             # optimizer steps in all
+    samples: int = 0          # training samples seen in all
+
+
+@dataclass
+class Summary:
+    run_id: int
+    name: str
+    status: str
+    steps: int
+    epochs: float
+    final_loss: float | None
+    eval_accuracy: float | None
+    eval_loss: float | None
+    samples_per_s: float | None
+    elapsed_s: float
+    param_sha256: str | None
+    checkpoint: str | None
+    dataset: str
+    device: str
+    resumed_from_step: int | None = None
+    resume_fingerprints_matched: int | None = None
+    resume_fingerprints_differed: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d.update(d.pop("extra"))
+        return d
+
+
+class RunLog:
+    """What the training process says: to the run's log file, and to stderr."""
+
+    def __init__(self, path: Path, echo: TextIO | None = sys.stderr):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "a", encoding="utf-8", buffering=1)
+        self._echo = echo
+        self.bar: Any = None
+
+    def __call__(self, message: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        self._file.write(f"{stamp} {message}\n")
+        if self._echo is not None:
+            if self.bar is not None:
+                self.bar.write(message, file=self._echo)
+            else:
+                print(message, file=self._echo, flush=True)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class _Heartbeat(threading.Thread):
+    """Beats from its own thread and its own connection, so a long step, an evaluation or
+    torch.compile never makes a live run look dead."""
+
+    def __init__(self, session_dir: Path, run_id: int):
+        super().__init__(daemon=True, name="heartbeat")
+        self.session_dir, self.run_id = session_dir, run_id
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        store = SessionStore(self.session_dir, create=False)
+        try:
+            while not self.halt.wait(HEARTBEAT_S):
+                store.heartbeat(self.run_id)
+        finally:
+            store.close()
+
+
+def make_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
+    if cfg.no_decay_bias and cfg.weight_decay > 0:
+        decay = [p for p in model.parameters() if p.ndim > 1]
+        no_decay = [p for p in model.parameters() if p.ndim <= 1]   # biases, norm weights
+        params: Any = [{"params": decay, "weight_decay": cfg.weight_decay},
+                       {"params": no_decay, "weight_decay": 0.0}]
+    else:
+        params = model.parameters()
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
+                               weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adadelta":
+        return torch.optim.Adadelta(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+class Trainer:
+    """One run's training. `setup()` checks and builds everything without touching the
+    session; `attach()` then ties it to its row in the store."""
+
+    def __init__(self, cfg: RunConfig, *, checkpoint: dict[str, Any] | None = None,
+                 progress: bool = False, kill_at_step: int | None = None):
+        self.cfg = cfg
+        self.resume_state = checkpoint
+        self.progress = progress
+        self.kill_at_step = kill_at_step
+        self.stop_requested = False
+        self.pos = Position()
+        self.last_loss: float | None = None
+        self.last_eval: dict[str, float] | None = None
+        self.last_checkpoint: Path | None = None
+        self.last_checkpoint_step = -1
+        self.last_eval_step = -1
+        self.last_fingerprint: tuple[int, str] | None = None
+        self.resume_matches = 0
+        self.resume_mismatches = 0
+        self._positioned = False
+
+    def attach(self, store: SessionStore, run_id: int, echo: TextIO | None) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.log = RunLog(store.log_path(run_id), echo)
+
+    # --- set-up ----------------------------------------------------------------------------
+    def setup(self) -> None:
+        cfg = self.cfg
+        self.device = resolve_device(cfg)
+        check_device_knobs(cfg, self.device)
+        self.cuda = self.device.type == "cuda"
+        apply_knobs(cfg, self.device)
+        self.loaders: Loaders = make_loaders(cfg, self.device)
+        model = build_model(cfg.model).to(self.device)
+        if cfg.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.model = model
+        self.optimizer = make_optimizer(cfg, model)
+        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=1,
+                                                         gamma=cfg.lr_step_gamma)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.amp == "fp16")
+        self.amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.amp)
+        # The compiled module shares the parameters; hashes and checkpoints use `model`.
+        self.forward = torch.compile(model) if cfg.compile == "on" else model
+        self.non_blocking = cfg.non_blocking and self.cuda
+        self.process = psutil.Process()
+        self.rng_first_epoch: dict[str, Any] | None = None
+        self.rng_epoch_start: dict[str, Any] | None = None
+        self.elapsed_before = 0.0
+        if self.resume_state is not None:
+            self._load_state(self.resume_state)
+        self.settings = effective_settings(cfg, self.device, self.loaders.info.to_dict(),
+                                           self.loaders.pin_memory, model)
+
+    def _load_state(self, state: dict[str, Any]) -> None:
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            self.scaler.load_state_dict(state["scaler"])
+        except (RuntimeError, KeyError, ValueError) as e:
+            raise CheckpointError(f"the checkpoint does not fit this run's model or optimizer "
+                                  f"({str(e).splitlines()[0]})") from None
+        self.pos = Position(epoch=state["epoch"], batch=state["batch_in_epoch"],
+                            step=state["step"], samples=state["samples_seen"])
+        self.rng_first_epoch = state["rng_first_epoch"]
+        self.rng_epoch_start = state["rng_epoch_start"]
+        self.elapsed_before = float(state["elapsed"])
+        self.last_checkpoint_step = state["step"]
+        self.last_eval_step = state.get("last_eval_step", -1)
+
+    # --- bookkeeping -----------------------------------------------------------------------
+    def _rng(self) -> dict[str, Any]:
+        return capture_rng(self.loaders.generator, self.cuda)
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        restore_rng(state, self.loaders.generator)
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + (time.perf_counter() - self.t_start)
+
+    def _epoch_float(self) -> float:
+        return self.pos.epoch + self.pos.batch / max(1, len(self.loaders.train))
+
+    def write_checkpoint(self) -> None:
+        p = self.pos
+        path = self.store.checkpoint_dir(self.run_id) / f"step-{p.step:08d}.pt"
+        save_checkpoint(path, {
+            "run_id": self.run_id, "config": self.cfg.to_dict(),
+            "step": p.step, "epoch": p.epoch, "batch_in_epoch": p.batch,
+            "samples_seen": p.samples, "elapsed": self.elapsed(),
+            "last_eval_step": self.last_eval_step,
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
+            "rng": self._rng(), "rng_epoch_start": self.rng_epoch_start,
+            "rng_first_epoch": self.rng_first_epoch,
+        })
+        self.writer.flush()
+        self.store.add_checkpoint(self.run_id, p.step, p.epoch, p.batch, path)
+        self.last_checkpoint, self.last_checkpoint_step = path, p.step
+        for old in self.store.checkpoints(self.run_id)[self.cfg.keep_checkpoints:]:
+            Path(old["path"]).unlink(missing_ok=True)
+            self.store.mark_checkpoint_removed(old["id"])
+
+    def record_fingerprint(self) -> None:
+        step = self.pos.step
+        sha, l2 = param_fingerprint(self.model)
+        if self.resume_state is not None:
+            # Steps past the checkpoint were recorded before the stop: an exact resume
+            # must reproduce their hashes.
+            before = self.store.fingerprint_at(self.run_id, step)
+            if before is not None:
+                if before == sha:
+                    self.resume_matches += 1
+                else:
+                    self.resume_mismatches += 1
+                    self.store.add_event(self.run_id, "resume_mismatch",
+                                         f"after resuming, the parameters at step {step} differ "
+                                         "from those recorded before the stop", step=step,
+                                         data={"before": before, "after": sha})
+        self.writer.fingerprint({"step": step, "sha256": sha, "l2": l2})
+        self.last_fingerprint = (step, sha)
+
+    @torch.no_grad()
+    def evaluate(self) -> None:
+        self.model.eval()
+        total_loss = torch.zeros((), device=self.device)
+        correct = torch.zeros((), device=self.device, dtype=torch.long)
+        n = 0
+        for x, y in self.loaders.eval:
+            x = x.to(self.device, non_blocking=self.non_blocking)
+            y = y.to(self.device, non_blocking=self.non_blocking)
+            if self.cfg.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with self._autocast():
+                out = self.forward(x)
+            total_loss += F.nll_loss(out.float(), y, reduction="sum")
+            correct += (out.argmax(dim=1) == y).sum()
+            n += len(y)
+        self.model.train()
+        loss, acc = total_loss.item() / max(n, 1), correct.item() / max(n, 1)
+        self.last_eval = {"loss": loss, "accuracy": acc}
+        self.last_eval_step = self.pos.step
+        self.writer.eval({"step": self.pos.step, "epoch": self._epoch_float(),
+                          "loss": loss, "accuracy": acc})
+        self.store.add_event(self.run_id, "eval", f"evaluation at step {self.pos.step}: "
+                             f"loss {loss:.4f}, accuracy {acc:.2%}", step=self.pos.step,
+                             data=self.last_eval)
+        self.log(f"eval  step {self.pos.step:>6}  epoch {self._epoch_float():.2f}  "
+                 f"loss {loss:.4f}  accuracy {acc:.2%}")
+
+    def _autocast(self) -> Any:
+        if self.amp_dtype is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def _memory(self) -> dict[str, float | None]:
+        mem: dict[str, float | None] = {"rss_bytes": float(self.process.memory_info().rss),
+                                        "cuda_alloc": None, "cuda_reserved": None,
+                                        "cuda_peak": None}
+        if self.cuda:
+            mem["cuda_alloc"] = float(torch.cuda.memory_allocated(self.device))
+            mem["cuda_reserved"] = float(torch.cuda.memory_reserved(self.device))
+            mem["cuda_peak"] = float(torch.cuda.max_memory_allocated(self.device))
+        return mem
+
+    # --- data position ---------------------------------------------------------------------
+    def _epoch_iterator(self) -> Any:
+        """The data iterator for the current epoch, positioned at self.pos.batch.
+
+        A fresh epoch snapshots the RNG first. The first epoch after a resume rebuilds the
+        iterator from the epoch's start snapshot, fast-forwards it (workers really load and
+        augment the skipped batches, so their RNG streams advance exactly as before), and
+        only then restores the RNG states of the moment of the checkpoint."""
+        loader = self.loaders.train
+        state = self.resume_state
+        if state is None or self._positioned:
+            self.rng_epoch_start = self._rng()
+            if self.rng_first_epoch is None:
+                self.rng_first_epoch = self.rng_epoch_start
+            return iter(loader)
+        self._positioned = True
+        if getattr(loader, "persistent_workers", False) and self.pos.epoch > 0:
+            # Persistent workers keep their RNG streams across epochs: replay the data of
+            # every earlier epoch through one set of workers, as the original run did.
+            self._restore(self.rng_first_epoch)
+            for _ in range(self.pos.epoch):
+                for _batch in loader:
+                    pass
+        if self.pos.batch == 0:
+            # Checkpointed at an epoch boundary: the next epoch starts from its RNG state.
+            self._restore(state["rng"])
+            self.rng_epoch_start = self._rng()
+            return iter(loader)
+        self._restore(self.rng_epoch_start)
+        it = iter(loader)
+        for _ in range(self.pos.batch):
+            next(it)
+        self._restore(state["rng"])
+        return it
+
+    # --- the loop --------------------------------------------------------------------------
+    def train(self) -> Summary:
+        cfg = self.cfg
+        limit = cfg.max_steps or math.inf
+        accum = cfg.grad_accum_steps
+        self.writer = BatchedWriter(self.store, self.run_id)
+        self.t_start = time.perf_counter()
+        if self.resume_state is not None:
+            self.log(f"resuming run {self.run_id} from step {self.pos.step} "
+                     f"(epoch {self.pos.epoch}, batch {self.pos.batch})")
+        bar = self._progress_bar()
+        status = "finished"
+        last_log_t, last_log_samples = time.perf_counter(), self.pos.samples
+        data_s = compute_s = 0.0
+        norm: torch.Tensor | None = None
+        self.model.train()
+        while self.pos.epoch < cfg.epochs and self.pos.step < limit:
+            it = self._epoch_iterator()
+            micro = 0
+            step_loss = torch.zeros((), device=self.device)
+            t_prev = time.perf_counter()
+            for x, y in it:
+                t_data = time.perf_counter()
+                data_s += t_data - t_prev
+                x = x.to(self.device, non_blocking=self.non_blocking)
+                y = y.to(self.device, non_blocking=self.non_blocking)
+                if cfg.channels_last:
+                    x = x.contiguous(memory_format=torch.channels_last)
+                with self._autocast():
+                    loss = F.nll_loss(self.forward(x), y) / accum
+                self.scaler.scale(loss).backward()
+                step_loss += loss.detach()
+                micro += 1
+                self.pos.batch += 1
+                self.pos.samples += len(y)
+                if micro == accum or self.pos.batch == len(self.loaders.train):
+                    log_now = (self.pos.step + 1) % cfg.log_every == 0
+                    norm = self._optimizer_step(log_now)
+                    micro = 0
+                    self.pos.step += 1
+                    compute_s += time.perf_counter() - t_data
+                    if log_now or self.pos.step >= limit:
+                        now = time.perf_counter()
+                        self._log_step(step_loss, norm, now - last_log_t,
+                                       self.pos.samples - last_log_samples, data_s, compute_s)
+                        last_log_t, last_log_samples = now, self.pos.samples
+                        data_s = compute_s = 0.0
+                        if bar is not None:
+                            bar.set_postfix(loss=f"{self.last_loss:.4f}", refresh=False)
+                    step_loss = torch.zeros((), device=self.device)
+                    if bar is not None:
+                        bar.update(1)
+                    self._after_step()
+                    if self.kill_at_step is not None and self.pos.step >= self.kill_at_step:
+                        os.kill(os.getpid(), signal.SIGKILL)   # a crash, on purpose
+                    if self.stop_requested or self.pos.step >= limit:
+                        break
+                else:
+                    compute_s += time.perf_counter() - t_data
+                t_prev = time.perf_counter()
+            else:
+                # The epoch ran to its end.
+                self.pos.epoch += 1
+                self.pos.batch = 0
+                self.scheduler.step()
+                if cfg.eval_every and self.pos.epoch % cfg.eval_every == 0:
+                    self.evaluate()
+                if cfg.checkpoint_every == 0 and self.pos.epoch < cfg.epochs \
+                        and self.pos.step < limit:
+                    self.write_checkpoint()
+                self.log(f"epoch {self.pos.epoch}/{cfg.epochs} done at step {self.pos.step}")
+                continue
+            if self.stop_requested:
+                status = "stopped"
+            break
+        if bar is not None:
+            bar.close()
+            self.log.bar = None
+        return self._finish(status)
+
+    def _optimizer_step(self, want_norm: bool) -> torch.Tensor | None:
+        cfg = self.cfg
+        norm = None
+        if cfg.clip_grad_norm > 0 or want_norm:
+            self.scaler.unscale_(self.optimizer)
+            if cfg.clip_grad_norm > 0:
+                norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad_norm)
+            else:
+                grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+                norm = nn.utils.get_total_norm(grads)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def _log_step(self, step_loss: torch.Tensor, norm: torch.Tensor | None, dt: float,
+                  samples: int, data_s: float, compute_s: float) -> None:
+        self.last_loss = step_loss.item()   # the one sync of a log point
+        row = {"step": self.pos.step, "epoch": self._epoch_float(), "elapsed": self.elapsed(),
+               "loss": self.last_loss, "lr": self.optimizer.param_groups[0]["lr"],
+               "grad_norm": norm.item() if norm is not None else None,
+               "samples_per_s": samples / dt if dt > 0 else None,
+               "data_s": data_s, "compute_s": compute_s, **self._memory()}
+        self.writer.step(row)
+
+    def _after_step(self) -> None:
+        cfg = self.cfg
+        step = self.pos.step
+        if cfg.fingerprint_every and step % cfg.fingerprint_every == 0:
+            self.record_fingerprint()
+        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+            self.write_checkpoint()
+        self.writer.progress(step, self._epoch_float())
+        self.writer.maybe_flush()
+
+    def _finish(self, status: str) -> Summary:
+        cfg = self.cfg
+        if self.last_fingerprint is None or self.last_fingerprint[0] != self.pos.step:
+            self.record_fingerprint()
+        if cfg.eval_every and self.last_eval_step != self.pos.step:
+            self.evaluate()
+        if self.last_checkpoint_step != self.pos.step:
+            self.write_checkpoint()
+        self.writer.progress(self.pos.step, self._epoch_float())
+        self.writer.flush()
+        elapsed = self.elapsed()
+        samples_per_s = self.pos.samples / elapsed if elapsed > 0 else None
+        newest = self.store.checkpoints(self.run_id)
+        summary = Summary(
+            run_id=self.run_id, name=self.store.run(self.run_id)["name"], status=status,
+            steps=self.pos.step, epochs=round(self._epoch_float(), 4),
+            final_loss=self.last_loss,
+            eval_accuracy=self.last_eval["accuracy"] if self.last_eval else None,
+            eval_loss=self.last_eval["loss"] if self.last_eval else None,
+            samples_per_s=samples_per_s, elapsed_s=elapsed,
+            param_sha256=self.last_fingerprint[1] if self.last_fingerprint else None,
+            checkpoint=newest[0]["path"] if newest else None,
+            dataset=self.loaders.info.name, device=str(self.device))
+        if self.resume_state is not None:
+            summary.resumed_from_step = int(self.resume_state["step"])
+            summary.resume_fingerprints_matched = self.resume_matches
+            summary.resume_fingerprints_differed = self.resume_mismatches
+            if self.resume_matches or self.resume_mismatches:
+                verdict = "exact" if not self.resume_mismatches else "NOT exact"
+                self.store.add_event(
+                    self.run_id, "resume_check",
+                    f"resume {verdict}: {self.resume_matches} parameter hashes recorded before "
+                    f"the stop were reproduced, {self.resume_mismatches} differed",
+                    data={"matched": self.resume_matches, "differed": self.resume_mismatches})
+        self.log(f"{status}: {self.pos.step} steps, loss {_fmt(self.last_loss)}, eval accuracy "
+                 f"{_fmt(summary.eval_accuracy)}, {_fmt(samples_per_s, '.0f')} samples/s")
+        return summary
+
+    def _progress_bar(self) -> Any:
+        if not self.progress:
+            return None
+        from tqdm import tqdm
+        cfg = self.cfg
+        per_epoch = math.ceil(len(self.loaders.train) / cfg.grad_accum_steps)
+        total = per_epoch * cfg.epochs
+        if cfg.max_steps:
+            total = min(total, cfg.max_steps)
+        bar = tqdm(total=total, initial=self.pos.step, unit="step", file=sys.stderr,
+                   dynamic_ncols=True, mininterval=0.25, leave=True)
+        self.log.bar = bar
+        return bar
+
+
+def _fmt(value: float | None, spec: str = ".4f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
+                 run_id: int | None = None, checkpoint: dict[str, Any] | None = None,
+                 progress: bool = False, echo: TextIO | None = sys.stderr,
+                 kill_at_step: int | None = None) -> Summary:
+    """Trains one run in this process, recording everything into the session.
+
+    Everything that can be refused (device, AMP, missing data, a checkpoint that does not
+    fit) is checked before the session is opened, so bad input writes nothing. A new run is
+    created unless `run_id` names one to continue. Any failure while training marks the run
+    crashed, records the traceback, and re-raises.
+    """
+    trainer = Trainer(cfg, checkpoint=checkpoint, progress=progress, kill_at_step=kill_at_step)
+    trainer.setup()
+    store = SessionStore(session_dir)
+    if run_id is None:
+        run_id = store.create_run(cfg.to_dict(), name=name)
+    else:
+        store.set_config(run_id, cfg.to_dict())
+    trainer.attach(store, run_id, echo)
+    store.mark_running(run_id)
+    store.set_fingerprint(run_id, trainer.settings, trainer.loaders.info.name)
+    if checkpoint is not None:
+        store.add_event(run_id, "resumed", f"resumed from the checkpoint at step "
+                        f"{checkpoint['step']}", step=int(checkpoint["step"]))
+    trainer.log(f"run {run_id} on {trainer.settings['device']} "
+                f"({trainer.settings['device_name']}), data: {trainer.loaders.info.description}")
+    heartbeat = _Heartbeat(store.dir, run_id)
+    heartbeat.start()
+
+    def request_stop(signum: int, frame: Any) -> None:
+        if trainer.stop_requested:           # a second signal: stop now
+            raise KeyboardInterrupt
+        trainer.stop_requested = True
+        trainer.log(f"{signal.Signals(signum).name}: stopping after this step, with a "
+                    "checkpoint (send it again to stop at once)")
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        summary = trainer.train()
+        store.end_run(run_id, summary.status, summary.to_dict())
+        return summary
+    except BaseException as e:
+        tb = traceback.format_exc()
+        trainer.log(tb.rstrip())
+        store.add_event(run_id, "failure", f"training failed: {type(e).__name__}: {e}",
+                        step=trainer.pos.step, data={"traceback": tb})
+        store.end_run(run_id, "crashed", {"error": f"{type(e).__name__}: {e}"})
+        raise
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        heartbeat.halt.set()
+        heartbeat.join()
+        trainer.log.close()
+        store.close()
