@@ -68,10 +68,11 @@ class RunConfig:
         "new input shape and keeps the fastest. Faster with fixed shapes, but the choice can "
         "differ run to run and so break bit-for-bit determinism. CUDA only.", "reproducibility")
     seed_workers: bool = knob(
-        True, "Give each DataLoader worker a worker_init_fn that seeds numpy and random from its "
-        "torch seed, and give the loader its own seeded generator. Without it, numpy "
-        "augmentation repeats across workers and the shuffle follows the global RNG.",
-        "reproducibility")
+        True, "Give the DataLoader its own seeded generator, so the shuffle and the workers' "
+        "seeds no longer follow the global RNG (then, e.g., another model's initialisation "
+        "cannot change the data order), and a worker_init_fn seeding numpy and random from "
+        "each worker's torch seed (the documented recipe; PyTorch >= 1.9 also seeds numpy "
+        "per worker by itself).", "reproducibility")
     num_threads: int = knob(
         0, "torch.set_num_threads for CPU ops; 0 keeps PyTorch's default (one per core). A "
         "different thread count can change the order of float sums, hence the bits.",
@@ -97,8 +98,8 @@ class RunConfig:
         "device, batches taken by index (no per-sample Python work at all).", "data",
         choices=("torchvision", "resident"))
     augment: str = knob(
-        "off", "Random shifts of up to 2 pixels, drawn with torch or with numpy RNG. numpy in "
-        "DataLoader workers is only reproducible with seed_workers on.", "data",
+        "off", "Random shifts of up to 2 pixels, drawn from torch's or numpy's RNG (inside the "
+        "DataLoader workers when num_workers > 0, each with its own seed).", "data",
         choices=("off", "torch", "numpy"))
     batch_size: int = knob(64, "Training samples per micro-batch.", "data", lo=1, hi=65536)
     eval_batch_size: int = knob(1000, "Samples per evaluation batch.", "data", lo=1, hi=65536)
@@ -137,9 +138,9 @@ class RunConfig:
         "sgd", "sgd (with momentum), adadelta (pytorch/examples' choice, lr 1.0), adam or "
         "adamw (decoupled weight decay).", "optimisation",
         choices=("sgd", "adadelta", "adam", "adamw"))
-    lr: float = knob(0.01, "Learning rate at the start.", "optimisation", lo=0, hi=100,
+    lr: float = knob(0.03, "Learning rate at the start.", "optimisation", lo=0, hi=100,
                      lo_open=True)
-    momentum: float = knob(0.5, "SGD momentum (sgd only).", "optimisation", lo=0, hi=1,
+    momentum: float = knob(0.9, "SGD momentum (sgd only).", "optimisation", lo=0, hi=1,
                            hi_open=True)
     weight_decay: float = knob(0.0, "Weight decay (L2 penalty; decoupled for adamw).",
                                "optimisation", lo=0, hi=1)

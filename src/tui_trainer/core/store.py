@@ -127,8 +127,11 @@ class SessionStore:
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA busy_timeout = 30000")
             if existed:
-                row = conn.execute("SELECT value FROM meta WHERE key = 'app'").fetchone()
-                if row is None or row[0] != APP_ID:
+                has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                                        "AND name = 'meta'").fetchone()
+                row = has_meta and conn.execute(
+                    "SELECT value FROM meta WHERE key = 'app'").fetchone()
+                if not row or row[0] != APP_ID:
                     raise SessionError(f"{self.db_path} is a SQLite file but not a tui-trainer "
                                        "session (no session marker in its meta table)")
                 version = int(conn.execute(
@@ -359,17 +362,29 @@ class SessionStore:
                       (run_id, step))
             c.execute("INSERT INTO checkpoints (run_id, t, step, epoch, batch_in_epoch, path) "
                       "VALUES (?, ?, ?, ?, ?, ?)",
-                      (run_id, time.time(), step, epoch, batch_in_epoch, str(path)))
+                      (run_id, time.time(), step, epoch, batch_in_epoch, self._relative(path)))
             c.execute("INSERT INTO events (run_id, t, step, kind, message) VALUES (?, ?, ?, ?, ?)",
                       (run_id, time.time(), step, "checkpoint",
                        f"checkpoint written at step {step} (epoch {epoch}, "
                        f"batch {batch_in_epoch}): {path.name}"))
 
+    def _relative(self, path: Path) -> str:
+        # Paths inside the session are stored relative to it, so a copied or moved session
+        # ("save as") uses its own files.
+        try:
+            return str(Path(path).resolve().relative_to(self.dir))
+        except ValueError:
+            return str(path)
+
     def checkpoints(self, run_id: int) -> list[dict[str, Any]]:
-        """The run's checkpoints still on disk, newest first."""
-        return [dict(r) for r in self._q(
-            "SELECT * FROM checkpoints WHERE run_id = ? AND removed = 0 "
-            "ORDER BY step DESC, id DESC", (run_id,))]
+        """The run's checkpoints still on disk, newest first, with absolute paths."""
+        out = []
+        for r in self._q("SELECT * FROM checkpoints WHERE run_id = ? AND removed = 0 "
+                         "ORDER BY step DESC, id DESC", (run_id,)):
+            d = dict(r)
+            d["path"] = str(self.dir / d["path"])
+            out.append(d)
+        return out
 
     def mark_checkpoint_removed(self, checkpoint_id: int) -> None:
         with self.transaction() as c:

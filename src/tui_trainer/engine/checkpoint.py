@@ -51,18 +51,24 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise CheckpointError(f"checkpoint {p} does not exist")
+    corrupt = f"checkpoint {p} is truncated or corrupt and cannot be read"
+    if not zipfile.is_zipfile(p):
+        # torch.save always writes a zip archive; a cut-off file loses its central directory.
+        raise CheckpointError(f"{corrupt} (not a complete torch.save archive)")
     try:
         state = torch.load(p, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(
-            f"checkpoint {p} was refused: it holds objects other than tensors and plain "
-            f"data, which could run code when loaded, so nothing of it was loaded ({first})"
-        ) from None
+        text = str(e)
+        if "global" in text.lower():
+            found = next((line.strip() for line in text.splitlines()
+                          if "global" in line.lower()), "")
+            raise CheckpointError(
+                f"checkpoint {p} was refused: it holds objects other than tensors and plain "
+                f"data, which could run code when loaded, so nothing of it was loaded ({found})"
+            ) from None
+        raise CheckpointError(f"{corrupt} ({_first_line(e)})") from None
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"checkpoint {p} is truncated or corrupt and cannot be read "
-                              f"({first})") from None
+        raise CheckpointError(f"{corrupt} ({_first_line(e)})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         found = f"a dict with keys {sorted(map(str, state))[:6]}" if isinstance(state, dict) \
             else f"a {type(state).__name__}"
@@ -74,3 +80,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if missing:
         raise CheckpointError(f"checkpoint {p} is incomplete: it lacks {', '.join(missing)}")
     return state
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

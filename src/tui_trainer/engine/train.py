@@ -546,6 +546,12 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
     except BaseException as e:
         tb = traceback.format_exc()
         trainer.log(tb.rstrip())
+        try:
+            # Keep what was measured up to the failure, and how far it got.
+            trainer.writer.progress(trainer.pos.step, trainer._epoch_float())
+            trainer.writer.flush()
+        except Exception:  # noqa: BLE001 - the store itself may be what failed
+            pass
         store.add_event(run_id, "failure", f"training failed: {type(e).__name__}: {e}",
                         step=trainer.pos.step, data={"traceback": tb})
         store.end_run(run_id, "crashed", {"error": f"{type(e).__name__}: {e}"})

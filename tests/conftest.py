@@ -1,0 +1,70 @@
+"""Shared helpers: every test runs the real `tui-trainer` command in a real process, against
+a real session directory under tmp_path, on the MNIST sample shipped with the package."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# Short runs: 10 steps an epoch on 640 of the shipped training digits.
+QUICK = ["dataset=mnist-sample", "train_samples=640", "eval_samples=200", "batch_size=64",
+         "log_every=2", "fingerprint_every=3"]
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+    @property
+    def json(self) -> dict:
+        return json.loads(self.out.strip().splitlines()[-1])
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path_factory, monkeypatch):
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("TUI_TRAINER_HOME", str(home))
+    monkeypatch.setenv("TUI_TRAINER_OFFLINE", "1")
+    return home
+
+
+def sets(*pairs: str) -> list[str]:
+    out: list[str] = []
+    for p in pairs:
+        out += ["--set", p]
+    return out
+
+
+def tt(*args: str, timeout: float = 300) -> Result:
+    """Runs `python -m tui_trainer ARGS` and returns its exit status and output."""
+    proc = subprocess.run([sys.executable, "-m", "tui_trainer", *args], capture_output=True,
+                          text=True, timeout=timeout, env=os.environ.copy())
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def tt_popen(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tui_trainer", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=os.environ.copy())
+
+
+def db_rows(session: Path, sql: str, args: tuple = ()) -> list[tuple]:
+    conn = sqlite3.connect(session / "session.sqlite")
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
+
+def fingerprints(session: Path, run_id: int) -> dict[int, str]:
+    return dict(db_rows(session, "SELECT step, sha256 FROM fingerprints WHERE run_id = ? "
+                                 "ORDER BY step", (run_id,)))

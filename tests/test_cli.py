@@ -1,0 +1,102 @@
+"""The headless CLI: what `run`, `resume` and `runs` print, and their exit statuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import QUICK, db_rows, sets, tt
+from tui_trainer.core.store import SessionStore
+
+REQUIRED = {"run_id", "status", "steps", "epochs", "final_loss", "eval_accuracy",
+            "samples_per_s", "param_sha256", "checkpoint", "dataset"}
+
+
+def test_run_json_describes_the_run_and_the_store_holds_everything(tmp_path):
+    r = tt("run", "--session", str(tmp_path), "--name", "first", "--json",
+           *sets(*QUICK, "epochs=2", "checkpoint_every=0", "keep_checkpoints=1"))
+    assert r.rc == 0, r.err
+    d = r.json
+    assert REQUIRED <= d.keys()
+    assert (d["run_id"], d["status"], d["steps"], d["epochs"]) == (1, "finished", 20, 2.0)
+    assert d["dataset"] == "mnist-sample" and 0 < d["eval_accuracy"] <= 1
+    assert d["final_loss"] > 0 and d["samples_per_s"] > 0
+    assert Path(d["checkpoint"]).is_file() and d["checkpoint"].startswith(str(tmp_path))
+    assert len(d["param_sha256"]) == 64
+    # Every log point, with timing and memory; evaluations; fingerprints.
+    steps = db_rows(tmp_path, "SELECT step, lr, grad_norm, samples_per_s, data_s, compute_s, "
+                              "rss_bytes, cuda_alloc FROM steps ORDER BY step")
+    assert [s[0] for s in steps] == list(range(2, 21, 2))
+    assert all(s[1] > 0 and s[2] > 0 and s[3] > 0 and s[4] >= 0 and s[5] > 0 and s[6] > 1e6
+               for s in steps)
+    assert all(s[7] is None for s in steps)        # no CUDA here: no CUDA memory figures
+    lrs = sorted({round(s[1], 8) for s in steps})
+    assert lrs == [round(0.03 * 0.7, 8), 0.03]     # StepLR after the first epoch
+    assert db_rows(tmp_path, "SELECT step FROM evals ORDER BY step") == [(10,), (20,)]
+    assert db_rows(tmp_path, "SELECT step FROM fingerprints ORDER BY step")[-1] == (20,)
+    # keep_checkpoints=1: only the newest file stays.
+    files = list((tmp_path / "checkpoints" / "run-1").glob("*.pt"))
+    assert [f.name for f in files] == ["step-00000020.pt"]
+    # The fingerprint records the effective settings and the data used.
+    fp = json.loads(db_rows(tmp_path, "SELECT fingerprint FROM runs")[0][0])
+    assert fp["deterministic_algorithms"] is True and fp["pin_memory"] is False
+    assert fp["data"]["name"] == "mnist-sample" and fp["data"]["train_size"] == 640
+    for key in ("torch", "cuda", "cudnn", "num_threads", "device_name",
+                "cublas_workspace_config"):
+        assert key in fp
+    kinds = {k for (k,) in db_rows(tmp_path, "SELECT kind FROM events")}
+    assert {"checkpoint", "eval"} <= kinds
+    log = (tmp_path / "logs" / "run-1.log").read_text()
+    assert "eval" in log and "finished" in log
+
+
+def test_runs_lists_every_run_with_status_and_figures(tmp_path):
+    assert tt("run", "--session", str(tmp_path), *sets(*QUICK, "max_steps=4")).rc == 0
+    assert tt("run", "--session", str(tmp_path), "--name", "second",
+              *sets(*QUICK, "max_steps=6")).rc == 0
+    r = tt("runs", "--session", str(tmp_path), "--json")
+    rows = json.loads(r.out)
+    assert [(x["run_id"], x["name"], x["status"], x["steps"]) for x in rows] == \
+        [(1, "run-1", "finished", 4), (2, "second", "finished", 6)]
+    table = tt("runs", "--session", str(tmp_path)).out.splitlines()
+    assert table[0].split()[:4] == ["id", "name", "status", "step"]
+    assert table[2].split()[:4] == ["2", "second", "finished", "6"]
+
+
+def test_a_failure_while_training_exits_1_marks_the_run_crashed_with_its_traceback(tmp_path):
+    SessionStore(tmp_path).close()
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "run-1").write_text("a file where a directory should be")
+    r = tt("run", "--session", str(tmp_path), "--json", *sets(*QUICK, "checkpoint_every=3"))
+    assert r.rc == 1
+    assert "training failed" in r.err
+    assert db_rows(tmp_path, "SELECT status, step FROM runs") == [("crashed", 3)]
+    (message, data), = db_rows(tmp_path, "SELECT message, data FROM events "
+                                         "WHERE kind = 'failure'")
+    assert "FileExistsError" in message or "NotADirectoryError" in message
+    assert "Traceback" in json.loads(data)["traceback"]
+    assert "Traceback" in (tmp_path / "logs" / "run-1.log").read_text()
+
+
+def test_resume_of_an_unknown_run_or_one_without_checkpoint(tmp_path):
+    SessionStore(tmp_path).create_run({}, name="never-started")
+    r = tt("resume", "1", "--session", str(tmp_path))
+    assert r.rc == 2 and "no checkpoint" in r.err
+    r = tt("resume", "9", "--session", str(tmp_path))
+    assert r.rc == 2 and "no run 9" in r.err
+
+
+def test_no_arguments_prints_help():
+    r = tt()
+    assert r.rc == 0 and "run" in r.out and "resume" in r.out
+
+
+@pytest.mark.parametrize("name", ["baseline", "fastest-cpu", "fastest-gpu", "amp"])
+def test_experiments_run_as_they_are(tmp_path, name):
+    cfg = Path(__file__).parent.parent / "experiments" / f"{name}.toml"
+    r = tt("run", "--session", str(tmp_path), "--config", str(cfg), "--json",
+           "--set", "max_steps=3", "--set", "eval_samples=500")
+    assert r.rc == 0, r.err
+    assert r.json["steps"] == 3 and r.json["status"] == "finished"

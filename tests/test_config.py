@@ -1,0 +1,95 @@
+"""The run config: documented defaults, TOML round trip, and bad input refused with exit
+status 2, one message naming the key, and nothing written."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from conftest import sets, tt
+from tui_trainer.core import config as C
+
+
+def test_config_prints_every_key_with_its_explanation_and_parses_back():
+    r = tt("config")
+    assert r.rc == 0
+    parsed = tomllib.loads(r.out)
+    assert set(parsed) == set(C.FIELDS)
+    assert C.from_dict(parsed) == C.DEFAULTS
+    for key in C.FIELDS:
+        # Each key is preceded by its explanation and what it allows.
+        block = r.out.split(f"\n{key} = ")[0].rsplit("\n\n", 1)[-1]
+        assert C.doc(key).split()[0] in block, key
+        assert "# allowed:" in block, key
+    assert "cudnn.benchmark" in r.out or "cudnn_benchmark" in r.out
+    assert "page-locked" in r.out   # pin_memory's explanation
+
+
+def test_config_applies_file_and_sets_in_order(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('batch_size = 128\nseed = "none"\ndeterministic = false\nlr = 1\n')
+    r = tt("config", "--plain", "--config", str(f), "--set", "batch_size=32",
+           "--set", "pin_memory=on")
+    assert r.rc == 0, r.err
+    got = tomllib.loads(r.out)
+    assert got["batch_size"] == 32 and got["pin_memory"] is True
+    assert got["seed"] == "none" and got["deterministic"] == "off" and got["lr"] == 1.0
+    assert "#" not in r.out
+
+
+BAD = [
+    (["--set", "batch_size=0"], "batch_size", ">= 1"),
+    (["--set", "batch_size=many"], "batch_size", "an integer"),
+    (["--set", "colour=red"], "colour", "unknown key"),
+    (["--set", "loader=fast"], "loader", "one of torchvision, resident"),
+    (["--set", "momentum=1"], "momentum", "< 1"),
+    (["--set", "pin_memory=maybe"], "pin_memory", "true or false"),
+    (["--set", "device=cuda"], "device", "no usable CUDA device"),
+    (["--set", "device=cuda:1"], "device", "no usable CUDA device"),
+    (["--set", "amp=fp16"], "amp", "fp16 needs a CUDA device"),
+    (["--set", "dataset=mnist"], "dataset", "data_dir"),
+    (["--set", "num_workers=2", "--set", "loader=resident"], "num_workers", "must be 0"),
+    (["--set", "noequals"], "noequals", "KEY=VALUE"),
+]
+
+
+@pytest.mark.parametrize("args,key,allowed", BAD, ids=[b[1] + ":" + b[0][1] for b in BAD])
+def test_bad_values_exit_2_naming_the_key_and_write_nothing(tmp_path, args, key, allowed):
+    session = tmp_path / "session"
+    r = tt("run", "--session", str(session), *args)
+    assert r.rc == 2, r.err
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1, r.err
+    assert f"{key}:" in lines[0] and allowed in lines[0]
+    assert r.out == ""
+    assert not session.exists()
+
+
+@pytest.mark.parametrize("text,key", [
+    ("epochs = 'two'\n", "epochs"),
+    ("epochs = [\n", "--config"),
+    ("[data]\nbatch_size = 4\n", "data"),
+    ("lr = -1.0\n", "lr"),
+])
+def test_bad_toml_files_exit_2(tmp_path, text, key):
+    f = tmp_path / "bad.toml"
+    f.write_text(text)
+    r = tt("run", "--session", str(tmp_path / "s"), "--config", str(f))
+    assert r.rc == 2 and f"{key}:" in r.err
+    assert not (tmp_path / "s").exists()
+
+
+def test_validate_all_reports_every_field_for_forms():
+    problems = C.validate_all({"batch_size": 0, "lr": "x", "epochs": 3})
+    assert set(problems) == {"batch_size", "lr"}
+    assert "65536" in problems["batch_size"]
+
+
+def test_experiment_configs_are_valid_and_documented():
+    from pathlib import Path
+    files = sorted(Path(__file__).parent.parent.joinpath("experiments").glob("*.toml"))
+    assert len(files) >= 4
+    for f in files:
+        C.load(f)                      # raises on any bad key or value
+        assert f.read_text().startswith("#"), f"{f.name} should say what it is for"

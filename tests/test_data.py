@@ -1,0 +1,121 @@
+"""Data: the shipped sample, the two loaders feeding the same numbers, augmentation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms.functional as TF
+from torchvision import datasets
+
+from tui_trainer.core.config import RunConfig
+from tui_trainer.engine import data as D
+
+
+def test_shipped_sample_is_real_mnist_split_8000_2000(tmp_path):
+    train, test, info = D.load_datasets(RunConfig(dataset="mnist-sample", data_dir=str(tmp_path)))
+    assert (info.name, info.train_size, info.eval_size) == ("mnist-sample", 8000, 2000)
+    assert isinstance(train, datasets.MNIST)
+    labels = torch.cat([train.targets, test.targets])
+    # Together they are the MNIST test set: its known class counts and pixel mean.
+    assert torch.bincount(labels).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028,
+                                               974, 1009]
+    pixels = torch.cat([train.data, test.data]).float() / 255
+    assert abs(pixels.mean().item() - 0.1325) < 5e-4
+    # Both parts hold every class in about the same share.
+    share = torch.bincount(test.targets) / torch.bincount(train.targets)
+    assert share.min() > 0.24 and share.max() < 0.26
+
+
+def test_auto_falls_back_to_the_sample_offline_and_says_so(tmp_path):
+    _, _, info = D.load_datasets(RunConfig(dataset="auto", data_dir=str(tmp_path)))
+    assert info.name == "mnist-sample"
+    assert "shipped with tui-trainer" in info.description
+
+
+def test_auto_uses_full_mnist_when_it_is_in_data_dir(tmp_path):
+    # Lay out MNIST/raw with files of the IDX format (here: the sample's, renamed as full).
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in D.IDX_FILES:
+        (raw / f"{name}.gz").write_bytes((D._sample_gz_dir() / f"{name}.gz").read_bytes())
+    train, _, info = D.load_datasets(RunConfig(dataset="auto", data_dir=str(tmp_path)))
+    assert info.name == "mnist" and len(train) == 8000
+
+
+def test_resident_and_torchvision_loaders_feed_the_same_normalized_images(tmp_path):
+    cfg = RunConfig(dataset="mnist-sample", data_dir=str(tmp_path), eval_samples=300,
+                    eval_batch_size=300)
+    tv = D.make_loaders(cfg, torch.device("cpu"))
+    res = D.make_loaders(cfg.replace(loader="resident"), torch.device("cpu"))
+    (x1, y1), = list(tv.eval)
+    (x2, y2), = list(res.eval)
+    assert torch.equal(y1, y2)
+    assert torch.allclose(x1, x2, atol=1e-6)
+
+
+def test_batch_shift_matches_torchvision_affine_shift():
+    img = torch.rand(3, 1, 28, 28)
+    dxy = torch.tensor([[2, -1], [0, 0], [-2, 2]])
+    out = D.shift_batch(img, dxy, fill=0.0)
+    for i, (dx, dy) in enumerate(dxy.tolist()):
+        ref = TF.affine(img[i], angle=0.0, translate=[dx, dy], scale=1.0, shear=[0.0])
+        assert torch.equal(out[i], ref), (dx, dy)
+
+
+def test_workers_draw_their_own_numpy_streams_even_without_seed_workers(tmp_path):
+    """The old pitfall (forked workers repeating one numpy state) is gone: PyTorch >= 1.9
+    seeds numpy in each worker. This test keeps `tui-trainer config`'s claim honest."""
+    def batches(seed_workers: bool) -> list[torch.Tensor]:
+        cfg = RunConfig(dataset="mnist-sample", data_dir=str(tmp_path), train_samples=64,
+                        batch_size=32, num_workers=2, augment="numpy",
+                        seed_workers=seed_workers)
+        np.random.seed(0)
+        loaders = D.make_loaders(cfg, torch.device("cpu"))
+        D._base(loaders.train.dataset).transform.transforms[0] = _RecordShift()
+        return [x for x, _ in loaders.train]
+
+    for seed_workers in (False, True):
+        first, second = batches(seed_workers)     # one batch from each worker
+        assert not torch.equal(first, second), seed_workers
+
+
+class _RecordShift:
+    """Stands for RandomShift and returns its numpy draw as the image, to compare draws."""
+
+    def __call__(self, img):
+        from PIL import Image
+        dx, dy = D.draw_shift("numpy")
+        return Image.fromarray(np.full((28, 28), (dx + 2) * 5 + (dy + 2), dtype=np.uint8))
+
+
+def test_seed_workers_decouples_the_data_order_from_the_global_rng(tmp_path):
+    def order(seed_workers: bool, draws_before: int) -> list[int]:
+        torch.manual_seed(1)
+        cfg = RunConfig(dataset="mnist-sample", data_dir=str(tmp_path), train_samples=256,
+                        batch_size=256, seed_workers=seed_workers)
+        loaders = D.make_loaders(cfg, torch.device("cpu"))
+        torch.rand(draws_before)          # e.g. a bigger model's initialisation
+        (_, y), = list(loaders.train)
+        return y.tolist()
+
+    assert order(True, 10) == order(True, 1000)
+    assert order(False, 10) != order(False, 1000)
+
+
+@pytest.mark.skipif(not D.FASHION_SYSTEM_DIR.exists(),
+                    reason="Debian's dataset-fashion-mnist is not installed")
+def test_fashion_mnist_from_the_debian_package(tmp_path):
+    train, test, info = D.load_datasets(RunConfig(dataset="fashion-mnist",
+                                                  data_dir=str(tmp_path)))
+    assert (info.train_size, info.eval_size) == (60000, 10000)
+    assert isinstance(train, datasets.FashionMNIST)
+
+
+def test_missing_fashion_mnist_names_data_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(D, "FASHION_SYSTEM_DIR", Path(tmp_path / "none"))
+    with pytest.raises(D.DataUnavailable) as e:
+        D.load_datasets(RunConfig(dataset="fashion-mnist", data_dir=str(tmp_path)))
+    assert e.value.key == "dataset" and "data_dir" in str(e.value)

@@ -1,0 +1,147 @@
+"""Bit-for-bit reproducibility on the CPU with deterministic = on: two runs of one config, and
+a run killed mid-epoch and resumed, against the run that never stopped."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from conftest import QUICK, db_rows, fingerprints, sets, tt, tt_popen
+
+# 3 epochs of 10 steps; checkpoints every 7 steps land inside epochs (7, 14, 21, 28).
+RESUMABLE = QUICK + ["epochs=3", "checkpoint_every=7", "deterministic=on"]
+
+
+def _run(session, *extra: str, kill_at: int | None = None):
+    args = ["run", "--session", str(session), "--json", *sets(*RESUMABLE, *extra)]
+    if kill_at is not None:
+        args += ["--kill-at-step", str(kill_at)]
+    return tt(*args)
+
+
+def test_two_runs_of_one_config_are_bit_identical(tmp_path):
+    a = _run(tmp_path, "augment=torch")
+    b = _run(tmp_path, "augment=torch")
+    assert a.rc == 0 and b.rc == 0, a.err + b.err
+    fa, fb = fingerprints(tmp_path, 1), fingerprints(tmp_path, 2)
+    assert sorted(fa) == list(range(3, 31, 3))
+    assert fa == fb
+    assert a.json["param_sha256"] == b.json["param_sha256"] == fa[30]
+    # Same bits, so the same losses at every logged step.
+    la = db_rows(tmp_path, "SELECT step, loss FROM steps WHERE run_id = 1 ORDER BY step")
+    lb = db_rows(tmp_path, "SELECT step, loss FROM steps WHERE run_id = 2 ORDER BY step")
+    assert la == lb and len(la) == 15
+
+
+@pytest.mark.parametrize("change", ["seed=2", "seed=none"])
+def test_runs_that_really_differ_are_told_apart(tmp_path, change):
+    a = _run(tmp_path)
+    b = _run(tmp_path, change)
+    assert a.rc == 0 and b.rc == 0, a.err + b.err
+    fa, fb = fingerprints(tmp_path, 1), fingerprints(tmp_path, 2)
+    assert fa.keys() == fb.keys()
+    assert all(fa[s] != fb[s] for s in fa)
+    # The fingerprint records the seed as applied.
+    seeds = db_rows(tmp_path, "SELECT json_extract(fingerprint, '$.seed') FROM runs ORDER BY id")
+    assert seeds[0][0] == 1 and seeds[1][0] == (2 if change == "seed=2" else None)
+
+
+RESUME_CASES = {
+    "workers0-numpy-augment": ["num_workers=0", "augment=numpy", "seed_workers=true"],
+    "workers2-numpy-augment": ["num_workers=2", "augment=numpy", "seed_workers=true"],
+    "workers2-torch-augment": ["num_workers=2", "augment=torch", "seed_workers=true"],
+    "workers2-persistent": ["num_workers=2", "augment=numpy", "seed_workers=true",
+                            "persistent_workers=true"],
+    "resident-torch-augment": ["loader=resident", "augment=torch"],
+    "unseeded-workers-accumulation": ["num_workers=0", "augment=torch", "seed_workers=false",
+                                      "grad_accum_steps=2", "clip_grad_norm=1.0"],
+}
+
+
+@pytest.mark.parametrize("case", RESUME_CASES, ids=list(RESUME_CASES))
+def test_resume_after_sigkill_mid_epoch_is_bit_identical(tmp_path, case):
+    extra = RESUME_CASES[case]
+    straight = _run(tmp_path, *extra)
+    assert straight.rc == 0, straight.err
+    steps_per_epoch = 10 // (2 if "grad_accum_steps=2" in extra else 1)
+    # Killed inside an epoch, 3 or 4 steps past a checkpoint.
+    killed = _run(tmp_path, *extra, kill_at=17 if steps_per_epoch == 10 else 11)
+    assert killed.rc == -signal.SIGKILL
+    assert tt("runs", "--session", str(tmp_path), "--json").rc == 0
+    status = db_rows(tmp_path, "SELECT status FROM runs WHERE id = 2")[0][0]
+    assert status == "crashed"          # runs listing reconciled the dead process
+    # Newest checkpoint sits inside an epoch, not at a boundary.
+    ckpt = db_rows(tmp_path, "SELECT step, batch_in_epoch FROM checkpoints WHERE run_id = 2 "
+                             "AND removed = 0 ORDER BY step DESC LIMIT 1")[0]
+    resumed = tt("resume", "2", "--session", str(tmp_path), "--json")
+    assert resumed.rc == 0, resumed.err
+    assert ckpt[1] != 0 and ckpt[0] % steps_per_epoch != 0
+    assert resumed.json["resumed_from_step"] == ckpt[0]
+    fa, fb = fingerprints(tmp_path, 1), fingerprints(tmp_path, 2)
+    later = [s for s in fa if s > ckpt[0]]
+    assert later, "the resume must cover fingerprints after the checkpoint"
+    assert fa == fb
+    assert resumed.json["param_sha256"] == straight.json["param_sha256"]
+    assert resumed.json["status"] == "finished"
+
+
+def test_resume_after_external_sigkill_while_training(tmp_path):
+    """A kill from outside at an arbitrary moment (workers running), not at a chosen step."""
+    extra = ["num_workers=2", "augment=numpy", "epochs=6", "checkpoint_every=3"]
+    straight = _run(tmp_path, *extra)
+    assert straight.rc == 0, straight.err
+    proc = tt_popen("run", "--session", str(tmp_path), *sets(*RESUMABLE, *extra))
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        rows = db_rows(tmp_path, "SELECT step FROM checkpoints WHERE run_id = 2") \
+            if (tmp_path / "session.sqlite").exists() else []
+        if any(r[0] >= 13 for r in rows):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    ckpt_step = db_rows(tmp_path, "SELECT max(step) FROM checkpoints WHERE run_id = 2")[0][0]
+    assert ckpt_step < 60, "the run was killed before it finished"
+    resumed = tt("resume", "2", "--session", str(tmp_path), "--json")
+    assert resumed.rc == 0, resumed.err
+    assert fingerprints(tmp_path, 1) == fingerprints(tmp_path, 2)
+    assert resumed.json["param_sha256"] == straight.json["param_sha256"]
+
+
+def test_sigterm_stops_cleanly_with_a_checkpoint_and_continues_exactly(tmp_path):
+    extra = ["epochs=8", "checkpoint_every=0"]
+    straight = _run(tmp_path, *extra)
+    assert straight.rc == 0, straight.err
+    proc = tt_popen("run", "--session", str(tmp_path), "--json", *sets(*RESUMABLE, *extra))
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if (tmp_path / "session.sqlite").exists() and \
+                db_rows(tmp_path, "SELECT step FROM runs WHERE id = 2 AND step >= 12"):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    import json
+    stopped = json.loads(out.strip().splitlines()[-1])
+    assert stopped["status"] == "stopped" and 12 <= stopped["steps"] < 80
+    assert stopped["checkpoint"].endswith(f"step-{stopped['steps']:08d}.pt")
+    assert db_rows(tmp_path, "SELECT status FROM runs WHERE id = 2")[0][0] == "stopped"
+    resumed = tt("resume", "2", "--session", str(tmp_path), "--json")
+    assert resumed.rc == 0, resumed.err
+    assert resumed.json["steps"] == 80
+    assert resumed.json["param_sha256"] == straight.json["param_sha256"]
+
+
+def test_resume_can_extend_a_finished_run(tmp_path):
+    straight = _run(tmp_path, "epochs=2")
+    short = _run(tmp_path, "epochs=2", "max_steps=13")
+    assert straight.rc == 0 and short.rc == 0
+    assert short.json["steps"] == 13 and short.json["status"] == "finished"
+    longer = tt("resume", "2", "--session", str(tmp_path), "--json", "--set", "max_steps=0")
+    assert longer.rc == 0, longer.err
+    assert longer.json["steps"] == 20
+    assert longer.json["param_sha256"] == straight.json["param_sha256"]

@@ -1,0 +1,87 @@
+"""The session store, on real SQLite files and real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+from tui_trainer.core.store import BatchedWriter, SessionStore
+
+
+def test_rows_cursor_and_replacement(tmp_path):
+    store = SessionStore(tmp_path)
+    rid = store.create_run({"seed": 1}, name="a")
+    store.add_rows(steps=[{"step": s, "epoch": 0.1 * s, "loss": 1.0 / s} for s in (1, 2, 3)],
+                   run_id=rid)
+    rows = store.steps(rid)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    cursor = rows[-1]["id"]
+    assert store.steps(rid, after_id=cursor) == []
+    # A resumed run re-records step 3 and adds step 4: a reader past the cursor sees both.
+    store.add_rows(steps=[{"step": 3, "epoch": 0.3, "loss": 0.5},
+                          {"step": 4, "epoch": 0.4, "loss": 0.25}], run_id=rid)
+    newer = store.steps(rid, after_id=cursor)
+    assert [(r["step"], r["loss"]) for r in newer] == [(3, 0.5), (4, 0.25)]
+    assert len(store.steps(rid)) == 4
+
+
+def test_a_running_run_whose_process_died_is_marked_crashed(tmp_path):
+    store = SessionStore(tmp_path)
+    rid = store.create_run({}, name="dead")
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    store.mark_running(rid, pid=proc.pid)
+    assert store.run(rid)["status"] == "running"
+    proc.kill()
+    proc.wait()
+    run = store.run(rid)
+    assert run["status"] == "crashed"
+    assert [e["kind"] for e in store.events(rid)] == ["crashed"]
+
+
+def test_a_live_process_is_not_marked_crashed_from_another_connection(tmp_path):
+    store = SessionStore(tmp_path)
+    rid = store.create_run({}, name="me")
+    store.mark_running(rid)          # this very process
+    other = SessionStore(tmp_path)
+    assert other.run(rid)["status"] == "running"
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    SessionStore(tmp_path).close()
+    code = (
+        "import sys; from tui_trainer.core.store import SessionStore, BatchedWriter\n"
+        "s = SessionStore(sys.argv[1]); rid = s.create_run({}, name=sys.argv[2])\n"
+        "w = BatchedWriter(s, rid, interval=0)\n"
+        "for i in range(300): w.step({'step': i, 'epoch': 0, 'loss': float(i)})\n"
+        "w.flush()\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), f"w{i}"])
+             for i in range(4)]
+    seen = []
+
+    def read() -> None:
+        reader = SessionStore(tmp_path)   # a connection of the reading thread's own
+        seen.extend(len(reader.runs()) for _ in range(50))
+
+    t = threading.Thread(target=read)
+    t.start()
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    t.join()
+    assert len(seen) == 50 and seen == sorted(seen)
+    store = SessionStore(tmp_path)
+    runs = store.runs()
+    assert len(runs) == 4
+    assert all(len(store.steps(r["id"])) == 300 for r in runs)
+
+
+def test_batched_writer_commits_on_interval_not_per_row(tmp_path):
+    store = SessionStore(tmp_path)
+    rid = store.create_run({}, name="b")
+    w = BatchedWriter(store, rid, interval=3600)
+    for i in range(50):
+        w.step({"step": i, "epoch": 0, "loss": 0.0})
+    assert SessionStore(tmp_path).steps(rid) == []      # still buffered
+    w.flush()
+    reader = SessionStore(tmp_path)
+    assert len(reader.steps(rid)) == 50
+    assert reader.run(rid)["step"] == 49
