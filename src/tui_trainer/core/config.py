@@ -128,7 +128,8 @@ class RunConfig:
         "numbers.", "speed", choices=("off", "fp16", "bf16"))
     channels_last: bool = knob(
         False, "Store the model and inputs in channels_last (NHWC) memory format: faster "
-        "convolutions on tensor-core GPUs, usually nothing on the CPU.", "speed")
+        "convolutions on tensor-core GPUs, and on some CPUs too (oneDNN); measure it.",
+        "speed")
     compile: str = knob(
         "off", "torch.compile the model: a slow first step while it compiles, then often faster "
         "steps. Needs a C++ compiler on the CPU.", "speed", choices=("off", "on"))
