@@ -480,7 +480,7 @@ class Trainer:
                     f"the stop were reproduced, {self.resume_mismatches} differed",
                     data={"matched": self.resume_matches, "differed": self.resume_mismatches})
         self.log(f"{status}: {self.pos.step} steps, loss {_fmt(self.last_loss)}, eval accuracy "
-                 f"{_fmt(summary.eval_accuracy)}, {_fmt(samples_per_s, '.0f')} samples/s")
+                 f"{_fmt(summary.eval_accuracy, '.2%')}, {_fmt(samples_per_s, ',.0f')} samples/s")
         return summary
 
     def _progress_bar(self) -> Any:
