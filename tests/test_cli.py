@@ -100,3 +100,28 @@ def test_experiments_run_as_they_are(tmp_path, name):
            "--set", "max_steps=3", "--set", "eval_samples=500")
     assert r.rc == 0, r.err
     assert r.json["steps"] == 3 and r.json["status"] == "finished"
+
+
+def test_ctrl_c_to_the_process_group_with_workers_stops_once_and_cleanly(tmp_path):
+    """A terminal's Ctrl-C reaches the DataLoader workers too; only the trainer acts on it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tui_trainer", "run", "--session", str(tmp_path), "--json",
+         *sets(*QUICK, "epochs=50", "num_workers=2", "augment=numpy")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if (tmp_path / "session.sqlite").exists() and \
+                db_rows(tmp_path, "SELECT 1 FROM runs WHERE step >= 15"):
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["status"] == "stopped"
+    log = (tmp_path / "logs" / "run-1.log").read_text()
+    assert log.count("SIGINT: stopping") == 1

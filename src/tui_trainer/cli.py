@@ -162,16 +162,16 @@ def run_rows(store: SessionStore) -> list[dict[str, Any]]:
     rows = []
     for run in store.runs():
         summary = run["summary"] or {}
-        last = store.steps(run["id"])[-1:] or [{}]
-        evals = store.evals(run["id"])
+        last = store.last_step(run["id"]) or {}
+        last_eval = store.last_eval(run["id"]) or {}
         checkpoints = store.checkpoints(run["id"])
         rows.append({
             "run_id": run["id"], "name": run["name"], "status": run["status"],
             "steps": run["step"], "epochs": run["epoch"],
-            "loss": last[0].get("loss"),
-            "eval_accuracy": evals[-1]["accuracy"] if evals else None,
-            "samples_per_s": summary.get("samples_per_s", last[0].get("samples_per_s")),
-            "elapsed_s": summary.get("elapsed_s", last[0].get("elapsed")),
+            "loss": last.get("loss"),
+            "eval_accuracy": last_eval.get("accuracy"),
+            "samples_per_s": summary.get("samples_per_s", last.get("samples_per_s")),
+            "elapsed_s": summary.get("elapsed_s", last.get("elapsed")),
             "dataset": run["dataset"], "created": run["created"],
             "checkpoint": checkpoints[0]["path"] if checkpoints else None,
             "config": run["config"],

@@ -315,6 +315,16 @@ class SessionStore:
         return [dict(r) for r in self._q(
             "SELECT * FROM steps WHERE run_id = ? AND id > ? ORDER BY step", (run_id, after_id))]
 
+    def last_step(self, run_id: int) -> dict[str, Any] | None:
+        rows = self._q("SELECT * FROM steps WHERE run_id = ? ORDER BY step DESC LIMIT 1",
+                       (run_id,))
+        return dict(rows[0]) if rows else None
+
+    def last_eval(self, run_id: int) -> dict[str, Any] | None:
+        rows = self._q("SELECT * FROM evals WHERE run_id = ? ORDER BY step DESC LIMIT 1",
+                       (run_id,))
+        return dict(rows[0]) if rows else None
+
     def evals(self, run_id: int) -> list[dict[str, Any]]:
         return [dict(r) for r in self._q(
             "SELECT * FROM evals WHERE run_id = ? ORDER BY step", (run_id,))]

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -531,7 +532,11 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
     heartbeat = _Heartbeat(store.dir, run_id)
     heartbeat.start()
 
+    owner = os.getpid()
+
     def request_stop(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:
+            return       # a forked DataLoader worker: the training process decides for it
         if trainer.stop_requested:           # a second signal: stop now
             raise KeyboardInterrupt
         trainer.stop_requested = True
@@ -539,6 +544,14 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
                     "checkpoint (send it again to stop at once)")
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous_showwarning = warnings.showwarning
+
+    def log_warning(message: Any, category: type, filename: str, lineno: int,
+                    file: Any = None, line: Any = None) -> None:
+        # e.g. deterministic = warn: which ops have no deterministic implementation.
+        trainer.log(f"warning: {category.__name__}: {message} ({filename}:{lineno})")
+
+    warnings.showwarning = log_warning
     try:
         summary = trainer.train()
         store.end_run(run_id, summary.status, summary.to_dict())
@@ -559,6 +572,7 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        warnings.showwarning = previous_showwarning
         heartbeat.halt.set()
         heartbeat.join()
         trainer.log.close()
