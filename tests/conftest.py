@@ -68,3 +68,14 @@ def db_rows(session: Path, sql: str, args: tuple = ()) -> list[tuple]:
 def fingerprints(session: Path, run_id: int) -> dict[int, str]:
     return dict(db_rows(session, "SELECT step, sha256 FROM fingerprints WHERE run_id = ? "
                                  "ORDER BY step", (run_id,)))
+
+
+def wait_for_row(session: Path, sql: str, timeout: float = 120) -> None:
+    """Polls the session until `sql` returns a row (the training process is that far)."""
+    import time
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if (session / "session.sqlite").exists() and db_rows(session, sql):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for: {sql}")

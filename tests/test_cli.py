@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, db_rows, sets, tt
+from conftest import QUICK, db_rows, sets, tt, wait_for_row
 from tui_trainer.core.store import SessionStore
 
 REQUIRED = {"run_id", "status", "steps", "epochs", "final_loss", "eval_accuracy",
@@ -104,21 +108,11 @@ def test_experiments_run_as_they_are(tmp_path, name):
 
 def test_ctrl_c_to_the_process_group_with_workers_stops_once_and_cleanly(tmp_path):
     """A terminal's Ctrl-C reaches the DataLoader workers too; only the trainer acts on it."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
     proc = subprocess.Popen(
         [sys.executable, "-m", "tui_trainer", "run", "--session", str(tmp_path), "--json",
          *sets(*QUICK, "epochs=50", "num_workers=2", "augment=numpy")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if (tmp_path / "session.sqlite").exists() and \
-                db_rows(tmp_path, "SELECT 1 FROM runs WHERE step >= 15"):
-            break
-        time.sleep(0.05)
+    wait_for_row(tmp_path, "SELECT 1 FROM runs WHERE step >= 15")
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err

@@ -3,12 +3,12 @@ a run killed mid-epoch and resumed, against the run that never stopped."""
 
 from __future__ import annotations
 
+import json
 import signal
-import time
 
 import pytest
 
-from conftest import QUICK, db_rows, fingerprints, sets, tt, tt_popen
+from conftest import QUICK, db_rows, fingerprints, sets, tt, tt_popen, wait_for_row
 
 # 3 epochs of 10 steps; checkpoints every 7 steps land inside epochs (7, 14, 21, 28).
 RESUMABLE = QUICK + ["epochs=3", "checkpoint_every=7", "deterministic=on"]
@@ -93,13 +93,7 @@ def test_resume_after_external_sigkill_while_training(tmp_path):
     straight = _run(tmp_path, *extra)
     assert straight.rc == 0, straight.err
     proc = tt_popen("run", "--session", str(tmp_path), *sets(*RESUMABLE, *extra))
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        rows = db_rows(tmp_path, "SELECT step FROM checkpoints WHERE run_id = 2") \
-            if (tmp_path / "session.sqlite").exists() else []
-        if any(r[0] >= 13 for r in rows):
-            break
-        time.sleep(0.05)
+    wait_for_row(tmp_path, "SELECT 1 FROM checkpoints WHERE run_id = 2 AND step >= 13")
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
@@ -116,16 +110,10 @@ def test_sigterm_stops_cleanly_with_a_checkpoint_and_continues_exactly(tmp_path)
     straight = _run(tmp_path, *extra)
     assert straight.rc == 0, straight.err
     proc = tt_popen("run", "--session", str(tmp_path), "--json", *sets(*RESUMABLE, *extra))
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if (tmp_path / "session.sqlite").exists() and \
-                db_rows(tmp_path, "SELECT step FROM runs WHERE id = 2 AND step >= 12"):
-            break
-        time.sleep(0.05)
+    wait_for_row(tmp_path, "SELECT 1 FROM runs WHERE id = 2 AND step >= 12")
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    import json
     stopped = json.loads(out.strip().splitlines()[-1])
     assert stopped["status"] == "stopped" and 12 <= stopped["steps"] < 80
     assert stopped["checkpoint"].endswith(f"step-{stopped['steps']:08d}.pt")
