@@ -133,3 +133,42 @@ def test_resume_can_extend_a_finished_run(tmp_path):
     assert longer.rc == 0, longer.err
     assert longer.json["steps"] == 20
     assert longer.json["param_sha256"] == straight.json["param_sha256"]
+
+
+def test_resuming_from_an_older_checkpoint_verifies_the_recorded_hashes(tmp_path):
+    """Replaying a finished run from an earlier checkpoint recomputes steps whose hashes are
+    stored, compares each, and records the verdict."""
+    done = _run(tmp_path, "keep_checkpoints=10")
+    assert done.rc == 0, done.err
+    recorded = fingerprints(tmp_path, 1)
+    older = db_rows(tmp_path, "SELECT path FROM checkpoints WHERE run_id = 1 AND step = 7")[0][0]
+    replay = tt("resume", "1", "--session", str(tmp_path), "--json",
+                "--checkpoint", str(tmp_path / older))
+    assert replay.rc == 0, replay.err
+    after_7 = [s for s in recorded if s > 7]
+    assert replay.json["resume_fingerprints_matched"] == len(after_7) == 8
+    assert replay.json["resume_fingerprints_differed"] == 0
+    (message,), = db_rows(tmp_path, "SELECT message FROM events WHERE kind = 'resume_check'")
+    assert message.startswith("resume exact: 8 parameter hashes")
+    assert fingerprints(tmp_path, 1) == recorded
+
+
+def test_a_resume_that_does_not_reproduce_a_recorded_hash_says_so(tmp_path):
+    done = _run(tmp_path, "keep_checkpoints=10")
+    assert done.rc == 0, done.err
+    import sqlite3
+    conn = sqlite3.connect(tmp_path / "session.sqlite")
+    with conn:
+        conn.execute("UPDATE fingerprints SET sha256 = 'tampered' WHERE run_id = 1 AND step = 15")
+    conn.close()
+    older = db_rows(tmp_path, "SELECT path FROM checkpoints WHERE run_id = 1 AND step = 7")[0][0]
+    replay = tt("resume", "1", "--session", str(tmp_path), "--json",
+                "--checkpoint", str(tmp_path / older))
+    assert replay.rc == 0, replay.err
+    assert (replay.json["resume_fingerprints_matched"],
+            replay.json["resume_fingerprints_differed"]) == (7, 1)
+    (step, data), = db_rows(tmp_path, "SELECT step, data FROM events "
+                                      "WHERE kind = 'resume_mismatch'")
+    assert step == 15 and json.loads(data)["before"] == "tampered"
+    (message,), = db_rows(tmp_path, "SELECT message FROM events WHERE kind = 'resume_check'")
+    assert message.startswith("resume NOT exact")
