@@ -85,3 +85,15 @@ def test_batched_writer_commits_on_interval_not_per_row(tmp_path):
     reader = SessionStore(tmp_path)
     assert len(reader.steps(rid)) == 50
     assert reader.run(rid)["step"] == 49
+
+
+def test_processes_opening_one_new_session_at_once_all_succeed(tmp_path):
+    code = ("import sys; from tui_trainer.core.store import SessionStore\n"
+            "s = SessionStore(sys.argv[1]); s.create_run({}, name='x'); s.close()")
+    for attempt in range(3):
+        session = tmp_path / f"new{attempt}"
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(session)],
+                                  stderr=subprocess.PIPE, text=True) for _ in range(6)]
+        errors = [p.communicate(timeout=60)[1] for p in procs]
+        assert all(p.returncode == 0 for p in procs), errors
+        assert len(SessionStore(session).runs()) == 6

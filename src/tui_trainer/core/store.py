@@ -121,46 +121,58 @@ class SessionStore:
 
     # --- connection and schema -----------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
-        existed = self.db_path.exists() and self.db_path.stat().st_size > 0
         try:
             conn = sqlite3.connect(self.db_path, timeout=30.0, isolation_level=None)
+        except sqlite3.Error as e:
+            raise SessionError(f"{self.db_path} cannot be opened: {e}") from None
+        try:
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA busy_timeout = 30000")
-            if existed:
-                has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                                        "AND name = 'meta'").fetchone()
-                row = has_meta and conn.execute(
-                    "SELECT value FROM meta WHERE key = 'app'").fetchone()
-                if not row or row[0] != APP_ID:
-                    raise SessionError(f"{self.db_path} is a SQLite file but not a tui-trainer "
-                                       "session (no session marker in its meta table)")
-                version = int(conn.execute(
-                    "SELECT value FROM meta WHERE key = 'schema'").fetchone()[0])
-                if version > SCHEMA_VERSION:
-                    raise SessionError(f"{self.db_path} was written by a newer tui-trainer "
-                                       f"(schema {version}; this one reads {SCHEMA_VERSION})")
-                conn.execute("PRAGMA journal_mode = WAL")
-                # A quick structural check: a damaged file fails here, not halfway through.
-                check = conn.execute("PRAGMA quick_check").fetchone()[0]
-                if check != "ok":
-                    raise SessionError(f"{self.db_path} is damaged: {check}")
+            tables = {r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not tables:
+                self._initialise(conn)
             else:
-                conn.execute("PRAGMA journal_mode = WAL")
-                with _tx(conn):
-                    for stmt in _SCHEMA.split(";"):
-                        if stmt.strip():
-                            conn.execute(stmt)
-                    conn.execute("INSERT OR IGNORE INTO meta VALUES ('app', ?)", (APP_ID,))
-                    conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)",
-                                 (str(SCHEMA_VERSION),))
-                    conn.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)",
-                                 (str(time.time()),))
+                self._check(conn, tables)
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
             return conn
         except sqlite3.DatabaseError as e:
+            conn.close()
             raise SessionError(f"{self.db_path} cannot be read as a session database: {e}") \
                 from None
+        except SessionError:
+            conn.close()
+            raise
+
+    def _initialise(self, conn: sqlite3.Connection) -> None:
+        # Idempotent under the write lock: two processes opening a new session at the same
+        # moment both get here, and the second one's statements change nothing.
+        conn.execute("PRAGMA journal_mode = WAL")
+        with _tx(conn):
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    conn.execute(stmt)
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('app', ?)", (APP_ID,))
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)",
+                         (str(SCHEMA_VERSION),))
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (str(time.time()),))
+
+    def _check(self, conn: sqlite3.Connection, tables: set[str]) -> None:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'app'").fetchone() \
+            if "meta" in tables else None
+        if not row or row[0] != APP_ID:
+            raise SessionError(f"{self.db_path} is a SQLite file but not a tui-trainer session "
+                               "(no session marker in its meta table)")
+        version = int(conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise SessionError(f"{self.db_path} was written by a newer tui-trainer "
+                               f"(schema {version}; this one reads {SCHEMA_VERSION})")
+        conn.execute("PRAGMA journal_mode = WAL")
+        # A quick structural check: a damaged file fails here, not halfway through a run.
+        check = conn.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise SessionError(f"{self.db_path} is damaged: {check}")
 
     def close(self) -> None:
         self._conn.close()
