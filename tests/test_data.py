@@ -33,6 +33,7 @@ def test_auto_falls_back_to_the_sample_offline_and_says_so(tmp_path):
     _, _, info = D.load_datasets(RunConfig(dataset="auto", data_dir=str(tmp_path)))
     assert info.name == "mnist-sample"
     assert "shipped with tui-trainer" in info.description
+    assert str(tmp_path / "MNIST" / "raw") in info.description   # where full MNIST would go
 
 
 def test_auto_uses_full_mnist_when_it_is_in_data_dir(tmp_path):

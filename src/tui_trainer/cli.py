@@ -174,7 +174,7 @@ def run_rows(store: SessionStore) -> list[dict[str, Any]]:
             "elapsed_s": summary.get("elapsed_s", last.get("elapsed")),
             "dataset": run["dataset"], "created": run["created"],
             "checkpoint": checkpoints[0]["path"] if checkpoints else None,
-            "config": run["config"],
+            "config": run["config"], "fingerprint": run["fingerprint"],
         })
     return rows
 

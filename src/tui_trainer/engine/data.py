@@ -97,6 +97,7 @@ def load_datasets(cfg: RunConfig) -> tuple[Dataset, Dataset, DataInfo]:
     """The raw train and eval datasets (PIL images, no transform yet) and what they are."""
     root = Path(cfg.data_dir).expanduser() if cfg.data_dir else default_data_dir()
     name = cfg.dataset
+    fallback = ""
     if name in ("auto", "mnist"):
         if _mnist_on_disk(root):
             raw = root / "MNIST" / "raw"
@@ -113,6 +114,8 @@ def load_datasets(cfg: RunConfig) -> tuple[Dataset, Dataset, DataInfo]:
                 "shipped with tui-trainer.")
         else:
             name = "mnist-sample"
+            fallback = (f" (dataset = auto: full MNIST is not in {root / 'MNIST' / 'raw'} and "
+                        "could not be downloaded)")
     if name == "mnist":
         train = datasets.MNIST(str(root), train=True, download=False)
         test = datasets.MNIST(str(root), train=False, download=False)
@@ -123,7 +126,7 @@ def load_datasets(cfg: RunConfig) -> tuple[Dataset, Dataset, DataInfo]:
         train = datasets.MNIST(str(sample_root), train=True, download=False)
         test = datasets.MNIST(str(sample_root), train=False, download=False)
         desc = ("MNIST sample shipped with tui-trainer: the 10,000 real MNIST test digits, "
-                "split 8,000 train / 2,000 eval")
+                "split 8,000 train / 2,000 eval" + fallback)
         root = sample_root
     elif name == "fashion-mnist":
         raw = root / "FashionMNIST" / "raw"
