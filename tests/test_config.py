@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from conftest import sets, tt
+from conftest import tt
 from tui_trainer.core import config as C
 
 

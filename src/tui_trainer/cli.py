@@ -201,7 +201,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             r["dataset"] or "-", time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return EXIT_OK
 
 
