@@ -35,8 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tui-trainer",
         description="Controlled PyTorch training experiments on MNIST: toggle the knobs, "
-                    "train, and prove reproducibility.")
+                    "train, and prove reproducibility. With no command, opens the dashboard.")
     p.add_argument("--version", action="version", version=f"tui-trainer {__version__}")
+    p.add_argument("--session", dest="app_session", metavar="DIR",
+                   help="the session the dashboard opens (default: "
+                        f"{default_session_dir()})")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def config_args(sp: argparse.ArgumentParser) -> None:
@@ -63,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--kill-at-step", type=int, metavar="N",
                     help="simulate a crash: the process kills itself (SIGKILL) right after "
                          "step N, to try resuming")
+    sp.add_argument("--run-id", type=int, metavar="ID",
+                    help="train a run already created in the session, with its stored config "
+                         "(how the dashboard starts runs)")
 
     sp = sub.add_parser("resume", help="continue a run from its newest checkpoint",
                         description="Continue a stopped, finished or crashed run from its "
@@ -110,10 +116,35 @@ def _num(x: float | None) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    session = _session_dir(args.session)
+    if args.run_id is not None:
+        return _run_created(args, session)
     cfg = cfgmod.load(args.config, args.sets)
     from .engine.train import run_training   # torch is imported here, not before
-    summary = run_training(cfg, _session_dir(args.session), name=args.name,
+    summary = run_training(cfg, session, name=args.name,
                            progress=sys.stderr.isatty(), kill_at_step=args.kill_at_step)
+    _print_summary(summary.to_dict(), args.json)
+    return EXIT_OK
+
+
+def _run_created(args: argparse.Namespace, session: Path) -> int:
+    """Trains a run the dashboard created. Its row exists already, so a refusal is recorded
+    on it (status crashed, the message as a failure event) for the dashboard to show."""
+    with SessionStore(session, create=False) as store:
+        run = store.run(args.run_id)
+        if run["status"] != "created":
+            raise BadInput(f"run {args.run_id} was started before (status {run['status']}); "
+                           "use `tui-trainer resume` to continue it")
+        try:
+            cfg = cfgmod.load(args.config, args.sets, base=cfgmod.from_dict(run["config"]))
+            from .engine.train import run_training
+            summary = run_training(cfg, session, run_id=args.run_id,
+                                   progress=sys.stderr.isatty(),
+                                   kill_at_step=args.kill_at_step)
+        except (ConfigError, CheckpointError) as e:
+            store.add_event(args.run_id, "failure", f"refused to start: {e}")
+            store.end_run(args.run_id, "crashed", {"error": str(e)})
+            raise
     _print_summary(summary.to_dict(), args.json)
     return EXIT_OK
 
@@ -212,8 +243,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help()
-        return EXIT_OK
+        if not sys.stdin.isatty() or not sys.stdout.isatty():
+            parser.print_help()
+            print("\n(no terminal: the dashboard needs one; use the commands above headless)")
+            return EXIT_OK
+        try:
+            from .ui.app import run_app
+            return run_app(_session_dir(args.app_session))
+        except SessionError as e:
+            print(f"tui-trainer: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     try:
         return COMMANDS[args.command](args)
     except ConfigError as e:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import time
@@ -37,7 +38,7 @@ STATUSES = ("created", "running", "finished", "stopped", "crashed")
 STEP_COLUMNS = ("step", "epoch", "elapsed", "loss", "lr", "grad_norm", "samples_per_s",
                 "data_s", "compute_s", "rss_bytes", "cuda_alloc", "cuda_reserved", "cuda_peak")
 EVAL_COLUMNS = ("step", "epoch", "loss", "accuracy")
-FINGERPRINT_COLUMNS = ("step", "sha256", "l2")
+FINGERPRINT_COLUMNS = ("step", "sha256", "l2", "sketch")
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -64,7 +65,8 @@ CREATE TABLE IF NOT EXISTS evals (
 );
 CREATE TABLE IF NOT EXISTS fingerprints (
     id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id), t REAL NOT NULL,
-    step INTEGER NOT NULL, sha256 TEXT NOT NULL, l2 REAL NOT NULL, UNIQUE (run_id, step)
+    step INTEGER NOT NULL, sha256 TEXT NOT NULL, l2 REAL NOT NULL, sketch BLOB,
+    UNIQUE (run_id, step)
 );
 CREATE TABLE IF NOT EXISTS checkpoints (
     id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id), t REAL NOT NULL,
@@ -202,6 +204,25 @@ class SessionStore:
         with self.transaction() as c:
             c.execute("INSERT OR REPLACE INTO meta VALUES ('last_used', ?)", (str(time.time()),))
 
+    def copy_to(self, dest: str | Path) -> Path:
+        """Copies the whole session (database, checkpoints, logs) to a new directory.
+        The database goes through SQLite's online backup, so it is consistent even while
+        runs are writing to it."""
+        target = Path(dest).expanduser().resolve()
+        if target.exists() and any(target.iterdir()):
+            raise SessionError(f"{target} exists and is not empty; choose another name")
+        target.mkdir(parents=True, exist_ok=True)
+        for sub in ("checkpoints", "logs"):
+            if (self.dir / sub).is_dir():
+                shutil.copytree(self.dir / sub, target / sub,
+                                ignore=shutil.ignore_patterns(".*.tmp"))
+        dest_conn = sqlite3.connect(target / DB_NAME)
+        try:
+            self._conn.backup(dest_conn)
+        finally:
+            dest_conn.close()
+        return target
+
     def meta(self, key: str) -> str | None:
         rows = self._q("SELECT value FROM meta WHERE key = ?", (key,))
         return rows[0][0] if rows else None
@@ -317,9 +338,9 @@ class SessionStore:
                     [(run_id, now) + tuple(r[k] for k in EVAL_COLUMNS) for r in evals])
             if fingerprints:
                 c.executemany(
-                    "INSERT OR REPLACE INTO fingerprints (run_id, t, step, sha256, l2) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    [(run_id, now) + tuple(r[k] for k in FINGERPRINT_COLUMNS)
+                    "INSERT OR REPLACE INTO fingerprints (run_id, t, step, sha256, l2, sketch) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    [(run_id, now) + tuple(r.get(k) for k in FINGERPRINT_COLUMNS)
                      for r in fingerprints])
 
     def steps(self, run_id: int, after_id: int = 0) -> list[dict[str, Any]]:
@@ -337,13 +358,14 @@ class SessionStore:
                        (run_id,))
         return dict(rows[0]) if rows else None
 
-    def evals(self, run_id: int) -> list[dict[str, Any]]:
+    def evals(self, run_id: int, after_id: int = 0) -> list[dict[str, Any]]:
         return [dict(r) for r in self._q(
-            "SELECT * FROM evals WHERE run_id = ? ORDER BY step", (run_id,))]
+            "SELECT * FROM evals WHERE run_id = ? AND id > ? ORDER BY step", (run_id, after_id))]
 
-    def fingerprints(self, run_id: int) -> list[dict[str, Any]]:
+    def fingerprints(self, run_id: int, after_id: int = 0) -> list[dict[str, Any]]:
         return [dict(r) for r in self._q(
-            "SELECT * FROM fingerprints WHERE run_id = ? ORDER BY step", (run_id,))]
+            "SELECT * FROM fingerprints WHERE run_id = ? AND id > ? ORDER BY step",
+            (run_id, after_id))]
 
     def fingerprint_at(self, run_id: int, step: int) -> str | None:
         rows = self._q("SELECT sha256 FROM fingerprints WHERE run_id = ? AND step = ?",

@@ -173,3 +173,29 @@ def param_fingerprint(model: nn.Module) -> tuple[str, float]:
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
         squares += float(t.double().pow(2).sum())
     return h.hexdigest(), math.sqrt(squares)
+
+
+SKETCH_SIZE = 256
+
+
+class ParamSketch:
+    """A fixed linear sketch of all parameters: each parameter goes to one of SKETCH_SIZE
+    buckets with a random sign (feature hashing, fixed seed). Being linear, the distance
+    between two runs' sketches estimates the distance between their parameter vectors
+    (unbiased for the squared distance), so the dashboard can plot how far two runs have
+    drifted apart without storing their parameters."""
+
+    def __init__(self, model: nn.Module, size: int = SKETCH_SIZE):
+        n = sum(p.numel() for p in model.parameters())
+        g = torch.Generator().manual_seed(0x5EED)
+        self.bucket = torch.randint(0, size, (n,), generator=g)
+        self.sign = torch.randint(0, 2, (n,), generator=g).double() * 2 - 1
+        self.size = size
+
+    @torch.no_grad()
+    def __call__(self, model: nn.Module) -> bytes:
+        flat = torch.cat([p.detach().to("cpu", torch.float64).reshape(-1)
+                          for p in model.parameters()])
+        out = torch.zeros(self.size, dtype=torch.float64)
+        out.index_add_(0, self.bucket, flat * self.sign)
+        return out.numpy().tobytes()

@@ -31,8 +31,8 @@ from ..core.store import HEARTBEAT_S, BatchedWriter, SessionStore
 from .checkpoint import save_checkpoint
 from .data import Loaders, make_loaders
 from .models import build_model
-from .reproducibility import (apply_knobs, capture_rng, check_device_knobs, effective_settings,
-                              param_fingerprint, resolve_device, restore_rng)
+from .reproducibility import (ParamSketch, apply_knobs, capture_rng, check_device_knobs,
+                              effective_settings, param_fingerprint, resolve_device, restore_rng)
 
 
 @dataclass
@@ -167,6 +167,7 @@ class Trainer:
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = model
+        self.sketch = ParamSketch(model)
         self.optimizer = make_optimizer(cfg, model)
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=1,
                                                          gamma=cfg.lr_step_gamma)
@@ -250,7 +251,8 @@ class Trainer:
                                          f"after resuming, the parameters at step {step} differ "
                                          "from those recorded before the stop", step=step,
                                          data={"before": before, "after": sha})
-        self.writer.fingerprint({"step": step, "sha256": sha, "l2": l2})
+        self.writer.fingerprint({"step": step, "sha256": sha, "l2": l2,
+                                 "sketch": self.sketch(self.model)})
         self.last_fingerprint = (step, sha)
 
     @torch.no_grad()

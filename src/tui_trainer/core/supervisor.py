@@ -1,0 +1,91 @@
+"""Starting, stopping and continuing runs as background processes.
+
+Each run trains in its own process (`tui-trainer run --run-id N` or `tui-trainer resume N`),
+in a process session of its own, with stdout and stderr going to the run's log file: the
+dashboard never shares a GIL with training, a crash in training cannot take it down, and
+runs keep training after the dashboard quits (it reattaches through the session store).
+
+Core layer: imports neither torch nor textual.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+from .store import SessionStore
+
+
+class Supervisor:
+    def __init__(self, store: SessionStore):
+        self.store = store
+        self._children: dict[int, subprocess.Popen] = {}
+
+    def _spawn(self, run_id: int, args: list[str]) -> subprocess.Popen:
+        log_path = self.store.log_path(run_id)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tui_trainer", *args, "--session", str(self.store.dir)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self._children[run_id] = proc
+        return proc
+
+    def start(self, config: dict[str, Any], name: str | None = None,
+              twin_of: int | None = None) -> int:
+        """Creates the run in the session and starts training it in the background."""
+        run_id = self.store.create_run(config, name=name, twin_of=twin_of)
+        self._spawn(run_id, ["run", "--run-id", str(run_id)])
+        return run_id
+
+    def repeat(self, run_id: int) -> int:
+        """A twin: the same config, paired with the original for divergence."""
+        run = self.store.run(run_id)
+        return self.start(run["config"], name=f"{run['name']}-twin", twin_of=run_id)
+
+    def resume(self, run_id: int, overrides: dict[str, Any] | None = None) -> None:
+        # A run that just stopped may still be closing its process; let it finish first.
+        previous = self._children.get(run_id)
+        if previous is not None:
+            try:
+                previous.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        args = ["resume", str(run_id)]
+        for key, value in (overrides or {}).items():
+            args += ["--set", f"{key}={value}"]
+        self._spawn(run_id, args)
+
+    def stop(self, run_id: int) -> bool:
+        """Asks a live run to stop: it finishes its step and writes a checkpoint."""
+        run = self.store.run(run_id)
+        if not self.store.is_live(run):
+            return False
+        try:
+            os.kill(run["pid"], signal.SIGTERM)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def live_runs(self) -> list[int]:
+        return [r["id"] for r in self.store.runs() if self.store.is_live(r)]
+
+    def reap(self) -> dict[int, int]:
+        """Collects exit statuses of children that ended (no zombies); {run_id: status}."""
+        ended = {}
+        for run_id, proc in list(self._children.items()):
+            code = proc.poll()
+            if code is not None:
+                ended[run_id] = code
+                del self._children[run_id]
+        return ended
+
+    def starting(self, run_id: int) -> bool:
+        """True while a child launched by us has not yet marked its run running."""
+        proc = self._children.get(run_id)
+        return proc is not None and proc.poll() is None \
+            and self.store.run(run_id)["status"] == "created"

@@ -1,0 +1,1 @@
+"""The ui layer: the Textual dashboard. Imports core, never torch."""

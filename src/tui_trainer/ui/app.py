@@ -1,0 +1,638 @@
+"""The dashboard: configure, launch, watch and compare runs over one session.
+
+The app reads the session store (never torch): a timer polls at a fixed rate, reads only new
+rows, and redraws only the panels that can be seen. Training happens in background processes
+started through `core.supervisor`, so the dashboard stays responsive and runs outlive it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import (Button, DataTable, Footer, Header, Input, Label, Log, Select,
+                             Static, TabbedContent, TabPane)
+
+from ..core import config as C
+from ..core.divergence import config_diff, divergence, fingerprint_diff, smooth
+from ..core.paths import default_session_dir, sessions_dir, user_data_dir
+from ..core.store import SessionError, SessionStore
+from ..core.supervisor import Supervisor
+from ..core.watch import Watcher
+from .screens import HelpScreen, NameScreen, OpenScreen, QuitScreen
+from .widgets.config_form import ConfigForm
+from .widgets.plots import COLOURS, MetricPlot, PlotGrid, Series
+
+POLL_S = 0.5            # the store is read, and visible panels redrawn, twice a second
+LOG_TAIL_BYTES = 64_000
+
+RUN_COLUMNS = (("mark", " "), ("id", "id"), ("name", "name"), ("status", "status"),
+               ("step", "step"), ("epoch", "epoch"), ("loss", "loss"), ("acc", "acc"),
+               ("sps", "samples/s"), ("elapsed", "elapsed"))
+
+
+def presets_dirs() -> list[Path]:
+    """Where presets come from: the project's experiments/, then the user's own."""
+    here = Path(__file__).resolve()
+    candidates = [Path.cwd() / "experiments", here.parents[3] / "experiments",
+                  user_data_dir() / "presets"]
+    seen, out = set(), []
+    for d in candidates:
+        if d.is_dir() and d.resolve() not in seen:
+            seen.add(d.resolve())
+            out.append(d)
+    return out
+
+
+def _num(x: float | None, spec: str = ".4f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _elapsed(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class TrainerApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "tui-trainer"
+
+    BINDINGS = [
+        Binding("f2", "start", "Start"),
+        Binding("f3", "stop", "Stop"),
+        Binding("f4", "continue_run", "Continue"),
+        Binding("f5", "repeat", "Repeat"),
+        Binding("f6", "compare", "Compare"),
+        Binding("ctrl+s", "save_as", "Save as"),
+        Binding("ctrl+o", "open_session", "Open"),
+        Binding("f1", "help", "Help"),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    def __init__(self, session_dir: Path | None = None, poll: bool = True) -> None:
+        super().__init__()
+        self.session_dir = Path(session_dir or default_session_dir()).expanduser().resolve()
+        self.poll_enabled = poll
+        self.marked: list[int] = []
+        self.pair: list[int] = []
+        self.cursor_run: int | None = None
+        self._log_run: int | None = None
+        self._log_offset = 0
+        self._drawn: dict[str, Any] = {}
+        self._open(self.session_dir)
+
+    # --- session ---------------------------------------------------------------------------
+    def _open(self, directory: Path) -> None:
+        self.store = SessionStore(directory)
+        self.store.touch()
+        self.session_dir = self.store.dir
+        self.supervisor = Supervisor(self.store)
+        self.watcher = Watcher(self.store)
+        self.sub_title = str(self.session_dir)
+
+    def _save_state(self) -> None:
+        state = {"marked": self.marked, "pair": self.pair, "cursor": self.cursor_run,
+                 "tab": self.query_one("#tabs", TabbedContent).active}
+        self.store.set_meta("ui_state", json.dumps(state))
+
+    def _restore_state(self) -> None:
+        raw = self.store.meta("ui_state")
+        state = json.loads(raw) if raw else {}
+        ids = {r["id"] for r in self.store.runs()}
+        self.marked = [r for r in state.get("marked", []) if r in ids]
+        self.pair = [r for r in state.get("pair", []) if r in ids]
+        self.cursor_run = state.get("cursor") if state.get("cursor") in ids else None
+        if state.get("tab"):
+            self.query_one("#tabs", TabbedContent).active = state["tab"]
+
+    def switch_session(self, directory: Path) -> None:
+        self.store.close()
+        self._open(directory)
+        self.query_one("#runs", DataTable).clear()
+        self._drawn.clear()
+        self._log_run = None
+        self._restore_state()
+        self.refresh_all()
+
+    # --- layout ----------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                with Horizontal(id="launch-bar"):
+                    yield Select(self._preset_options(), prompt="preset", id="preset")
+                    yield Input(placeholder="run name (optional)", id="run-name")
+                with Horizontal(id="launch-buttons"):
+                    yield Button("Start (F2)", id="start", variant="success")
+                    yield Button("Save preset", id="save-preset")
+                yield Static("", id="form-status")
+                yield ConfigForm(id="form")
+            with Vertical(id="right"):
+                table = DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+                for key, label in RUN_COLUMNS:
+                    table.add_column(label, key=key)
+                yield table
+                with Horizontal(id="run-actions"):
+                    yield Button("Stop (F3)", id="stop", variant="warning")
+                    yield Button("Continue (F4)", id="continue")
+                    yield Button("Repeat (F5)", id="repeat")
+                    yield Button("Compare (F6)", id="compare")
+                with TabbedContent(id="tabs"):
+                    with TabPane("Plots", id="tab-plots"):
+                        yield PlotGrid(id="plots")
+                    with TabPane("Divergence", id="tab-divergence"):
+                        yield Static("Mark two runs (space) or repeat one (F5).",
+                                     id="verdict")
+                        with Horizontal(classes="plot-row"):
+                            yield MetricPlot("|Δloss| per step", "|Δloss|", id="plot-dloss")
+                            yield MetricPlot("parameter distance", "L2", id="plot-pdist")
+                    with TabPane("Compare", id="tab-compare"):
+                        yield Static("", id="compare-title")
+                        with Horizontal(id="compare-tables"):
+                            yield DataTable(id="compare-config", cursor_type="row")
+                            yield DataTable(id="compare-summary", cursor_type="row")
+                        yield MetricPlot("loss, A and B", "loss", id="plot-compare")
+                    with TabPane("Log", id="tab-log"):
+                        yield Log(id="log", max_lines=5000)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._restore_state()
+        self.refresh_all()
+        if self.poll_enabled:
+            self.set_interval(POLL_S, self.refresh_all)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for title, help_text, action in (
+                ("Start run", "Start a run with the form's config", self.action_start),
+                ("Stop run", "Stop the run under the cursor, with a checkpoint",
+                 self.action_stop),
+                ("Continue run", "Continue the run under the cursor from its checkpoint",
+                 self.action_continue_run),
+                ("Repeat run", "Start a twin of the run under the cursor",
+                 self.action_repeat),
+                ("Compare pair", "Compare the marked runs side by side", self.action_compare),
+                ("Save session as", "Copy this session under a new name", self.action_save_as),
+                ("Open session", "Open another session", self.action_open_session),
+                ("Help", "Keys and panels", self.action_help)):
+            yield SystemCommand(title, help_text, action)
+
+    # --- presets ---------------------------------------------------------------------------
+    def _preset_options(self) -> list[tuple[str, str]]:
+        opts = [("defaults", "")]
+        for d in presets_dirs():
+            for f in sorted(d.glob("*.toml")):
+                opts.append((f.stem if d.name == "experiments" else f"{f.stem} (mine)",
+                             str(f)))
+        return opts
+
+    @on(Select.Changed, "#preset")
+    def _preset_chosen(self, event: Select.Changed) -> None:
+        if not isinstance(event.value, str):      # the blank prompt, e.g. after set_options
+            return
+        try:
+            cfg = C.load(event.value) if event.value else C.DEFAULTS
+        except C.ConfigError as e:
+            self.notify(f"preset not loaded: {e}", severity="error")
+            return
+        self.query_one(ConfigForm).set_config(cfg.to_dict())
+        self.notify(f"preset {Path(event.value).stem if event.value else 'defaults'} loaded")
+
+    @on(Button.Pressed, "#save-preset")
+    def _save_preset(self) -> None:
+        form = self.query_one(ConfigForm)
+        try:
+            cfg = form.config()
+        except C.ConfigError as e:
+            self.notify(f"fix {e.key} first: {e.reason}", severity="error")
+            return
+
+        def save(name: str | None) -> None:
+            if not name:
+                return
+            target = user_data_dir() / "presets" / f"{Path(name).stem}.toml"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(cfg.to_toml())
+            self.query_one("#preset", Select).set_options(self._preset_options())
+            self.notify(f"preset saved: {target}")
+
+        self.push_screen(NameScreen("Save the form's config as a preset named:"), save)
+
+    @on(ConfigForm.Changed)
+    def _form_changed(self, event: ConfigForm.Changed) -> None:
+        bad = event.problems
+        self.query_one("#start", Button).disabled = bool(bad)
+        self.query_one("#form-status", Static).update(
+            f"✗ {len(bad)} invalid: {', '.join(bad)}" if bad else "")
+
+    # --- actions ---------------------------------------------------------------------------
+    def _selected_run(self) -> dict[str, Any] | None:
+        if self.cursor_run is None:
+            self.notify("no run selected", severity="warning")
+            return None
+        return self.store.run(self.cursor_run)
+
+    @on(Button.Pressed, "#start")
+    def action_start(self) -> None:
+        form = self.query_one(ConfigForm)
+        problems = form.validate()
+        if problems:
+            key = next(iter(problems))
+            self.notify(f"not started: {key}: {problems[key]}", severity="error")
+            return
+        name = self.query_one("#run-name", Input).value.strip() or None
+        run_id = self.supervisor.start(form.config().to_dict(), name=name)
+        self.cursor_run = run_id
+        self.notify(f"run {run_id} started")
+        self._save_state()
+        self.refresh_all()
+
+    @on(Button.Pressed, "#stop")
+    def action_stop(self) -> None:
+        run = self._selected_run()
+        if run is None:
+            return
+        if self.supervisor.stop(run["id"]):
+            self.notify(f"stopping run {run['id']} after its current step")
+        else:
+            self.notify(f"run {run['id']} is not training", severity="warning")
+
+    @on(Button.Pressed, "#continue")
+    def action_continue_run(self) -> None:
+        run = self._selected_run()
+        if run is None:
+            return
+        if self.store.is_live(run) or self.supervisor.starting(run["id"]):
+            self.notify(f"run {run['id']} is still training", severity="warning")
+            return
+        if not self.store.checkpoints(run["id"]):
+            self.notify(f"run {run['id']} has no checkpoint to continue from",
+                        severity="warning")
+            return
+        overrides = {}
+        try:
+            form_cfg = self.query_one(ConfigForm).config().to_dict()
+            for key in C.TRAINING_LENGTH_KEYS:
+                if form_cfg[key] != C.DEFAULTS.to_dict()[key] and \
+                        form_cfg[key] != run["config"].get(key):
+                    overrides[key] = form_cfg[key]
+        except C.ConfigError:
+            pass
+        self.supervisor.resume(run["id"], overrides)
+        extra = f" with {overrides}" if overrides else ""
+        self.notify(f"continuing run {run['id']}{extra}")
+
+    @on(Button.Pressed, "#repeat")
+    def action_repeat(self) -> None:
+        run = self._selected_run()
+        if run is None:
+            return
+        twin = self.supervisor.repeat(run["id"])
+        self.pair = [run["id"], twin]
+        self.marked = [run["id"], twin]
+        self.notify(f"run {twin} started as a twin of run {run['id']}")
+        self._save_state()
+        self.refresh_all()
+
+    @on(Button.Pressed, "#compare")
+    def action_compare(self) -> None:
+        pair = self._current_pair()
+        if pair is None:
+            self.notify("mark two runs with space (or repeat one) to compare them",
+                        severity="warning")
+            return
+        self.pair = list(pair)
+        self.query_one("#tabs", TabbedContent).active = "tab-compare"
+        self._save_state()
+        self.refresh_all()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_save_as(self) -> None:
+        def save(name: str | None) -> None:
+            if not name:
+                return
+            target = Path(name).expanduser() if "/" in name else sessions_dir() / name
+            try:
+                new = self.store.copy_to(target)
+            except SessionError as e:
+                self.notify(str(e), severity="error")
+                return
+            live = self.supervisor.live_runs()
+            self.switch_session(new)
+            note = (f"; {len(live)} run(s) still training write to the original"
+                    if live else "")
+            self.notify(f"session saved as {new}{note}")
+
+        self.push_screen(NameScreen("Save this session as (a name, or a path):",
+                                    f"{self.session_dir.name}-copy"), save)
+
+    def action_open_session(self) -> None:
+        def opened(path: Path | None) -> None:
+            if path is not None and path != self.session_dir:
+                self.switch_session(path)
+                self.notify(f"opened {path}")
+
+        self.push_screen(OpenScreen(self.session_dir), opened)
+
+    async def action_quit(self) -> None:
+        live = self.supervisor.live_runs() + [r for r in self.supervisor._children
+                                              if self.supervisor.starting(r)]
+        live = sorted(set(live))
+        if not live:
+            self._save_state()
+            self.exit()
+            return
+
+        def decided(choice: str | None) -> None:
+            if choice == "cancel" or choice is None:
+                return
+            if choice == "stop":
+                for run_id in live:
+                    self.supervisor.stop(run_id)
+            self._save_state()
+            self.exit()
+
+        self.push_screen(QuitScreen(live), decided)
+
+    # --- run table and selection -------------------------------------------------------------
+    def on_key(self, event: Any) -> None:
+        table = self.query_one("#runs", DataTable)
+        if event.key == "space" and self.focused is table and self.cursor_run is not None:
+            rid = self.cursor_run
+            self.marked = [r for r in self.marked if r != rid] if rid in self.marked \
+                else self.marked + [rid]
+            if len(self.marked) >= 2:
+                self.pair = self.marked[-2:]
+            self._save_state()
+            self.refresh_all()
+            event.stop()
+
+    @on(DataTable.RowHighlighted, "#runs")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key is not None and event.row_key.value is not None:
+            new = int(event.row_key.value)
+            if new != self.cursor_run:
+                self.cursor_run = new
+                self._save_state()
+                self.refresh_panels()
+
+    @on(TabbedContent.TabActivated)
+    def _tab(self, event: TabbedContent.TabActivated) -> None:
+        self._save_state()
+        self.refresh_panels()
+
+    def _current_pair(self) -> tuple[int, int] | None:
+        if len(self.pair) == 2:
+            return self.pair[0], self.pair[1]
+        if len(self.marked) >= 2:
+            return self.marked[-2], self.marked[-1]
+        if self.cursor_run is not None:
+            run = self.store.run(self.cursor_run)
+            if run["twin_of"]:
+                return run["twin_of"], run["id"]
+            twins = [r["id"] for r in self.store.runs() if r["twin_of"] == run["id"]]
+            if twins:
+                return run["id"], twins[-1]
+        return None
+
+    def _plotted(self) -> list[int]:
+        if self.marked:
+            return self.marked[:len(COLOURS)]
+        return [self.cursor_run] if self.cursor_run is not None else []
+
+    # --- polling and drawing ---------------------------------------------------------------
+    def refresh_all(self) -> None:
+        self.supervisor.reap()
+        self._runs = {r["id"]: r for r in self.store.runs()}
+        self._sync_table()
+        self.refresh_panels()
+
+    def _sync_table(self) -> None:
+        table = self.query_one("#runs", DataTable)
+        for rid, run in self._runs.items():
+            last = self.store.last_step(rid) or {}
+            last_eval = self.store.last_eval(rid) or {}
+            summary = run["summary"] or {}
+            status = run["status"]
+            if status == "created" and self.supervisor.starting(rid):
+                status = "starting"
+            elif status == "created" and summary.get("error"):
+                status = "crashed"
+            acc = last_eval.get("accuracy")
+            sps = summary.get("samples_per_s") or last.get("samples_per_s")
+            cells = {
+                "mark": "●" if rid in self.marked else "",
+                "id": str(rid), "name": run["name"], "status": status,
+                "step": str(run["step"]), "epoch": f"{run['epoch']:.2f}",
+                "loss": _num(last.get("loss")),
+                "acc": "-" if acc is None else f"{acc:.2%}",
+                "sps": "-" if sps is None else f"{sps:,.0f}",
+                "elapsed": _elapsed(summary.get("elapsed_s", last.get("elapsed"))),
+            }
+            key = str(rid)
+            if key not in table.rows:
+                table.add_row(*(cells[k] for k, _ in RUN_COLUMNS), key=key)
+            else:
+                for col, value in cells.items():
+                    if table.get_cell(key, col) != value:
+                        table.update_cell(key, col, value)
+        if self.cursor_run is not None and str(self.cursor_run) in table.rows:
+            index = table.get_row_index(str(self.cursor_run))
+            if table.cursor_row != index:
+                table.move_cursor(row=index)
+        elif self.cursor_run is None and table.row_count:
+            self.cursor_run = int(table.coordinate_to_cell_key((0, 0)).row_key.value)
+
+    def refresh_panels(self) -> None:
+        active = self.query_one("#tabs", TabbedContent).active
+        watched = set(self._plotted())
+        pair = self._current_pair()
+        if pair:
+            watched |= set(pair)
+        changed = self.watcher.poll(sorted(watched))
+        if active == "tab-plots":
+            self._draw_plots(changed)
+        elif active == "tab-divergence":
+            self._draw_divergence(pair)
+        elif active == "tab-compare":
+            self._draw_compare(pair)
+        elif active == "tab-log":
+            self._draw_log()
+
+    def _fresh(self, panel: str, key: Any) -> bool:
+        """True when `panel` must be redrawn because what it shows changed."""
+        if self._drawn.get(panel) == key:
+            return False
+        self._drawn[panel] = key
+        return True
+
+    def _label(self, rid: int) -> str:
+        run = self._runs.get(rid)
+        return f"{rid} {run['name']}" if run else str(rid)
+
+    def _draw_plots(self, changed: set[int]) -> None:
+        runs = self._plotted()
+        key = tuple((r, self.watcher.get(r).version) for r in runs)
+        if not self._fresh("plots", key):
+            return
+        loss, sps, mem, timing, acc, lr = [], [], [], [], [], []
+        for i, rid in enumerate(runs):
+            s, colour, label = self.watcher.get(rid), COLOURS[i % len(COLOURS)], self._label(rid)
+            xs, ys = s.column("loss")
+            loss.append(Series(f"{label} raw", xs, ys, colour))
+            good = [y for y in ys if y is not None]
+            if good:
+                loss.append(Series(f"{label} smoothed", [x for x, y in zip(xs, ys)
+                                                         if y is not None], smooth(good),
+                                   "white" if len(runs) == 1 else colour))
+            sps.append(Series(label, *s.column("samples_per_s"), colour))
+            xs, rss = s.column("rss_bytes")
+            mem.append(Series(f"{label} RSS", xs, [v / 2**20 if v else None for v in rss],
+                              colour))
+            xs, cuda = s.column("cuda_peak")
+            if any(cuda):
+                mem.append(Series(f"{label} GPU peak", xs,
+                                  [v / 2**20 if v else None for v in cuda], colour))
+            timing.append(Series(f"{label} data", *s.column("data_s"), colour))
+            timing.append(Series(f"{label} compute", *s.column("compute_s"),
+                                 COLOURS[(i + 4) % len(COLOURS)]))
+            evals = s.rows("evals")
+            acc.append(Series(label, [e["step"] for e in evals],
+                              [100 * e["accuracy"] for e in evals], colour))
+            lr.append(Series(label, *s.column("lr"), colour))
+        note = ", ".join(self._label(r) for r in runs) or "no run selected"
+        for pid, series in (("plot-loss", loss), ("plot-throughput", sps),
+                            ("plot-memory", mem), ("plot-timing", timing),
+                            ("plot-accuracy", acc), ("plot-lr", lr)):
+            self.query_one(f"#{pid}", MetricPlot).show(series, note)
+
+    def _draw_divergence(self, pair: tuple[int, int] | None) -> None:
+        verdict = self.query_one("#verdict", Static)
+        if pair is None:
+            verdict.update("Mark two runs (space in the run table) or repeat one (F5) to see "
+                           "how they diverge.")
+            return
+        a, b = self.watcher.get(pair[0]), self.watcher.get(pair[1])
+        if not self._fresh("divergence", (pair, a.version, b.version)):
+            return
+        d = divergence(a.rows("steps"), b.rows("steps"), a.rows("fps"), b.rows("fps"))
+        names = f"A = {self._label(pair[0])}, B = {self._label(pair[1])}"
+        if d.identical is None:
+            text = f"{names}: no common fingerprint yet."
+        elif d.identical:
+            text = (f"{names}: [b]bit-identical[/b] at all {len(d.fp_steps)} common "
+                    f"fingerprints (up to step {d.fp_steps[-1]}).")
+        else:
+            text = (f"{names}: [b]not identical[/b]: parameter hashes first differ at step "
+                    f"{d.first_difference} ({len(d.fp_steps)} fingerprints compared).")
+        verdict.update(text)
+        self.query_one("#plot-dloss", MetricPlot).show(
+            [Series("|Δloss|", d.steps, d.loss_delta, COLOURS[0])], names)
+        self.query_one("#plot-pdist", MetricPlot).show(
+            [Series("distance", d.fp_steps, d.param_distance, COLOURS[1])], names)
+
+    def _draw_compare(self, pair: tuple[int, int] | None) -> None:
+        title = self.query_one("#compare-title", Static)
+        if pair is None:
+            title.update("Mark two runs (space in the run table) to compare them.")
+            return
+        ra, rb = self._runs.get(pair[0]), self._runs.get(pair[1])
+        if ra is None or rb is None:
+            return
+        a, b = self.watcher.get(pair[0]), self.watcher.get(pair[1])
+        if not self._fresh("compare", (pair, a.version, b.version, ra["status"],
+                                       rb["status"])):
+            return
+        title.update(f"A = {self._label(pair[0])} ({ra['status']})    "
+                     f"B = {self._label(pair[1])} ({rb['status']})")
+        cfg_table = self.query_one("#compare-config", DataTable)
+        cfg_table.clear(columns=True)
+        cfg_table.add_columns("setting", "A", "B")
+        diffs = config_diff(ra["config"], rb["config"])
+        for key, va, vb in diffs:
+            cfg_table.add_row(key, str(va), str(vb))
+        for key, va, vb, relevant in fingerprint_diff(ra["fingerprint"], rb["fingerprint"]):
+            if key == "data":
+                continue
+            cfg_table.add_row(("⚠ " if relevant else "") + f"{key} (effective)",
+                              str(va), str(vb))
+        if not cfg_table.row_count:
+            cfg_table.add_row("(same config)", "", "")
+        summary = self.query_one("#compare-summary", DataTable)
+        summary.clear(columns=True)
+        summary.add_columns("", "A", "B", "B/A")
+        for label, va, vb, spec in self._summary_rows(ra, rb, a, b):
+            ratio = (vb / va) if (va and vb is not None) else None
+            summary.add_row(label, _num(va, spec), _num(vb, spec), _num(ratio, ".2f"))
+        xs_a, ys_a = a.column("loss")
+        xs_b, ys_b = b.column("loss")
+        self.query_one("#plot-compare", MetricPlot).show(
+            [Series(f"A {self._label(pair[0])}", xs_a, ys_a, COLOURS[0]),
+             Series(f"B {self._label(pair[1])}", xs_b, ys_b, COLOURS[1])], "loss")
+
+    @staticmethod
+    def _summary_rows(ra: dict, rb: dict, a: Any, b: Any) -> list[tuple]:
+        def figures(run: dict, s: Any) -> dict[str, float | None]:
+            steps = s.rows("steps")
+            evals = s.rows("evals")
+            summary = run["summary"] or {}
+            peaks = [r.get("cuda_peak") or r.get("rss_bytes") or 0 for r in steps]
+            return {
+                "final loss": steps[-1]["loss"] if steps else None,
+                "accuracy %": 100 * evals[-1]["accuracy"] if evals else None,
+                "samples/s": summary.get("samples_per_s") or
+                (steps[-1]["samples_per_s"] if steps else None),
+                "peak memory MiB": max(peaks) / 2**20 if peaks else None,
+                "wall time s": summary.get("elapsed_s") or (steps[-1]["elapsed"]
+                                                           if steps else None),
+            }
+        fa, fb = figures(ra, a), figures(rb, b)
+        specs = {"final loss": ".4f", "accuracy %": ".2f", "samples/s": ",.0f",
+                 "peak memory MiB": ",.0f", "wall time s": ".2f"}
+        return [(k, fa[k], fb[k], specs[k]) for k in fa]
+
+    def _draw_log(self) -> None:
+        log = self.query_one("#log", Log)
+        rid = self.cursor_run
+        if rid is None:
+            return
+        path = self.store.log_path(rid)
+        if rid != self._log_run:
+            log.clear()
+            self._log_run = rid
+            size = path.stat().st_size if path.exists() else 0
+            self._log_offset = max(0, size - LOG_TAIL_BYTES)
+        if not path.exists():
+            return
+        with open(path, "rb") as f:
+            f.seek(self._log_offset)
+            data = f.read()
+        if data:
+            cut = data.rfind(b"\n") + 1          # only whole lines; the rest comes next time
+            if cut:
+                # tqdm's carriage returns would overwrite lines: keep each line's last state.
+                text = data[:cut].decode("utf-8", "replace")
+                lines = [line.rsplit("\r", 1)[-1] for line in text.splitlines()]
+                log.write_lines(lines)
+                self._log_offset += cut
+
+
+def run_app(session_dir: Path | None) -> int:
+    started = time.perf_counter()
+    app = TrainerApp(session_dir)
+    app.started_at = started
+    app.run()
+    return 0

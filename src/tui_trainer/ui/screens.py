@@ -1,0 +1,163 @@
+"""Modal screens: help, quit with runs training, open a session, name prompts."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Markdown, OptionList
+from textual.widgets.option_list import Option
+
+from ..core.paths import sessions_dir
+from ..core.store import DB_NAME, SessionError, SessionStore
+
+HELP = """\
+# tui-trainer
+
+Configure a run on the left, start it, and watch it on the right. Every run trains in a
+process of its own and writes into the session; quitting never loses anything.
+
+| key | action |
+| --- | --- |
+| **F2** | start a run with the form's config |
+| **F3** | stop the run under the cursor (it finishes its step and writes a checkpoint) |
+| **F4** | continue the run under the cursor from its newest checkpoint (the form's epochs / max_steps if larger) |
+| **F5** | repeat: start a twin with the same config, paired with it for divergence |
+| **F6** | compare the pair: two marked runs, or a run and its twin |
+| **space** | (in the run table) mark / unmark a run for the plots and the pair |
+| **ctrl+s** | save the session as a new one |
+| **ctrl+o** | open another session |
+| **ctrl+p** | command palette: every action by name |
+| **F1** | this help |
+| **ctrl+q** | quit (asks what to do with runs still training) |
+
+**Panels.** *Plots*: loss (raw and smoothed), throughput, memory (the process's resident
+memory; GPU memory on CUDA), time waiting for data against time computing, evaluation
+accuracy, learning rate, for the marked runs (or the run under the cursor). *Divergence*:
+for the pair, |Δloss| per step, the distance between their parameters (estimated from a
+256-number sketch of all parameters), whether the parameter hashes are still identical and
+the first step where they differ. *Compare*: the configs' differences (effective settings
+that can break bit-equality are marked ⚠), the loss curves overlaid, and a summary with the
+ratio of B to A. *Log*: what the run's process printed, tracebacks included.
+
+Press **escape** to close this help.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,f1,q", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="help-box", classes="dialog"):
+            yield Markdown(HELP)
+            yield Button("Close", id="help-close", variant="primary")
+
+    @on(Button.Pressed, "#help-close")
+    def _close(self) -> None:
+        self.dismiss(None)
+
+
+class QuitScreen(ModalScreen[str]):
+    """Runs are training: stop them, leave them training, or do not quit."""
+
+    BINDINGS = [Binding("escape", "dismiss('cancel')", "Cancel")]
+
+    def __init__(self, live: list[int]) -> None:
+        super().__init__()
+        self.live = live
+
+    def compose(self) -> ComposeResult:
+        runs = ", ".join(str(r) for r in self.live)
+        with Vertical(classes="dialog", id="quit-box"):
+            yield Label(f"{len(self.live)} run(s) still training ({runs}).")
+            yield Label("Stop them (each writes a checkpoint), or leave them training? "
+                        "Reopening the session reattaches to runs that are still going.")
+            with Horizontal(classes="buttons"):
+                yield Button("Stop them and quit", id="quit-stop", variant="error")
+                yield Button("Leave training and quit", id="quit-leave", variant="primary")
+                yield Button("Cancel", id="quit-cancel")
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss({"quit-stop": "stop", "quit-leave": "leave"}.get(event.button.id or "",
+                                                                      "cancel"))
+
+
+class NameScreen(ModalScreen[str | None]):
+    """Asks for a name (a new session, a preset)."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, prompt: str, value: str = "") -> None:
+        super().__init__()
+        self.prompt, self.value = prompt, value
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="name-box"):
+            yield Label(self.prompt)
+            yield Input(value=self.value, id="name-input")
+            with Horizontal(classes="buttons"):
+                yield Button("OK", id="name-ok", variant="primary")
+                yield Button("Cancel", id="name-cancel")
+
+    @on(Input.Submitted)
+    @on(Button.Pressed, "#name-ok")
+    def _ok(self) -> None:
+        name = self.query_one("#name-input", Input).value.strip()
+        if name:
+            self.dismiss(name)
+
+    @on(Button.Pressed, "#name-cancel")
+    def _cancel(self) -> None:
+        self.dismiss(None)
+
+
+def list_sessions(extra: Path | None = None) -> list[tuple[Path, int, float | None]]:
+    """(directory, run count, last use) for every session under the sessions directory."""
+    dirs = {p.parent for p in sessions_dir().glob(f"*/{DB_NAME}")}
+    if extra is not None:
+        dirs.add(extra)
+    out = []
+    for d in sorted(dirs):
+        try:
+            with SessionStore(d, create=False) as s:
+                last = s.meta("last_used")
+                out.append((d, len(s.runs()), float(last) if last else None))
+        except SessionError:
+            continue
+    return out
+
+
+class OpenScreen(ModalScreen[Path | None]):
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, current: Path) -> None:
+        super().__init__()
+        self.current = current
+        self.sessions = list_sessions(current)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="open-box"):
+            yield Label("Open a session (enter to open, escape to cancel)")
+            options = []
+            for d, n, last in self.sessions:
+                when = time.strftime("%Y-%m-%d %H:%M", time.localtime(last)) if last else "-"
+                here = "  (open now)" if d == self.current else ""
+                options.append(Option(f"{d.name:<24} {n:>3} runs   last used {when}{here}",
+                                      id=str(d)))
+            yield OptionList(*options, id="open-list")
+            with Grid(classes="buttons"):
+                yield Button("Cancel", id="open-cancel")
+
+    @on(OptionList.OptionSelected)
+    def _selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(Path(event.option.id or ""))
+
+    @on(Button.Pressed, "#open-cancel")
+    def _cancel(self) -> None:
+        self.dismiss(None)

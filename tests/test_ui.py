@@ -1,0 +1,335 @@
+"""The dashboard, driven with Textual's Pilot over real sessions, starting real training
+processes on the shipped sample."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable, Input, Select, Switch
+
+from conftest import QUICK, db_rows, tt
+from tui_trainer.core.store import SessionStore
+from tui_trainer.ui.app import TrainerApp
+from tui_trainer.ui.widgets.config_form import ConfigForm
+from tui_trainer.ui.widgets.plots import MetricPlot
+
+SIZE = (180, 55)
+QUICK_FORM = dict(item.split("=") for item in QUICK)
+
+
+async def until(pilot, predicate, timeout: float = 90.0) -> None:
+    """Lets the app run until predicate() holds (a real process is training meanwhile)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        pilot.app.refresh_all()
+        if predicate():
+            return
+        await pilot.pause(0.2)
+    raise AssertionError("timed out")
+
+
+async def fill(pilot, values: dict[str, str]) -> None:
+    form = pilot.app.query_one(ConfigForm)
+    for key, value in values.items():
+        widget = form.query_one(f"#field-{key}")
+        if isinstance(widget, Input):
+            widget.value = value
+        elif isinstance(widget, Switch):
+            widget.value = value in ("true", "on")
+        elif isinstance(widget, Select):
+            widget.value = value
+    await pilot.pause()
+
+
+def status(session: Path, run_id: int) -> str | None:
+    rows = db_rows(session, "SELECT status FROM runs WHERE id = ?", (run_id,))
+    return rows[0][0] if rows else None
+
+
+def cell(app, run_id: int, column: str) -> str:
+    return str(app.query_one("#runs", DataTable).get_cell(str(run_id), column))
+
+
+async def test_form_marks_invalid_fields_and_refuses_to_start(tmp_path):
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await fill(pilot, {"batch_size": "0", "lr": "fast"})
+        form = app.query_one(ConfigForm)
+        assert set(form.problems) == {"batch_size", "lr"}
+        assert form.query_one("#box-batch_size").has_class("-invalid")
+        assert ">= 1" in str(form.query_one("#error-batch_size").render())
+        assert app.query_one("#start").disabled
+        await pilot.press("f2")
+        await pilot.pause()
+        assert SessionStore(tmp_path).runs() == []         # nothing started
+        await fill(pilot, {"batch_size": "32", "lr": "0.05"})
+        assert form.problems == {} and not app.query_one("#start").disabled
+        assert not form.query_one("#box-batch_size").has_class("-invalid")
+        # A rule across fields is marked too.
+        await fill(pilot, {"loader": "resident", "num_workers": "2"})
+        assert "num_workers" in form.problems
+
+
+async def test_every_knob_is_in_the_form_with_its_explanation(tmp_path):
+    from tui_trainer.core import config as C
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE):
+        form = app.query_one(ConfigForm)
+        for key in C.FIELDS:
+            box = form.query_one(f"#box-{key}")
+            assert C.doc(key) in str(box.query_one(".field-doc").render())
+        assert isinstance(form.query_one("#field-pin_memory"), Switch)
+        assert isinstance(form.query_one("#field-amp"), Select)
+        assert isinstance(form.query_one("#field-batch_size"), Input)
+        assert form.config() == C.DEFAULTS
+
+
+async def test_presets_load_into_the_form_and_the_form_saves_as_one(tmp_path, isolated_home):
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        preset = app.query_one("#preset", Select)
+        fastest = next(v for _, v in preset._options
+                       if isinstance(v, str) and v.endswith("fastest-cpu.toml"))
+        preset.value = fastest
+        await pilot.pause()
+        form = app.query_one(ConfigForm)
+        assert form.config().loader == "resident" and form.config().batch_size == 256
+        await fill(pilot, {"batch_size": "200"})
+        await pilot.click("#save-preset")
+        await pilot.pause()
+        app.screen.query_one("#name-input", Input).value = "mine"
+        await pilot.press("enter")
+        await pilot.pause()
+        saved = isolated_home / "presets" / "mine.toml"
+        assert "batch_size = 200" in saved.read_text()
+        assert any(v == str(saved) for _, v in preset._options)
+
+
+async def test_start_a_run_and_watch_its_row_and_plots_fill(tmp_path):
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await fill(pilot, {**QUICK_FORM, "epochs": "2"})
+        app.query_one("#run-name", Input).value = "first"
+        await pilot.press("f2")
+        await until(pilot, lambda: status(tmp_path, 1) == "finished")
+        await until(pilot, lambda: cell(app, 1, "status") == "finished")
+        assert cell(app, 1, "name") == "first" and cell(app, 1, "step") == "20"
+        assert cell(app, 1, "acc").endswith("%") and cell(app, 1, "loss") != "-"
+        plot = app.query_one("#plot-loss", MetricPlot)
+        labels = [s.label for s in plot._pending]
+        assert labels == ["1 first raw", "1 first smoothed"]
+        assert len(plot._pending[0].xs) == 10              # every logged step
+        assert app.query_one("#plot-accuracy", MetricPlot)._pending[0].ys[-1] > 10
+        # The log tab shows what the process printed.
+        app.query_one("#tabs").active = "tab-log"
+        await pilot.pause()
+        app.refresh_all()
+        await pilot.pause()
+        assert any("finished" in line for line in app.query_one("#log").lines)
+
+
+async def test_stop_then_continue(tmp_path):
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await fill(pilot, {**QUICK_FORM, "epochs": "200"})
+        await pilot.press("f2")
+        await until(pilot, lambda: db_rows(tmp_path, "SELECT 1 FROM runs WHERE step >= 12"))
+        await pilot.press("f3")
+        await until(pilot, lambda: status(tmp_path, 1) == "stopped")
+        stopped_at = db_rows(tmp_path, "SELECT step FROM runs")[0][0]
+        assert db_rows(tmp_path, "SELECT max(step) FROM checkpoints")[0][0] == stopped_at
+        await until(pilot, lambda: cell(app, 1, "status") == "stopped")
+        # Continue, to a shorter total so the test stays short.
+        await fill(pilot, {"max_steps": str(stopped_at + 6)})
+        await pilot.press("f4")
+        await until(pilot, lambda: status(tmp_path, 1) == "finished")
+        assert db_rows(tmp_path, "SELECT step FROM runs")[0][0] == stopped_at + 6
+        kinds = [k for (k,) in db_rows(tmp_path, "SELECT kind FROM events ORDER BY id")]
+        assert "resumed" in kinds
+
+
+async def test_repeat_pairs_a_twin_and_the_divergence_panel_says_identical(tmp_path):
+    r = tt("run", "--session", str(tmp_path), "--set", "max_steps=12",
+           *[x for kv in QUICK for x in ("--set", kv)])
+    assert r.rc == 0, r.err
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f5")
+        await until(pilot, lambda: len(db_rows(tmp_path, "SELECT 1 FROM runs")) == 2
+                    and status(tmp_path, 2) == "finished")
+        assert db_rows(tmp_path, "SELECT twin_of FROM runs WHERE id = 2") == [(1,)]
+        assert app.pair == [1, 2]
+        app.query_one("#tabs").active = "tab-divergence"
+        await pilot.pause()
+        await until(pilot, lambda: "bit-identical" in str(app.query_one("#verdict").render()))
+        dloss = app.query_one("#plot-dloss", MetricPlot)._pending[0]
+        assert dloss.ys and all(y == 0 for y in dloss.ys)
+        dist = app.query_one("#plot-pdist", MetricPlot)._pending[0]
+        assert dist.ys and all(y == 0 for y in dist.ys)
+
+
+async def test_divergence_finds_the_first_differing_step_of_runs_that_differ(tmp_path):
+    base = [x for kv in QUICK for x in ("--set", kv)] + ["--set", "max_steps=12"]
+    assert tt("run", "--session", str(tmp_path), *base).rc == 0
+    assert tt("run", "--session", str(tmp_path), *base, "--set", "seed=5").rc == 0
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one("#runs", DataTable)
+        table.focus()
+        await pilot.press("space", "down", "space")
+        assert app.marked == [1, 2] and app.pair == [1, 2]
+        app.query_one("#tabs").active = "tab-divergence"
+        await pilot.pause()
+        app.refresh_all()
+        await pilot.pause()
+        text = str(app.query_one("#verdict").render())
+        assert "first differ at step 3" in text
+        dist = app.query_one("#plot-pdist", MetricPlot)._pending[0]
+        assert all(y > 0 for y in dist.ys)
+
+
+async def test_compare_shows_config_diff_overlay_and_ratios(tmp_path):
+    base = [x for kv in QUICK for x in ("--set", kv)] + ["--set", "max_steps=10"]
+    assert tt("run", "--session", str(tmp_path), *base).rc == 0
+    assert tt("run", "--session", str(tmp_path), *base, "--set", "batch_size=32",
+              "--set", "num_threads=1").rc == 0
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#runs", DataTable).focus()
+        await pilot.press("space", "down", "space", "f6")
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "tab-compare"
+        app.refresh_all()
+        await pilot.pause()
+        cfg = app.query_one("#compare-config", DataTable)
+        rows = [cfg.get_row_at(i) for i in range(cfg.row_count)]
+        assert ["batch_size", "64", "32"] in [list(map(str, r)) for r in rows]
+        flagged = [str(r[0]) for r in rows if str(r[0]).startswith("⚠")]
+        assert "⚠ num_threads (effective)" in flagged
+        summary = app.query_one("#compare-summary", DataTable)
+        srows = {str(summary.get_row_at(i)[0]): summary.get_row_at(i)
+                 for i in range(summary.row_count)}
+        assert set(srows) == {"final loss", "accuracy %", "samples/s", "peak memory MiB",
+                              "wall time s"}
+        a, b, ratio = (float(str(x).replace(",", "")) for x in srows["samples/s"][1:])
+        assert a > 100 and b > 100
+        assert ratio == pytest.approx(b / a, rel=0.01)
+        overlay = app.query_one("#plot-compare", MetricPlot)._pending
+        assert [len(s.xs) for s in overlay] == [5, 5]
+
+
+async def test_save_as_and_reopen_restore_runs_and_screen_state(tmp_path, isolated_home):
+    session = isolated_home / "sessions" / "orig"
+    base = [x for kv in QUICK for x in ("--set", kv)] + ["--set", "max_steps=4"]
+    assert tt("run", "--session", str(session), *base).rc == 0
+    assert tt("run", "--session", str(session), *base).rc == 0
+    app = TrainerApp(session, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#runs", DataTable).focus()
+        await pilot.press("space", "down", "space")
+        app.query_one("#tabs").active = "tab-compare"
+        await pilot.pause()
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        app.screen.query_one("#name-input", Input).value = "copy"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.session_dir == isolated_home / "sessions" / "copy"
+    copy = isolated_home / "sessions" / "copy"
+    assert len(SessionStore(copy).runs()) == 2
+    # The copy's checkpoints are its own files.
+    assert all(c["path"].startswith(str(copy)) for c in SessionStore(copy).checkpoints(1))
+    reopened = TrainerApp(copy, poll=False)
+    async with reopened.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert reopened.marked == [1, 2]
+        assert reopened.query_one("#tabs").active == "tab-compare"
+        assert reopened.query_one("#runs", DataTable).row_count == 2
+        # Open lists both sessions with their run counts, and switches.
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        options = reopened.screen.query_one("#open-list")
+        texts = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+        assert any(t.startswith("orig") and "2 runs" in t for t in texts)
+        index = next(i for i, t in enumerate(texts) if t.startswith("orig"))
+        options.highlighted = index
+        await pilot.press("enter")
+        await pilot.pause()
+        assert reopened.session_dir == session
+
+
+async def test_reopening_marks_dead_runs_crashed_and_reattaches_to_live_ones(tmp_path):
+    base = [x for kv in QUICK for x in ("--set", kv)]
+    killed = tt("run", "--session", str(tmp_path), *base, "--set", "checkpoint_every=3",
+                "--kill-at-step", "7")
+    assert killed.rc != 0
+    import subprocess
+    import sys
+    live = subprocess.Popen([sys.executable, "-m", "tui_trainer", "run", "--session",
+                             str(tmp_path), *base, "--set", "epochs=200"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        app = TrainerApp(tmp_path, poll=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: status(tmp_path, 2) == "running"
+                        and cell(app, 2, "status") == "running")
+            assert cell(app, 1, "status") == "crashed"
+            first = int(cell(app, 2, "step"))
+            await until(pilot, lambda: int(cell(app, 2, "step")) > first)   # streaming
+            # Quitting while it trains asks; "leave training" leaves it running.
+            await pilot.press("ctrl+q")
+            await pilot.pause()
+            assert app.screen.query_one("#quit-leave")
+            await pilot.click("#quit-leave")
+            await pilot.pause()
+        assert live.poll() is None and status(tmp_path, 2) == "running"
+    finally:
+        live.terminate()
+        live.wait(timeout=60)
+    assert status(tmp_path, 2) == "stopped"
+
+
+async def test_quit_with_runs_training_can_stop_them(tmp_path):
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await fill(pilot, {**QUICK_FORM, "epochs": "200"})
+        await pilot.press("f2")
+        await until(pilot, lambda: status(tmp_path, 1) == "running")
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+        await pilot.click("#quit-stop")
+        await pilot.pause()
+    deadline = time.time() + 60
+    while status(tmp_path, 1) == "running" and time.time() < deadline:
+        await asyncio.sleep(0.2)
+    assert status(tmp_path, 1) == "stopped"
+    assert db_rows(tmp_path, "SELECT count(*) FROM checkpoints")[0][0] >= 1
+
+
+async def test_help_screen_and_command_palette_list_the_actions(tmp_path):
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f1")
+        await pilot.pause()
+        assert app.screen.__class__.__name__ == "HelpScreen"
+        await pilot.press("escape")
+        await pilot.pause()
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for title in ("Start run", "Stop run", "Continue run", "Repeat run", "Compare pair",
+                      "Save session as", "Open session"):
+            assert title in titles
+
+
+def test_ui_state_is_saved_in_the_session(tmp_path):
+    async def go():
+        app = TrainerApp(tmp_path, poll=False)
+        async with app.run_test(size=SIZE) as pilot:
+            app.query_one("#tabs").active = "tab-log"
+            await pilot.pause()
+    asyncio.run(go())
+    state = json.loads(SessionStore(tmp_path).meta("ui_state"))
+    assert state["tab"] == "tab-log"
