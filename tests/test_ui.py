@@ -121,7 +121,7 @@ async def test_start_a_run_and_watch_its_row_and_plots_fill(tmp_path):
         assert cell(app, 1, "acc").endswith("%") and cell(app, 1, "loss") != "-"
         plot = app.query_one("#plot-loss", MetricPlot)
         labels = [s.label for s in plot._pending]
-        assert labels == ["1 first raw", "1 first smoothed"]
+        assert labels == ["1", "1 smooth"]
         assert len(plot._pending[0].xs) == 10              # every logged step
         assert app.query_one("#plot-accuracy", MetricPlot)._pending[0].ys[-1] > 10
         # The log tab shows what the process printed.
@@ -187,7 +187,7 @@ async def test_divergence_finds_the_first_differing_step_of_runs_that_differ(tmp
         app.refresh_all()
         await pilot.pause()
         text = str(app.query_one("#verdict").render())
-        assert "first differ at step 3" in text
+        assert "differ already at step 0" in text       # another seed: another init
         dist = app.query_one("#plot-pdist", MetricPlot)._pending[0]
         assert all(y > 0 for y in dist.ys)
 
@@ -220,6 +220,13 @@ async def test_compare_shows_config_diff_overlay_and_ratios(tmp_path):
         assert ratio == pytest.approx(b / a, rel=0.01)
         overlay = app.query_one("#plot-compare", MetricPlot)._pending
         assert [len(s.xs) for s in overlay] == [5, 5]
+        # Same seed, so the same initial parameters; another batch size, so not after.
+        app.query_one("#tabs").active = "tab-divergence"
+        await pilot.pause()
+        app.refresh_all()
+        await pilot.pause()
+        verdict = str(app.query_one("#verdict").render())
+        assert "identical at step 0, different at step 3" in verdict
 
 
 async def test_save_as_and_reopen_restore_runs_and_screen_state(tmp_path, isolated_home):

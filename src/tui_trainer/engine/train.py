@@ -349,6 +349,8 @@ class Trainer:
         data_s = compute_s = 0.0
         norm: torch.Tensor | None = None
         self.model.train()
+        if self.resume_state is None:
+            self.record_fingerprint()     # step 0: were the two runs even initialised alike?
         while self.pos.epoch < cfg.epochs and self.pos.step < limit:
             it = self._epoch_iterator()
             micro = 0

@@ -490,14 +490,14 @@ class TrainerApp(App[None]):
             return
         loss, sps, mem, timing, acc, lr = [], [], [], [], [], []
         for i, rid in enumerate(runs):
-            s, colour, label = self.watcher.get(rid), COLOURS[i % len(COLOURS)], self._label(rid)
+            s, colour, label = self.watcher.get(rid), COLOURS[i % len(COLOURS)], str(rid)
             xs, ys = s.column("loss")
-            loss.append(Series(f"{label} raw", xs, ys, colour))
+            loss.append(Series(f"{rid}", xs, ys, colour))
             good = [y for y in ys if y is not None]
             if good:
-                loss.append(Series(f"{label} smoothed", [x for x, y in zip(xs, ys)
-                                                         if y is not None], smooth(good),
-                                   "white" if len(runs) == 1 else colour))
+                loss.append(Series(f"{rid} smooth", [x for x, y in zip(xs, ys)
+                                                     if y is not None], smooth(good),
+                                   "white" if len(runs) == 1 else COLOURS[(i + 4) % 8]))
             sps.append(Series(label, *s.column("samples_per_s"), colour))
             xs, rss = s.column("rss_bytes")
             mem.append(Series(f"{label} RSS", xs, [v / 2**20 if v else None for v in rss],
@@ -535,9 +535,18 @@ class TrainerApp(App[None]):
         elif d.identical:
             text = (f"{names}: [b]bit-identical[/b] at all {len(d.fp_steps)} common "
                     f"fingerprints (up to step {d.fp_steps[-1]}).")
+        elif d.first_difference == 0:
+            text = (f"{names}: [b]not identical[/b]: the parameters differ already at step 0 "
+                    "(different initialisation: another seed, model or no seed at all).")
         else:
-            text = (f"{names}: [b]not identical[/b]: parameter hashes first differ at step "
-                    f"{d.first_difference} ({len(d.fp_steps)} fingerprints compared).")
+            before = max(s for s in d.fp_steps if s < d.first_difference) \
+                if d.first_difference != d.fp_steps[0] else None
+            where = (f"identical at step {before}, different at step {d.first_difference}"
+                     if before is not None else
+                     f"different at step {d.first_difference}, the first step compared")
+            text = (f"{names}: [b]not identical[/b]: parameter hashes {where} "
+                    f"({len(d.fp_steps)} fingerprints compared; a smaller fingerprint_every "
+                    "narrows it down).")
         verdict.update(text)
         self.query_one("#plot-dloss", MetricPlot).show(
             [Series("|Δloss|", d.steps, d.loss_delta, COLOURS[0])], names)
