@@ -32,3 +32,10 @@ def test_cli_commands_that_do_not_train_leave_torch_unloaded():
                           "import contextlib, io\n"
                           "with contextlib.redirect_stdout(io.StringIO()): cli.main(['config'])")
     assert "torch" not in mods
+
+
+def test_the_dashboard_never_imports_torch():
+    mods = _modules_after("import tui_trainer.ui.app, tui_trainer.cli\n"
+                          "from tui_trainer.ui.app import TrainerApp")
+    assert "textual" in mods
+    assert "torch" not in mods and "torchvision" not in mods
