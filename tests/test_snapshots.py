@@ -1,0 +1,70 @@
+"""SVG snapshots of the main screens (pytest-textual-snapshot). The session is a real store
+filled with fixed rows, so that what the screen shows is the same on every run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import struct
+
+import pytest
+
+from tui_trainer.core.config import DEFAULTS
+from tui_trainer.core.store import SessionStore
+from tui_trainer.ui.app import TrainerApp
+
+SIZE = (180, 50)
+
+
+def _fill(session, marked=(1, 2), tab="tab-plots"):
+    s = SessionStore(session)
+    cfg = DEFAULTS.to_dict()
+    for rid, (name, seed, wobble) in enumerate((("baseline", 1, 0.0), ("seed-2", 2, 0.08)), 1):
+        s.create_run({**cfg, "seed": seed}, name=name)
+        steps = [{"step": k, "epoch": k / 125, "elapsed": k * 0.016,
+                  "loss": 2.3 * math.exp(-k / 50) + 0.25 + wobble * math.sin(k / 7),
+                  "lr": 0.03 if k <= 125 else 0.021, "grad_norm": 1.0,
+                  "samples_per_s": 4000 + 300 * math.sin(k / 20) - 200 * rid,
+                  "data_s": 0.05 + 0.01 * rid, "compute_s": 0.11,
+                  "rss_bytes": (780 + 20 * rid + k / 10) * 2**20} for k in range(10, 251, 10)]
+        evals = [{"step": 125, "epoch": 1.0, "loss": 0.33, "accuracy": 0.92 - 0.01 * rid},
+                 {"step": 250, "epoch": 2.0, "loss": 0.17, "accuracy": 0.955 - 0.01 * rid}]
+        fps = [{"step": k, "sha256": hashlib.sha256(f"{k}-{seed if k else 1}".encode())
+                .hexdigest(), "l2": 9.0 + k / 50,
+                "sketch": struct.pack("2d", k / 25 * (rid - 1), 0.0)}
+               for k in range(0, 251, 50)]
+        s.add_rows(steps=steps, evals=evals, fingerprints=fps, run_id=rid)
+        s.set_fingerprint(rid, {"seed": seed, "num_threads": 2, "torch": "2.15.0"},
+                          "mnist-sample")
+        s.set_progress(rid, 250, 2.0)
+        s.end_run(rid, "finished", {"samples_per_s": 3900.0 - 150 * rid, "elapsed_s": 4.0})
+    s.set_meta("ui_state", json.dumps({"marked": list(marked), "pair": list(marked),
+                                       "cursor": 2, "tab": tab}))
+    s.close()
+
+
+def _app(session) -> TrainerApp:
+    app = TrainerApp(session, poll=False)
+    app.sub_title = "snapshot session"
+    return app
+
+
+async def _settle(pilot):
+    pilot.app.sub_title = "snapshot session"
+    pilot.app.refresh_all()
+    await pilot.pause(0.3)
+
+
+def test_main_screen_empty_session(snap_compare, tmp_path):
+    assert snap_compare(_app(tmp_path), terminal_size=SIZE, run_before=_settle)
+
+
+@pytest.mark.parametrize("tab", ["tab-plots", "tab-divergence", "tab-compare"])
+def test_main_screen_with_two_runs(snap_compare, tmp_path, tab):
+    _fill(tmp_path, tab=tab)
+    assert snap_compare(_app(tmp_path), terminal_size=SIZE, run_before=_settle)
+
+
+def test_help_screen(snap_compare, tmp_path):
+    assert snap_compare(_app(tmp_path), terminal_size=SIZE, press=["f1"])
