@@ -521,6 +521,7 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
     trainer = Trainer(cfg, checkpoint=checkpoint, progress=progress, kill_at_step=kill_at_step)
     trainer.setup()
     store = SessionStore(session_dir)
+    store.touch()
     if run_id is None:
         run_id = store.create_run(cfg.to_dict(), name=name)
     else:

@@ -533,10 +533,10 @@ class TrainerApp(App[None]):
         if d.identical is None:
             text = f"{names}: no common fingerprint yet."
         elif d.identical:
-            text = (f"{names}: [b]bit-identical[/b] at all {len(d.fp_steps)} common "
-                    f"fingerprints (up to step {d.fp_steps[-1]}).")
+            text = (f"{names}: [b]bit-identical at all {len(d.fp_steps)} common "
+                    f"fingerprints[/b] (up to step {d.fp_steps[-1]}).")
         elif d.first_difference == 0:
-            text = (f"{names}: [b]not identical[/b]: the parameters differ already at step 0 "
+            text = (f"{names}: [b]not identical:[/b] the parameters differ already at step 0 "
                     "(different initialisation: another seed, model or no seed at all).")
         else:
             before = max(s for s in d.fp_steps if s < d.first_difference) \
@@ -544,7 +544,7 @@ class TrainerApp(App[None]):
             where = (f"identical at step {before}, different at step {d.first_difference}"
                      if before is not None else
                      f"different at step {d.first_difference}, the first step compared")
-            text = (f"{names}: [b]not identical[/b]: parameter hashes {where} "
+            text = (f"{names}: [b]not identical:[/b] parameter hashes {where} "
                     f"({len(d.fp_steps)} fingerprints compared; a smaller fingerprint_every "
                     "narrows it down).")
         verdict.update(text)
