@@ -11,12 +11,15 @@ Core layer: imports neither torch nor textual.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from typing import Any
 
 from .store import SessionStore
+
+NICENESS = 10
 
 
 class Supervisor:
@@ -27,9 +30,13 @@ class Supervisor:
     def _spawn(self, run_id: int, args: list[str]) -> subprocess.Popen:
         log_path = self.store.log_path(run_id)
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        # Training runs at a lower CPU priority than the dashboard: with several runs on few
+        # cores the dashboard would otherwise wait its turn behind every training thread.
+        nice = [shutil.which("nice") or "", "-n", str(NICENESS)] if shutil.which("nice") else []
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tui_trainer", *args, "--session", str(self.store.dir)],
+                [*nice, sys.executable, "-m", "tui_trainer", *args,
+                 "--session", str(self.store.dir)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self._children[run_id] = proc

@@ -387,7 +387,11 @@ class TrainerApp(App[None]):
             if new != self.cursor_run:
                 self.cursor_run = new
                 self._save_state()
-                self.refresh_panels()
+                # Redraw now only what follows the cursor; the rest waits for the timer, so
+                # moving through the table never costs a redraw of every plot.
+                active = self.query_one("#tabs", TabbedContent).active
+                if active == "tab-log" or (active == "tab-plots" and not self.marked):
+                    self.refresh_panels()
 
     @on(TabbedContent.TabActivated)
     def _tab(self, event: TabbedContent.TabActivated) -> None:
