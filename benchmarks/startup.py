@@ -49,7 +49,7 @@ def main() -> int:
     py = shlex.quote(sys.executable)
     with tempfile.TemporaryDirectory() as tmp:
         session = Path(tmp) / "session"
-        for i in range(args.runs):
+        for _ in range(args.runs):
             subprocess.run([sys.executable, "-m", "tui_trainer", "run", "--session",
                             str(session), "--set", "dataset=mnist-sample", "--set",
                             "max_steps=20"], check=True, capture_output=True)

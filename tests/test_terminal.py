@@ -3,7 +3,6 @@ reads the screen; then the terminal is killed and the app reopens the same sessi
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess

@@ -21,7 +21,7 @@ def reduce_minmax(xs: Sequence[float], ys: Sequence[float | None], width: int
                   ) -> tuple[list[float], list[float]]:
     """At most about 2*width points that keep each column's extremes: a curve reduced this
     way looks like the full one at that width (spikes stay visible)."""
-    pts = [(x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(y)]
+    pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None and math.isfinite(y)]
     if len(pts) <= 2 * width or width <= 0:
         return [p[0] for p in pts], [p[1] for p in pts]
     per = len(pts) / width
@@ -54,7 +54,7 @@ def sketch_distance(a: bytes | None, b: bytes | None) -> float | None:
         return None
     n = len(a) // 8
     va, vb = struct.unpack(f"{n}d", a), struct.unpack(f"{n}d", b)
-    return math.sqrt(sum((x - y) ** 2 for x, y in zip(va, vb)))
+    return math.sqrt(sum((x - y) ** 2 for x, y in zip(va, vb, strict=True)))
 
 
 @dataclass

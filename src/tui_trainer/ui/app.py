@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from textual import on, work
+from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import (Button, DataTable, Footer, Header, Input, Label, Log, Select,
+from textual.widgets import (Button, DataTable, Footer, Header, Input, Log, Select,
                              Static, TabbedContent, TabPane)
 
 from ..core import config as C
@@ -499,7 +499,7 @@ class TrainerApp(App[None]):
             loss.append(Series(f"{rid}", xs, ys, colour))
             good = [y for y in ys if y is not None]
             if good:
-                loss.append(Series(f"{rid} smooth", [x for x, y in zip(xs, ys)
+                loss.append(Series(f"{rid} smooth", [x for x, y in zip(xs, ys, strict=True)
                                                      if y is not None], smooth(good),
                                    "white" if len(runs) == 1 else COLOURS[(i + 4) % 8]))
             sps.append(Series(label, *s.column("samples_per_s"), colour))

@@ -26,7 +26,7 @@ process of its own and writes into the session; quitting never loses anything.
 | --- | --- |
 | **F2** | start a run with the form's config |
 | **F3** | stop the run under the cursor (it finishes its step and writes a checkpoint) |
-| **F4** | continue the run under the cursor from its newest checkpoint (the form's epochs / max_steps if larger) |
+| **F4** | continue the run under the cursor from its newest checkpoint; epochs and max_steps changed in the form apply |
 | **F5** | repeat: start a twin with the same config, paired with it for divergence |
 | **F6** | compare the pair: two marked runs, or a run and its twin |
 | **space** | (in the run table) mark / unmark a run for the plots and the pair |
