@@ -20,7 +20,7 @@ from .core.errors import CheckpointError
 from .core.paths import default_session_dir
 from .core.store import SessionError, SessionStore
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_IDENTICAL = 0, 1, 2, 3
 
 
 class BadInput(Exception):
@@ -81,6 +81,22 @@ def build_parser() -> argparse.ArgumentParser:
                     help="resume from this checkpoint of the run instead of the newest")
     sp.add_argument("--json", action="store_true")
     sp.add_argument("--kill-at-step", type=int, metavar="N", help=argparse.SUPPRESS)
+
+    sp = sub.add_parser("repro", help="is this config reproducible? a determinism verdict",
+                        description="Train a config N times (each in its own process) and "
+                                    "say whether the runs are bit-identical; if not, where "
+                                    "they part, how the divergence grows, and which settings "
+                                    "can explain it. With --resume-at STEP, check exact resume "
+                                    "instead: the config straight through against a run killed "
+                                    "at STEP and resumed from its checkpoint. Exit status 0 "
+                                    "when identical, 3 when not.")
+    config_args(sp)
+    sp.add_argument("--repeats", type=int, default=2, metavar="N",
+                    help="how many runs to compare (default 2)")
+    sp.add_argument("--resume-at", type=int, metavar="STEP",
+                    help="check exact resume: kill a run at STEP and resume it")
+    sp.add_argument("--session", metavar="DIR")
+    sp.add_argument("--json", action="store_true")
 
     sp = sub.add_parser("runs", help="list a session's runs")
     sp.add_argument("--session", metavar="DIR")
@@ -236,7 +252,102 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": cmd_runs}
+def _train(args: list[str], expect_kill: bool = False) -> dict[str, Any] | None:
+    """Runs `tui-trainer ARGS --json` in a process of its own; its summary, or None when it
+    was killed as asked."""
+    import subprocess
+    proc = subprocess.run([sys.executable, "-m", "tui_trainer", *args],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if expect_kill and proc.returncode < 0:
+        return None
+    if proc.returncode != 0:
+        message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
+        if proc.returncode == EXIT_BAD_INPUT:
+            raise BadInput(message.removeprefix("tui-trainer: "))
+        raise RuntimeError(f"a repro run failed (exit {proc.returncode}): {message}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    from .core.repro import verdict
+    cfg = cfgmod.load(args.config, args.sets)        # bad input stops here, before training
+    if args.repeats < 2:
+        raise ConfigError("--repeats", "must be 2 or more (there is nothing to compare)")
+    session = _session_dir(args.session)
+    base = ["run", "--session", str(session), "--json"]
+    if args.config:
+        base += ["--config", args.config]
+    for pair in args.sets:
+        base += ["--set", pair]
+    say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    if args.resume_at is None:
+        ids = []
+        for i in range(args.repeats):
+            say(f"repro: run {i + 1} of {args.repeats} ...")
+            ids.append(_train(base + ["--name", f"repro-{i + 1}"])["run_id"])
+        since = -1
+    else:
+        if args.resume_at < 1:
+            raise ConfigError("--resume-at", "must be a step >= 1")
+        if cfg.max_steps and args.resume_at >= cfg.max_steps:
+            raise ConfigError("--resume-at", f"must be below max_steps ({cfg.max_steps})")
+        say("repro: the config straight through ...")
+        straight = _train(base + ["--name", "repro-straight"])
+        if args.resume_at >= straight["steps"]:
+            raise ConfigError("--resume-at", f"must be below the run's {straight['steps']} "
+                              "steps")
+        say(f"repro: the same, killed at step {args.resume_at} ...")
+        _train(base + ["--name", f"repro-killed-at-{args.resume_at}", "--set",
+                       f"checkpoint_every={args.resume_at}", "--kill-at-step",
+                       str(args.resume_at)], expect_kill=True)
+        with SessionStore(session, create=False) as store:
+            killed = store.runs()[-1]["id"]
+        say(f"repro: resuming it from its checkpoint at step {args.resume_at} ...")
+        _train(["resume", str(killed), "--session", str(session), "--json"])
+        ids, since = [straight["run_id"], killed], args.resume_at
+    with SessionStore(session, create=False) as store:
+        v = verdict(store, ids, since_step=since)
+        store.add_event(ids[-1], "repro_verdict",
+                        f"{'identical' if v.identical else 'not identical'} to run {ids[0]}",
+                        data=v.to_dict())
+    result = {"mode": "repeat" if args.resume_at is None else "resume",
+              "resume_at": args.resume_at, "config": cfg.to_dict(), **v.to_dict()}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        _print_verdict(result)
+    return EXIT_OK if v.identical else EXIT_NOT_IDENTICAL
+
+
+def _print_verdict(r: dict[str, Any]) -> None:
+    what = ("resumed run vs straight run" if r["mode"] == "resume"
+            else f"{len(r['runs'])} runs of one config")
+    print(f"{what}: runs {', '.join(map(str, r['runs']))}")
+    if r["identical"]:
+        print(f"verdict: BIT-IDENTICAL at all {r['fingerprints_compared']} parameter "
+              "fingerprints compared")
+        return
+    if r["fingerprints_compared"] == 0:
+        print("verdict: NOT identical: no common fingerprint to compare")
+    else:
+        last = r["last_identical"]
+        print(f"verdict: NOT identical: parameter hashes first differ at step "
+              f"{r['first_difference']}" + (f" (identical at step {last})"
+                                             if last is not None else ""))
+    rows = r["growth"]
+    if rows:
+        print("how it grows:   step   |Δloss|   parameter distance")
+        for row in rows[:: max(1, len(rows) // 10)]:
+            dist = row["param_distance"]
+            print(f"            {row['step']:>7}   {_num(row['loss_delta'])}   "
+                  f"{'-' if dist is None else f'{dist:.4g}'}")
+    print("settings that can explain it:")
+    for reason in r["explanations"] or ["none of the known causes applies to these runs"]:
+        print(f"  - {reason}")
+
+
+COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": cmd_runs,
+            "repro": cmd_repro}
 
 
 def main(argv: list[str] | None = None) -> int:

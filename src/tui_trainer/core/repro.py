@@ -1,0 +1,104 @@
+"""Determinism verdicts: are these runs bit-identical, and if not, where did they part and
+which settings can explain it.
+
+Works on what the session store holds (parameter hashes, losses, parameter sketches, the
+runs' configs and effective settings). Core layer: imports neither torch nor textual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .divergence import BIT_RELEVANT_SETTINGS, divergence
+from .store import SessionStore
+
+
+@dataclass
+class Verdict:
+    identical: bool
+    runs: list[int]
+    fingerprints_compared: int
+    first_difference: int | None          # first fingerprint step where any run differs
+    last_identical: int | None            # the last fingerprint step before it (all equal)
+    growth: list[dict[str, Any]] = field(default_factory=list)   # per step, vs the first run
+    explanations: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def explain(runs: list[dict[str, Any]]) -> list[str]:
+    """Settings of these runs that can make them differ, in words."""
+    cfgs = [r["config"] or {} for r in runs]
+    fps = [r["fingerprint"] or {} for r in runs]
+    reasons: list[str] = []
+    if any(c.get("seed") is None for c in cfgs):
+        reasons.append("seed = none: nothing is seeded, so each run starts from fresh random "
+                       "state (initial weights, shuffle, dropout, augmentation)")
+    cuda = any(str(f.get("device", "")).startswith("cuda") for f in fps)
+    if cuda and any(f.get("deterministic_algorithms") is False for f in fps):
+        reasons.append("deterministic = off on CUDA: kernels that use atomics (e.g. some "
+                       "backward passes, scatter/index_add) may sum in a different order")
+    if cuda and any(f.get("cudnn_benchmark") for f in fps):
+        reasons.append("cudnn.benchmark = on: cuDNN times convolution algorithms and may pick "
+                       "a different one in each run")
+    if cuda and any(f.get("cudnn_deterministic") is False for f in fps):
+        reasons.append("cudnn.deterministic = off: cuDNN may use non-deterministic "
+                       "convolution algorithms")
+    if any(c.get("compile") == "on" for c in cfgs):
+        reasons.append("compile = on: generated kernels and their fusion can change the order "
+                       "of floating-point operations")
+    for key in BIT_RELEVANT_SETTINGS:
+        values = [f.get(key) for f in fps]
+        if len({repr(v) for v in values}) > 1:
+            shown = ", ".join(repr(v) for v in values)
+            extra = (" (another thread count can change the order of float sums)"
+                     if key == "num_threads" else "")
+            reasons.append(f"{key} differs between the runs: {shown}{extra}")
+    for c in cfgs:
+        if c.get("augment") == "numpy" and c.get("num_workers", 0) > 0 \
+                and not c.get("seed_workers"):
+            reasons.append("numpy augmentation in DataLoader workers without seed_workers: "
+                           "the workers' numpy seeds then come from the global torch RNG")
+            break
+    return reasons
+
+
+def verdict(store: SessionStore, run_ids: list[int], since_step: int = -1) -> Verdict:
+    """Compares every run with the first one at every common fingerprint after since_step."""
+    runs = [store.run(r) for r in run_ids]
+    base_steps, base_fps = store.steps(run_ids[0]), store.fingerprints(run_ids[0])
+    first: int | None = None
+    compared: set[int] = set()
+    growth: dict[int, dict[str, Any]] = {}
+    base_hash = {r["step"]: r["sha256"] for r in base_fps}
+    for other in run_ids[1:]:
+        other_fps = store.fingerprints(other)
+        other_hash = {r["step"]: r["sha256"] for r in other_fps}
+        common = sorted(s for s in base_hash.keys() & other_hash.keys() if s > since_step)
+        compared.update(common)
+        differ = [s for s in common if base_hash[s] != other_hash[s]]
+        if differ:
+            first = differ[0] if first is None else min(first, differ[0])
+        d = divergence(base_steps, store.steps(other), base_fps, other_fps)
+        for s, dl in zip(d.steps, d.loss_delta, strict=True):
+            if s > since_step:
+                row = growth.setdefault(s, {"step": s, "loss_delta": 0.0,
+                                            "param_distance": None})
+                row["loss_delta"] = max(row["loss_delta"], dl)
+        for s, dist in zip(d.fp_steps, d.param_distance, strict=True):
+            if s > since_step and dist is not None:
+                row = growth.setdefault(s, {"step": s, "loss_delta": None,
+                                            "param_distance": 0.0})
+                row["param_distance"] = max(row["param_distance"] or 0.0, dist)
+    ordered = sorted(compared)
+    last_identical = None
+    if first is not None:
+        before = [s for s in ordered if s < first]
+        last_identical = before[-1] if before else None
+    identical = first is None and bool(ordered)
+    return Verdict(identical=identical, runs=list(run_ids), fingerprints_compared=len(ordered),
+                   first_difference=first, last_identical=last_identical,
+                   growth=[growth[s] for s in sorted(growth)],
+                   explanations=[] if identical else explain(runs))
