@@ -98,6 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--session", metavar="DIR")
     sp.add_argument("--json", action="store_true")
 
+    sp = sub.add_parser("export", help="PNG figures and CSVs of runs",
+                        description="Export runs: every stored point as CSV (steps, "
+                                    "evaluations, fingerprints; no downsampling) and PNG "
+                                    "figures (loss, throughput, memory, and divergence for "
+                                    "two runs) into SESSION/exports, naming the files written.")
+    sp.add_argument("run_ids", type=int, nargs="+", metavar="RUN_ID")
+    sp.add_argument("--session", metavar="DIR")
+    sp.add_argument("--json", action="store_true")
+
     sp = sub.add_parser("runs", help="list a session's runs")
     sp.add_argument("--session", metavar="DIR")
     sp.add_argument("--json", action="store_true")
@@ -346,8 +355,23 @@ def _print_verdict(r: dict[str, Any]) -> None:
         print(f"  - {reason}")
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from .core.export import export_csv, export_png
+    with SessionStore(_session_dir(args.session), create=False) as store:
+        for run_id in args.run_ids:
+            store.run(run_id)                   # an unknown run is bad input, before writing
+        out = store.dir / "exports"
+        written = [p for r in args.run_ids for p in export_csv(store, r, out)]
+        written += export_png(store, args.run_ids, out)
+    if args.json:
+        print(json.dumps({"files": [str(p) for p in written]}))
+    else:
+        print("\n".join(str(p) for p in written))
+    return EXIT_OK
+
+
 COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": cmd_runs,
-            "repro": cmd_repro}
+            "repro": cmd_repro, "export": cmd_export}
 
 
 def main(argv: list[str] | None = None) -> int:
