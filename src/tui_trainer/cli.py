@@ -310,7 +310,9 @@ def cmd_repro(args: argparse.Namespace) -> int:
                        f"checkpoint_every={args.resume_at}", "--kill-at-step",
                        str(args.resume_at)], expect_kill=True)
         with SessionStore(session, create=False) as store:
-            killed = store.runs()[-1]["id"]
+            # By name, not "the newest run": the dashboard may start runs meanwhile.
+            killed = max(r["id"] for r in store.runs()
+                         if r["name"] == f"repro-killed-at-{args.resume_at}")
         say(f"repro: resuming it from its checkpoint at step {args.resume_at} ...")
         _train(["resume", str(killed), "--session", str(session), "--json"])
         ids, since = [straight["run_id"], killed], args.resume_at

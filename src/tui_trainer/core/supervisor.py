@@ -79,7 +79,10 @@ class Supervisor:
         return True
 
     def live_runs(self) -> list[int]:
-        return [r["id"] for r in self.store.runs() if self.store.is_live(r)]
+        """Runs training now, including ones this dashboard launched that are still starting."""
+        live = {r["id"] for r in self.store.runs() if self.store.is_live(r)}
+        live |= {run_id for run_id in self._children if self.starting(run_id)}
+        return sorted(live)
 
     def reap(self) -> dict[int, int]:
         """Collects exit statuses of children that ended (no zombies); {run_id: status}."""

@@ -163,6 +163,7 @@ class Trainer:
         self.cuda = self.device.type == "cuda"
         apply_knobs(cfg, self.device)
         self.loaders: Loaders = make_loaders(cfg, self.device)
+        self.batches_per_epoch = len(self.loaders.train)   # fixed for the run; not per batch
         model = build_model(cfg.model).to(self.device)
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
@@ -213,7 +214,7 @@ class Trainer:
         return self.elapsed_before + (time.perf_counter() - self.t_start)
 
     def _epoch_float(self) -> float:
-        return self.pos.epoch + self.pos.batch / max(1, len(self.loaders.train))
+        return self.pos.epoch + self.pos.batch / max(1, self.batches_per_epoch)
 
     def write_checkpoint(self) -> None:
         p = self.pos
@@ -370,7 +371,7 @@ class Trainer:
                 micro += 1
                 self.pos.batch += 1
                 self.pos.samples += len(y)
-                if micro == accum or self.pos.batch == len(self.loaders.train):
+                if micro == accum or self.pos.batch == self.batches_per_epoch:
                     log_now = (self.pos.step + 1) % cfg.log_every == 0
                     norm = self._optimizer_step(log_now)
                     micro = 0
@@ -493,7 +494,7 @@ class Trainer:
             return None
         from tqdm import tqdm
         cfg = self.cfg
-        per_epoch = math.ceil(len(self.loaders.train) / cfg.grad_accum_steps)
+        per_epoch = math.ceil(self.batches_per_epoch / cfg.grad_accum_steps)
         total = per_epoch * cfg.epochs
         if cfg.max_steps:
             total = min(total, cfg.max_steps)

@@ -8,7 +8,6 @@ started through `core.supervisor`, so the dashboard stays responsive and runs ou
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -348,9 +347,7 @@ class TrainerApp(App[None]):
         self.push_screen(OpenScreen(self.session_dir), opened)
 
     async def action_quit(self) -> None:
-        live = self.supervisor.live_runs() + [r for r in self.supervisor._children
-                                              if self.supervisor.starting(r)]
-        live = sorted(set(live))
+        live = self.supervisor.live_runs()
         if not live:
             self._save_state()
             self.exit()
@@ -644,8 +641,5 @@ class TrainerApp(App[None]):
 
 
 def run_app(session_dir: Path | None) -> int:
-    started = time.perf_counter()
-    app = TrainerApp(session_dir)
-    app.started_at = started
-    app.run()
+    TrainerApp(session_dir).run()
     return 0
