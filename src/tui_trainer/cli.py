@@ -21,6 +21,7 @@ from .core.paths import default_session_dir
 from .core.store import SessionError, SessionStore
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_IDENTICAL = 0, 1, 2, 3
+DEFAULT_AB_STEPS = 200
 
 
 class BadInput(Exception):
@@ -95,6 +96,32 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how many runs to compare (default 2)")
     sp.add_argument("--resume-at", type=int, metavar="STEP",
                     help="check exact resume: kill a run at STEP and resume it")
+    sp.add_argument("--run", type=int, metavar="RUN_ID",
+                    help="check a run of the session instead of a config: train its twin "
+                         "(or, with --resume-at, a twin killed at STEP and resumed) and "
+                         "compare the two (how the dashboard's verdict actions work)")
+    sp.add_argument("--session", metavar="DIR")
+    sp.add_argument("--json", action="store_true")
+
+    sp = sub.add_parser("ab", help="the price of each knob: an A/B study",
+                        description="Train the base config and one variant per value of "
+                                    "each --vary key, for the same steps, one after the "
+                                    "other (so timings do not disturb each other), and show "
+                                    "a table: samples/s, time waiting for data, peak memory, "
+                                    "final loss and accuracy, each also as a ratio to the "
+                                    "base, and whether each variant is bit-identical to the "
+                                    "base. A study file (experiments/ab/) holds a base config "
+                                    "and an [ab] table with its vary list and steps.")
+    config_args(sp)
+    sp.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
+                    help="a key and the values to try, one variant each (repeatable)")
+    sp.add_argument("--steps", type=int, metavar="N",
+                    help="optimizer steps of every run (default: the study file's, else "
+                         f"{DEFAULT_AB_STEPS})")
+    sp.add_argument("--name", help="a name for the study")
+    sp.add_argument("--study", type=int, metavar="ID",
+                    help="run (or continue) a study already in the session, as planned there "
+                         "(how the dashboard starts studies)")
     sp.add_argument("--session", metavar="DIR")
     sp.add_argument("--json", action="store_true")
 
@@ -103,7 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "evaluations, fingerprints; no downsampling) and PNG "
                                     "figures (loss, throughput, memory, and divergence for "
                                     "two runs) into SESSION/exports, naming the files written.")
-    sp.add_argument("run_ids", type=int, nargs="+", metavar="RUN_ID")
+    sp.add_argument("run_ids", type=int, nargs="*", metavar="RUN_ID")
+    sp.add_argument("--study", type=int, metavar="ID",
+                    help="export an A/B study: its table as CSV, every run's points, and "
+                         "figures of all its runs and of each figure's ratio to the base")
     sp.add_argument("--session", metavar="DIR")
     sp.add_argument("--json", action="store_true")
 
@@ -261,68 +291,102 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _train(args: list[str], expect_kill: bool = False) -> dict[str, Any] | None:
-    """Runs `tui-trainer ARGS --json` in a process of its own; its summary, or None when it
-    was killed as asked."""
+def _train(session: Path, run_id: int, args: list[str], expect_kill: bool = False,
+           children: list | None = None) -> dict[str, Any] | None:
+    """Trains run `run_id` with `tui-trainer ARGS --json` in a process of its own, its
+    progress and errors going to the run's log (where the dashboard shows them). Returns the
+    run's summary, or None when the process was killed as asked."""
     import subprocess
-    proc = subprocess.run([sys.executable, "-m", "tui_trainer", *args],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log_path = session / "logs" / f"run-{run_id}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "tui_trainer", *args,
+                                 "--session", str(session), "--json"],
+                                stdout=subprocess.PIPE, stderr=log, text=True)
+        if children is not None:
+            children.append(proc)
+        out, _ = proc.communicate()
+        if children is not None:
+            children.remove(proc)
     if expect_kill and proc.returncode < 0:
         return None
     if proc.returncode != 0:
-        message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
+        tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        message = tail[-1].removeprefix("tui-trainer: ") if tail else ""
         if proc.returncode == EXIT_BAD_INPUT:
-            raise BadInput(message.removeprefix("tui-trainer: "))
-        raise RuntimeError(f"a repro run failed (exit {proc.returncode}): {message}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+            raise BadInput(message)
+        raise RuntimeError(f"run {run_id} failed (exit {proc.returncode}): {message}; "
+                           f"its log: {log_path}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
     from .core.repro import verdict
-    cfg = cfgmod.load(args.config, args.sets)        # bad input stops here, before training
+    if args.run is not None and (args.config or args.sets):
+        raise BadInput("--run checks a run of the session with its own config; it takes no "
+                       "--config or --set")
+    session = _session_dir(args.session)
+    if args.run is None:
+        cfg = cfgmod.load(args.config, args.sets)    # bad input stops here, before training
     if args.repeats < 2:
         raise ConfigError("--repeats", "must be 2 or more (there is nothing to compare)")
-    session = _session_dir(args.session)
-    base = ["run", "--session", str(session), "--json"]
-    if args.config:
-        base += ["--config", args.config]
-    for pair in args.sets:
-        base += ["--set", pair]
+    if args.resume_at is not None and args.resume_at < 1:
+        raise ConfigError("--resume-at", "must be a step >= 1")
     say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
-    if args.resume_at is None:
-        ids = []
-        for i in range(args.repeats):
-            say(f"repro: run {i + 1} of {args.repeats} ...")
-            ids.append(_train(base + ["--name", f"repro-{i + 1}"])["run_id"])
-        since = -1
-    else:
-        if args.resume_at < 1:
-            raise ConfigError("--resume-at", "must be a step >= 1")
-        if cfg.max_steps and args.resume_at >= cfg.max_steps:
+    with SessionStore(session, create=args.run is None) as store:
+        first: dict[str, Any] | None = None
+        if args.run is not None:
+            first = store.run(args.run)
+            if store.is_live(first) or first["status"] == "created":
+                raise BadInput(f"run {args.run} is {first['status']}; check it once it has "
+                               "finished or stopped")
+            cfg = cfgmod.from_dict(first["config"])
+        if args.resume_at is not None and cfg.max_steps and args.resume_at >= cfg.max_steps:
             raise ConfigError("--resume-at", f"must be below max_steps ({cfg.max_steps})")
-        say("repro: the config straight through ...")
-        straight = _train(base + ["--name", "repro-straight"])
-        if args.resume_at >= straight["steps"]:
-            raise ConfigError("--resume-at", f"must be below the run's {straight['steps']} "
-                              "steps")
-        say(f"repro: the same, killed at step {args.resume_at} ...")
-        _train(base + ["--name", f"repro-killed-at-{args.resume_at}", "--set",
-                       f"checkpoint_every={args.resume_at}", "--kill-at-step",
-                       str(args.resume_at)], expect_kill=True)
-        with SessionStore(session, create=False) as store:
-            # By name, not "the newest run": the dashboard may start runs meanwhile.
-            killed = max(r["id"] for r in store.runs()
-                         if r["name"] == f"repro-killed-at-{args.resume_at}")
-        say(f"repro: resuming it from its checkpoint at step {args.resume_at} ...")
-        _train(["resume", str(killed), "--session", str(session), "--json"])
-        ids, since = [straight["run_id"], killed], args.resume_at
-    with SessionStore(session, create=False) as store:
+        if args.resume_at is not None and first is not None and args.resume_at >= first["step"]:
+            raise ConfigError("--resume-at", f"must be below the run's {first['step']} steps")
+        prefix = first["name"] if first is not None else "repro"
+
+        def new_run(name: str, config: cfgmod.RunConfig, twin_of: int | None) -> int:
+            return store.create_run(config.to_dict(), name=name, twin_of=twin_of)
+
+        if args.resume_at is None:
+            ids = [first["id"]] if first is not None else []
+            for i in range(len(ids), args.repeats):
+                run_id = new_run(f"{prefix}-{i + 1}" if first is None else f"{prefix}-twin",
+                                 cfg, ids[0] if ids else None)
+                say(f"repro: run {i + 1} of {args.repeats} (run {run_id}) ...")
+                _train(session, run_id, ["run", "--run-id", str(run_id)])
+                ids.append(run_id)
+            since = -1
+        else:
+            if first is None:
+                straight = new_run(f"{prefix}-straight", cfg, None)
+                say(f"repro: the config straight through (run {straight}) ...")
+                summary = _train(session, straight, ["run", "--run-id", str(straight)])
+                if args.resume_at >= summary["steps"]:
+                    raise ConfigError("--resume-at", f"must be below the run's "
+                                      f"{summary['steps']} steps")
+            else:
+                straight = first["id"]
+            every = cfg.checkpoint_every
+            killed_cfg = cfg if every and args.resume_at % every == 0 else \
+                cfg.replace(checkpoint_every=args.resume_at)
+            killed = new_run(f"{prefix}-resumed-at-{args.resume_at}", killed_cfg, straight)
+            say(f"repro: the same, killed at step {args.resume_at} (run {killed}) ...")
+            _train(session, killed, ["run", "--run-id", str(killed), "--kill-at-step",
+                                     str(args.resume_at)], expect_kill=True)
+            say(f"repro: resuming it from its checkpoint at step {args.resume_at} ...")
+            _train(session, killed, ["resume", str(killed)])
+            ids, since = [straight, killed], args.resume_at
         v = verdict(store, ids, since_step=since)
+        mode = "repeat" if args.resume_at is None else "resume"
         store.add_event(ids[-1], "repro_verdict",
-                        f"{'identical' if v.identical else 'not identical'} to run {ids[0]}",
-                        data=v.to_dict())
-    result = {"mode": "repeat" if args.resume_at is None else "resume",
-              "resume_at": args.resume_at, "config": cfg.to_dict(), **v.to_dict()}
+                        f"{'identical' if v.identical else 'not identical'} to run {ids[0]}"
+                        + (f" after resuming at step {args.resume_at}" if since >= 0 else ""),
+                        data={"mode": mode, "resume_at": args.resume_at, **v.to_dict()})
+    result = {"mode": mode, "resume_at": args.resume_at, "config": cfg.to_dict(),
+              **v.to_dict()}
     if args.json:
         print(json.dumps(result))
     else:
@@ -358,13 +422,17 @@ def _print_verdict(r: dict[str, Any]) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .core.export import export_csv, export_png
+    from .core.export import export_runs, export_study
+    if not args.run_ids and args.study is None:
+        raise BadInput("export what? give RUN_ID ... or --study ID")
+    if args.run_ids and args.study is not None:
+        raise BadInput("give either RUN_ID ... or --study ID, not both")
     with SessionStore(_session_dir(args.session), create=False) as store:
-        for run_id in args.run_ids:
-            store.run(run_id)                   # an unknown run is bad input, before writing
         out = store.dir / "exports"
-        written = [p for r in args.run_ids for p in export_csv(store, r, out)]
-        written += export_png(store, args.run_ids, out)
+        if args.study is not None:
+            written = export_study(store, args.study, out)
+        else:
+            written = export_runs(store, args.run_ids, out)
     if args.json:
         print(json.dumps({"files": [str(p) for p in written]}))
     else:
@@ -372,8 +440,137 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_ab(args: argparse.Namespace) -> int:
+    from .core import study as ab
+    session = _session_dir(args.session)
+    say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    if args.study is not None:
+        if args.vary or args.config or args.sets or args.steps:
+            raise BadInput("--study runs a study as planned; it takes no --vary, --config, "
+                           "--set or --steps")
+        with SessionStore(session, create=False) as store:
+            study_id, notes = store.study(args.study)["id"], []
+    else:
+        file_values, spec = ({}, {}) if not args.config else ab.read_study_file(args.config)
+        values = {**file_values, **cfgmod.parse_overrides(args.sets)}
+        base = cfgmod.from_dict({**cfgmod.DEFAULTS.to_dict(), **values})
+        vary = ab.parse_vary(list(spec.get("vary", [])) + args.vary)
+        if args.steps is not None and args.steps < 1:
+            raise ConfigError("--steps", f"must be >= 1, got {args.steps}")
+        steps = args.steps or spec.get("steps") or DEFAULT_AB_STEPS
+        variants, notes = ab.plan(base, vary, steps)
+        for note in notes:
+            say(f"ab: {note}")
+        name = args.name or spec.get("name") or \
+            (Path(args.config).stem if args.config else "ab")
+        with SessionStore(session) as store:
+            study_id = store.create_study(
+                "ab", name, {"vary": [[k, v] for k, v in vary], "steps": steps,
+                             "notes": notes, "file": args.config}, variants)
+    status = run_study(session, study_id, say)
+    with SessionStore(session, create=False) as store:
+        study, rows = ab.table(store, study_id)
+    if args.json:
+        print(json.dumps({"study_id": study_id, "name": study["name"], "status": status,
+                          "steps": study["spec"]["steps"], "vary": study["spec"]["vary"],
+                          "notes": study["spec"].get("notes", []),
+                          "rows": [r.to_dict() for r in rows]}))
+    else:
+        print(f"A/B study {study_id} ({study['name']}): {study['spec']['steps']} steps each, "
+              f"{status}")
+        print("\n".join(ab.format_table(rows)))
+        kinds = {r.memory_kind for r in rows if r.memory_kind}
+        print("samples/s: median over logged intervals, the first left out; data wait: total "
+              "time the loop waited for batches; peak mem: "
+              + ("GPU peak allocated" if kinds == {"GPU"} else "process RSS"
+                 if kinds == {"RSS"} else "GPU peak where on CUDA, else process RSS")
+              + "; (N.NNx) = ratio to the base.")
+        for note in study["spec"].get("notes", []):
+            print(f"note: {note}")
+    failed = any(r.status == "crashed" for r in rows)
+    return EXIT_FAILED if failed or status == "crashed" else EXIT_OK
+
+
+def _device_refusal(config: dict[str, Any]) -> str | None:
+    """Why a variant cannot train on this machine (e.g. amp=fp16 without CUDA), or None."""
+    from .engine.reproducibility import check_device_knobs, resolve_device
+    try:
+        cfg = cfgmod.from_dict(config)
+        check_device_knobs(cfg, resolve_device(cfg))
+    except ConfigError as e:
+        return f"{e.key}: {e.reason}"
+    return None
+
+
+def run_study(session: Path, study_id: int, say: Any) -> str:
+    """Trains a study's variants one after the other; a variant already finished is kept
+    (so a stopped or crashed study continues where it was). SIGTERM or Ctrl-C stops the run
+    in progress (with its checkpoint) and the study. Returns the study's end status."""
+    import signal
+    children: list[Any] = []
+    stop = {"asked": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop["asked"] = True
+        if signum == signal.SIGTERM:     # Ctrl-C reaches the run itself from the terminal
+            for child in list(children):
+                child.send_signal(signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with SessionStore(session, create=False) as store:
+            study = store.study(study_id)
+            if study["status"] == "running":
+                raise BadInput(f"study {study_id} is running already (pid {study['pid']})")
+            store.set_study_status(study_id, "running")
+            status, message = "finished", None
+            variants = study["variants"]
+            base_run = variants[0]["run_id"]
+            try:
+                for i, v in enumerate(variants):
+                    if stop["asked"]:
+                        break
+                    if v["run_id"] is not None and \
+                            store.run(v["run_id"])["status"] == "finished":
+                        continue
+                    if v["run_id"] is None and v["note"]:
+                        continue
+                    refusal = _device_refusal(v["config"])
+                    if refusal:
+                        store.set_study_run(study_id, v["position"], None,
+                                            f"not possible on this machine ({refusal})")
+                        say(f"ab: {v['label']}: skipped, {refusal}")
+                        continue
+                    run_id = store.create_run(v["config"],
+                                              name=f"ab{study_id}-{v['label']}",
+                                              twin_of=base_run if v["position"] else None)
+                    if v["position"] == 0:
+                        base_run = run_id
+                    store.set_study_run(study_id, v["position"], run_id)
+                    say(f"ab: {v['label']} ({i + 1} of {len(variants)}, run {run_id}) ...")
+                    try:
+                        _train(session, run_id, ["run", "--run-id", str(run_id)],
+                               children=children)
+                    except (BadInput, RuntimeError) as e:
+                        if stop["asked"]:
+                            break
+                        store.set_study_run(study_id, v["position"], run_id, f"failed: {e}")
+                        say(f"ab: {v['label']} failed: {e}")
+                if stop["asked"]:
+                    status, message = "stopped", "stopped on request; run it again to continue"
+            except BaseException as e:
+                status, message = "crashed", str(e)
+                raise
+            finally:
+                store.set_study_status(study_id, status, message)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return status
+
+
 COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": cmd_runs,
-            "repro": cmd_repro, "export": cmd_export}
+            "repro": cmd_repro, "export": cmd_export, "ab": cmd_ab}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -379,6 +379,9 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError("--config", f"cannot read {p}: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("--config", f"{p} is not valid TOML: {e}") from None
+    # An A/B study file's [ab] table is read by `tui-trainer ab`; its base config runs as is.
+    if isinstance(data.get("ab"), dict):
+        del data["ab"]
     for key, value in data.items():
         if isinstance(value, dict):
             raise ConfigError(key, "tables are not used; keys are flat (see `tui-trainer config`)")

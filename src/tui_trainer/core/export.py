@@ -40,54 +40,74 @@ def export_csv(store: SessionStore, run_id: int, out: Path) -> list[Path]:
     ]
 
 
-def export_png(store: SessionStore, run_ids: list[int], out: Path) -> list[Path]:
-    """loss, throughput and memory for the runs (overlaid), and divergence for a pair."""
+def _pyplot() -> Any:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
 
+
+def _save(fig: Any, path: Path, written: list[Path]) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=FIG_DPI)
+    _pyplot().close(fig)
+    written.append(path)
+
+
+def _line_figure(path: Path, title: str, ylabel: str,
+                 series: list[tuple[str, list, list]], written: list[Path]) -> None:
+    fig, ax = _pyplot().subplots(figsize=FIG_SIZE_IN, dpi=FIG_DPI)
+    for label, xs, ys in series:
+        ax.plot(xs, ys, label=label, linewidth=1.2)
+    ax.set_title(title)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    if series:
+        ax.legend(fontsize="small")
+    _save(fig, path, written)
+
+
+def _column(steps: list[dict[str, Any]], key: str, scale: float = 1.0) -> tuple[list, list]:
+    pts = [(s["step"], s[key] * scale) for s in steps if s.get(key) is not None]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def _metric_figures(store: SessionStore, run_ids: list[int], labels: dict[int, str],
+                    prefix: str, out: Path, written: list[Path]) -> None:
+    """Loss, throughput and memory of the runs, overlaid, one figure each."""
+    steps = {r: store.steps(r) for r in run_ids}
+    _line_figure(out / f"{prefix}-loss.png", "Training loss", "loss (negative log-likelihood)",
+                 [(labels[r], *_column(steps[r], "loss")) for r in run_ids], written)
+    _line_figure(out / f"{prefix}-throughput.png", "Throughput", "samples / s",
+                 [(labels[r], *_column(steps[r], "samples_per_s")) for r in run_ids], written)
+    mem = [(f"{labels[r]} RSS", *_column(steps[r], "rss_bytes", 1 / 2**20)) for r in run_ids]
+    mem += [(f"{labels[r]} CUDA peak", *_column(steps[r], "cuda_peak", 1 / 2**20))
+            for r in run_ids if any(s.get("cuda_peak") for s in steps[r])]
+    _line_figure(out / f"{prefix}-memory.png", "Memory", "MiB", mem, written)
+
+
+def export_runs(store: SessionStore, run_ids: list[int], out: Path) -> list[Path]:
+    """Every stored point of each run as CSV, and their figures as PNG."""
+    for run_id in run_ids:
+        store.run(run_id)                   # an unknown run is refused before writing
+    written = [p for r in run_ids for p in export_csv(store, r, out)]
+    return written + export_png(store, run_ids, out)
+
+
+def export_png(store: SessionStore, run_ids: list[int], out: Path) -> list[Path]:
+    """loss, throughput and memory for the runs (overlaid), and divergence for a pair."""
+    plt = _pyplot()
     out.mkdir(parents=True, exist_ok=True)
     tag = "-".join(map(str, run_ids))
     runs = {r: store.run(r) for r in run_ids}
-    steps = {r: store.steps(r) for r in run_ids}
-    written = []
-
-    def figure(name: str, title: str, ylabel: str, series: list[tuple[str, list, list]],
-               logy: bool = False) -> None:
-        fig, ax = plt.subplots(figsize=FIG_SIZE_IN, dpi=FIG_DPI)
-        for label, xs, ys in series:
-            ax.plot(xs, ys, label=label, linewidth=1.2)
-        ax.set_title(title)
-        ax.set_xlabel("optimizer step")
-        ax.set_ylabel(ylabel)
-        if logy:
-            ax.set_yscale("log")
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        path = out / f"runs-{tag}-{name}.png"
-        fig.savefig(path, dpi=FIG_DPI)
-        plt.close(fig)
-        written.append(path)
-
-    def col(r: int, key: str, scale: float = 1.0) -> tuple[list, list]:
-        pts = [(s["step"], s[key] * scale) for s in steps[r] if s.get(key) is not None]
-        return [p[0] for p in pts], [p[1] for p in pts]
-
-    def label(r: int) -> str:
-        return f"run {r} ({runs[r]['name']})"
-
-    figure("loss", "Training loss", "loss (negative log-likelihood)",
-           [(label(r), *col(r, "loss")) for r in run_ids])
-    figure("throughput", "Throughput", "samples / s",
-           [(label(r), *col(r, "samples_per_s")) for r in run_ids])
-    mem = [(f"{label(r)} RSS", *col(r, "rss_bytes", 1 / 2**20)) for r in run_ids]
-    mem += [(f"{label(r)} CUDA peak", *col(r, "cuda_peak", 1 / 2**20)) for r in run_ids
-            if any(s.get("cuda_peak") for s in steps[r])]
-    figure("memory", "Memory", "MiB", mem)
+    written: list[Path] = []
+    labels = {r: f"run {r} ({runs[r]['name']})" for r in run_ids}
+    _metric_figures(store, run_ids, labels, f"runs-{tag}", out, written)
     if len(run_ids) == 2:
         a, b = run_ids
-        d = divergence(steps[a], steps[b], store.fingerprints(a), store.fingerprints(b))
+        d = divergence(store.steps(a), store.steps(b), store.fingerprints(a),
+                       store.fingerprints(b))
         fig, (ax1, ax2) = plt.subplots(2, 1, figsize=FIG_SIZE_IN, dpi=FIG_DPI, sharex=True)
         ax1.plot(d.steps, d.loss_delta, label=f"|loss {a} - loss {b}|", linewidth=1.2)
         ax1.set_ylabel("|Δloss|")
@@ -108,9 +128,76 @@ def export_png(store: SessionStore, run_ids: list[int], out: Path) -> list[Path]
         verdict = ("bit-identical" if d.identical else "not identical"
                    if d.identical is False else "no common fingerprint")
         fig.suptitle(f"Divergence of run {a} and run {b}: {verdict}")
-        fig.tight_layout()
-        path = out / f"runs-{tag}-divergence.png"
-        fig.savefig(path, dpi=FIG_DPI)
-        plt.close(fig)
-        written.append(path)
+        _save(fig, out / f"runs-{tag}-divergence.png", written)
+    return written
+
+
+def export_study(store: SessionStore, study_id: int, out: Path) -> list[Path]:
+    """An A/B study: its table (figures and ratios) as CSV, every point of its runs as CSV,
+    and figures: its runs' loss, throughput and memory overlaid, each figure as a ratio to
+    the base, and each variant's parameter distance from the base."""
+    from .study import FIGURES, identity_text, table
+    plt = _pyplot()
+    study, rows = table(store, study_id)
+    out.mkdir(parents=True, exist_ok=True)
+    prefix = f"study-{study_id}"
+    columns = ["position", "variant", "run_id", "status", "steps"]
+    for key, _, _ in FIGURES:
+        columns += [key, f"{key}_ratio"]
+    columns += ["memory_kind", "bit_identical_to_base", "first_difference", "note"]
+    table_rows = []
+    for r in rows:
+        row = {"position": r.position, "variant": r.label, "run_id": r.run_id,
+               "status": r.status, "steps": r.steps, "memory_kind": r.memory_kind,
+               "bit_identical_to_base": r.bit_identical, "first_difference": r.first_difference,
+               "note": r.note if r.note else (identity_text(r) if r.status != "finished"
+                                              else None)}
+        for key, _, _ in FIGURES:
+            row[key] = getattr(r, key)
+            row[f"{key}_ratio"] = (r.ratios or {}).get(key)
+        table_rows.append(row)
+    written = [_write_csv(out / f"{prefix}-table.csv", table_rows, columns)]
+    trained = [r for r in rows if r.run_id is not None]
+    for r in trained:
+        written += export_csv(store, r.run_id, out)
+    labels = {r.run_id: f"{r.label} (run {r.run_id})" for r in trained}
+    _metric_figures(store, [r.run_id for r in trained], labels, prefix, out, written)
+
+    # Each figure as a ratio to the base: what a knob buys (or costs).
+    variants = [r for r in trained if r.position and r.ratios]
+    fig, ax = plt.subplots(figsize=FIG_SIZE_IN, dpi=FIG_DPI)
+    height = 0.8 / len(FIGURES)
+    for j, (key, heading, _) in enumerate(FIGURES):
+        ys = [i + (j - (len(FIGURES) - 1) / 2) * height for i in range(len(variants))]
+        xs = [(r.ratios or {}).get(key) or 0.0 for r in variants]
+        ax.barh(ys, xs, height=height, label=heading)
+    ax.axvline(1.0, color="black", linewidth=1, label="base = 1")
+    ax.set_yticks(range(len(variants)), [r.label for r in variants])
+    ax.invert_yaxis()
+    ax.set_xlabel("ratio to the base (1 = same as the base)")
+    ax.set_ylabel("variant")
+    ax.set_title(f"A/B study {study_id} ({study['name']}): "
+                 f"{study['spec']['steps']} steps each, ratio to the base")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize="small")
+    _save(fig, out / f"{prefix}-ratios.png", written)
+
+    # Divergence: how far each variant's parameters move from the base's.
+    series = []
+    base = trained[0] if trained and trained[0].position == 0 else None
+    if base is not None:
+        base_fps = store.fingerprints(base.run_id)
+        base_steps = store.steps(base.run_id)
+        for r in variants:
+            d = divergence(base_steps, store.steps(r.run_id), base_fps,
+                           store.fingerprints(r.run_id))
+            pts = [(s, v) for s, v in zip(d.fp_steps, d.param_distance, strict=True)
+                   if v is not None]
+            tag = "bit-identical" if r.bit_identical else \
+                f"differs from step {r.first_difference}" if r.bit_identical is False else \
+                "not compared"
+            series.append((f"{r.label}: {tag}", [p[0] for p in pts], [p[1] for p in pts]))
+    _line_figure(out / f"{prefix}-divergence.png",
+                 f"Parameter distance from the base (sketch estimate), study {study_id}",
+                 "L2 distance to the base", series, written)
     return written

@@ -77,7 +77,20 @@ CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY, run_id INTEGER REFERENCES runs(id), t REAL NOT NULL,
     step INTEGER, kind TEXT NOT NULL, message TEXT NOT NULL, data TEXT
 );
-"""
+""" + "".join(f"{stmt};" for stmt in (
+    # Added after schema 1 shipped: created on open when missing, readers of schema 1
+    # ignore them.
+    """
+CREATE TABLE IF NOT EXISTS studies (
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL, created REAL NOT NULL, kind TEXT NOT NULL,
+    spec TEXT NOT NULL, status TEXT NOT NULL, pid INTEGER, pid_started REAL,
+    ended REAL, message TEXT
+)""", """
+CREATE TABLE IF NOT EXISTS study_runs (
+    study_id INTEGER NOT NULL REFERENCES studies(id), position INTEGER NOT NULL,
+    label TEXT NOT NULL, key TEXT, value TEXT, config TEXT NOT NULL,
+    run_id INTEGER REFERENCES runs(id), note TEXT, PRIMARY KEY (study_id, position)
+)"""))
 
 
 class SessionError(Exception):
@@ -171,6 +184,11 @@ class SessionStore:
             raise SessionError(f"{self.db_path} was written by a newer tui-trainer "
                                f"(schema {version}; this one reads {SCHEMA_VERSION})")
         conn.execute("PRAGMA journal_mode = WAL")
+        if not {"studies", "study_runs"} <= tables:      # a session from before A/B studies
+            with _tx(conn):
+                for stmt in _SCHEMA.split(";"):
+                    if "studies" in stmt or "study_runs" in stmt:
+                        conn.execute(stmt)
         # A quick structural check: a damaged file fails here, not halfway through a run.
         check = conn.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
@@ -390,6 +408,76 @@ class SessionStore:
             d["data"] = json.loads(d["data"]) if d["data"] else None
             out.append(d)
         return out
+
+    # --- studies (A/B) ---------------------------------------------------------------------
+    def create_study(self, kind: str, name: str, spec: dict[str, Any],
+                     variants: list[dict[str, Any]]) -> int:
+        """A study and its planned variants (label, key, value, config), in order; their runs
+        are created when each one starts."""
+        with self.transaction() as c:
+            cur = c.execute("INSERT INTO studies (name, created, kind, spec, status) "
+                            "VALUES (?, ?, ?, ?, 'created')",
+                            (name, time.time(), kind, json.dumps(spec)))
+            study_id = int(cur.lastrowid)
+            c.executemany(
+                "INSERT INTO study_runs (study_id, position, label, key, value, config) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(study_id, i, v["label"], v.get("key"), json.dumps(v.get("value")),
+                  json.dumps(v["config"])) for i, v in enumerate(variants)])
+        return study_id
+
+    def study(self, study_id: int) -> dict[str, Any]:
+        self._reconcile_studies()
+        rows = self._q("SELECT * FROM studies WHERE id = ?", (study_id,))
+        if not rows:
+            raise SessionError(f"no study {study_id} in session {self.dir}")
+        return self._study_dict(rows[0])
+
+    def studies(self) -> list[dict[str, Any]]:
+        self._reconcile_studies()
+        return [self._study_dict(r) for r in self._q("SELECT * FROM studies ORDER BY id")]
+
+    def _study_dict(self, row: sqlite3.Row) -> dict[str, Any]:
+        study = dict(row)
+        study["spec"] = json.loads(study["spec"])
+        study["variants"] = []
+        for r in self._q("SELECT * FROM study_runs WHERE study_id = ? ORDER BY position",
+                         (study["id"],)):
+            v = dict(r)
+            v["value"] = json.loads(v["value"]) if v["value"] is not None else None
+            v["config"] = json.loads(v["config"])
+            study["variants"].append(v)
+        return study
+
+    def set_study_status(self, study_id: int, status: str, message: str | None = None,
+                         pid: int | None = None) -> None:
+        assert status in STATUSES, status
+        now = time.time()
+        with self.transaction() as c:
+            if status == "running":
+                pid = pid or os.getpid()
+                c.execute("UPDATE studies SET status = ?, pid = ?, pid_started = ?, "
+                          "ended = NULL, message = ? WHERE id = ?",
+                          (status, pid, process_start_time(pid), message, study_id))
+            else:
+                c.execute("UPDATE studies SET status = ?, pid = NULL, ended = ?, message = ? "
+                          "WHERE id = ?", (status, now, message, study_id))
+
+    def set_study_run(self, study_id: int, position: int, run_id: int | None,
+                      note: str | None = None) -> None:
+        with self.transaction() as c:
+            c.execute("UPDATE study_runs SET run_id = ?, note = ? "
+                      "WHERE study_id = ? AND position = ?", (run_id, note, study_id, position))
+
+    def _reconcile_studies(self) -> None:
+        """A study whose runner process is gone is marked crashed (it can be continued)."""
+        for r in self._q("SELECT id, pid, pid_started FROM studies WHERE status = 'running'"):
+            if not process_alive(r["pid"], r["pid_started"]):
+                with self.transaction() as c:
+                    c.execute("UPDATE studies SET status = 'crashed', pid = NULL, ended = ?, "
+                              "message = 'the study process is gone; run it again to "
+                              "continue' WHERE id = ? AND status = 'running'",
+                              (time.time(), r["id"]))
 
     # --- checkpoints ---------------------------------------------------------------------
     def checkpoint_dir(self, run_id: int) -> Path:

@@ -70,13 +70,23 @@ class Summary:
         return d
 
 
+def _same_file(a: TextIO, b: TextIO) -> bool:
+    try:
+        sa, sb = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
 class RunLog:
     """What the training process says: to the run's log file, and to stderr."""
 
     def __init__(self, path: Path, echo: TextIO | None = sys.stderr):
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8", buffering=1)
-        self._echo = echo
+        # A run started in the background has its stderr going into this same file already
+        # (for tracebacks): echoing there too would write every line twice.
+        self._echo = None if echo is not None and _same_file(echo, self._file) else echo
         self.bar: Any = None
 
     def __call__(self, message: str) -> None:

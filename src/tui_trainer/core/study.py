@@ -1,0 +1,246 @@
+"""A/B studies: the price of each knob, measured on this machine.
+
+A study trains a base config and one variant per value of each varied key, for the same
+number of steps, one run after another (never side by side, so timings do not disturb each
+other). Its table compares every variant with the base: samples/s, time waiting for data,
+peak memory, final loss, accuracy, each also as a ratio to the base, and whether the variant
+is bit-identical to the base.
+
+Core layer: imports neither torch nor textual. The training itself is done by the CLI
+(`tui-trainer ab`), one process per variant.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tomllib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from . import config as C
+from .config import ConfigError
+from .store import SessionStore
+
+DEFAULT_STEPS = 200
+
+# (key, heading, format) of each figure in the table; ratio_of marks those with a ratio.
+FIGURES = (("samples_per_s", "samples/s", ",.0f"),
+           ("data_wait_s", "data wait s", ".2f"),
+           ("peak_memory_mib", "peak mem MiB", ",.0f"),
+           ("final_loss", "final loss", ".4f"),
+           ("accuracy", "accuracy %", ".2f"))
+
+
+def parse_vary(specs: list[str]) -> list[tuple[str, list[Any]]]:
+    """`KEY=V1,V2` strings -> [(key, [typed values])], each value checked like --set."""
+    out: list[tuple[str, list[Any]]] = []
+    for spec in specs:
+        key, sep, text = spec.partition("=")
+        key = key.strip()
+        if not sep or not key or not text.strip():
+            raise ConfigError("--vary", f"takes KEY=V1,V2,... (values separated by commas), "
+                              f"got {spec!r}")
+        if key in C.TRAINING_LENGTH_KEYS:
+            raise ConfigError("--vary", f"{key} cannot be varied: every variant trains for the "
+                              "same steps (use --steps)")
+        if any(key == k for k, _ in out):
+            raise ConfigError("--vary", f"{key} is given twice; put all its values in one "
+                              f"--vary {key}=V1,V2")
+        values = [C.check_value(key, C.parse_value(key, v)) for v in text.split(",")
+                  if v.strip()]
+        out.append((key, values))
+    if not out:
+        raise ConfigError("--vary", "give at least one KEY=V1,V2 to vary")
+    return out
+
+
+def read_study_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A study file: a run config (the base) plus an [ab] table with `vary` (a list of
+    "KEY=V1,V2" strings), and optionally `steps` and `name`. Returns (config values, ab)."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("--config", f"no such file: {p}") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError("--config", f"cannot read {p}: {e}") from None
+    ab = data.pop("ab", {})
+    if not isinstance(ab, dict):
+        raise ConfigError("ab", "must be a table: [ab] with vary = [\"KEY=V1,V2\", ...]")
+    unknown = set(ab) - {"vary", "steps", "name", "about"}
+    if unknown:
+        raise ConfigError(f"ab.{sorted(unknown)[0]}", "unknown; an [ab] table takes vary, "
+                          "steps, name and about")
+    vary = ab.get("vary", [])
+    if not isinstance(vary, list) or not all(isinstance(v, str) for v in vary):
+        raise ConfigError("ab.vary", 'must be a list of "KEY=V1,V2" strings')
+    steps = ab.get("steps")
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool)
+                              or steps < 1):
+        raise ConfigError("ab.steps", f"must be an integer >= 1, got {steps!r}")
+    for key, value in data.items():
+        if isinstance(value, dict):
+            raise ConfigError(key, "tables other than [ab] are not used; keys are flat")
+    return data, ab
+
+
+def _label(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        text = "on" if value else "off"
+    elif value is None:
+        text = "none"
+    else:
+        text = str(value)
+    return f"{key}={text}"
+
+
+def plan(base: C.RunConfig, vary: list[tuple[str, list[Any]]], steps: int
+         ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The variants to train, base first, each for `steps` steps; and notes on values left
+    out (a value equal to the base's is the base). Every variant is validated here, so a bad
+    combination stops the study before anything trains."""
+    # max_steps decides; epochs only has to be enough (an epoch has at least one step).
+    length = {"max_steps": steps, "epochs": min(steps, C.FIELDS["epochs"].metadata["hi"])}
+    base_cfg = base.replace(**length)
+    variants = [{"label": "base", "key": None, "value": None, "config": base_cfg.to_dict()}]
+    notes: list[str] = []
+    for key, values in vary:
+        for value in values:
+            if value == getattr(base_cfg, key):
+                notes.append(f"{_label(key, value)} is the base's value: the base row shows it")
+                continue
+            try:
+                cfg = base_cfg.replace(**{key: value})
+            except ConfigError as e:
+                raise ConfigError(e.key, f"{e.reason} (in the variant {_label(key, value)})") \
+                    from None
+            variants.append({"label": _label(key, value), "key": key, "value": value,
+                             "config": cfg.to_dict()})
+    if len(variants) == 1:
+        raise ConfigError("--vary", "every value given is the base's own; nothing to compare")
+    return variants, notes
+
+
+# --- the table -------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    position: int
+    label: str
+    run_id: int | None
+    status: str                    # queued, starting, running, finished, stopped, crashed, skipped
+    steps: int = 0
+    samples_per_s: float | None = None
+    data_wait_s: float | None = None
+    peak_memory_mib: float | None = None
+    memory_kind: str | None = None   # "GPU" (CUDA peak allocated) or "RSS" (process)
+    final_loss: float | None = None
+    accuracy: float | None = None    # percent
+    bit_identical: bool | None = None
+    first_difference: int | None = None
+    note: str | None = None
+    ratios: dict[str, float | None] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_figures(store: SessionStore, run_id: int) -> dict[str, Any]:
+    """A run's figures for the table, from what the store holds."""
+    steps = store.steps(run_id)
+    last_eval = store.last_eval(run_id)
+    run = store.run(run_id)
+    # Throughput: the median of the logged intervals, leaving out the first (start-up:
+    # workers spawning, first allocations, cudnn.benchmark trials, compilation).
+    rates = [s["samples_per_s"] for s in steps[1:] if s["samples_per_s"]] or \
+        [s["samples_per_s"] for s in steps if s["samples_per_s"]]
+    cuda = [s["cuda_peak"] for s in steps if s.get("cuda_peak")]
+    rss = [s["rss_bytes"] for s in steps if s.get("rss_bytes")]
+    return {
+        "status": run["status"], "steps": run["step"],
+        "samples_per_s": statistics.median(rates) if rates else None,
+        "data_wait_s": sum(s["data_s"] or 0.0 for s in steps) if steps else None,
+        "peak_memory_mib": (max(cuda) if cuda else max(rss)) / 2**20 if (cuda or rss) else None,
+        "memory_kind": "GPU" if cuda else "RSS" if rss else None,
+        "final_loss": steps[-1]["loss"] if steps else None,
+        "accuracy": 100 * last_eval["accuracy"] if last_eval else None,
+    }
+
+
+def identity(store: SessionStore, base_run: int, run_id: int) -> tuple[bool | None, int | None]:
+    """(bit-identical to the base at every common fingerprint, first differing step)."""
+    a = {r["step"]: r["sha256"] for r in store.fingerprints(base_run)}
+    b = {r["step"]: r["sha256"] for r in store.fingerprints(run_id)}
+    common = sorted(a.keys() & b.keys())
+    if not common:
+        return None, None
+    differ = [s for s in common if a[s] != b[s]]
+    return (False, differ[0]) if differ else (True, None)
+
+
+def table(store: SessionStore, study_id: int) -> tuple[dict[str, Any], list[Row]]:
+    """The study and its rows, figures so far included (it may still be running)."""
+    study = store.study(study_id)
+    rows: list[Row] = []
+    for v in study["variants"]:
+        row = Row(position=v["position"], label=v["label"], run_id=v["run_id"],
+                  status="queued", note=v["note"])
+        if v["run_id"] is not None:
+            figures = run_figures(store, v["run_id"])
+            for key, value in figures.items():
+                setattr(row, key, value)
+        elif v["note"]:
+            row.status = "skipped"
+        rows.append(row)
+    base = rows[0] if rows and rows[0].run_id is not None else None
+    for row in rows:
+        if base is None or row.run_id is None:
+            continue
+        if row is base:
+            row.bit_identical = True
+        else:
+            row.bit_identical, row.first_difference = identity(store, base.run_id, row.run_id)
+        row.ratios = {key: (getattr(row, key) / getattr(base, key))
+                      if getattr(row, key) is not None and getattr(base, key) else None
+                      for key, _, _ in FIGURES}
+    return study, rows
+
+
+def format_table(rows: list[Row]) -> list[str]:
+    """The table as text lines: each figure with its ratio to the base."""
+    head = ["variant", "run"] + [h for _, h, _ in FIGURES] + ["bit-identical to base"]
+    body = []
+    for r in rows:
+        cells = [r.label, "-" if r.run_id is None else str(r.run_id)]
+        for key, _, spec in FIGURES:
+            value = getattr(r, key)
+            ratio = (r.ratios or {}).get(key)
+            cell = "-" if value is None else format(value, spec)
+            if value is not None and ratio is not None and r.position:
+                cell += f" ({ratio:.2f}x)"
+            cells.append(cell)
+        cells.append(identity_text(r))
+        body.append(cells)
+    widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
+    return ["  ".join(c.rjust(w) if 1 < i < len(head) - 1 else c.ljust(w)
+                      for i, (c, w) in enumerate(zip(line, widths, strict=True))).rstrip()
+            for line in [head, *body]]
+
+
+def identity_text(r: Row) -> str:
+    if r.status == "skipped":
+        return f"not run: {r.note}"
+    if r.run_id is None:
+        return r.status
+    if r.status not in ("finished",):
+        prefix = f"{r.status}, "
+    else:
+        prefix = ""
+    if r.position == 0:
+        return prefix + "(base)"
+    if r.bit_identical is None:
+        return prefix + "no common fingerprint yet"
+    if r.bit_identical:
+        return prefix + "yes"
+    return prefix + f"no, from step {r.first_difference}"
