@@ -86,3 +86,26 @@ def test_bad_repro_input_exits_2_before_training(tmp_path, args, key):
     r = tt("repro", "--session", str(tmp_path), *args)
     assert r.rc == 2 and f"{key}:" in r.err
     assert not (tmp_path / "session.sqlite").exists()
+
+
+def test_repro_of_a_run_in_the_session_repeat_and_resume(tmp_path):
+    """The dashboard's verdict actions: check a run already trained, with a twin."""
+    assert tt("run", "--session", str(tmp_path), *sets(*SHORT)).rc == 0
+    r = tt("repro", "--run", "1", "--session", str(tmp_path), "--json")
+    assert r.rc == 0, r.err
+    v = json.loads(r.out)
+    assert v["identical"] is True and v["runs"] == [1, 2] and v["mode"] == "repeat"
+    assert db_rows(tmp_path, "SELECT name, twin_of FROM runs WHERE id = 2") == \
+        [("run-1-twin", 1)]
+    r = tt("repro", "--run", "1", "--resume-at", "7", "--session", str(tmp_path), "--json")
+    assert r.rc == 0, r.err
+    v = json.loads(r.out)
+    assert v["identical"] is True and v["runs"] == [1, 3] and v["mode"] == "resume"
+    assert _first_differing_step(tmp_path, 1, 3) is None
+    events = db_rows(tmp_path, "SELECT data FROM events WHERE run_id = 3 AND "
+                               "kind = 'repro_verdict'")
+    assert len(events) == 1 and json.loads(events[0][0])["resume_at"] == 7
+    r = tt("repro", "--run", "1", "--set", "seed=2", "--session", str(tmp_path))
+    assert r.rc == 2 and "--run" in r.err
+    r = tt("repro", "--run", "1", "--resume-at", "20", "--session", str(tmp_path))
+    assert r.rc == 2 and "--resume-at" in r.err
