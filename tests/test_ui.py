@@ -340,3 +340,86 @@ def test_ui_state_is_saved_in_the_session(tmp_path):
     asyncio.run(go())
     state = json.loads(SessionStore(tmp_path).meta("ui_state"))
     assert state["tab"] == "tab-log"
+
+
+def _verdict_text(app) -> str:
+    return str(app.query_one("#verdict").render())
+
+
+async def test_verdict_action_trains_a_twin_and_explains_the_difference(tmp_path):
+    r = tt("run", "--session", str(tmp_path), "--set", "max_steps=9", "--set", "seed=none",
+           *[x for kv in QUICK for x in ("--set", kv)])
+    assert r.rc == 0, r.err
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f7")
+        assert app.query_one("#tabs").active == "tab-divergence"
+        await until(pilot, lambda: db_rows(tmp_path, "SELECT 1 FROM events WHERE "
+                                                     "kind = 'repro_verdict'"))
+        assert db_rows(tmp_path, "SELECT twin_of FROM runs WHERE id = 2") == [(1,)]
+        assert app.pair == [1, 2]
+        await until(pilot, lambda: "Determinism verdict" in _verdict_text(app))
+        text = _verdict_text(app)
+        assert "NOT identical" in text and "step 0" in text and "seed = none" in text
+
+
+async def test_resume_check_action_shows_the_verdict_in_the_divergence_panel(tmp_path):
+    r = tt("run", "--session", str(tmp_path), "--set", "max_steps=12",
+           *[x for kv in QUICK for x in ("--set", kv)])
+    assert r.rc == 0, r.err
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f8")
+        await pilot.pause()
+        prompt = app.screen.query_one("#name-input", Input)
+        assert prompt.value == "6"                  # the middle of the run, to start with
+        prompt.value = "40"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert len(db_rows(tmp_path, "SELECT 1 FROM runs")) == 1     # refused: out of range
+        await pilot.press("f8")
+        await pilot.pause()
+        app.screen.query_one("#name-input", Input).value = "5"
+        await pilot.press("enter")
+        await until(pilot, lambda: "Resume check" in _verdict_text(app))
+        text = _verdict_text(app)
+        assert "killed at step 5" in text and "[b]" not in text
+        assert "bit-identical" in text and "NOT identical" not in text
+        assert db_rows(tmp_path, "SELECT name, status FROM runs WHERE id = 2") == \
+            [("run-1-resumed-at-5", "finished")]
+
+
+async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path):
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await fill(pilot, QUICK_FORM)
+        app.query_one("#tabs").active = "tab-ab"
+        await pilot.pause()
+        app.query_one("#ab-vary", Input).value = "batch_size=oops"
+        await pilot.click("#ab-start")
+        await pilot.pause()
+        assert db_rows(tmp_path, "SELECT 1 FROM studies") == []      # refused, nothing run
+        app.query_one("#ab-vary", Input).value = "seed=2 deterministic=off"
+        app.query_one("#ab-steps", Input).value = "4"
+        await pilot.click("#ab-start")
+        await until(pilot, lambda: db_rows(tmp_path, "SELECT status FROM studies") ==
+                    [("finished",)], timeout=120)
+        app.refresh_panels()
+        await pilot.pause()
+        table = app.query_one("#ab-table", DataTable)
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        assert [r[0] for r in rows] == ["base", "seed=2", "deterministic=off"]
+        assert all(r[2] != "-" and r[4] != "-" for r in rows)    # samples/s, peak memory
+        assert rows[1][-1] == "no, from step 0"
+        assert "x)" in rows[2][2]
+        assert "finished, 3 of 3 done" in str(app.query_one("#ab-title").render())
+        await pilot.press("ctrl+e")
+        await until(pilot, lambda: (tmp_path / "exports" / "study-1-ratios.png").exists()
+                    and not app.workers)
+        assert (tmp_path / "exports" / "study-1-table.csv").read_text().count("\n") == 4
+        # Enter on a variant pairs it with the base.
+        table.focus()
+        table.move_cursor(row=1)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.pair == [1, 2]

@@ -207,25 +207,31 @@ def table(store: SessionStore, study_id: int) -> tuple[dict[str, Any], list[Row]
     return study, rows
 
 
+HEADINGS = ("variant", "run") + tuple(h for _, h, _ in FIGURES) + ("bit-identical to base",)
+
+
+def row_cells(r: Row) -> list[str]:
+    """A row as text cells under HEADINGS: each figure with its ratio to the base."""
+    cells = [r.label, "-" if r.run_id is None else str(r.run_id)]
+    for key, _, spec in FIGURES:
+        value = getattr(r, key)
+        ratio = (r.ratios or {}).get(key)
+        cell = "-" if value is None else format(value, spec)
+        if value is not None and ratio is not None and r.position:
+            cell += f" ({ratio:.2f}x)"
+        cells.append(cell)
+    cells.append(identity_text(r))
+    return cells
+
+
 def format_table(rows: list[Row]) -> list[str]:
-    """The table as text lines: each figure with its ratio to the base."""
-    head = ["variant", "run"] + [h for _, h, _ in FIGURES] + ["bit-identical to base"]
-    body = []
-    for r in rows:
-        cells = [r.label, "-" if r.run_id is None else str(r.run_id)]
-        for key, _, spec in FIGURES:
-            value = getattr(r, key)
-            ratio = (r.ratios or {}).get(key)
-            cell = "-" if value is None else format(value, spec)
-            if value is not None and ratio is not None and r.position:
-                cell += f" ({ratio:.2f}x)"
-            cells.append(cell)
-        cells.append(identity_text(r))
-        body.append(cells)
-    widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
-    return ["  ".join(c.rjust(w) if 1 < i < len(head) - 1 else c.ljust(w)
+    """The table as aligned text lines."""
+    lines = [list(HEADINGS)] + [row_cells(r) for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(HEADINGS))]
+    last = len(HEADINGS) - 1
+    return ["  ".join(c.rjust(w) if 1 < i < last else c.ljust(w)
                       for i, (c, w) in enumerate(zip(line, widths, strict=True))).rstrip()
-            for line in [head, *body]]
+            for line in lines]
 
 
 def identity_text(r: Row) -> str:

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from .store import SessionStore
@@ -26,27 +27,49 @@ class Supervisor:
     def __init__(self, store: SessionStore):
         self.store = store
         self._children: dict[int, subprocess.Popen] = {}
+        self._jobs: list[subprocess.Popen] = []
 
-    def _spawn(self, run_id: int, args: list[str]) -> subprocess.Popen:
-        log_path = self.store.log_path(run_id)
+    def _spawn(self, args: list[str], log_path: Path) -> subprocess.Popen:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # Training runs at a lower CPU priority than the dashboard: with several runs on few
         # cores the dashboard would otherwise wait its turn behind every training thread.
         nice = [shutil.which("nice") or "", "-n", str(NICENESS)] if shutil.which("nice") else []
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
+            return subprocess.Popen(
                 [*nice, sys.executable, "-m", "tui_trainer", *args,
                  "--session", str(self.store.dir)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self._children[run_id] = proc
+
+    def _spawn_run(self, run_id: int, args: list[str]) -> None:
+        self._children[run_id] = self._spawn(args, self.store.log_path(run_id))
+
+    def job(self, args: list[str], name: str) -> subprocess.Popen:
+        """A background command that trains runs of its own (a repro check, an A/B study),
+        its output in logs/<name>.log."""
+        proc = self._spawn(args, self.store.logs_dir / f"{name}.log")
+        self._jobs.append(proc)
         return proc
+
+    def jobs_running(self) -> int:
+        return sum(1 for p in self._jobs if p.poll() is None)
+
+    def stop_study(self, study_id: int) -> bool:
+        """Asks a running study to stop: its current run stops with a checkpoint."""
+        study = self.store.study(study_id)
+        if study["status"] != "running" or not study["pid"]:
+            return False
+        try:
+            os.kill(study["pid"], signal.SIGTERM)
+        except ProcessLookupError:
+            return False
+        return True
 
     def start(self, config: dict[str, Any], name: str | None = None,
               twin_of: int | None = None) -> int:
         """Creates the run in the session and starts training it in the background."""
         run_id = self.store.create_run(config, name=name, twin_of=twin_of)
-        self._spawn(run_id, ["run", "--run-id", str(run_id)])
+        self._spawn_run(run_id, ["run", "--run-id", str(run_id)])
         return run_id
 
     def repeat(self, run_id: int) -> int:
@@ -65,7 +88,7 @@ class Supervisor:
         args = ["resume", str(run_id)]
         for key, value in (overrides or {}).items():
             args += ["--set", f"{key}={value}"]
-        self._spawn(run_id, args)
+        self._spawn_run(run_id, args)
 
     def stop(self, run_id: int) -> bool:
         """Asks a live run to stop: it finishes its step and writes a checkpoint."""
@@ -92,6 +115,7 @@ class Supervisor:
             if code is not None:
                 ended[run_id] = code
                 del self._children[run_id]
+        self._jobs = [p for p in self._jobs if p.poll() is None]
         return ended
 
     def starting(self, run_id: int) -> bool:

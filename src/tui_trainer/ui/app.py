@@ -20,7 +20,9 @@ from textual.widgets import (Button, DataTable, Footer, Header, Input, Log, Sele
                              Static, TabbedContent, TabPane)
 
 from ..core import config as C
+from ..core import study as ab
 from ..core.divergence import config_diff, divergence, fingerprint_diff, smooth
+from ..core.repro import explain
 from ..core.paths import default_session_dir, sessions_dir, user_data_dir
 from ..core.store import SessionError, SessionStore
 from ..core.supervisor import Supervisor
@@ -50,6 +52,11 @@ def presets_dirs() -> list[Path]:
     return out
 
 
+def study_files() -> list[Path]:
+    """The ready A/B studies: experiments/ab/*.toml and the user's own presets/ab/*.toml."""
+    return [f for d in presets_dirs() for f in sorted((d / "ab").glob("*.toml"))]
+
+
 def _num(x: float | None, spec: str = ".4f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -72,6 +79,9 @@ class TrainerApp(App[None]):
         Binding("f4", "continue_run", "Continue"),
         Binding("f5", "repeat", "Repeat"),
         Binding("f6", "compare", "Compare"),
+        Binding("f7", "verdict", "Verdict"),
+        Binding("f8", "resume_check", "Resume check"),
+        Binding("ctrl+e", "export", "Export"),
         Binding("ctrl+s", "save_as", "Save as"),
         Binding("ctrl+o", "open_session", "Open"),
         Binding("f1", "help", "Help"),
@@ -88,6 +98,8 @@ class TrainerApp(App[None]):
         self._log_run: int | None = None
         self._log_offset = 0
         self._drawn: dict[str, Any] = {}
+        self.study_shown: int | None = None
+        self._await_twin: tuple[int, int] | None = None   # (run, newest run id at the time)
         self._open(self.session_dir)
 
     # --- session ---------------------------------------------------------------------------
@@ -101,7 +113,8 @@ class TrainerApp(App[None]):
 
     def _save_state(self) -> None:
         state = {"marked": self.marked, "pair": self.pair, "cursor": self.cursor_run,
-                 "tab": self.query_one("#tabs", TabbedContent).active}
+                 "tab": self.query_one("#tabs", TabbedContent).active,
+                 "study": self.study_shown}
         self.store.set_meta("ui_state", json.dumps(state))
 
     def _restore_state(self) -> None:
@@ -111,6 +124,10 @@ class TrainerApp(App[None]):
         self.marked = [r for r in state.get("marked", []) if r in ids]
         self.pair = [r for r in state.get("pair", []) if r in ids]
         self.cursor_run = state.get("cursor") if state.get("cursor") in ids else None
+        studies = {s["id"] for s in self.store.studies()}
+        self.study_shown = state.get("study") if state.get("study") in studies else \
+            (max(studies) if studies else None)
+        self._sync_study_options()
         if state.get("tab"):
             self.query_one("#tabs", TabbedContent).active = state["tab"]
 
@@ -120,6 +137,7 @@ class TrainerApp(App[None]):
         self.query_one("#runs", DataTable).clear()
         self._drawn.clear()
         self._log_run = None
+        self._await_twin = None
         self._restore_state()
         self.refresh_all()
 
@@ -161,6 +179,21 @@ class TrainerApp(App[None]):
                             yield DataTable(id="compare-config", cursor_type="row")
                             yield DataTable(id="compare-summary", cursor_type="row")
                         yield MetricPlot("loss, A and B", "loss", id="plot-compare")
+                    with TabPane("A/B", id="tab-ab"):
+                        with Horizontal(classes="ab-bar"):
+                            yield Select([(f.stem, str(f)) for f in study_files()],
+                                         prompt="ready study", id="ab-file")
+                            yield Input(placeholder="vary: KEY=V1,V2 KEY=V1 ...", id="ab-vary")
+                            yield Input(str(ab.DEFAULT_STEPS), placeholder="steps",
+                                        id="ab-steps", type="integer")
+                            yield Button("Run study", id="ab-start", variant="success")
+                        with Horizontal(classes="ab-bar"):
+                            yield Select([], prompt="study", id="ab-study")
+                            yield Button("Stop study", id="ab-stop", variant="warning")
+                            yield Button("Export (ctrl+e)", id="ab-export")
+                        yield Static("The base is the form's config; each variant changes one "
+                                     "key. Runs train one after the other.", id="ab-title")
+                        yield DataTable(id="ab-table", cursor_type="row", zebra_stripes=True)
                     with TabPane("Log", id="tab-log"):
                         yield Log(id="log", max_lines=5000)
         yield Footer()
@@ -182,6 +215,12 @@ class TrainerApp(App[None]):
                 ("Repeat run", "Start a twin of the run under the cursor",
                  self.action_repeat),
                 ("Compare pair", "Compare the marked runs side by side", self.action_compare),
+                ("Determinism verdict", "Train a twin of the run under the cursor and say "
+                 "whether the two are bit-identical", self.action_verdict),
+                ("Resume check", "Kill a twin of the run under the cursor at a step, resume "
+                 "it, and say whether it matches the run", self.action_resume_check),
+                ("Export", "PNG figures and CSVs of the runs, the pair or the A/B study shown",
+                 self.action_export),
                 ("Save session as", "Copy this session under a new name", self.action_save_as),
                 ("Open session", "Open another session", self.action_open_session),
                 ("Help", "Keys and panels", self.action_help)):
@@ -316,6 +355,208 @@ class TrainerApp(App[None]):
         self._save_state()
         self.refresh_all()
 
+    def _checkable(self) -> dict[str, Any] | None:
+        """The run under the cursor, when it can be checked (it has trained and stopped)."""
+        run = self._selected_run()
+        if run is None:
+            return None
+        if self.store.is_live(run) or run["status"] == "created":
+            self.notify(f"run {run['id']} is {run['status']}: check it once it has finished "
+                        "or stopped", severity="warning")
+            return None
+        if run["step"] < 1:
+            self.notify(f"run {run['id']} has no steps to compare", severity="warning")
+            return None
+        return run
+
+    def _start_check(self, run: dict[str, Any], args: list[str], what: str) -> None:
+        newest = max(self._runs) if getattr(self, "_runs", None) else run["id"]
+        self.supervisor.job(["repro", "--run", str(run["id"]), *args, "--json"],
+                            f"repro-run-{run['id']}")
+        self._await_twin = (run["id"], max(newest, max(r["id"] for r in self.store.runs())))
+        self.query_one("#tabs", TabbedContent).active = "tab-divergence"
+        self.notify(f"{what} of run {run['id']}: training its twin; the verdict shows in the "
+                    "Divergence tab")
+
+    def action_verdict(self) -> None:
+        run = self._checkable()
+        if run is not None:
+            self._start_check(run, [], "determinism verdict")
+
+    def action_resume_check(self) -> None:
+        run = self._checkable()
+        if run is None:
+            return
+        if run["step"] < 2:
+            self.notify(f"run {run['id']} is too short to kill in the middle", severity="warning")
+            return
+        last = run["step"] - 1
+
+        def chosen(text: str | None) -> None:
+            if text is None:
+                return
+            try:
+                step = int(text)
+                if not 1 <= step <= last:
+                    raise ValueError
+            except ValueError:
+                self.notify(f"resume check not started: step must be a whole number from 1 to "
+                            f"{last}, got {text!r}", severity="error")
+                return
+            self._start_check(run, ["--resume-at", str(step)], f"resume check at step {step}")
+
+        self.push_screen(NameScreen(f"Resume check of run {run['id']}: kill a twin at step "
+                                    f"(1 to {last}), resume it from its checkpoint, compare:",
+                                    str(max(1, run["step"] // 2))), chosen)
+
+    def action_export(self) -> None:
+        active = self.query_one("#tabs", TabbedContent).active
+        pair = self._current_pair()
+        if active == "tab-ab":
+            if self.study_shown is None:
+                self.notify("no A/B study to export", severity="warning")
+                return
+            what, ids = "study", [self.study_shown]
+        elif active in ("tab-divergence", "tab-compare") and pair:
+            what, ids = "runs", list(pair)
+        else:
+            what, ids = "runs", self._plotted()
+        if not ids:
+            self.notify("nothing to export: select or mark runs", severity="warning")
+            return
+        self.notify(f"exporting {what} {', '.join(map(str, ids))} ...")
+        self.run_worker(lambda: self._export(what, ids), thread=True, group="export")
+
+    def _export(self, what: str, ids: list[int]) -> None:
+        """In a worker thread, with its own connection (SQLite connections stay in their
+        thread); matplotlib takes a second or two, the dashboard keeps polling meanwhile."""
+        from ..core.export import export_runs, export_study
+        try:
+            with SessionStore(self.session_dir, create=False) as store:
+                out = store.dir / "exports"
+                files = export_study(store, ids[0], out) if what == "study" \
+                    else export_runs(store, ids, out)
+        except (SessionError, OSError) as e:
+            self.call_from_thread(self.notify, f"export failed: {e}", severity="error")
+            return
+        names = ", ".join(f.name for f in files)
+        self.call_from_thread(self.notify, f"exported {len(files)} files to {out}: {names}",
+                              timeout=12)
+
+    # --- A/B studies -----------------------------------------------------------------------
+    def _sync_study_options(self) -> None:
+        studies = self.store.studies()
+        options = [(f"{s['id']} {s['name']} ({s['status']})", s["id"]) for s in studies]
+        select = self.query_one("#ab-study", Select)
+        if options != getattr(self, "_study_options", None):
+            self._study_options = options
+            with self.prevent(Select.Changed):
+                select.set_options(options)
+                if self.study_shown is not None:
+                    select.value = self.study_shown
+
+    @on(Select.Changed, "#ab-study")
+    def _study_chosen(self, event: Select.Changed) -> None:
+        if isinstance(event.value, int) and event.value != self.study_shown:
+            self.study_shown = event.value
+            self._save_state()
+            self.refresh_panels()
+
+    @on(Select.Changed, "#ab-file")
+    def _study_file_chosen(self, event: Select.Changed) -> None:
+        if not isinstance(event.value, str):
+            return
+        try:
+            values, spec = ab.read_study_file(event.value)
+            cfg = C.from_dict(values)
+        except C.ConfigError as e:
+            self.notify(f"study not loaded: {e}", severity="error")
+            return
+        self.query_one(ConfigForm).set_config(cfg.to_dict())
+        self.query_one("#ab-vary", Input).value = " ".join(spec.get("vary", []))
+        if spec.get("steps"):
+            self.query_one("#ab-steps", Input).value = str(spec["steps"])
+        self.notify(f"study {Path(event.value).stem} loaded: base config in the form, "
+                    f"{spec.get('about', 'its variants in the vary field')}")
+
+    @on(Button.Pressed, "#ab-start")
+    def action_start_study(self) -> None:
+        vary_text = self.query_one("#ab-vary", Input).value
+        steps_text = self.query_one("#ab-steps", Input).value.strip()
+        try:
+            base = self.query_one(ConfigForm).config()
+            vary = ab.parse_vary(vary_text.split())
+            if not steps_text.isdigit() or int(steps_text) < 1:
+                raise C.ConfigError("steps", f"must be a whole number >= 1, got {steps_text!r}")
+            variants, notes = ab.plan(base, vary, int(steps_text))
+        except C.ConfigError as e:
+            self.notify(f"study not started: {e}", severity="error")
+            return
+        file_value = self.query_one("#ab-file", Select).value
+        name = Path(file_value).stem if isinstance(file_value, str) else \
+            "+".join(k for k, _ in vary)
+        study_id = self.store.create_study(
+            "ab", name, {"vary": [[k, v] for k, v in vary], "steps": int(steps_text),
+                         "notes": notes}, variants)
+        self.supervisor.job(["ab", "--study", str(study_id)], f"study-{study_id}")
+        self.study_shown = study_id
+        self._sync_study_options()
+        self._save_state()
+        self.notify(f"A/B study {study_id} started: {len(variants)} runs of {steps_text} steps, "
+                    "one after the other" + (f" ({'; '.join(notes)})" if notes else ""))
+        self.refresh_panels()
+
+    @on(Button.Pressed, "#ab-stop")
+    def _stop_study(self) -> None:
+        if self.study_shown is not None and self.supervisor.stop_study(self.study_shown):
+            self.notify(f"stopping study {self.study_shown} (its current run writes a "
+                        "checkpoint)")
+        else:
+            self.notify("no study running", severity="warning")
+
+    @on(Button.Pressed, "#ab-export")
+    def _export_study(self) -> None:
+        self.action_export()
+
+    @on(DataTable.RowSelected, "#ab-table")
+    def _study_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a variant pairs it with the base, for the Divergence and Compare tabs."""
+        if self.study_shown is None or event.row_key.value is None:
+            return
+        study = self.store.study(self.study_shown)
+        base = study["variants"][0]["run_id"]
+        run = study["variants"][int(event.row_key.value)]["run_id"]
+        if base is None or run is None or run == base:
+            return
+        self.pair, self.marked, self.cursor_run = [base, run], [base, run], run
+        self._save_state()
+        label = study["variants"][int(event.row_key.value)]["label"]
+        self.notify(f"pair: base (run {base}) and {label} (run {run}); see Divergence and "
+                    "Compare")
+
+    def _draw_study(self) -> None:
+        title = self.query_one("#ab-title", Static)
+        self._sync_study_options()
+        if self.study_shown is None:
+            return
+        study = self.store.study(self.study_shown)
+        runs = tuple((v["run_id"], self._runs.get(v["run_id"], {}).get("step"),
+                      self._runs.get(v["run_id"], {}).get("status"), v["note"])
+                     for v in study["variants"])
+        if not self._fresh("study", (self.study_shown, study["status"], runs)):
+            return
+        study, rows = ab.table(self.store, self.study_shown)
+        done = sum(1 for r in rows if r.status in ("finished", "skipped"))
+        title.update(f"Study {study['id']} ({study['name']}): {study['spec']['steps']} steps "
+                     f"each, {study['status']}, {done} of {len(rows)} done. Figures in "
+                     "brackets: ratio to the base. Enter on a row pairs it with the base."
+                     + (f" {study['message']}" if study["message"] else ""))
+        table = self.query_one("#ab-table", DataTable)
+        table.clear(columns=True)
+        table.add_columns(*ab.HEADINGS)
+        for r in rows:
+            table.add_row(*ab.row_cells(r), key=str(r.position))
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
@@ -348,7 +589,8 @@ class TrainerApp(App[None]):
 
     async def action_quit(self) -> None:
         live = self.supervisor.live_runs()
-        if not live:
+        studies = [s["id"] for s in self.store.studies() if s["status"] == "running"]
+        if not live and not studies:
             self._save_state()
             self.exit()
             return
@@ -357,6 +599,8 @@ class TrainerApp(App[None]):
             if choice == "cancel" or choice is None:
                 return
             if choice == "stop":
+                for study_id in studies:       # first, so that no study starts its next run
+                    self.supervisor.stop_study(study_id)
                 for run_id in live:
                     self.supervisor.stop(run_id)
             self._save_state()
@@ -418,6 +662,14 @@ class TrainerApp(App[None]):
     def refresh_all(self) -> None:
         self.supervisor.reap()
         self._runs = {r["id"]: r for r in self.store.runs()}
+        if self._await_twin is not None:
+            original, newest = self._await_twin
+            twins = [rid for rid, r in self._runs.items()
+                     if r["twin_of"] == original and rid > newest]
+            if twins:
+                self.pair, self.marked = [original, twins[0]], [original, twins[0]]
+                self._await_twin = None
+                self._save_state()
         self._sync_table()
         self.refresh_panels()
 
@@ -472,6 +724,8 @@ class TrainerApp(App[None]):
             self._draw_compare(pair)
         elif active == "tab-log":
             self._draw_log()
+        elif active == "tab-ab":
+            self._draw_study()
 
     def _fresh(self, panel: str, key: Any) -> bool:
         """True when `panel` must be redrawn because what it shows changed."""
@@ -527,7 +781,8 @@ class TrainerApp(App[None]):
                            "how they diverge.")
             return
         a, b = self.watcher.get(pair[0]), self.watcher.get(pair[1])
-        if not self._fresh("divergence", (pair, a.version, b.version)):
+        checks = self.store.events(pair[1], "repro_verdict")
+        if not self._fresh("divergence", (pair, a.version, b.version, len(checks))):
             return
         d = divergence(a.rows("steps"), b.rows("steps"), a.rows("fps"), b.rows("fps"))
         names = f"A = {self._label(pair[0])}, B = {self._label(pair[1])}"
@@ -548,11 +803,47 @@ class TrainerApp(App[None]):
             text = (f"{names}: [b]not identical:[/b] parameter hashes {where} "
                     f"({len(d.fp_steps)} fingerprints compared; a smaller fingerprint_every "
                     "narrows it down).")
-        verdict.update(text)
+        verdict.update(text + self._verdict_details(pair, d, checks))
         self.query_one("#plot-dloss", MetricPlot).show(
             [Series("|Δloss|", d.steps, d.loss_delta, COLOURS[0])], names)
         self.query_one("#plot-pdist", MetricPlot).show(
             [Series("distance", d.fp_steps, d.param_distance, COLOURS[1])], names)
+
+    def _verdict_details(self, pair: tuple[int, int], d: Any,
+                         checks: list[dict[str, Any]]) -> str:
+        """What follows the headline: the recorded check, how it grows, what can explain it."""
+        lines = []
+        mine = [c for c in checks if c["data"] and c["data"].get("runs") == list(pair)]
+        if mine:
+            data = mine[-1]["data"]
+            result = "[b]identical[/b]" if data["identical"] else "[b]NOT identical[/b]"
+            if data.get("mode") == "resume":
+                lines.append(f"Resume check: B was killed at step {data['resume_at']} and "
+                             f"resumed from its checkpoint; after the resume it is {result} to "
+                             f"A ({data['fingerprints_compared']} fingerprints compared).")
+            else:
+                lines.append(f"Determinism verdict: B is a twin of A, trained again: {result}.")
+        elif (self._await_twin or (None,))[0] == pair[0] or any(
+                self._runs.get(r, {}).get("status") in ("created", "running") for r in pair):
+            lines.append("Training: the verdict covers the steps both runs have reached so far.")
+        if d.identical is False:
+            deltas = [(v, s) for s, v in zip(d.steps, d.loss_delta, strict=True)
+                      if v is not None]
+            dists = [(s, v) for s, v in zip(d.fp_steps, d.param_distance, strict=True)
+                     if v is not None]
+            grow = []
+            if deltas:
+                v, s = max(deltas)
+                grow.append(f"largest |Δloss| {v:.4g} at step {s}")
+            if dists:
+                grow.append(f"parameter distance {dists[-1][1]:.4g} at step {dists[-1][0]}")
+            if grow:
+                lines.append("How it grows: " + "; ".join(grow) + ".")
+            reasons = explain([self._runs[r] for r in pair if r in self._runs])
+            lines.append("Settings that can explain it: " + (
+                " • ".join(reasons) if reasons else "none of the known causes applies (same "
+                "seed, deterministic settings, same threads): look at the Compare tab"))
+        return "".join("\n" + line for line in lines)
 
     def _draw_compare(self, pair: tuple[int, int] | None) -> None:
         title = self.query_one("#compare-title", Static)
