@@ -39,8 +39,19 @@ def _fill(session, marked=(1, 2), tab="tab-plots"):
                           "mnist-sample")
         s.set_progress(rid, 250, 2.0)
         s.end_run(rid, "finished", {"samples_per_s": 3900.0 - 150 * rid, "elapsed_s": 4.0})
+    # An A/B study whose base is run 1 and whose one variant (seed=2) is run 2.
+    study = s.create_study("ab", "seeds", {"vary": [["seed", [2]]], "steps": 250},
+                           [{"label": "base", "config": {**cfg, "seed": 1}},
+                            {"label": "seed=2", "key": "seed", "value": 2,
+                             "config": {**cfg, "seed": 2}},
+                            {"label": "amp=fp16", "key": "amp", "value": "fp16",
+                             "config": {**cfg, "amp": "fp16"}}])
+    s.set_study_run(study, 0, 1)
+    s.set_study_run(study, 1, 2)
+    s.set_study_run(study, 2, None, "not possible on this machine (amp: fp16 needs CUDA)")
+    s.set_study_status(study, "finished")
     s.set_meta("ui_state", json.dumps({"marked": list(marked), "pair": list(marked),
-                                       "cursor": 2, "tab": tab}))
+                                       "cursor": 2, "tab": tab, "study": study}))
     s.close()
 
 
@@ -60,7 +71,7 @@ def test_main_screen_empty_session(snap_compare, tmp_path):
     assert snap_compare(_app(tmp_path), terminal_size=SIZE, run_before=_settle)
 
 
-@pytest.mark.parametrize("tab", ["tab-plots", "tab-divergence", "tab-compare"])
+@pytest.mark.parametrize("tab", ["tab-plots", "tab-divergence", "tab-compare", "tab-ab"])
 def test_main_screen_with_two_runs(snap_compare, tmp_path, tab):
     _fill(tmp_path, tab=tab)
     assert snap_compare(_app(tmp_path), terminal_size=SIZE, run_before=_settle)

@@ -547,15 +547,22 @@ class TrainerApp(App[None]):
             return
         study, rows = ab.table(self.store, self.study_shown)
         done = sum(1 for r in rows if r.status in ("finished", "skipped"))
+        notes = "".join(f"\n{r.label}: {r.note}" for r in rows if r.note)
         title.update(f"Study {study['id']} ({study['name']}): {study['spec']['steps']} steps "
                      f"each, {study['status']}, {done} of {len(rows)} done. Figures in "
                      "brackets: ratio to the base. Enter on a row pairs it with the base."
-                     + (f" {study['message']}" if study["message"] else ""))
+                     + (f" {study['message']}" if study["message"] else "") + notes)
         table = self.query_one("#ab-table", DataTable)
         table.clear(columns=True)
-        table.add_columns(*ab.HEADINGS)
+        # Bit-identity right after the variant's name: it must not scroll out of sight.
+        order = [0, len(ab.HEADINGS) - 1, *range(2, len(ab.HEADINGS) - 1), 1]
+        table.add_columns(*(ab.HEADINGS[i] for i in order))
         for r in rows:
-            table.add_row(*ab.row_cells(r), key=str(r.position))
+            cells = ab.row_cells(r)
+            if r.note:                       # the whole note is under the title
+                cells[-1] = "not run (see above)" if r.status == "skipped" else \
+                    f"{cells[-1][:24]}… (see above)"
+            table.add_row(*(cells[i] for i in order), key=str(r.position))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -834,7 +841,8 @@ class TrainerApp(App[None]):
             grow = []
             if deltas:
                 v, s = max(deltas)
-                grow.append(f"largest |Δloss| {v:.4g} at step {s}")
+                grow.append(f"largest |Δloss| {v:.4g} at step {s}" if v > 0 else
+                            "the logged losses are still equal")
             if dists:
                 grow.append(f"parameter distance {dists[-1][1]:.4g} at step {dists[-1][0]}")
             if grow:

@@ -29,6 +29,9 @@ process of its own and writes into the session; quitting never loses anything.
 | **F4** | continue the run under the cursor from its newest checkpoint; epochs and max_steps changed in the form apply |
 | **F5** | repeat: start a twin with the same config, paired with it for divergence |
 | **F6** | compare the pair: two marked runs, or a run and its twin |
+| **F7** | determinism verdict: train a twin of the run under the cursor and say whether the two are bit-identical, and if not, from which step and why |
+| **F8** | resume check: kill a twin of the run at a step you choose, resume it from its checkpoint, and compare it with the run |
+| **ctrl+e** | export PNG figures and CSVs (every point) of the marked runs, the pair, or the A/B study shown, into the session's exports/ |
 | **space** | (in the run table) mark / unmark a run for the plots and the pair |
 | **ctrl+s** | save the session as a new one |
 | **ctrl+o** | open another session |
@@ -43,7 +46,12 @@ for the pair, |Δloss| per step, the distance between their parameters (estimate
 256-number sketch of all parameters), whether the parameter hashes are still identical and
 the first step where they differ. *Compare*: the configs' differences (effective settings
 that can break bit-equality are marked ⚠), the loss curves overlaid, and a summary with the
-ratio of B to A. *Log*: what the run's process printed, tracebacks included.
+ratio of B to A. *A/B*: the price of each knob: the form's config is the base, each
+`KEY=V1,V2` in the vary field adds one variant per value (or pick a ready study); the runs
+train one after the other and the table gives samples/s, data wait, peak memory, final loss
+and accuracy, each with its ratio to the base, and whether each variant is bit-identical to
+the base (enter on a row pairs it with the base). *Log*: what the run's process printed,
+tracebacks included.
 
 Press **escape** to close this help.
 """
