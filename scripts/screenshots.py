@@ -52,6 +52,18 @@ async def shoot(session: Path) -> None:
         app.save_screenshot(str(ROOT / "assets" / "open.svg"))
 
 
+async def shoot_study(session: Path) -> None:
+    from tui_trainer.ui.app import TrainerApp
+
+    app = TrainerApp(session, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#tabs").active = "tab-ab"
+        app.sub_title = "~/.local/share/tui-trainer/sessions/knobs"
+        app.refresh_all()
+        await pilot.pause(0.5)
+        app.save_screenshot(str(ROOT / "assets" / "ab.svg"))
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["TUI_TRAINER_HOME"] = tmp
@@ -63,7 +75,11 @@ def main() -> None:
         tt("run", "--session", str(Path(tmp) / "sessions" / "fast-cpu"), "--config",
            str(ROOT / "experiments" / "fastest-cpu.toml"), "--set", "epochs=1")
         (ROOT / "assets").mkdir(exist_ok=True)
+        knobs = Path(tmp) / "sessions" / "knobs"
+        tt("ab", "--session", str(knobs), "--config",
+           str(ROOT / "experiments" / "ab" / "determinism.toml"))
         asyncio.run(shoot(session))
+        asyncio.run(shoot_study(knobs))
     print("wrote", ", ".join(p.name for p in sorted((ROOT / "assets").glob("*.svg"))))
 
 

@@ -332,6 +332,9 @@ def cmd_repro(args: argparse.Namespace) -> int:
         raise ConfigError("--repeats", "must be 2 or more (there is nothing to compare)")
     if args.resume_at is not None and args.resume_at < 1:
         raise ConfigError("--resume-at", "must be a step >= 1")
+    if args.resume_at is not None and args.run is None and cfg.max_steps \
+            and args.resume_at >= cfg.max_steps:
+        raise ConfigError("--resume-at", f"must be below max_steps ({cfg.max_steps})")
     say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
     with SessionStore(session, create=args.run is None) as store:
         first: dict[str, Any] | None = None
@@ -341,8 +344,6 @@ def cmd_repro(args: argparse.Namespace) -> int:
                 raise BadInput(f"run {args.run} is {first['status']}; check it once it has "
                                "finished or stopped")
             cfg = cfgmod.from_dict(first["config"])
-        if args.resume_at is not None and cfg.max_steps and args.resume_at >= cfg.max_steps:
-            raise ConfigError("--resume-at", f"must be below max_steps ({cfg.max_steps})")
         if args.resume_at is not None and first is not None and args.resume_at >= first["step"]:
             raise ConfigError("--resume-at", f"must be below the run's {first['step']} steps")
         prefix = first["name"] if first is not None else "repro"
