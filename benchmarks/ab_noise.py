@@ -48,7 +48,7 @@ def main() -> None:
                       f"{rows[1]['samples_per_s']:,.0f} samples/s, ratio {r:.3f}", flush=True)
     order = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
     spread = max(abs(r - 1) for r in ratios)
-    print(f"reference: every ratio is 1.000 (the variant cannot change training speed)")
+    print("reference: every ratio is 1.000 (the variant cannot change training speed)")
     print(f"order effect (geometric mean of the ratios): {order:.3f}")
     print(f"noise floor (largest |ratio - 1| seen): {spread:.3f}")
 

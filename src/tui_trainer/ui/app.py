@@ -370,10 +370,10 @@ class TrainerApp(App[None]):
         return run
 
     def _start_check(self, run: dict[str, Any], args: list[str], what: str) -> None:
-        newest = max(self._runs) if getattr(self, "_runs", None) else run["id"]
+        newest = max(r["id"] for r in self.store.runs())
         self.supervisor.job(["repro", "--run", str(run["id"]), *args, "--json"],
                             f"repro-run-{run['id']}")
-        self._await_twin = (run["id"], max(newest, max(r["id"] for r in self.store.runs())))
+        self._await_twin = (run["id"], newest)
         self.query_one("#tabs", TabbedContent).active = "tab-divergence"
         self.notify(f"{what} of run {run['id']}: training its twin; the verdict shows in the "
                     "Divergence tab")
