@@ -23,6 +23,17 @@ from .store import SessionStore
 NICENESS = 10
 
 
+def _terminate(pid: int | None) -> bool:
+    """SIGTERM: the process finishes its step, writes a checkpoint and exits."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 class Supervisor:
     def __init__(self, store: SessionStore):
         self.store = store
@@ -57,13 +68,7 @@ class Supervisor:
     def stop_study(self, study_id: int) -> bool:
         """Asks a running study to stop: its current run stops with a checkpoint."""
         study = self.store.study(study_id)
-        if study["status"] != "running" or not study["pid"]:
-            return False
-        try:
-            os.kill(study["pid"], signal.SIGTERM)
-        except ProcessLookupError:
-            return False
-        return True
+        return study["status"] == "running" and _terminate(study["pid"])
 
     def start(self, config: dict[str, Any], name: str | None = None,
               twin_of: int | None = None) -> int:
@@ -93,13 +98,7 @@ class Supervisor:
     def stop(self, run_id: int) -> bool:
         """Asks a live run to stop: it finishes its step and writes a checkpoint."""
         run = self.store.run(run_id)
-        if not self.store.is_live(run):
-            return False
-        try:
-            os.kill(run["pid"], signal.SIGTERM)
-        except ProcessLookupError:
-            return False
-        return True
+        return self.store.is_live(run) and _terminate(run["pid"])
 
     def live_runs(self) -> list[int]:
         """Runs training now, including ones this dashboard launched that are still starting."""
