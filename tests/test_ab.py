@@ -135,3 +135,28 @@ def test_ready_studies_run_as_they_are(tmp_path, study):
     r = tt("config", "--config", str(study), "--plain")
     assert r.rc == 0, r.err
 
+
+
+def test_a_stopped_study_stops_its_run_cleanly_and_continues(tmp_path):
+    import signal
+    import time
+
+    from conftest import tt_popen, wait_for_row
+    proc = tt_popen("ab", "--session", str(tmp_path), *sets(*QUICK), "--vary", "seed=2",
+                    "--steps", "400", "--json")
+    wait_for_row(tmp_path, "SELECT 1 FROM runs WHERE id = 1 AND step >= 10")
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["status"] == "stopped"
+    assert db_rows(tmp_path, "SELECT status FROM studies") == [("stopped",)]
+    # the run in progress stopped with a checkpoint; the variant never started
+    assert db_rows(tmp_path, "SELECT id, status FROM runs") == [(1, "stopped")]
+    assert db_rows(tmp_path, "SELECT count(*) FROM checkpoints WHERE run_id = 1")[0][0] >= 1
+    r = tt("ab", "--study", "1", "--session", str(tmp_path), "--json")
+    assert r.rc == 0, r.err
+    study = json.loads(r.out)
+    assert study["status"] == "finished"
+    assert [(row["label"], row["status"], row["steps"]) for row in study["rows"]] == \
+        [("base", "finished", 400), ("seed=2", "finished", 400)]
