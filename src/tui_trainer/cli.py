@@ -291,17 +291,17 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _train(session: Path, run_id: int, args: list[str], expect_kill: bool = False,
+def _train(store: SessionStore, run_id: int, args: list[str], expect_kill: bool = False,
            children: list | None = None) -> dict[str, Any] | None:
     """Trains run `run_id` with `tui-trainer ARGS --json` in a process of its own, its
     progress and errors going to the run's log (where the dashboard shows them). Returns the
     run's summary, or None when the process was killed as asked."""
     import subprocess
-    log_path = session / "logs" / f"run-{run_id}.log"
+    log_path = store.log_path(run_id)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "tui_trainer", *args,
-                                 "--session", str(session), "--json"],
+                                 "--session", str(store.dir), "--json"],
                                 stdout=subprocess.PIPE, stderr=log, text=True)
         if children is not None:
             children.append(proc)
@@ -357,14 +357,14 @@ def cmd_repro(args: argparse.Namespace) -> int:
                 run_id = new_run(f"{prefix}-{i + 1}" if first is None else f"{prefix}-twin",
                                  cfg, ids[0] if ids else None)
                 say(f"repro: run {i + 1} of {args.repeats} (run {run_id}) ...")
-                _train(session, run_id, ["run", "--run-id", str(run_id)])
+                _train(store, run_id, ["run", "--run-id", str(run_id)])
                 ids.append(run_id)
             since = -1
         else:
             if first is None:
                 straight = new_run(f"{prefix}-straight", cfg, None)
                 say(f"repro: the config straight through (run {straight}) ...")
-                summary = _train(session, straight, ["run", "--run-id", str(straight)])
+                summary = _train(store, straight, ["run", "--run-id", str(straight)])
                 if args.resume_at >= summary["steps"]:
                     raise ConfigError("--resume-at", f"must be below the run's "
                                       f"{summary['steps']} steps")
@@ -375,10 +375,10 @@ def cmd_repro(args: argparse.Namespace) -> int:
                 cfg.replace(checkpoint_every=args.resume_at)
             killed = new_run(f"{prefix}-resumed-at-{args.resume_at}", killed_cfg, straight)
             say(f"repro: the same, killed at step {args.resume_at} (run {killed}) ...")
-            _train(session, killed, ["run", "--run-id", str(killed), "--kill-at-step",
+            _train(store, killed, ["run", "--run-id", str(killed), "--kill-at-step",
                                      str(args.resume_at)], expect_kill=True)
             say(f"repro: resuming it from its checkpoint at step {args.resume_at} ...")
-            _train(session, killed, ["resume", str(killed)])
+            _train(store, killed, ["resume", str(killed)])
             ids, since = [straight, killed], args.resume_at
         v = verdict(store, ids, since_step=since)
         mode = "repeat" if args.resume_at is None else "resume"
@@ -550,7 +550,7 @@ def run_study(session: Path, study_id: int, say: Any) -> str:
                     store.set_study_run(study_id, v["position"], run_id)
                     say(f"ab: {v['label']} ({i + 1} of {len(variants)}, run {run_id}) ...")
                     try:
-                        _train(session, run_id, ["run", "--run-id", str(run_id)],
+                        _train(store, run_id, ["run", "--run-id", str(run_id)],
                                children=children)
                     except (BadInput, RuntimeError) as e:
                         if stop["asked"]:
