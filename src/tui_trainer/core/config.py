@@ -10,9 +10,11 @@ This module is part of the core layer: it imports neither torch nor textual.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import textwrap
 import tomllib
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,9 +180,9 @@ class RunConfig:
         50, "Every N steps, record a SHA-256 of all parameters' bytes (exact identity between "
         "runs) and their L2 norm; 0 = only when training ends.", "bookkeeping", lo=0, hi=10**9)
     checkpoint_every: int = knob(
-        0, "Write a checkpoint every N steps, for resuming mid-epoch; 0 = at the end of each "
-        "epoch only. One is always written when training ends or is stopped.", "bookkeeping",
-        lo=0, hi=10**9)
+        200, "Write a checkpoint every N steps, so a crash loses at most N steps; 0 = at the "
+        "end of each epoch only. One is always written at step 0 and when training ends or is "
+        "stopped.", "bookkeeping", lo=0, hi=10**9)
     keep_checkpoints: int = knob(
         3, "How many of a run's newest checkpoints to keep on disk.", "bookkeeping",
         lo=1, hi=10000)
@@ -301,6 +303,8 @@ def check_value(key: str, value: Any) -> Any:
     if k == "text":
         if not isinstance(value, str):
             raise bad
+        if any(unicodedata.category(ch) in ("Cc", "Cf") for ch in value):
+            raise ConfigError(key, "must not contain control characters")
         return value
     if k == "seed" and (value is None or (isinstance(value, str) and value.lower() == "none")):
         return None
@@ -315,6 +319,8 @@ def check_value(key: str, value: Any) -> Any:
         if not isinstance(value, (int, float)):
             raise bad
         value = float(value)
+        if not math.isfinite(value):       # NaN passes every range comparison
+            raise ConfigError(key, f"must be a finite number, {allowed(key)}; got {value!r}")
     lo, hi = meta["lo"], meta["hi"]
     if lo is not None and (value < lo or (meta["lo_open"] and value == lo)):
         raise bad

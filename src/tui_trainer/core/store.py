@@ -14,16 +14,21 @@ Core layer: imports neither torch nor textual.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import socket
 import sqlite3
 import time
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any, Iterator
 
 import psutil
+
+from .errors import (DiskFull, NotFound, ReadOnlySession, RunBusy, SessionError,
+                     free_bytes, is_disk_full)
 
 SCHEMA_VERSION = 1
 DB_NAME = "session.sqlite"
@@ -33,7 +38,12 @@ APP_ID = "tui-trainer session"
 HEARTBEAT_S = 2.0
 STALE_S = 30.0
 
-STATUSES = ("created", "running", "finished", "stopped", "crashed")
+# diverged: the loss or the parameters became NaN/inf; the rows up to it and the last finite
+# checkpoint are kept.
+STATUSES = ("created", "running", "finished", "stopped", "crashed", "diverged")
+# Stored for a NaN in a REAL column (SQLite would store NULL, losing "it was NaN"); read back
+# as float("nan"). Infinities are stored as themselves.
+NAN_TEXT = "NaN"
 
 STEP_COLUMNS = ("step", "epoch", "elapsed", "loss", "lr", "grad_norm", "samples_per_s",
                 "data_s", "compute_s", "rss_bytes", "cuda_alloc", "cuda_reserved", "cuda_peak")
@@ -93,10 +103,6 @@ CREATE TABLE IF NOT EXISTS study_runs (
 )"""))
 
 
-class SessionError(Exception):
-    """The session directory or its database cannot be used; the message says why."""
-
-
 def process_start_time(pid: int) -> float | None:
     try:
         return psutil.Process(pid).create_time()
@@ -119,80 +125,165 @@ def process_alive(pid: int | None, started: float | None) -> bool:
 
 
 class SessionStore:
-    """One session directory. Safe to open from several processes at once."""
+    """One session directory. Safe to open from several processes at once.
 
-    def __init__(self, directory: str | Path, create: bool = True):
+    Reading never writes: `run()` and `runs()` give each run's effective status (a run whose
+    process is gone reads as crashed) without storing it; `reconcile()` stores it, and only
+    writers call it. `readonly=True` opens the database read-only (a session on a read-only
+    disk, or one being listed or exported), and nothing at all is written.
+    """
+
+    def __init__(self, directory: str | Path, create: bool = True, readonly: bool = False):
         self.dir = Path(directory).expanduser().resolve()
         self.db_path = self.dir / DB_NAME
-        if not self.db_path.exists():
-            if not create:
-                raise SessionError(f"no session at {self.dir} (no {DB_NAME} there)")
-            if self.dir.exists() and not self.dir.is_dir():
-                raise SessionError(f"session path {self.dir} exists and is not a directory")
-            self.dir.mkdir(parents=True, exist_ok=True)
+        self.readonly = readonly
         self.checkpoints_dir = self.dir / "checkpoints"
         self.logs_dir = self.dir / "logs"
+        if self.dir.exists() and not self.dir.is_dir():
+            raise SessionError(f"session path {self.dir} exists and is not a directory")
+        if not self.db_path.exists():
+            if not create or readonly:
+                raise SessionError(f"no session at {self.dir} (no {DB_NAME} there)")
+            if self.checkpoints_dir.is_dir() or self.logs_dir.is_dir():
+                raise SessionError(
+                    f"{self.db_path} is missing, but {self.dir} holds the checkpoints or logs "
+                    "of a session: its database was deleted or moved. Nothing was written; "
+                    "restore the file, or use another directory for a new session")
+            self._create()
         self._conn = self._connect()
 
     # --- connection and schema -----------------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
+    def _create(self) -> None:
+        """A new session's database, built under a temporary name and linked into place, so
+        nobody ever sees a half-made one (and two processes creating it at once agree)."""
         try:
-            conn = sqlite3.connect(self.db_path, timeout=30.0, isolation_level=None)
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.dir / f".{DB_NAME}.{os.getpid()}.tmp"
+            tmp.unlink(missing_ok=True)
+            conn = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                with _tx(conn):
+                    for stmt in _SCHEMA.split(";"):
+                        if stmt.strip():
+                            conn.execute(stmt)
+                    conn.executemany("INSERT INTO meta VALUES (?, ?)",
+                                     [("app", APP_ID), ("schema", str(SCHEMA_VERSION)),
+                                      ("created", str(time.time()))])
+            finally:
+                conn.close()
+            try:
+                os.link(tmp, self.db_path)
+            except FileExistsError:
+                pass                         # another process made it first: use theirs
+            finally:
+                tmp.unlink(missing_ok=True)
+        except OSError as e:
+            if is_disk_full(e):
+                raise DiskFull(self.dir) from None
+            raise SessionError(f"cannot create a session in {self.dir}: "
+                               f"{e.strerror or e}") from None
+        except sqlite3.Error as e:
+            raise _session_error(self.db_path, e) from None
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.db_path.stat().st_size == 0:
+            raise SessionError(f"{self.db_path} is empty (0 bytes): the session's database is "
+                               "lost. Nothing was written; its checkpoints and logs are still "
+                               f"in {self.dir}")
+        if not self.readonly and (not os.access(self.dir, os.W_OK)
+                                  or not os.access(self.db_path, os.W_OK)):
+            raise ReadOnlySession(
+                f"{self.dir} is read-only: the session can be listed (`tui-trainer runs`), "
+                "viewed in the dashboard and exported with `export --out DIR`, but not "
+                "trained in")
+        try:
+            if self.readonly:
+                immutable = not os.access(self.dir, os.W_OK) and \
+                    not (self.dir / f"{DB_NAME}-shm").exists()
+                conn = self._open_readonly(immutable)
+            else:
+                conn = sqlite3.connect(self.db_path, timeout=30.0, isolation_level=None)
         except sqlite3.Error as e:
             raise SessionError(f"{self.db_path} cannot be opened: {e}") from None
         try:
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA busy_timeout = 30000")
-            tables = {r[0] for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if not tables:
-                self._initialise(conn)
+            missing_study_tables = self._check(conn)    # reads only: nothing written yet
+            if not self.readonly:
+                conn.execute("PRAGMA journal_mode = WAL")
+                if missing_study_tables:                # a session from before A/B studies
+                    with _tx(conn):
+                        for stmt in _SCHEMA.split(";"):
+                            if "studies" in stmt or "study_runs" in stmt:
+                                conn.execute(stmt)
+                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute("PRAGMA foreign_keys = ON")
             else:
-                self._check(conn, tables)
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("PRAGMA foreign_keys = ON")
+                conn.execute("PRAGMA query_only = ON")
+            self._has_studies = not missing_study_tables or not self.readonly
             return conn
-        except sqlite3.DatabaseError as e:
+        except sqlite3.Error as e:
             conn.close()
-            raise SessionError(f"{self.db_path} cannot be read as a session database: {e}") \
-                from None
+            raise _session_error(self.db_path, e) from None
         except SessionError:
             conn.close()
             raise
 
-    def _initialise(self, conn: sqlite3.Connection) -> None:
-        # Idempotent under the write lock: two processes opening a new session at the same
-        # moment both get here, and the second one's statements change nothing.
-        conn.execute("PRAGMA journal_mode = WAL")
-        with _tx(conn):
-            for stmt in _SCHEMA.split(";"):
-                if stmt.strip():
-                    conn.execute(stmt)
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('app', ?)", (APP_ID,))
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)",
-                         (str(SCHEMA_VERSION),))
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (str(time.time()),))
+    def _open_readonly(self, immutable: bool) -> sqlite3.Connection:
+        """A read-only connection. On a read-only or full disk SQLite may be unable to make
+        its WAL index (-shm); nothing can be writing there then, so the file is read as it
+        is (immutable)."""
+        def connect(flag: bool) -> sqlite3.Connection:
+            uri = f"file:{self.db_path}?mode=ro" + ("&immutable=1" if flag else "")
+            return sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
+        conn = connect(immutable)
+        if immutable:
+            return conn
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.OperationalError:
+            conn.close()
+            return connect(True)
 
-    def _check(self, conn: sqlite3.Connection, tables: set[str]) -> None:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'app'").fetchone() \
-            if "meta" in tables else None
-        if not row or row[0] != APP_ID:
-            raise SessionError(f"{self.db_path} is a SQLite file but not a tui-trainer session "
+    def _check(self, conn: sqlite3.Connection) -> bool:
+        """Checks that the database is a tui-trainer session this version can use: the marker,
+        the schema version, every table and column it needs, SQLite's own structural check.
+        Returns True when only the A/B study tables (added later) are missing."""
+        tables = {r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        where = self.db_path
+        if "meta" not in tables:
+            raise SessionError(f"{where} is a SQLite file but not a tui-trainer session "
+                               "(it has no meta table)")
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        if meta.get("app") != APP_ID:
+            raise SessionError(f"{where} is a SQLite file but not a tui-trainer session "
                                "(no session marker in its meta table)")
-        version = int(conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0])
+        try:
+            version = int(meta.get("schema", ""))
+        except (TypeError, ValueError):
+            raise SessionError(f"{where} is damaged: its schema version (meta.schema) is "
+                               f"{str(meta.get('schema'))[:40]!r}, not a number") from None
         if version > SCHEMA_VERSION:
-            raise SessionError(f"{self.db_path} was written by a newer tui-trainer "
+            raise SessionError(f"{where} was written by a newer tui-trainer "
                                f"(schema {version}; this one reads {SCHEMA_VERSION})")
-        conn.execute("PRAGMA journal_mode = WAL")
-        if not {"studies", "study_runs"} <= tables:      # a session from before A/B studies
-            with _tx(conn):
-                for stmt in _SCHEMA.split(";"):
-                    if "studies" in stmt or "study_runs" in stmt:
-                        conn.execute(stmt)
-        # A quick structural check: a damaged file fails here, not halfway through a run.
+        optional = {"studies", "study_runs"}
+        for table, columns in _expected_columns().items():
+            if table not in tables:
+                if table in optional:
+                    continue
+                raise SessionError(f"{where} is damaged: its table '{table}' is missing")
+            have = {r[1] for r in conn.execute(f"PRAGMA table_info('{table}')")}
+            lacking = sorted(columns - have)
+            if lacking:
+                raise SessionError(f"{where} is damaged: table '{table}' lacks the column(s) "
+                                   f"{', '.join(lacking)}")
         check = conn.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
-            raise SessionError(f"{self.db_path} is damaged: {check}")
+            raise SessionError(f"{where} is damaged: SQLite's check says {check}")
+        return not optional <= tables
 
     def close(self) -> None:
         self._conn.close()
@@ -206,16 +297,18 @@ class SessionStore:
     def _q(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
         try:
             return self._conn.execute(sql, args).fetchall()
-        except sqlite3.DatabaseError as e:
-            raise SessionError(f"{self.db_path}: {e}") from None
+        except sqlite3.Error as e:
+            raise _session_error(self.db_path, e) from None
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
+        if self.readonly:
+            raise SessionError(f"{self.dir} was opened read-only; nothing can be written")
         try:
             with _tx(self._conn):
                 yield self._conn
-        except sqlite3.DatabaseError as e:
-            raise SessionError(f"{self.db_path}: {e}") from None
+        except sqlite3.Error as e:
+            raise _session_error(self.db_path, e) from None
 
     def touch(self) -> None:
         """Records that the session was used now (for listings of sessions)."""
@@ -252,18 +345,41 @@ class SessionStore:
     # --- runs ----------------------------------------------------------------------------
     def create_run(self, config: dict[str, Any], name: str | None = None,
                    twin_of: int | None = None) -> int:
+        """A new run, status 'created'. Its pid is the creating process until the process
+        that trains it is known (`set_launcher`) or claims it: a run whose process dies
+        before it starts training then reads as crashed instead of 'created' forever."""
+        pid = os.getpid()
         with self.transaction() as c:
             cur = c.execute(
-                "INSERT INTO runs (name, created, config, status, twin_of) VALUES (?, ?, ?, ?, ?)",
-                ("", time.time(), json.dumps(config), "created", twin_of))
+                "INSERT INTO runs (name, created, config, status, twin_of, pid, pid_started, "
+                "host) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                ("", time.time(), json.dumps(config), "created", twin_of, pid,
+                 process_start_time(pid), socket.gethostname()))
             run_id = int(cur.lastrowid)
             c.execute("UPDATE runs SET name = ? WHERE id = ?", (name or f"run-{run_id}", run_id))
         return run_id
 
-    def mark_running(self, run_id: int, pid: int | None = None) -> None:
-        pid = pid or os.getpid()
-        now = time.time()
+    def set_launcher(self, run_id: int, pid: int) -> None:
+        """The process started to train a created run (until that process claims it)."""
         with self.transaction() as c:
+            c.execute("UPDATE runs SET pid = ?, pid_started = ?, host = ? "
+                      "WHERE id = ? AND status = 'created'",
+                      (pid, process_start_time(pid), socket.gethostname(), run_id))
+
+    def claim(self, run_id: int) -> None:
+        """Makes this process the run's one writer and marks it running, atomically: a second
+        process claiming a run that a live process trains gets RunBusy naming that process."""
+        pid, now = os.getpid(), time.time()
+        with self.transaction() as c:
+            rows = c.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchall()
+            if not rows:
+                raise NotFound(f"no run {run_id} in session {self.dir}")
+            run = dict(rows[0])
+            if run["status"] == "running" and run["pid"] != pid and self.is_live(run):
+                since = time.strftime("%H:%M:%S", time.localtime(run["started"] or now))
+                raise RunBusy(f"run {run_id} is being trained by process {run['pid']} on "
+                              f"{run['host']} (running since {since}); one process trains a "
+                              "run at a time. Stop it first, or wait for it to end")
             c.execute("UPDATE runs SET status = 'running', pid = ?, pid_started = ?, host = ?, "
                       "heartbeat = ?, started = COALESCE(started, ?), ended = NULL WHERE id = ?",
                       (pid, process_start_time(pid), socket.gethostname(), now, now, run_id))
@@ -295,19 +411,38 @@ class SessionStore:
     def _run_dict(self, row: sqlite3.Row) -> dict[str, Any]:
         run = dict(row)
         for key in ("config", "fingerprint", "summary"):
-            run[key] = json.loads(run[key]) if run[key] else None
+            try:
+                run[key] = json.loads(run[key]) if run[key] else None
+            except (TypeError, ValueError):
+                raise SessionError(f"{self.db_path} is damaged: the {key} of run {run['id']} "
+                                   "is not valid JSON") from None
+        run["stored_status"] = run["status"]
+        dead = self._dead_reason(run)
+        if dead is not None:
+            run["status"] = "crashed"
+            run["summary"] = {**(run["summary"] or {}), "error": dead}
         return run
 
+    def _dead_reason(self, run: dict[str, Any]) -> str | None:
+        """Why a run that says 'created' or 'running' has no live process, or None."""
+        if run["status"] == "running" and not self.is_live(run):
+            return ("the training process is gone (no heartbeat, no process): continue it "
+                    "from its newest checkpoint")
+        if run["status"] == "created" and run["pid"] and \
+                run["host"] in (None, socket.gethostname()) and \
+                not process_alive(run["pid"], run["pid_started"]):
+            return ("the process that was to train it ended before training started; its log "
+                    "says why")
+        return None
+
     def run(self, run_id: int) -> dict[str, Any]:
-        """One run, with its status reconciled against its process (dead means crashed)."""
-        self.reconcile(run_id)
+        """One run, with its effective status (a run whose process is gone reads crashed)."""
         rows = self._q("SELECT * FROM runs WHERE id = ?", (run_id,))
         if not rows:
-            raise SessionError(f"no run {run_id} in session {self.dir}")
+            raise NotFound(f"no run {run_id} in session {self.dir}")
         return self._run_dict(rows[0])
 
     def runs(self) -> list[dict[str, Any]]:
-        self.reconcile()
         return [self._run_dict(r) for r in self._q("SELECT * FROM runs ORDER BY id")]
 
     def is_live(self, run: dict[str, Any]) -> bool:
@@ -319,21 +454,32 @@ class SessionStore:
             return process_alive(run["pid"], run["pid_started"])
         return True
 
-    def reconcile(self, run_id: int | None = None) -> list[int]:
-        """Marks runs that say 'running' but whose process is gone as crashed."""
-        sql = "SELECT * FROM runs WHERE status = 'running'"
+    def reconcile(self, run_id: int | None = None, reason: str | None = None) -> list[int]:
+        """Stores 'crashed' (with the reason, as an event and in the summary) for runs whose
+        process is gone: the explicit write that reading leaves out. Also for studies."""
+        sql = "SELECT * FROM runs WHERE status IN ('running', 'created')"
         rows = self._q(sql + (" AND id = ?" if run_id is not None else ""),
                        (run_id,) if run_id is not None else ())
-        dead = [r["id"] for r in rows if not self.is_live(dict(r))]
-        for rid in dead:
+        dead = []
+        for r in rows:
+            why = self._dead_reason(dict(r))
+            if why is None:
+                continue
+            why = f"{reason}: {why}" if reason else why
             with self.transaction() as c:
-                # Re-check inside the transaction: the run may have ended meanwhile.
-                c.execute("UPDATE runs SET status = 'crashed', ended = ?, pid = NULL "
-                          "WHERE id = ? AND status = 'running'", (time.time(), rid))
+                # Re-check inside the transaction: the run may have changed meanwhile.
+                now = c.execute("SELECT * FROM runs WHERE id = ?", (r["id"],)).fetchone()
+                if now is None or self._dead_reason(dict(now)) is None:
+                    continue
+                summary = json.loads(now["summary"]) if now["summary"] else {}
+                c.execute("UPDATE runs SET status = 'crashed', ended = ?, pid = NULL, "
+                          "summary = ? WHERE id = ?",
+                          (time.time(), json.dumps({**summary, "error": why}), r["id"]))
                 c.execute("INSERT INTO events (run_id, t, kind, message) VALUES (?, ?, ?, ?)",
-                          (rid, time.time(), "crashed",
-                           "the training process is gone (no heartbeat, no process): "
-                           "marked crashed; continue it from its newest checkpoint"))
+                          (r["id"], time.time(), "crashed", f"marked crashed: {why}"))
+            dead.append(r["id"])
+        if run_id is None:
+            self._reconcile_studies()
         return dead
 
     # --- metrics -------------------------------------------------------------------------
@@ -342,6 +488,7 @@ class SessionStore:
         """Writes a batch of rows in one transaction. A row for a step already stored
         replaces it (a resumed run re-records the steps after its checkpoint)."""
         now = time.time()
+        steps, evals, fingerprints = (_encode(steps), _encode(evals), _encode(fingerprints))
         with self.transaction() as c:
             if steps:
                 cols = ("run_id", "t") + STEP_COLUMNS
@@ -363,25 +510,25 @@ class SessionStore:
 
     def steps(self, run_id: int, after_id: int = 0) -> list[dict[str, Any]]:
         """Step rows in step order; `after_id` is a cursor (the largest `id` already seen)."""
-        return [dict(r) for r in self._q(
+        return [_decode(r) for r in self._q(
             "SELECT * FROM steps WHERE run_id = ? AND id > ? ORDER BY step", (run_id, after_id))]
 
     def last_step(self, run_id: int) -> dict[str, Any] | None:
         rows = self._q("SELECT * FROM steps WHERE run_id = ? ORDER BY step DESC LIMIT 1",
                        (run_id,))
-        return dict(rows[0]) if rows else None
+        return _decode(rows[0]) if rows else None
 
     def last_eval(self, run_id: int) -> dict[str, Any] | None:
         rows = self._q("SELECT * FROM evals WHERE run_id = ? ORDER BY step DESC LIMIT 1",
                        (run_id,))
-        return dict(rows[0]) if rows else None
+        return _decode(rows[0]) if rows else None
 
     def evals(self, run_id: int, after_id: int = 0) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._q(
+        return [_decode(r) for r in self._q(
             "SELECT * FROM evals WHERE run_id = ? AND id > ? ORDER BY step", (run_id, after_id))]
 
     def fingerprints(self, run_id: int, after_id: int = 0) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._q(
+        return [_decode(r) for r in self._q(
             "SELECT * FROM fingerprints WHERE run_id = ? AND id > ? ORDER BY step",
             (run_id, after_id))]
 
@@ -427,18 +574,23 @@ class SessionStore:
         return study_id
 
     def study(self, study_id: int) -> dict[str, Any]:
-        self._reconcile_studies()
-        rows = self._q("SELECT * FROM studies WHERE id = ?", (study_id,))
+        rows = self._q("SELECT * FROM studies WHERE id = ?", (study_id,)) \
+            if self._has_studies else []
         if not rows:
-            raise SessionError(f"no study {study_id} in session {self.dir}")
+            raise NotFound(f"no study {study_id} in session {self.dir}")
         return self._study_dict(rows[0])
 
     def studies(self) -> list[dict[str, Any]]:
-        self._reconcile_studies()
+        if not self._has_studies:              # an old session opened read-only
+            return []
         return [self._study_dict(r) for r in self._q("SELECT * FROM studies ORDER BY id")]
 
     def _study_dict(self, row: sqlite3.Row) -> dict[str, Any]:
         study = dict(row)
+        if study["status"] == "running" and not process_alive(study["pid"],
+                                                              study["pid_started"]):
+            study["status"] = "crashed"
+            study["message"] = _STUDY_GONE
         study["spec"] = json.loads(study["spec"])
         study["variants"] = []
         for r in self._q("SELECT * FROM study_runs WHERE study_id = ? ORDER BY position",
@@ -471,13 +623,14 @@ class SessionStore:
 
     def _reconcile_studies(self) -> None:
         """A study whose runner process is gone is marked crashed (it can be continued)."""
+        if not self._has_studies:
+            return
         for r in self._q("SELECT id, pid, pid_started FROM studies WHERE status = 'running'"):
             if not process_alive(r["pid"], r["pid_started"]):
                 with self.transaction() as c:
                     c.execute("UPDATE studies SET status = 'crashed', pid = NULL, ended = ?, "
-                              "message = 'the study process is gone; run it again to "
-                              "continue' WHERE id = ? AND status = 'running'",
-                              (time.time(), r["id"]))
+                              "message = ? WHERE id = ? AND status = 'running'",
+                              (time.time(), _STUDY_GONE, r["id"]))
 
     # --- checkpoints ---------------------------------------------------------------------
     def checkpoint_dir(self, run_id: int) -> Path:
@@ -501,26 +654,96 @@ class SessionStore:
                        f"batch {batch_in_epoch}): {path.name}"))
 
     def _relative(self, path: Path) -> str:
-        # Paths inside the session are stored relative to it, so a copied or moved session
-        # ("save as") uses its own files.
+        # Paths are stored relative to the session, so a copied or moved session ("save as")
+        # uses its own files; a path outside it is never stored.
         try:
             return str(Path(path).resolve().relative_to(self.dir))
         except ValueError:
-            return str(path)
+            raise SessionError(f"{path} is outside the session {self.dir}; only files "
+                               "inside it are recorded") from None
+
+    def inside(self, stored: str) -> Path:
+        """The file a path stored in the session names, which must lie inside the session
+        directory (after following links). An absolute path, `..`, or a link leading out is
+        refused: a copied or hostile session can never make tui-trainer read or delete
+        anything else."""
+        p = Path(stored)
+        if p.is_absolute() or not stored.strip():
+            raise SessionError(f"the session stores the path {stored!r}, which is not relative "
+                               "to the session; refused")
+        target = (self.dir / p).resolve()
+        if not target.is_relative_to(self.dir):
+            raise SessionError(f"the session stores the path {stored!r}, which leads outside "
+                               f"the session ({target}); refused")
+        return target
 
     def checkpoints(self, run_id: int) -> list[dict[str, Any]]:
-        """The run's checkpoints still on disk, newest first, with absolute paths."""
+        """The run's recorded checkpoints, newest first. `path` is the absolute file inside
+        the session, or None with the reason in `refused` when the stored path leads out of
+        it (such a file is never read or deleted)."""
         out = []
         for r in self._q("SELECT * FROM checkpoints WHERE run_id = ? AND removed = 0 "
                          "ORDER BY step DESC, id DESC", (run_id,)):
             d = dict(r)
-            d["path"] = str(self.dir / d["path"])
+            try:
+                d["path"], d["refused"] = str(self.inside(d["path"])), None
+            except SessionError as e:
+                d["path"], d["refused"] = None, str(e)
             out.append(d)
         return out
+
+    def usable_checkpoints(self, run_id: int) -> list[dict[str, Any]]:
+        return [c for c in self.checkpoints(run_id) if c["path"] is not None]
 
     def mark_checkpoint_removed(self, checkpoint_id: int) -> None:
         with self.transaction() as c:
             c.execute("UPDATE checkpoints SET removed = 1 WHERE id = ?", (checkpoint_id,))
+
+
+_STUDY_GONE = "the study process is gone; run it again to continue"
+
+
+def _session_error(db_path: Path, e: sqlite3.Error) -> Exception:
+    """One clear error for what SQLite says: a full disk, a read-only file, damage."""
+    text = str(e)
+    free = free_bytes(db_path.parent)
+    if is_disk_full(e) or ("disk i/o error" in text.lower() and free is not None
+                           and free < 1024 * 1024):
+        # A full disk also shows as an I/O error when SQLite cannot grow its -shm file.
+        return DiskFull(db_path)
+    if "readonly" in text or "read-only" in text:
+        return ReadOnlySession(f"{db_path} is read-only: the session can be listed, viewed and "
+                            "exported (`export --out DIR`), not written")
+    if "not a database" in text or "malformed" in text:
+        return SessionError(f"{db_path} is damaged or not a SQLite database ({text})")
+    if "locked" in text or "busy" in text:
+        return SessionError(f"{db_path} is locked by another process for too long ({text})")
+    return SessionError(f"{db_path}: {text}")
+
+
+@cache
+def _expected_columns() -> dict[str, frozenset[str]]:
+    """Every table of the schema and its columns, read from the schema itself."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for stmt in _SCHEMA.split(";"):
+            if stmt.strip():
+                conn.execute(stmt)
+        tables = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {t: frozenset(r[1] for r in conn.execute(f"PRAGMA table_info('{t}')"))
+                for t in tables}
+    finally:
+        conn.close()
+
+
+def _encode(rows: Any) -> list[dict]:
+    return [{k: NAN_TEXT if isinstance(v, float) and math.isnan(v) else v
+             for k, v in r.items()} for r in rows]
+
+
+def _decode(row: sqlite3.Row) -> dict[str, Any]:
+    return {k: math.nan if v == NAN_TEXT else v for k, v in dict(row).items()}
 
 
 @contextmanager

@@ -34,6 +34,15 @@ def _terminate(pid: int | None) -> bool:
     return True
 
 
+def exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"its process was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"its process was killed by signal {-code}"
+    return f"its process exited with status {code}"
+
+
 class Supervisor:
     def __init__(self, store: SessionStore):
         self.store = store
@@ -53,7 +62,10 @@ class Supervisor:
                 start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def _spawn_run(self, run_id: int, args: list[str]) -> None:
-        self._children[run_id] = self._spawn(args, self.store.log_path(run_id))
+        proc = self._spawn(args, self.store.log_path(run_id))
+        self._children[run_id] = proc
+        # From now on a run whose process dies before it starts training reads as crashed.
+        self.store.set_launcher(run_id, proc.pid)
 
     def job(self, args: list[str], name: str) -> subprocess.Popen:
         """A background command that trains runs of its own (a repro check, an A/B study),
@@ -82,7 +94,8 @@ class Supervisor:
         run = self.store.run(run_id)
         return self.start(run["config"], name=f"{run['name']}-twin", twin_of=run_id)
 
-    def resume(self, run_id: int, overrides: dict[str, Any] | None = None) -> None:
+    def resume(self, run_id: int, overrides: dict[str, Any] | None = None,
+               restart: bool = False) -> None:
         # A run that just stopped may still be closing its process; let it finish first.
         previous = self._children.get(run_id)
         if previous is not None:
@@ -90,7 +103,7 @@ class Supervisor:
                 previous.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 pass
-        args = ["resume", str(run_id)]
+        args = ["resume", str(run_id)] + (["--restart"] if restart else [])
         for key, value in (overrides or {}).items():
             args += ["--set", f"{key}={value}"]
         self._spawn_run(run_id, args)
@@ -107,13 +120,17 @@ class Supervisor:
         return sorted(live)
 
     def reap(self) -> dict[int, int]:
-        """Collects exit statuses of children that ended (no zombies); {run_id: status}."""
+        """Collects exit statuses of children that ended (no zombies); {run_id: status}. A
+        run left 'created' or 'running' by its ended child is stored as crashed, with how
+        the process ended."""
         ended = {}
         for run_id, proc in list(self._children.items()):
             code = proc.poll()
             if code is not None:
                 ended[run_id] = code
                 del self._children[run_id]
+                if not self.store.readonly:
+                    self.store.reconcile(run_id, reason=exit_text(code))
         self._jobs = [p for p in self._jobs if p.poll() is None]
         return ended
 
@@ -121,4 +138,4 @@ class Supervisor:
         """True while a child launched by us has not yet marked its run running."""
         proc = self._children.get(run_id)
         return proc is not None and proc.poll() is None \
-            and self.store.run(run_id)["status"] == "created"
+            and self.store.run(run_id)["stored_status"] == "created"
