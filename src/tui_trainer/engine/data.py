@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import datasets, transforms
 
 from ..core.config import ConfigError, RunConfig
+from ..core.errors import DiskFull, is_disk_full
 from ..core.paths import default_data_dir
 
 MEAN_STD = {"mnist": (0.1307, 0.3081), "fashion-mnist": (0.2860, 0.3530),
@@ -94,8 +95,26 @@ def _mnist_on_disk(root: Path) -> bool:
 
 
 def load_datasets(cfg: RunConfig) -> tuple[Dataset, Dataset, DataInfo]:
-    """The raw train and eval datasets (PIL images, no transform yet) and what they are."""
+    """The raw train and eval datasets (PIL images, no transform yet) and what they are.
+    A data_dir that cannot be used (a file, a name too long, no permission, a full disk) is
+    refused naming the key, before anything is written to the session."""
     root = Path(cfg.data_dir).expanduser() if cfg.data_dir else default_data_dir()
+    key = "data_dir" if cfg.data_dir else "data_dir (default)"
+    try:
+        if root.exists() and not root.is_dir():
+            raise ConfigError(key, f"{root} is a file, not a folder; give a folder for the "
+                              "datasets (empty means the user's cache folder)")
+        return _load_datasets(cfg, root)
+    except OSError as e:
+        if is_disk_full(e):
+            raise DiskFull(e.filename or root) from None
+        what = e.strerror or type(e).__name__
+        where = f" ({e.filename})" if e.filename and str(e.filename) != str(root) else ""
+        raise ConfigError(key, f"{str(root)[:120]} cannot be used: {what}{where}; give a "
+                          "folder that can be created and written") from None
+
+
+def _load_datasets(cfg: RunConfig, root: Path) -> tuple[Dataset, Dataset, DataInfo]:
     name = cfg.dataset
     fallback = ""
     if name in ("auto", "mnist"):

@@ -26,9 +26,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.config import RunConfig
-from ..core.errors import CheckpointError
+from ..core.errors import CheckpointError, DiskFull, is_disk_full
 from ..core.store import HEARTBEAT_S, BatchedWriter, SessionStore
-from .checkpoint import save_checkpoint
+from .checkpoint import fault_point, save_checkpoint, sweep
 from .data import Loaders, make_loaders
 from .models import build_model
 from .reproducibility import (ParamSketch, apply_knobs, capture_rng, check_device_knobs,
@@ -60,6 +60,8 @@ class Summary:
     dataset: str
     device: str
     resumed_from_step: int | None = None
+    diverged_at_step: int | None = None
+    diverged: str | None = None
     resume_fingerprints_matched: int | None = None
     resume_fingerprints_differed: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -91,12 +93,23 @@ class RunLog:
 
     def __call__(self, message: str) -> None:
         stamp = time.strftime("%H:%M:%S")
-        self._file.write(f"{stamp} {message}\n")
+        try:
+            self._file.write(f"{stamp} {message}\n")
+        except OSError:
+            pass        # e.g. a full disk: the store and stderr still say what happened
         if self._echo is not None:
             if self.bar is not None:
                 self.bar.write(message, file=self._echo)
             else:
                 print(message, file=self._echo, flush=True)
+
+    def to_file(self, message: str) -> None:
+        """Only into the log file (a traceback of an expected failure: the user gets one
+        line, the log keeps the details)."""
+        try:
+            self._file.write(f"{time.strftime('%H:%M:%S')} {message}\n")
+        except OSError:
+            pass
 
     def close(self) -> None:
         self._file.close()
@@ -159,6 +172,8 @@ class Trainer:
         self.resume_matches = 0
         self.resume_mismatches = 0
         self._positioned = False
+        # (step, what) once the loss or the parameters are NaN/inf: the run ends "diverged".
+        self.diverged: tuple[int, str] | None = None
 
     def attach(self, store: SessionStore, run_id: int, echo: TextIO | None) -> None:
         self.store = store
@@ -227,6 +242,10 @@ class Trainer:
         return self.pos.epoch + self.pos.batch / max(1, self.batches_per_epoch)
 
     def write_checkpoint(self) -> None:
+        """Writes a checkpoint of now, unless the run has diverged: the newest checkpoint
+        then stays the last finite one."""
+        if self._check_finite(parameters=True):
+            return
         p = self.pos
         path = self.store.checkpoint_dir(self.run_id) / f"step-{p.step:08d}.pt"
         save_checkpoint(path, {
@@ -239,12 +258,17 @@ class Trainer:
             "rng": self._rng(), "rng_epoch_start": self.rng_epoch_start,
             "rng_first_epoch": self.rng_first_epoch,
         })
+        fault_point("file-in-place")
         self.writer.flush()
         self.store.add_checkpoint(self.run_id, p.step, p.epoch, p.batch, path)
         self.last_checkpoint, self.last_checkpoint_step = path, p.step
-        for old in self.store.checkpoints(self.run_id)[self.cfg.keep_checkpoints:]:
-            Path(old["path"]).unlink(missing_ok=True)
+        fault_point("recorded")
+        # Unlisted first, deleted second: a kill in between leaves an unlisted file (swept
+        # when the run next starts), never a listed checkpoint without its file.
+        for old in self.store.usable_checkpoints(self.run_id)[self.cfg.keep_checkpoints:]:
             self.store.mark_checkpoint_removed(old["id"])
+            fault_point("unlisted")
+            Path(old["path"]).unlink(missing_ok=True)
 
     def record_fingerprint(self) -> None:
         step = self.pos.step
@@ -265,6 +289,28 @@ class Trainer:
         self.writer.fingerprint({"step": step, "sha256": sha, "l2": l2,
                                  "sketch": self.sketch(self.model)})
         self.last_fingerprint = (step, sha)
+        if not math.isfinite(l2) and self.diverged is None:
+            self._diverge(step, f"the parameters hold NaN/inf at step {step}")
+
+    def _diverge(self, step: int, what: str) -> None:
+        self.diverged = (step, what)
+        self.log(f"diverged: {what}; every row so far is kept, and the newest checkpoint "
+                 "stays the last finite one")
+        self.store.add_event(self.run_id, "diverged", what, step=step)
+
+    def _check_finite(self, parameters: bool = False) -> bool:
+        """True once the run has diverged. Reads the device-side flag of the first step
+        with a non-finite loss (one sync, at log and checkpoint points only) and, with
+        `parameters`, checks the parameters themselves."""
+        if self.diverged is None:
+            bad = int(self.first_bad_step.item())
+            if bad >= 0:
+                self._diverge(bad, f"the loss became NaN/inf at step {bad}")
+            elif parameters and not bool(torch.stack(
+                    [p.isfinite().all() for p in self.model.parameters()]).all()):
+                self._diverge(self.pos.step,
+                              f"the parameters hold NaN/inf at step {self.pos.step}")
+        return self.diverged is not None
 
     @torch.no_grad()
     def evaluate(self) -> None:
@@ -336,6 +382,8 @@ class Trainer:
             # Checkpointed at an epoch boundary: the next epoch starts from its RNG state.
             self._restore(state["rng"])
             self.rng_epoch_start = self._rng()
+            if self.rng_first_epoch is None:       # resumed from the step-0 checkpoint
+                self.rng_first_epoch = self.rng_epoch_start
             return iter(loader)
         self._restore(self.rng_epoch_start)
         it = iter(loader)
@@ -359,9 +407,13 @@ class Trainer:
         last_log_t, last_log_samples = time.perf_counter(), self.pos.samples
         data_s = compute_s = 0.0
         norm: torch.Tensor | None = None
+        # The first step whose loss is NaN/inf, kept on the device (no sync per step).
+        self.first_bad_step = torch.full((), -1, dtype=torch.long, device=self.device)
         self.model.train()
         if self.resume_state is None:
             self.record_fingerprint()     # step 0: were the two runs even initialised alike?
+            # A crash before the first periodic checkpoint can still be continued (exactly).
+            self.write_checkpoint()
         while self.pos.epoch < cfg.epochs and self.pos.step < limit:
             it = self._epoch_iterator()
             micro = 0
@@ -386,6 +438,9 @@ class Trainer:
                     norm = self._optimizer_step(log_now)
                     micro = 0
                     self.pos.step += 1
+                    self.first_bad_step = torch.where(
+                        (self.first_bad_step < 0) & ~torch.isfinite(step_loss),
+                        self.pos.step, self.first_bad_step)
                     compute_s += time.perf_counter() - t_data
                     if log_now or self.pos.step >= limit:
                         now = time.perf_counter()
@@ -401,7 +456,7 @@ class Trainer:
                     self._after_step()
                     if self.kill_at_step is not None and self.pos.step >= self.kill_at_step:
                         os.kill(os.getpid(), signal.SIGKILL)   # a crash, on purpose
-                    if self.stop_requested or self.pos.step >= limit:
+                    if self.stop_requested or self.pos.step >= limit or self.diverged:
                         break
                 else:
                     compute_s += time.perf_counter() - t_data
@@ -418,7 +473,9 @@ class Trainer:
                     self.write_checkpoint()
                 self.log(f"epoch {self.pos.epoch}/{cfg.epochs} done at step {self.pos.step}")
                 continue
-            if self.stop_requested:
+            if self.diverged:
+                status = "diverged"
+            elif self.stop_requested:
                 status = "stopped"
             break
         if bar is not None:
@@ -443,13 +500,14 @@ class Trainer:
 
     def _log_step(self, step_loss: torch.Tensor, norm: torch.Tensor | None, dt: float,
                   samples: int, data_s: float, compute_s: float) -> None:
-        self.last_loss = step_loss.item()   # the one sync of a log point
+        self.last_loss = step_loss.item()   # the sync of a log point
         row = {"step": self.pos.step, "epoch": self._epoch_float(), "elapsed": self.elapsed(),
                "loss": self.last_loss, "lr": self.optimizer.param_groups[0]["lr"],
                "grad_norm": norm.item() if norm is not None else None,
                "samples_per_s": samples / dt if dt > 0 else None,
                "data_s": data_s, "compute_s": compute_s, **self._memory()}
         self.writer.step(row)
+        self._check_finite()
 
     def _after_step(self) -> None:
         cfg = self.cfg
@@ -465,7 +523,11 @@ class Trainer:
         cfg = self.cfg
         if self.last_fingerprint is None or self.last_fingerprint[0] != self.pos.step:
             self.record_fingerprint()
-        if cfg.eval_every and self.last_eval_step != self.pos.step:
+        if self.diverged is None:
+            self._check_finite(parameters=True)
+        if self.diverged is not None:
+            status = "diverged"        # no evaluation of NaN weights, no NaN checkpoint
+        elif cfg.eval_every and self.last_eval_step != self.pos.step:
             self.evaluate()
         if self.last_checkpoint_step != self.pos.step:
             self.write_checkpoint()
@@ -473,7 +535,7 @@ class Trainer:
         self.writer.flush()
         elapsed = self.elapsed()
         samples_per_s = self.pos.samples / elapsed if elapsed > 0 else None
-        newest = self.store.checkpoints(self.run_id)
+        newest = self.store.usable_checkpoints(self.run_id)
         summary = Summary(
             run_id=self.run_id, name=self.store.run(self.run_id)["name"], status=status,
             steps=self.pos.step, epochs=round(self._epoch_float(), 4),
@@ -484,6 +546,8 @@ class Trainer:
             param_sha256=self.last_fingerprint[1] if self.last_fingerprint else None,
             checkpoint=newest[0]["path"] if newest else None,
             dataset=self.loaders.info.name, device=str(self.device))
+        if self.diverged is not None:
+            summary.diverged_at_step, summary.diverged = self.diverged
         if self.resume_state is not None:
             summary.resumed_from_step = int(self.resume_state["step"])
             summary.resume_fingerprints_matched = self.resume_matches
@@ -532,14 +596,21 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
     trainer = Trainer(cfg, checkpoint=checkpoint, progress=progress, kill_at_step=kill_at_step)
     trainer.setup()
     store = SessionStore(session_dir)
-    store.touch()
-    if run_id is None:
-        run_id = store.create_run(cfg.to_dict(), name=name)
-    else:
+    try:
+        if run_id is None:
+            run_id = store.create_run(cfg.to_dict(), name=name)
+        # One writer per run, claimed atomically before anything of the run is written.
+        store.claim(run_id)
+        store.touch()
         store.set_config(run_id, cfg.to_dict())
-    trainer.attach(store, run_id, echo)
-    store.mark_running(run_id)
-    store.set_fingerprint(run_id, trainer.settings, trainer.loaders.info.name)
+        for stale in sweep(store, run_id):
+            store.add_event(run_id, "swept", f"removed {stale.name}, left by an interrupted "
+                            "checkpoint write")
+        trainer.attach(store, run_id, echo)
+        store.set_fingerprint(run_id, trainer.settings, trainer.loaders.info.name)
+    except BaseException:
+        store.close()
+        raise
     if checkpoint is not None:
         store.add_event(run_id, "resumed", f"resumed from the checkpoint at step "
                         f"{checkpoint['step']}", step=int(checkpoint["step"]))
@@ -574,16 +645,27 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
         return summary
     except BaseException as e:
         tb = traceback.format_exc()
-        trainer.log(tb.rstrip())
+        if is_disk_full(e) and not isinstance(e, DiskFull):
+            e = DiskFull(getattr(e, "filename", None) or store.dir)
+        if isinstance(e, DiskFull):
+            trainer.log.to_file(tb.rstrip())
+        else:
+            trainer.log(tb.rstrip())
+        reason = str(e) if isinstance(e, DiskFull) else f"{type(e).__name__}: {e}"
         try:
             # Keep what was measured up to the failure, and how far it got.
             trainer.writer.progress(trainer.pos.step, trainer._epoch_float())
             trainer.writer.flush()
         except Exception:  # noqa: BLE001 - the store itself may be what failed
             pass
-        store.add_event(run_id, "failure", f"training failed: {type(e).__name__}: {e}",
-                        step=trainer.pos.step, data={"traceback": tb})
-        store.end_run(run_id, "crashed", {"error": f"{type(e).__name__}: {e}"})
+        try:
+            store.add_event(run_id, "failure", f"training failed: {reason}",
+                            step=trainer.pos.step, data={"traceback": tb})
+            store.end_run(run_id, "crashed", {"error": reason})
+        except Exception:  # noqa: BLE001 - a full disk: reconcile marks it crashed later
+            pass
+        if isinstance(e, DiskFull):
+            raise e from None
         raise
     finally:
         for s, handler in previous.items():
