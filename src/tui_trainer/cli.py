@@ -1,13 +1,15 @@
 """The `tui-trainer` command: headless commands for scripts and CI.
 
-Exit status: 0 on success, 2 on bad input (config, session, checkpoint, data), 1 when
-training fails. torch is imported only by the commands that train.
+Exit status (core/errors.py): 0 ok, 1 failed, 2 bad input, 3 not identical, 4 session
+unusable (damaged, read-only, or the run is trained by another process), 5 diverged. torch
+is imported only by the commands that train.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -16,30 +18,57 @@ from typing import Any
 from . import __version__
 from .core import config as cfgmod
 from .core.config import ConfigError
-from .core.errors import CheckpointError
+from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_NOT_IDENTICAL,
+                          EXIT_OK, EXIT_SESSION, BadInput, CheckpointError, DiskFull, RunBusy,
+                          SessionError, is_disk_full)
 from .core.paths import default_session_dir
-from .core.store import SessionError, SessionStore
+from .core.store import SessionStore
+from .core.text import name_problem, shown
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_IDENTICAL = 0, 1, 2, 3
 DEFAULT_AB_STEPS = 200
 
+EXIT_CODES = """exit status: 0 ok, 1 failed (e.g. no space left), 2 bad input, 3 not identical
+(repro), 4 session unusable (damaged, read-only, or the run is trained by another process),
+5 the run diverged (NaN/inf; its rows and last finite checkpoint are kept)"""
 
-class BadInput(Exception):
-    """Input the user can fix; printed as one message, exit status 2."""
+
+def _session_dir(args: argparse.Namespace | str | None) -> Path:
+    """The session: --session given before or after the command (the same if both)."""
+    if isinstance(args, argparse.Namespace):
+        after, before = getattr(args, "session", None), getattr(args, "app_session", None)
+        if after and before and Path(after).expanduser().resolve() != \
+                Path(before).expanduser().resolve():
+            raise BadInput(f"--session is given twice with different folders ({before} and "
+                           f"{after}); give it once")
+        args = after or before
+    return Path(args).expanduser() if args else default_session_dir()
 
 
-def _session_dir(arg: str | None) -> Path:
-    return Path(arg).expanduser() if arg else default_session_dir()
+def _check_name(name: str | None, what: str = "--name") -> None:
+    problem = None if name is None else name_problem(name)
+    if problem:
+        raise ConfigError(what, problem)
+
+
+def _json_safe(value: Any) -> Any:
+    """Strict JSON: a NaN or infinity becomes null (the status and diverged fields say why)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="tui-trainer",
+        prog="tui-trainer", epilog=EXIT_CODES,
         description="Controlled PyTorch training experiments on MNIST: toggle the knobs, "
                     "train, and prove reproducibility. With no command, opens the dashboard.")
     p.add_argument("--version", action="version", version=f"tui-trainer {__version__}")
     p.add_argument("--session", dest="app_session", metavar="DIR",
-                   help="the session the dashboard opens (default: "
+                   help="the session (for the dashboard, or any command; default: "
                         f"{default_session_dir()})")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -80,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     sp.add_argument("--checkpoint", metavar="PATH",
                     help="resume from this checkpoint of the run instead of the newest")
+    sp.add_argument("--restart", action="store_true",
+                    help="when the run has no usable checkpoint, train it again from step 0 "
+                         "(its recorded rows are replaced as it goes)")
     sp.add_argument("--json", action="store_true")
     sp.add_argument("--kill-at-step", type=int, metavar="N", help=argparse.SUPPRESS)
 
@@ -135,9 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="export an A/B study: its table as CSV, every run's points, and "
                          "figures of all its runs and of each figure's ratio to the base")
     sp.add_argument("--session", metavar="DIR")
+    sp.add_argument("--out", metavar="DIR",
+                    help="write the files here instead of SESSION/exports (e.g. for a "
+                         "read-only session)")
     sp.add_argument("--json", action="store_true")
 
-    sp = sub.add_parser("runs", help="list a session's runs")
+    sp = sub.add_parser("runs", help="list a session's runs (reads only; works on a "
+                                     "read-only session)")
     sp.add_argument("--session", metavar="DIR")
     sp.add_argument("--json", action="store_true")
     return p
@@ -153,15 +189,18 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        print(json.dumps(summary))
+        print(json.dumps(_json_safe(summary)))
         return
     acc = summary.get("eval_accuracy")
     sps = summary.get("samples_per_s")
-    print(f"run {summary['run_id']} ({summary['name']}) {summary['status']}: "
+    print(f"run {summary['run_id']} ({shown(summary['name'])}) {summary['status']}: "
           f"{summary['steps']} steps, {summary['epochs']:.2f} epochs, "
           f"loss {_num(summary.get('final_loss'))}, "
           f"eval accuracy {'-' if acc is None else f'{acc:.2%}'}, "
           f"{'-' if sps is None else f'{sps:,.0f}'} samples/s, data {summary['dataset']}")
+    if summary.get("diverged"):
+        print(f"DIVERGED: {summary['diverged']}; every logged row is kept and the newest "
+              "checkpoint is the last finite one")
     print(f"parameters sha256 {summary['param_sha256']}")
     print(f"checkpoint {summary['checkpoint']}")
 
@@ -170,16 +209,22 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.4f}"
 
 
+def _trained(summary: Any, as_json: bool) -> int:
+    d = summary.to_dict()
+    _print_summary(d, as_json)
+    return EXIT_DIVERGED if d["status"] == "diverged" else EXIT_OK
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    session = _session_dir(args.session)
+    session = _session_dir(args)
+    _check_name(args.name)
     if args.run_id is not None:
         return _run_created(args, session)
     cfg = cfgmod.load(args.config, args.sets)
     from .engine.train import run_training   # torch is imported here, not before
     summary = run_training(cfg, session, name=args.name,
                            progress=sys.stderr.isatty(), kill_at_step=args.kill_at_step)
-    _print_summary(summary.to_dict(), args.json)
-    return EXIT_OK
+    return _trained(summary, args.json)
 
 
 def _run_created(args: argparse.Namespace, session: Path) -> int:
@@ -187,7 +232,7 @@ def _run_created(args: argparse.Namespace, session: Path) -> int:
     on it (status crashed, the message as a failure event) for the dashboard to show."""
     with SessionStore(session, create=False) as store:
         run = store.run(args.run_id)
-        if run["status"] != "created":
+        if run["stored_status"] != "created":
             raise BadInput(f"run {args.run_id} was started before (status {run['status']}); "
                            "use `tui-trainer resume` to continue it")
         try:
@@ -200,8 +245,7 @@ def _run_created(args: argparse.Namespace, session: Path) -> int:
             store.add_event(args.run_id, "failure", f"refused to start: {e}")
             store.end_run(args.run_id, "crashed", {"error": str(e)})
             raise
-    _print_summary(summary.to_dict(), args.json)
-    return EXIT_OK
+    return _trained(summary, args.json)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -211,37 +255,46 @@ def cmd_resume(args: argparse.Namespace) -> int:
             raise ConfigError(key, "cannot change when continuing a run (it would no longer "
                               "be the same run); only "
                               f"{', '.join(cfgmod.TRAINING_LENGTH_KEYS)} may change")
-    session = _session_dir(args.session)
+    session = _session_dir(args)
     with SessionStore(session, create=False) as store:
+        store.reconcile(args.run_id)
         run = store.run(args.run_id)
         if store.is_live(run):
-            raise BadInput(f"run {args.run_id} is still training (pid {run['pid']}); stop it "
-                           "before continuing it")
+            raise RunBusy(f"run {args.run_id} is being trained by process {run['pid']}; "
+                               "stop it before continuing it")
         cfg = cfgmod.from_dict({**run["config"], **overrides})
+        from .engine.checkpoint import check_fits, choose_checkpoint, load_checkpoint
+        state, notes = None, []
         if args.checkpoint:
             path = Path(args.checkpoint)
+            state = load_checkpoint(path)
+            listed = [c for c in store.usable_checkpoints(args.run_id)
+                      if Path(c["path"]) == path.resolve()]
+            check_fits(state, path, run, cfg, listed[0] if listed else None)
         else:
-            checkpoints = store.checkpoints(args.run_id)
-            if not checkpoints:
-                raise BadInput(f"run {args.run_id} has no checkpoint to continue from")
-            path = Path(checkpoints[0]["path"])
-    from .engine.checkpoint import load_checkpoint
+            try:
+                state, path, notes = choose_checkpoint(store, run, cfg)
+            except CheckpointError:
+                if not args.restart:
+                    raise
+        for note in notes:
+            say = f"checkpoint passed over: {note}"
+            print(f"tui-trainer: {say}", file=sys.stderr)
+            store.add_event(args.run_id, "checkpoint_refused", say)
+        if state is not None and notes:
+            message = (f"resuming from the previous good checkpoint, at step {state['step']}, "
+                       f"instead of the newest ({len(notes)} passed over)")
+            print(f"tui-trainer: {message}", file=sys.stderr)
+            store.add_event(args.run_id, "checkpoint_fallback", message, step=state["step"])
+        if state is None:
+            message = (f"run {args.run_id} has no usable checkpoint: training it again from "
+                       "step 0 (--restart); its recorded rows are replaced as it goes")
+            print(f"tui-trainer: {message}", file=sys.stderr)
+            store.add_event(args.run_id, "restarted", message, step=0)
     from .engine.train import run_training
-    state = load_checkpoint(path)
-    if state.get("run_id") != args.run_id:
-        raise CheckpointError(f"checkpoint {path} belongs to run {state.get('run_id')}, "
-                              f"not to run {args.run_id}")
-    mine = {k: v for k, v in cfg.to_dict().items() if k not in cfgmod.TRAINING_LENGTH_KEYS}
-    theirs = {k: v for k, v in dict(state["config"]).items()
-              if k not in cfgmod.TRAINING_LENGTH_KEYS}
-    if mine != theirs:
-        diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-        raise CheckpointError(f"checkpoint {path} was written with another config "
-                              f"(differs in: {', '.join(diff)})")
     summary = run_training(cfg, session, run_id=args.run_id, checkpoint=state,
                            progress=sys.stderr.isatty(), kill_at_step=args.kill_at_step)
-    _print_summary(summary.to_dict(), args.json)
-    return EXIT_OK
+    return _trained(summary, args.json)
 
 
 def run_rows(store: SessionStore) -> list[dict[str, Any]]:
@@ -250,9 +303,10 @@ def run_rows(store: SessionStore) -> list[dict[str, Any]]:
         summary = run["summary"] or {}
         last = store.last_step(run["id"]) or {}
         last_eval = store.last_eval(run["id"]) or {}
-        checkpoints = store.checkpoints(run["id"])
+        checkpoints = store.usable_checkpoints(run["id"])
         rows.append({
             "run_id": run["id"], "name": run["name"], "status": run["status"],
+            "reason": summary.get("error") or summary.get("diverged"),
             "steps": run["step"], "epochs": run["epoch"],
             "loss": last.get("loss"),
             "eval_accuracy": last_eval.get("accuracy"),
@@ -266,28 +320,31 @@ def run_rows(store: SessionStore) -> list[dict[str, Any]]:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    session = _session_dir(args.session)
-    with SessionStore(session, create=False) as store:
+    session = _session_dir(args)
+    with SessionStore(session, create=False, readonly=True) as store:   # reads only
         rows = run_rows(store)
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps(_json_safe(rows)))
         return EXIT_OK
     if not rows:
-        print(f"no runs in {session}")
+        print(f"no runs in {shown(session, None)}")
         return EXIT_OK
     header = ("id", "name", "status", "step", "epoch", "loss", "acc", "samples/s", "data",
               "created")
     table = [header]
     for r in rows:
         table.append((
-            str(r["run_id"]), r["name"], r["status"], str(r["steps"]), f"{r['epochs']:.2f}",
-            _num(r["loss"]),
+            str(r["run_id"]), shown(r["name"], 40), r["status"], str(r["steps"]),
+            f"{r['epochs']:.2f}", _num(r["loss"]),
             "-" if r["eval_accuracy"] is None else f"{r['eval_accuracy']:.2%}",
             "-" if r["samples_per_s"] is None else f"{r['samples_per_s']:,.0f}",
             r["dataset"] or "-", time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    for r in rows:
+        if r["status"] in ("crashed", "diverged") and r["reason"]:
+            print(f"run {r['run_id']} {r['status']}: {shown(r['reason'], 300)}")
     return EXIT_OK
 
 
@@ -295,7 +352,8 @@ def _train(store: SessionStore, run_id: int, args: list[str], expect_kill: bool 
            children: list | None = None) -> dict[str, Any] | None:
     """Trains run `run_id` with `tui-trainer ARGS --json` in a process of its own, its
     progress and errors going to the run's log (where the dashboard shows them). Returns the
-    run's summary, or None when the process was killed as asked."""
+    run's summary (also of a run that diverged: that is a result), or None when the process
+    was killed as asked."""
     import subprocess
     log_path = store.log_path(run_id)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -303,6 +361,7 @@ def _train(store: SessionStore, run_id: int, args: list[str], expect_kill: bool 
         proc = subprocess.Popen([sys.executable, "-m", "tui_trainer", *args,
                                  "--session", str(store.dir), "--json"],
                                 stdout=subprocess.PIPE, stderr=log, text=True)
+        store.set_launcher(run_id, proc.pid)
         if children is not None:
             children.append(proc)
         out, _ = proc.communicate()
@@ -310,7 +369,7 @@ def _train(store: SessionStore, run_id: int, args: list[str], expect_kill: bool 
             children.remove(proc)
     if expect_kill and proc.returncode < 0:
         return None
-    if proc.returncode != 0:
+    if proc.returncode not in (EXIT_OK, EXIT_DIVERGED):
         tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
         message = tail[-1].removeprefix("tui-trainer: ") if tail else ""
         if proc.returncode == EXIT_BAD_INPUT:
@@ -325,7 +384,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     if args.run is not None and (args.config or args.sets):
         raise BadInput("--run checks a run of the session with its own config; it takes no "
                        "--config or --set")
-    session = _session_dir(args.session)
+    session = _session_dir(args)
     if args.run is None:
         cfg = cfgmod.load(args.config, args.sets)    # bad input stops here, before training
     if args.repeats < 2:
@@ -428,12 +487,19 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise BadInput("export what? give RUN_ID ... or --study ID")
     if args.run_ids and args.study is not None:
         raise BadInput("give either RUN_ID ... or --study ID, not both")
-    with SessionStore(_session_dir(args.session), create=False) as store:
-        out = store.dir / "exports"
-        if args.study is not None:
-            written = export_study(store, args.study, out)
-        else:
-            written = export_runs(store, args.run_ids, out)
+    with SessionStore(_session_dir(args), create=False, readonly=True) as store:
+        out = Path(args.out).expanduser().resolve() if args.out else store.dir / "exports"
+        try:
+            if args.study is not None:
+                written = export_study(store, args.study, out)
+            else:
+                written = export_runs(store, args.run_ids, out)
+        except OSError as e:
+            if is_disk_full(e):
+                raise DiskFull(e.filename or out) from None
+            hint = "" if args.out else "; give --out DIR to write them elsewhere"
+            raise ExportFailed(f"cannot write the exports to {out}: "
+                               f"{e.strerror or e}{hint}") from None
     if args.json:
         print(json.dumps({"files": [str(p) for p in written]}))
     else:
@@ -443,7 +509,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_ab(args: argparse.Namespace) -> int:
     from .core import study as ab
-    session = _session_dir(args.session)
+    session = _session_dir(args)
+    _check_name(args.name)
     say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
     if args.study is not None:
         if args.vary or args.config or args.sets or args.steps:
@@ -464,6 +531,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
             say(f"ab: {note}")
         name = args.name or spec.get("name") or \
             (Path(args.config).stem if args.config else "ab")
+        _check_name(name, "ab.name")
         with SessionStore(session) as store:
             study_id = store.create_study(
                 "ab", name, {"vary": [[k, v] for k, v in vary], "steps": steps,
@@ -472,13 +540,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
     with SessionStore(session, create=False) as store:
         study, rows = ab.table(store, study_id)
     if args.json:
-        print(json.dumps({"study_id": study_id, "name": study["name"], "status": status,
-                          "steps": study["spec"]["steps"], "vary": study["spec"]["vary"],
-                          "notes": study["spec"].get("notes", []),
-                          "rows": [r.to_dict() for r in rows]}))
+        print(json.dumps(_json_safe(
+            {"study_id": study_id, "name": study["name"], "status": status,
+             "steps": study["spec"]["steps"], "vary": study["spec"]["vary"],
+             "notes": study["spec"].get("notes", []), "rows": [r.to_dict() for r in rows]})))
     else:
-        print(f"A/B study {study_id} ({study['name']}): {study['spec']['steps']} steps each, "
-              f"{status}")
+        print(f"A/B study {study_id} ({shown(study['name'])}): {study['spec']['steps']} steps "
+              f"each, {status}")
         print("\n".join(ab.format_table(rows)))
         kinds = {r.memory_kind for r in rows if r.memory_kind}
         print("samples/s: median over logged intervals, the first left out; data wait: total "
@@ -574,6 +642,10 @@ COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": 
             "repro": cmd_repro, "export": cmd_export, "ab": cmd_ab}
 
 
+class ExportFailed(Exception):
+    """An export could not be written; exit status 1."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -587,18 +659,26 @@ def main(argv: list[str] | None = None) -> int:
             return run_app(_session_dir(args.app_session))
         except SessionError as e:
             print(f"tui-trainer: {e}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            return EXIT_SESSION
     try:
         return COMMANDS[args.command](args)
     except ConfigError as e:
         print(f"tui-trainer: bad config: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (SessionError, CheckpointError, BadInput) as e:
+    except (CheckpointError, BadInput) as e:
         print(f"tui-trainer: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except SessionError as e:
+        print(f"tui-trainer: {e}", file=sys.stderr)
+        return EXIT_SESSION
+    except (DiskFull, ExportFailed) as e:
+        print(f"tui-trainer: {e}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("tui-trainer: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # noqa: BLE001 - training failed; the run's log has the traceback
-        print(f"tui-trainer: training failed: {type(e).__name__}: {e}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - the run's log has the traceback
+        what = "training failed" if args.command in ("run", "resume", "repro", "ab") \
+            else f"{args.command} failed"
+        print(f"tui-trainer: {what}: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_FAILED
