@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -23,11 +24,13 @@ from ..core import config as C
 from ..core import study as ab
 from ..core.divergence import config_diff, divergence, fingerprint_diff, smooth
 from ..core.repro import explain
+from ..core.errors import ReadOnlySession
 from ..core.paths import default_session_dir, sessions_dir, user_data_dir
 from ..core.store import SessionError, SessionStore
 from ..core.supervisor import Supervisor
+from ..core.text import name_problem, shown, shown_line, shown_lines
 from ..core.watch import Watcher
-from .screens import HelpScreen, NameScreen, OpenScreen, QuitScreen
+from .screens import ConfirmScreen, HelpScreen, NameScreen, OpenScreen, QuitScreen
 from .widgets.config_form import ConfigForm
 from .widgets.plots import COLOURS, MetricPlot, PlotGrid, Series
 
@@ -59,6 +62,17 @@ def study_files() -> list[Path]:
 
 def _num(x: float | None, spec: str = ".4f") -> str:
     return "-" if x is None else format(x, spec)
+
+
+def plain(text: object, limit: int | None = 60) -> Text:
+    """Text from data as a plain-text cell or label: never markup, control characters
+    shown escaped, cut to `limit`."""
+    return Text(shown(text, limit), no_wrap=True, end="")
+
+
+# Statuses that end a run, and how the dashboard announces them.
+ENDED = {"finished": "information", "stopped": "information", "crashed": "error",
+         "diverged": "warning"}
 
 
 def _elapsed(seconds: float | None) -> str:
@@ -104,14 +118,37 @@ class TrainerApp(App[None]):
 
     # --- session ---------------------------------------------------------------------------
     def _open(self, directory: Path) -> None:
-        self.store = SessionStore(directory)
-        self.store.touch()
+        try:
+            store = SessionStore(directory)
+            store.touch()
+        except ReadOnlySession:
+            # Viewing needs no writes: a session on a read-only disk opens for looking.
+            store = SessionStore(directory, create=False, readonly=True)
+        self.store = store
         self.session_dir = self.store.dir
         self.supervisor = Supervisor(self.store)
         self.watcher = Watcher(self.store)
-        self.sub_title = str(self.session_dir)
+        self._statuses: dict[int, str] = {}
+        self.sub_title = shown(self.session_dir, 120) + (" (read-only)" if store.readonly
+                                                          else "")
+
+    def notify(self, message: str, *, title: str = "", severity: Any = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every notification is plain text: messages carry names, paths and values from
+        data. Control characters are shown escaped; newlines stay."""
+        text = shown_lines(str(message)[:2000])
+        super().notify(text, title=title, severity=severity, timeout=timeout, markup=False)
+
+    def _writable(self, what: str) -> bool:
+        if self.store.readonly:
+            self.notify(f"{what}: this session is read-only (view and export only)",
+                        severity="warning")
+            return False
+        return True
 
     def _save_state(self) -> None:
+        if self.store.readonly:
+            return
         state = {"marked": self.marked, "pair": self.pair, "cursor": self.cursor_run,
                  "tab": self.query_one("#tabs", TabbedContent).active,
                  "study": self.study_shown}
@@ -132,8 +169,14 @@ class TrainerApp(App[None]):
             self.query_one("#tabs", TabbedContent).active = state["tab"]
 
     def switch_session(self, directory: Path) -> None:
-        self.store.close()
-        self._open(directory)
+        old = self.store
+        try:
+            self._open(directory)
+        except SessionError as e:       # a damaged session: say so, keep the one open
+            self.store = old
+            self.notify(f"not opened: {e}", severity="error", timeout=15)
+            return
+        old.close()
         self.query_one("#runs", DataTable).clear()
         self._drawn.clear()
         self._log_run = None
@@ -228,10 +271,10 @@ class TrainerApp(App[None]):
 
     # --- presets ---------------------------------------------------------------------------
     def _preset_options(self) -> list[tuple[str, str]]:
-        opts = [("defaults", "")]
+        opts: list[tuple[Any, str]] = [("defaults", "")]
         for d in presets_dirs():
             for f in sorted(d.glob("*.toml")):
-                opts.append((f.stem if d.name == "experiments" else f"{f.stem} (mine)",
+                opts.append((plain(f.stem if d.name == "experiments" else f"{f.stem} (mine)"),
                              str(f)))
         return opts
 
@@ -259,6 +302,11 @@ class TrainerApp(App[None]):
         def save(name: str | None) -> None:
             if not name:
                 return
+            problem = name_problem(name) or ("must be a name, not a path" if "/" in name
+                                             else None)
+            if problem:
+                self.notify(f"preset not saved: its name {problem}", severity="error")
+                return
             target = user_data_dir() / "presets" / f"{Path(name).stem}.toml"
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(cfg.to_toml())
@@ -283,6 +331,8 @@ class TrainerApp(App[None]):
 
     @on(Button.Pressed, "#start")
     def action_start(self) -> None:
+        if not self._writable("not started"):
+            return
         form = self.query_one(ConfigForm)
         problems = form.validate()
         if problems:
@@ -290,6 +340,10 @@ class TrainerApp(App[None]):
             self.notify(f"not started: {key}: {problems[key]}", severity="error")
             return
         name = self.query_one("#run-name", Input).value.strip() or None
+        problem = name and name_problem(name)
+        if problem:
+            self.notify(f"not started: the run name {problem}", severity="error")
+            return
         run_id = self.supervisor.start(form.config().to_dict(), name=name)
         self.cursor_run = run_id
         self.notify(f"run {run_id} started")
@@ -298,6 +352,8 @@ class TrainerApp(App[None]):
 
     @on(Button.Pressed, "#stop")
     def action_stop(self) -> None:
+        if not self._writable("not stopped"):
+            return
         run = self._selected_run()
         if run is None:
             return
@@ -308,16 +364,28 @@ class TrainerApp(App[None]):
 
     @on(Button.Pressed, "#continue")
     def action_continue_run(self) -> None:
+        if not self._writable("not continued"):
+            return
         run = self._selected_run()
         if run is None:
             return
         if self.store.is_live(run) or self.supervisor.starting(run["id"]):
             self.notify(f"run {run['id']} is still training", severity="warning")
             return
-        if not self.store.checkpoints(run["id"]):
-            self.notify(f"run {run['id']} has no checkpoint to continue from",
-                        severity="warning")
+        restart = not self.store.usable_checkpoints(run["id"])
+        if restart:
+            def decided(yes: bool | None) -> None:
+                if yes:
+                    self._continue(run, restart=True)
+
+            self.push_screen(ConfirmScreen(
+                f"Run {run['id']} has no checkpoint to continue from. Train it again from "
+                f"step 0? Its {run['step']} recorded steps are replaced as it goes.",
+                "Restart from step 0"), decided)
             return
+        self._continue(run)
+
+    def _continue(self, run: dict[str, Any], restart: bool = False) -> None:
         overrides = {}
         try:
             form_cfg = self.query_one(ConfigForm).config().to_dict()
@@ -327,12 +395,15 @@ class TrainerApp(App[None]):
                     overrides[key] = form_cfg[key]
         except C.ConfigError:
             pass
-        self.supervisor.resume(run["id"], overrides)
+        self.supervisor.resume(run["id"], overrides, restart=restart)
         extra = f" with {overrides}" if overrides else ""
-        self.notify(f"continuing run {run['id']}{extra}")
+        self.notify(f"{'restarting' if restart else 'continuing'} run {run['id']}{extra}"
+                    + (" from step 0" if restart else ""))
 
     @on(Button.Pressed, "#repeat")
     def action_repeat(self) -> None:
+        if not self._writable("not repeated"):
+            return
         run = self._selected_run()
         if run is None:
             return
@@ -357,6 +428,8 @@ class TrainerApp(App[None]):
 
     def _checkable(self) -> dict[str, Any] | None:
         """The run under the cursor, when it can be checked (it has trained and stopped)."""
+        if not self._writable("not checked"):
+            return None
         run = self._selected_run()
         if run is None:
             return None
@@ -446,7 +519,8 @@ class TrainerApp(App[None]):
     # --- A/B studies -----------------------------------------------------------------------
     def _sync_study_options(self) -> None:
         studies = self.store.studies()
-        options = [(f"{s['id']} {s['name']} ({s['status']})", s["id"]) for s in studies]
+        options = [(plain(f"{s['id']} {shown(s['name'], 40)} ({s['status']})", None), s["id"])
+                   for s in studies]
         select = self.query_one("#ab-study", Select)
         if options != getattr(self, "_study_options", None):
             self._study_options = options
@@ -481,6 +555,8 @@ class TrainerApp(App[None]):
 
     @on(Button.Pressed, "#ab-start")
     def action_start_study(self) -> None:
+        if not self._writable("study not started"):
+            return
         vary_text = self.query_one("#ab-vary", Input).value
         steps_text = self.query_one("#ab-steps", Input).value.strip()
         try:
@@ -548,10 +624,12 @@ class TrainerApp(App[None]):
         study, rows = ab.table(self.store, self.study_shown)
         done = sum(1 for r in rows if r.status in ("finished", "skipped"))
         notes = "".join(f"\n{r.label}: {r.note}" for r in rows if r.note)
-        title.update(f"Study {study['id']} ({study['name']}): {study['spec']['steps']} steps "
-                     f"each, {study['status']}, {done} of {len(rows)} done. Figures in "
-                     "brackets: ratio to the base. Enter on a row pairs it with the base."
-                     + (f" {study['message']}" if study["message"] else "") + notes)
+        title.update(Text(
+            f"Study {study['id']} ({shown(study['name'])}): {study['spec']['steps']} steps "
+            f"each, {study['status']}, {done} of {len(rows)} done. Figures in brackets: "
+            "ratio to the base. Enter on a row pairs it with the base."
+            + (f" {shown(study['message'], 300)}" if study["message"] else "")
+            + shown_lines(notes)))
         table = self.query_one("#ab-table", DataTable)
         table.clear(columns=True)
         # Bit-identity right after the variant's name: it must not scroll out of sight.
@@ -562,7 +640,7 @@ class TrainerApp(App[None]):
             if r.note:                       # the whole note is under the title
                 cells[-1] = "not run (see above)" if r.status == "skipped" else \
                     f"{cells[-1][:24]}… (see above)"
-            table.add_row(*(cells[i] for i in order), key=str(r.position))
+            table.add_row(*(plain(cells[i], 40) for i in order), key=str(r.position))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -668,7 +746,10 @@ class TrainerApp(App[None]):
     # --- polling and drawing ---------------------------------------------------------------
     def refresh_all(self) -> None:
         self.supervisor.reap()
+        if not self.store.readonly:
+            self.store.reconcile()           # the explicit write that reading leaves out
         self._runs = {r["id"]: r for r in self.store.runs()}
+        self._announce()
         if self._await_twin is not None:
             original, newest = self._await_twin
             twins = [rid for rid, r in self._runs.items()
@@ -679,6 +760,19 @@ class TrainerApp(App[None]):
                 self._save_state()
         self._sync_table()
         self.refresh_panels()
+
+    def _announce(self) -> None:
+        """A notification when a run seen training ends: finished, stopped, crashed (with
+        the reason) or diverged (with the step)."""
+        for rid, run in self._runs.items():
+            before, now = self._statuses.get(rid), run["status"]
+            self._statuses[rid] = now
+            if before in ("created", "running") and now in ENDED:
+                why = (run["summary"] or {}).get("error") or \
+                    (run["summary"] or {}).get("diverged") or ""
+                self.notify(f"run {rid} ({run['name']}) {now} at step {run['step']}"
+                            + (f": {why}" if why else ""), severity=ENDED[now],
+                            timeout=12 if now in ("crashed", "diverged") else 5)
 
     def _sync_table(self) -> None:
         table = self.query_one("#runs", DataTable)
@@ -693,7 +787,7 @@ class TrainerApp(App[None]):
                 status = "crashed"
             acc = last_eval.get("accuracy")
             sps = summary.get("samples_per_s") or last.get("samples_per_s")
-            cells = {
+            texts = {
                 "mark": "●" if rid in self.marked else "",
                 "id": str(rid), "name": run["name"], "status": status,
                 "step": str(run["step"]), "epoch": f"{run['epoch']:.2f}",
@@ -702,6 +796,10 @@ class TrainerApp(App[None]):
                 "sps": "-" if sps is None else f"{sps:,.0f}",
                 "elapsed": _elapsed(summary.get("elapsed_s", last.get("elapsed"))),
             }
+            # Every cell as plain Text: a str cell would be parsed as markup.
+            cells = {k: plain(v, 40) for k, v in texts.items()}
+            if status in ("crashed", "diverged"):
+                cells["status"].stylize("bold red" if status == "crashed" else "bold yellow")
             key = str(rid)
             if key not in table.rows:
                 table.add_row(*(cells[k] for k, _ in RUN_COLUMNS), key=key)
@@ -742,8 +840,9 @@ class TrainerApp(App[None]):
         return True
 
     def _label(self, rid: int) -> str:
+        """A run as `id name`, safe to show (the name from data is escaped and cut)."""
         run = self._runs.get(rid)
-        return f"{rid} {run['name']}" if run else str(rid)
+        return f"{rid} {shown(run['name'], 30)}" if run else str(rid)
 
     def _draw_plots(self, changed: set[int]) -> None:
         runs = self._plotted()
@@ -775,7 +874,7 @@ class TrainerApp(App[None]):
             acc.append(Series(label, [e["step"] for e in evals],
                               [100 * e["accuracy"] for e in evals], colour))
             lr.append(Series(label, *s.column("lr"), colour))
-        note = ", ".join(self._label(r) for r in runs) or "no run selected"
+        note = shown(", ".join(self._label(r) for r in runs), 80) or "no run selected"
         for pid, series in (("plot-loss", loss), ("plot-throughput", sps),
                             ("plot-memory", mem), ("plot-timing", timing),
                             ("plot-accuracy", acc), ("plot-lr", lr)):
@@ -793,46 +892,56 @@ class TrainerApp(App[None]):
             return
         d = divergence(a.rows("steps"), b.rows("steps"), a.rows("fps"), b.rows("fps"))
         names = f"A = {self._label(pair[0])}, B = {self._label(pair[1])}"
+        # Assembled from plain pieces (bold where it is a tuple): nothing here is markup,
+        # so names, settings and values from the session are always shown as text.
+        parts: list[Any] = [names, ": "]
         if d.identical is None:
-            text = f"{names}: no common fingerprint yet."
+            parts.append("no common fingerprint yet.")
         elif d.identical:
-            text = (f"{names}: [b]bit-identical at all {len(d.fp_steps)} common "
-                    f"fingerprints[/b] (up to step {d.fp_steps[-1]}).")
+            parts += [(f"bit-identical at all {len(d.fp_steps)} common fingerprints", "bold"),
+                      f" (up to step {d.fp_steps[-1]})."]
         elif d.first_difference == 0:
-            text = (f"{names}: [b]not identical:[/b] the parameters differ already at step 0 "
-                    "(different initialisation: another seed, model or no seed at all).")
+            parts += [("not identical:", "bold"), " the parameters differ already at step 0 "
+                      "(different initialisation: another seed, model or no seed at all)."]
         else:
             before = max(s for s in d.fp_steps if s < d.first_difference) \
                 if d.first_difference != d.fp_steps[0] else None
             where = (f"identical at step {before}, different at step {d.first_difference}"
                      if before is not None else
                      f"different at step {d.first_difference}, the first step compared")
-            text = (f"{names}: [b]not identical:[/b] parameter hashes {where} "
-                    f"({len(d.fp_steps)} fingerprints compared; a smaller fingerprint_every "
-                    "narrows it down).")
-        verdict.update(text + self._verdict_details(pair, d, checks))
+            parts += [("not identical:", "bold"), f" parameter hashes {where} "
+                      f"({len(d.fp_steps)} fingerprints compared; a smaller fingerprint_every "
+                      "narrows it down)."]
+        parts += self._verdict_details(pair, d, checks)
+        verdict.update(Text.assemble(*((shown_lines(p[0]), p[1]) if isinstance(p, tuple)
+                                       else shown_lines(p) for p in parts)))
         self.query_one("#plot-dloss", MetricPlot).show(
             [Series("|Δloss|", d.steps, d.loss_delta, COLOURS[0])], names)
         self.query_one("#plot-pdist", MetricPlot).show(
             [Series("distance", d.fp_steps, d.param_distance, COLOURS[1])], names)
 
     def _verdict_details(self, pair: tuple[int, int], d: Any,
-                         checks: list[dict[str, Any]]) -> str:
-        """What follows the headline: the recorded check, how it grows, what can explain it."""
-        lines = []
+                         checks: list[dict[str, Any]]) -> list[Any]:
+        """What follows the headline, as pieces for Text.assemble: the recorded check, how
+        it grows, what can explain it."""
+        parts: list[Any] = []
         mine = [c for c in checks if c["data"] and c["data"].get("runs") == list(pair)]
         if mine:
             data = mine[-1]["data"]
-            result = "[b]identical[/b]" if data["identical"] else "[b]NOT identical[/b]"
+            result = ("identical", "bold") if data.get("identical") is True else \
+                ("NOT identical", "bold")
             if data.get("mode") == "resume":
-                lines.append(f"Resume check: B was killed at step {data['resume_at']} and "
-                             f"resumed from its checkpoint; after the resume it is {result} to "
-                             f"A ({data['fingerprints_compared']} fingerprints compared).")
+                parts += [f"\nResume check: B was killed at step {data.get('resume_at')} and "
+                          "resumed from its checkpoint; after the resume it is ", result,
+                          f" to A ({data.get('fingerprints_compared')} fingerprints "
+                          "compared)."]
             else:
-                lines.append(f"Determinism verdict: B is a twin of A, trained again: {result}.")
+                parts += ["\nDeterminism verdict: B is a twin of A, trained again: ", result,
+                          "."]
         elif (self._await_twin or (None,))[0] == pair[0] or any(
                 self._runs.get(r, {}).get("status") in ("created", "running") for r in pair):
-            lines.append("Training: the verdict covers the steps both runs have reached so far.")
+            parts.append("\nTraining: the verdict covers the steps both runs have reached so "
+                         "far.")
         if d.identical is False:
             deltas = [(v, s) for s, v in zip(d.steps, d.loss_delta, strict=True)
                       if v is not None]
@@ -846,12 +955,12 @@ class TrainerApp(App[None]):
             if dists:
                 grow.append(f"parameter distance {dists[-1][1]:.4g} at step {dists[-1][0]}")
             if grow:
-                lines.append("How it grows: " + "; ".join(grow) + ".")
+                parts.append("\nHow it grows: " + "; ".join(grow) + ".")
             reasons = explain([self._runs[r] for r in pair if r in self._runs])
-            lines.append("Settings that can explain it: " + (
+            parts.append("\nSettings that can explain it: " + (
                 " • ".join(reasons) if reasons else "none of the known causes applies (same "
                 "seed, deterministic settings, same threads): look at the Compare tab"))
-        return "".join("\n" + line for line in lines)
+        return parts
 
     def _draw_compare(self, pair: tuple[int, int] | None) -> None:
         title = self.query_one("#compare-title", Static)
@@ -865,27 +974,28 @@ class TrainerApp(App[None]):
         if not self._fresh("compare", (pair, a.version, b.version, ra["status"],
                                        rb["status"])):
             return
-        title.update(f"A = {self._label(pair[0])} ({ra['status']})    "
-                     f"B = {self._label(pair[1])} ({rb['status']})")
+        title.update(plain(f"A = {self._label(pair[0])} ({ra['status']})    "
+                           f"B = {self._label(pair[1])} ({rb['status']})", None))
         cfg_table = self.query_one("#compare-config", DataTable)
         cfg_table.clear(columns=True)
         cfg_table.add_columns("setting", "A", "B")
         diffs = config_diff(ra["config"], rb["config"])
         for key, va, vb in diffs:
-            cfg_table.add_row(key, str(va), str(vb))
+            cfg_table.add_row(plain(key), plain(va), plain(vb))
         for key, va, vb, relevant in fingerprint_diff(ra["fingerprint"], rb["fingerprint"]):
             if key == "data":
                 continue
-            cfg_table.add_row(("⚠ " if relevant else "") + f"{key} (effective)",
-                              str(va), str(vb))
+            cfg_table.add_row(plain(("⚠ " if relevant else "") + f"{key} (effective)"),
+                              plain(va), plain(vb))
         if not cfg_table.row_count:
-            cfg_table.add_row("(same config)", "", "")
+            cfg_table.add_row(plain("(same config)"), "", "")
         summary = self.query_one("#compare-summary", DataTable)
         summary.clear(columns=True)
         summary.add_columns("", "A", "B", "B/A")
         for label, va, vb, spec in self._summary_rows(ra, rb, a, b):
             ratio = (vb / va) if (va and vb is not None) else None
-            summary.add_row(label, _num(va, spec), _num(vb, spec), _num(ratio, ".2f"))
+            summary.add_row(*(plain(v) for v in (label, _num(va, spec), _num(vb, spec),
+                                                  _num(ratio, ".2f"))))
         xs_a, ys_a = a.column("loss")
         xs_b, ys_b = b.column("loss")
         self.query_one("#plot-compare", MetricPlot).show(
@@ -933,8 +1043,10 @@ class TrainerApp(App[None]):
             cut = data.rfind(b"\n") + 1          # only whole lines; the rest comes next time
             if cut:
                 # tqdm's carriage returns would overwrite lines: keep each line's last state.
+                # Any other control character is shown escaped, never sent to the terminal.
                 text = data[:cut].decode("utf-8", "replace")
-                lines = [line.rsplit("\r", 1)[-1] for line in text.splitlines()]
+                lines = [shown_line(line.rsplit("\r", 1)[-1])
+                         for line in text.split("\n")[:-1]]
                 log.write_lines(lines)
                 self._log_offset += cut
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -15,6 +16,7 @@ from textual.widgets.option_list import Option
 
 from ..core.paths import sessions_dir
 from ..core.store import DB_NAME, SessionError, SessionStore
+from ..core.text import shown
 
 HELP = """\
 # tui-trainer
@@ -96,6 +98,27 @@ class QuitScreen(ModalScreen[str]):
                                                                       "cancel"))
 
 
+class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question about something that cannot be undone."""
+
+    BINDINGS = [Binding("escape", "dismiss(False)", "Cancel")]
+
+    def __init__(self, question: str, yes: str) -> None:
+        super().__init__()
+        self.question, self.yes = question, yes
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="confirm-box"):
+            yield Label(Text(self.question))
+            with Horizontal(classes="buttons"):
+                yield Button(self.yes, id="confirm-yes", variant="warning")
+                yield Button("Cancel", id="confirm-no")
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "confirm-yes")
+
+
 class NameScreen(ModalScreen[str | None]):
     """Asks for a name (a new session, a preset)."""
 
@@ -125,19 +148,21 @@ class NameScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-def list_sessions(extra: Path | None = None) -> list[tuple[Path, int, float | None]]:
-    """(directory, run count, last use) for every session under the sessions directory."""
+def list_sessions(extra: Path | None = None
+                  ) -> list[tuple[Path, int | None, float | None, str | None]]:
+    """(directory, run count, last use, problem) for every session under the sessions
+    directory; read only. A damaged session is listed with what is wrong with it."""
     dirs = {p.parent for p in sessions_dir().glob(f"*/{DB_NAME}")}
     if extra is not None:
         dirs.add(extra)
-    out = []
+    out: list[tuple[Path, int | None, float | None, str | None]] = []
     for d in sorted(dirs):
         try:
-            with SessionStore(d, create=False) as s:
+            with SessionStore(d, create=False, readonly=True) as s:
                 last = s.meta("last_used")
-                out.append((d, len(s.runs()), float(last) if last else None))
-        except SessionError:
-            continue
+                out.append((d, len(s.runs()), float(last) if last else None, None))
+        except (SessionError, ValueError) as e:
+            out.append((d, None, None, str(e)))
     return out
 
 
@@ -153,10 +178,15 @@ class OpenScreen(ModalScreen[Path | None]):
         with Vertical(classes="dialog", id="open-box"):
             yield Label("Open a session (enter to open, escape to cancel)")
             options = []
-            for d, n, last in self.sessions:
+            for d, n, last, problem in self.sessions:
+                name = shown(d.name, 24)
+                if problem is not None:
+                    options.append(Option(Text(f"{name:<24} damaged: {shown(problem, 90)}"),
+                                          id=str(d), disabled=True))
+                    continue
                 when = time.strftime("%Y-%m-%d %H:%M", time.localtime(last)) if last else "-"
                 here = "  (open now)" if d == self.current else ""
-                options.append(Option(f"{d.name:<24} {n:>3} runs   last used {when}{here}",
+                options.append(Option(Text(f"{name:<24} {n:>3} runs   last used {when}{here}"),
                                       id=str(d)))
             yield OptionList(*options, id="open-list")
             with Grid(classes="buttons"):

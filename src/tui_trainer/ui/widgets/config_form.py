@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -16,6 +17,7 @@ from textual.message import Message
 from textual.widgets import Collapsible, Input, Label, Select, Static, Switch
 
 from ...core import config as C
+from ...core.text import shown
 
 
 def _text(value: Any) -> str:
@@ -110,8 +112,9 @@ class ConfigForm(VerticalScroll):
         for key in C.FIELDS:
             box = self.query_one(f"#box-{key}")
             box.set_class(key in problems, "-invalid")
+            # The reason quotes what was typed: plain text, never markup.
             self.query_one(f"#error-{key}", Static).update(
-                f"✗ {problems[key]}" if key in problems else "")
+                Text(f"✗ {shown(problems[key], 200)}") if key in problems else "")
 
     @on(Input.Changed)
     @on(Switch.Changed)
