@@ -1,5 +1,6 @@
 """A truncated, corrupt, foreign or malicious checkpoint is refused with a clear message:
-nothing of it runs, and nothing else in the session changes."""
+nothing of it runs, and nothing else in the session changes. (With an older good checkpoint
+beside it, resume falls back to that one instead: tests/test_trust.py.)"""
 
 from __future__ import annotations
 
@@ -25,10 +26,11 @@ def _session_state(session: Path) -> tuple:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """One short finished run whose newest checkpoint the tests replace."""
+    """One short finished run whose only checkpoint the tests replace."""
     session = tmp_path_factory.mktemp("session")
     r = tt("run", "--session", str(session), "--json", *sets(*QUICK, "epochs=1",
-                                                                "checkpoint_every=4"))
+                                                                "checkpoint_every=4",
+                                                                "keep_checkpoints=1"))
     assert r.rc == 0, r.err
     return session, Path(r.json["checkpoint"])
 
@@ -114,9 +116,9 @@ def test_resume_refuses_to_change_anything_but_the_training_length(session):
 def test_damaged_session_database_is_reported(tmp_path):
     (tmp_path / "session.sqlite").write_bytes(b"SQLite format 3\x00" + b"\xff" * 5000)
     r = tt("runs", "--session", str(tmp_path))
-    assert r.rc == 2 and "session.sqlite" in r.err and "Traceback" not in r.err
+    assert r.rc == 4 and "session.sqlite" in r.err and "Traceback" not in r.err
     r = tt("run", "--session", str(tmp_path), *sets(*QUICK, "max_steps=2"))
-    assert r.rc == 2 and "session.sqlite" in r.err and "Traceback" not in r.err
+    assert r.rc == 4 and "session.sqlite" in r.err and "Traceback" not in r.err
 
 
 def test_foreign_sqlite_file_is_not_taken_for_a_session(tmp_path):
@@ -127,11 +129,11 @@ def test_foreign_sqlite_file_is_not_taken_for_a_session(tmp_path):
     conn.commit()
     conn.close()
     r = tt("runs", "--session", str(tmp_path))
-    assert r.rc == 2 and "not a tui-trainer session" in r.err
+    assert r.rc == 4 and "not a tui-trainer session" in r.err
     assert db_rows(tmp_path, "SELECT body FROM notes") == [("mine",)]
 
 
 def test_missing_session_is_reported(tmp_path):
     r = tt("runs", "--session", str(tmp_path / "nowhere"))
-    assert r.rc == 2 and "no session at" in r.err
+    assert r.rc == 4 and "no session at" in r.err
     assert not (tmp_path / "nowhere").exists()

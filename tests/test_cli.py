@@ -76,7 +76,8 @@ def test_a_failure_while_training_exits_1_marks_the_run_crashed_with_its_traceba
     r = tt("run", "--session", str(tmp_path), "--json", *sets(*QUICK, "checkpoint_every=3"))
     assert r.rc == 1
     assert "training failed" in r.err
-    assert db_rows(tmp_path, "SELECT status, step FROM runs") == [("crashed", 3)]
+    # The step-0 checkpoint is the first write into checkpoints/run-1.
+    assert db_rows(tmp_path, "SELECT status, step FROM runs") == [("crashed", 0)]
     (message, data), = db_rows(tmp_path, "SELECT message, data FROM events "
                                          "WHERE kind = 'failure'")
     assert "FileExistsError" in message or "NotADirectoryError" in message
@@ -87,7 +88,7 @@ def test_a_failure_while_training_exits_1_marks_the_run_crashed_with_its_traceba
 def test_resume_of_an_unknown_run_or_one_without_checkpoint(tmp_path):
     SessionStore(tmp_path).create_run({}, name="never-started")
     r = tt("resume", "1", "--session", str(tmp_path))
-    assert r.rc == 2 and "no checkpoint" in r.err
+    assert r.rc == 2 and "no usable checkpoint" in r.err and "--restart" in r.err
     r = tt("resume", "9", "--session", str(tmp_path))
     assert r.rc == 2 and "no run 9" in r.err
 

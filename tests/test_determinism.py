@@ -69,9 +69,10 @@ def test_resume_after_sigkill_mid_epoch_is_bit_identical(tmp_path, case):
     # Killed inside an epoch, 3 or 4 steps past a checkpoint.
     killed = _run(tmp_path, *extra, kill_at=17 if steps_per_epoch == 10 else 11)
     assert killed.rc == -signal.SIGKILL
-    assert tt("runs", "--session", str(tmp_path), "--json").rc == 0
+    listing = tt("runs", "--session", str(tmp_path), "--json")
+    assert listing.rc == 0 and listing.json[1]["status"] == "crashed"   # the dead process
     status = db_rows(tmp_path, "SELECT status FROM runs WHERE id = 2")[0][0]
-    assert status == "crashed"          # runs listing reconciled the dead process
+    assert status == "running"          # ... seen by reading, which never writes
     # Newest checkpoint sits inside an epoch, not at a boundary.
     ckpt = db_rows(tmp_path, "SELECT step, batch_in_epoch FROM checkpoints WHERE run_id = 2 "
                              "AND removed = 0 ORDER BY step DESC LIMIT 1")[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 
 from tui_trainer.core.store import BatchedWriter, SessionStore
 
@@ -29,20 +30,29 @@ def test_rows_cursor_and_replacement(tmp_path):
 def test_a_running_run_whose_process_died_is_marked_crashed(tmp_path):
     store = SessionStore(tmp_path)
     rid = store.create_run({}, name="dead")
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    store.mark_running(rid, pid=proc.pid)
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import sys, time; from tui_trainer.core.store import SessionStore\n"
+                             f"SessionStore(sys.argv[1]).claim({rid}); time.sleep(60)",
+                             str(tmp_path)])
+    deadline = time.time() + 30
+    while store.run(rid)["status"] != "running" and time.time() < deadline:
+        time.sleep(0.05)
     assert store.run(rid)["status"] == "running"
     proc.kill()
     proc.wait()
     run = store.run(rid)
-    assert run["status"] == "crashed"
+    assert run["status"] == "crashed" and "gone" in run["summary"]["error"]
+    # Reading reported it without writing it; reconcile() is the explicit write.
+    assert run["stored_status"] == "running" and store.events(rid) == []
+    assert store.reconcile() == [rid]
+    assert store.run(rid)["stored_status"] == "crashed"
     assert [e["kind"] for e in store.events(rid)] == ["crashed"]
 
 
 def test_a_live_process_is_not_marked_crashed_from_another_connection(tmp_path):
     store = SessionStore(tmp_path)
     rid = store.create_run({}, name="me")
-    store.mark_running(rid)          # this very process
+    store.claim(rid)                 # this very process
     other = SessionStore(tmp_path)
     assert other.run(rid)["status"] == "running"
 

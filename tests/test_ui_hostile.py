@@ -1,0 +1,207 @@
+"""The dashboard over a hostile session: run, study and preset names made of Textual markup
+and terminal escape sequences, a 100,000-character name, hostile log lines; clicks on every
+name cell. Text from data must show as text: nothing is run, written or linked, no
+escape sequence reaches the terminal, and a damaged session is refused with a message."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from textual.widgets import DataTable, Log, Static
+
+from tui_trainer.core.config import DEFAULTS
+from tui_trainer.core.store import SessionStore
+from tui_trainer.core.text import shown
+from tui_trainer.ui.app import TrainerApp
+
+SIZE = (180, 55)
+
+
+def hostile_names(shots) -> list[str]:
+    return [
+        "[@click=app.quit]quit[/]",
+        f"[@click=app.screenshot('f.svg','{shots}')]shot[/]",
+        "[link=file:///etc/passwd]a link[/link]",
+        "x[/]",
+        "\x1b]0;PWNED-TITLE\x07title",
+        "\x1b]52;c;ZXZpbA==\x07clip",
+        "\x1b[2Jclear\x1b[31mred",
+        "A" * 100_000,
+    ]
+
+
+def _fill(session, names: list[str]) -> None:
+    s = SessionStore(session)
+    cfg = {**DEFAULTS.to_dict(), "data_dir": "[b]bold[/b] \\x1b"}
+    for rid, name in enumerate(names, 1):
+        s.create_run({**cfg, "seed": rid}, name=name)
+        s.add_rows(steps=[{"step": k, "epoch": k / 10, "elapsed": k * 0.1, "loss": 2.0 / k,
+                           "samples_per_s": 1000.0, "rss_bytes": 2.0**29}
+                          for k in range(1, 11)],
+                   evals=[{"step": 10, "epoch": 1.0, "loss": 0.5, "accuracy": 0.8}],
+                   fingerprints=[{"step": k, "sha256": hashlib.sha256(
+                       f"{k}-{rid}".encode()).hexdigest(), "l2": 9.0,
+                       "sketch": struct.pack("2d", rid, 0.0)} for k in (0, 5, 10)],
+                   run_id=rid)
+        s.set_progress(rid, 10, 1.0)
+        s.end_run(rid, "finished", {"samples_per_s": 1000.0, "elapsed_s": 1.0})
+        s.log_path(rid).parent.mkdir(parents=True, exist_ok=True)
+        s.log_path(rid).write_text(f"hello {name[:80]}\n\x1b]0;LOG-TITLE\x07 [@click=app.quit]q[/]\n")
+    study = s.create_study("ab", names[0] + names[4], {"vary": [["seed", [2]]], "steps": 10},
+                           [{"label": names[3], "config": cfg},
+                            {"label": names[0], "key": "seed", "value": 2, "config": cfg}])
+    s.set_study_run(study, 0, 1)
+    s.set_study_run(study, 1, 2, names[2])
+    s.set_study_status(study, "finished", names[1])
+    s.add_event(2, "repro_verdict", names[0], data={"runs": [1, 2], "mode": "resume",
+                                                     "resume_at": names[0], "identical": False,
+                                                     "fingerprints_compared": names[3]})
+    s.set_meta("ui_state", json.dumps({"marked": [1, 2], "pair": [1, 2], "cursor": 1,
+                                       "tab": "tab-plots", "study": study}))
+    s.close()
+
+
+def _all_text(app) -> str:
+    """What the whole screen shows, as the SVG a screenshot would save."""
+    return app.export_screenshot()
+
+
+@pytest.fixture
+def hostile(tmp_path, isolated_home):
+    shots = tmp_path / "shots"
+    names = hostile_names(shots)
+    session = tmp_path / "session"
+    _fill(session, names)
+    presets = isolated_home / "presets"
+    presets.mkdir(parents=True)
+    (presets / "[@click=app.quit]preset.toml").write_text("seed = 3\n")   # no '/' in a file name
+    (presets / "\x1b]0;PRESET\x07.toml").write_text("seed = 4\n")
+    return session, names, shots
+
+
+async def test_hostile_names_show_as_text_on_every_tab_and_clicks_do_nothing(hostile):
+    session, names, shots = hostile
+    app = TrainerApp(session, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one("#runs", DataTable)
+        for rid, name in enumerate(names, 1):
+            cell = table.get_cell(str(rid), "name")
+            assert str(cell) == shown(name, 40)                  # shown, escaped, capped
+            assert not cell.spans and "\x1b" not in str(cell)
+        # Clicks on every name cell, at its start, middle and end.
+        widths = [c.get_render_width(table) for c in table.columns.values()]
+        start = sum(widths[:2])
+        for row in range(min(len(names), table.size.height - 1)):
+            for x in (start + 1, start + widths[2] // 2, start + widths[2] - 2):
+                await pilot.click("#runs", offset=(x, row + 1))
+                assert app.screen is app.screen_stack[0]        # no dialog, no quit
+        await pilot.pause()
+        assert app.is_running and app.return_code is None        # not quit
+        assert not shots.exists()                                # no screenshot written
+        for tab in ("tab-plots", "tab-divergence", "tab-compare", "tab-ab", "tab-log"):
+            app.query_one("#tabs").active = tab
+            await pilot.pause()
+            app.refresh_all()
+            await pilot.pause()
+            screen = _all_text(app)
+            assert "\x1b" not in screen and "\x07" not in screen, tab
+            assert app.is_running, tab
+        # The verdict and the A/B title hold the names, literally.
+        app.query_one("#tabs").active = "tab-divergence"
+        await pilot.pause()
+        app.refresh_all()
+        verdict = app.query_one("#verdict", Static).render()
+        assert "[@click=app.quit]quit[/]" in str(verdict)
+        assert not any("@click" in str(span.style) or "link" in str(span.style)
+                       for span in getattr(verdict, "spans", []))
+        log = app.query_one("#log", Log)
+        assert not any("\x1b" in line for line in log.lines)
+        # Hostile preset names in the preset list, and a notification carrying markup.
+        app.notify("x[/] [@click=app.quit]y[/] \x1b]0;N\x07")
+        await pilot.pause()
+        assert app.is_running
+        preset_prompts = [str(p) for p, _ in app.query_one("#preset")._options]
+        assert "[@click=app.quit]preset (mine)" in preset_prompts
+        assert "\\x1b]0;PRESET\\x07 (mine)" in preset_prompts
+
+
+async def test_the_log_tab_shows_escape_sequences_escaped(hostile):
+    session, names, _ = hostile
+    app = TrainerApp(session, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#tabs").active = "tab-log"
+        await pilot.pause()
+        app.refresh_all()
+        await pilot.pause()
+        lines = app.query_one("#log", Log).lines
+        assert "\\x1b]0;LOG-TITLE\\x07 [@click=app.quit]q[/]" in lines
+
+
+async def test_a_damaged_session_is_refused_with_a_message_and_the_open_one_stays(
+        tmp_path, isolated_home):
+    good = tmp_path / "good"
+    SessionStore(good).close()
+    broken = isolated_home / "sessions" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "session.sqlite").write_bytes(b"")
+    app = TrainerApp(good, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        app.action_open_session()
+        await pilot.pause()
+        option_list = app.screen.query_one("#open-list")
+        broken_option = next(o for o in option_list.options if o.id == str(broken))
+        assert broken_option.disabled and "damaged" in str(broken_option.prompt)
+        await pilot.press("escape")
+        app.switch_session(broken)
+        await pilot.pause()
+        assert app.session_dir == good.resolve() and app.is_running
+        assert any("is empty (0 bytes)" in str(n.message) for n in app._notifications)
+    assert (broken / "session.sqlite").stat().st_size == 0       # nothing written
+    with pytest.raises(Exception, match="0 bytes"):
+        TrainerApp(broken)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_escape_sequences_in_names_never_reach_a_real_terminal(hostile, isolated_home):
+    """Under tmux, OSC 0 in a name would set the pane's title; the dashboard and `runs`
+    must leave it alone."""
+    session, names, _ = hostile
+    sock = f"tt-{uuid.uuid4().hex[:8]}"
+
+    def tmux(*args: str) -> str:
+        return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True,
+                              check=True).stdout
+
+    env = f"env -u COLUMNS -u LINES TUI_TRAINER_HOME={shlex.quote(str(isolated_home))} "
+    py = shlex.quote(sys.executable)
+    try:
+        tmux("new-session", "-d", "-x", "200", "-y", "50",
+             f"{env}{py} -m tui_trainer --session {shlex.quote(str(session))}")
+        tmux("set-option", "-g", "allow-rename", "on")
+        deadline = time.time() + 60
+        while "Start (F2)" not in tmux("capture-pane", "-p") and time.time() < deadline:
+            time.sleep(0.3)
+        screen = tmux("capture-pane", "-p")
+        assert "Start (F2)" in screen
+        assert "[@click=app.quit]quit[/]" in screen                 # shown as text
+        time.sleep(1.0)
+        assert "PWNED" not in tmux("display-message", "-p", "#{pane_title}")
+        tmux("kill-server")
+        tmux("new-session", "-d", "-x", "200", "-y", "50",
+             f"{env}{py} -m tui_trainer runs --session {shlex.quote(str(session))}; sleep 30")
+        deadline = time.time() + 60
+        while "finished" not in tmux("capture-pane", "-p") and time.time() < deadline:
+            time.sleep(0.3)
+        assert "\\x1b]0;PWNED-TITLE\\x07title" in tmux("capture-pane", "-p")
+        assert "PWNED" not in tmux("display-message", "-p", "#{pane_title}")
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
