@@ -79,3 +79,16 @@ def wait_for_row(session: Path, sql: str, timeout: float = 120) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for: {sql}")
+
+
+def in_private_mount(script: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Runs a bash script as root of a private mount namespace (`unshare -rm`: a tmpfs or a
+    read-only remount stays inside it, no real root needed), with this Python on PATH as
+    `python`: a real full or read-only disk for the tests that need one."""
+    import shutil
+    if shutil.which("unshare") is None:
+        pytest.fail("unshare (util-linux) is needed for the full-disk and read-only tests")
+    bindir = Path(sys.executable).parent
+    return subprocess.run(["unshare", "-rm", "bash", "-uc", script], capture_output=True,
+                          text=True, timeout=timeout,
+                          env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"})

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, db_rows, fingerprints, sets, tt, tt_popen, wait_for_row
+from conftest import QUICK, db_rows, fingerprints, in_private_mount, sets, tt, tt_popen
 from tui_trainer.core import config as C
 from tui_trainer.core.errors import NotFound, SessionError
 from tui_trainer.core.store import SessionStore
@@ -211,9 +211,8 @@ def test_two_resumes_of_one_run_one_trains_the_other_is_refused(copy):
 # --- 8, 9. kills at every checkpoint write point; a crash before any checkpoint -------------
 
 @pytest.mark.parametrize("point", ["tmp-written", "file-in-place", "recorded", "unlisted"])
-def test_a_kill_at_each_checkpoint_write_point_loses_nothing(tmp_path, point):
-    ref = tmp_path / "ref"
-    _train(ref)
+def test_a_kill_at_each_checkpoint_write_point_loses_nothing(finished, tmp_path, point):
+    ref = finished                  # the same config, never killed
     session = tmp_path / "s"
     env = {**os.environ, "TUI_TRAINER_FAULT": f"{point}:3"}
     killed = subprocess.run([sys.executable, "-m", "tui_trainer", "run", "--session",
@@ -230,18 +229,18 @@ def test_a_kill_at_each_checkpoint_write_point_loses_nothing(tmp_path, point):
     assert on_disk == {Path(p).name for p, in listed}                 # no tmp, no orphan
 
 
-def test_a_crash_before_the_first_periodic_checkpoint_resumes_exactly(tmp_path):
-    ref = tmp_path / "ref"
-    r = tt("run", "--session", str(ref), "--json", *sets(*QUICK, "epochs=1"))
-    assert r.rc == 0
+def test_a_crash_before_the_first_periodic_checkpoint_resumes_exactly(finished, tmp_path):
     session = tmp_path / "s"
-    killed = tt("run", "--session", str(session), "--kill-at-step", "3", *sets(*QUICK, "epochs=1"))
+    every = C.DEFAULTS.checkpoint_every
+    assert every > 0                                 # the default bounds lost work
+    # The default checkpoint_every (checkpoint settings do not change the bits of `finished`).
+    killed = tt("run", "--session", str(session), "--kill-at-step", "3",
+                *sets(*SHORT, f"checkpoint_every={every}"))
     assert killed.rc == -signal.SIGKILL
-    assert C.DEFAULTS.checkpoint_every > 0          # the default bounds lost work
     r = tt("resume", "1", "--session", str(session), "--json")
     assert r.rc == 0, r.err
     assert r.json["resumed_from_step"] == 0 and r.json["resume_fingerprints_differed"] == 0
-    assert fingerprints(session, 1) == fingerprints(ref, 1)
+    assert fingerprints(session, 1) == fingerprints(finished, 1)
 
 
 def test_a_run_with_no_checkpoint_can_be_restarted_from_step_0(tmp_path):
@@ -303,20 +302,9 @@ def test_listing_never_writes_to_the_session(copy):
     assert _files(copy) == before
 
 
-def _in_private_mount(script: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Runs a bash script as root of a private mount namespace (tmpfs and remounts stay in
-    it), with this Python on PATH as `python`."""
-    if shutil.which("unshare") is None:
-        pytest.fail("unshare (util-linux) is needed for the full-disk and read-only tests")
-    bindir = Path(sys.executable).parent
-    return subprocess.run(["unshare", "-rm", "bash", "-uc", script], capture_output=True,
-                          text=True, timeout=timeout,
-                          env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"})
-
-
 def test_a_read_only_session_is_listed_and_exported_elsewhere(finished, tmp_path):
     out = tmp_path / "out"
-    p = _in_private_mount(f"""
+    p = in_private_mount(f"""
         mkdir -p {tmp_path}/ro
         mount -t tmpfs tmpfs {tmp_path}/ro
         cp -a {finished}/. {tmp_path}/ro/
@@ -338,11 +326,10 @@ def test_a_read_only_session_is_listed_and_exported_elsewhere(finished, tmp_path
 
 
 def test_a_full_disk_names_the_path_and_the_run_resumes_exactly_after_freeing_space(
-        tmp_path):
-    ref = tmp_path / "ref"
-    _train(ref, "keep_checkpoints=100")
+        finished, tmp_path):
+    ref = finished                  # the same config, never interrupted
     disk, disk2 = tmp_path / "disk", tmp_path / "disk2"
-    p = _in_private_mount(f"""
+    p = in_private_mount(f"""
         mkdir -p {disk} {disk2}
         mount -t tmpfs -o size=900k tmpfs {disk}
         python -m tui_trainer run --session {disk}/s --json \
@@ -355,8 +342,7 @@ def test_a_full_disk_names_the_path_and_the_run_resumes_exactly_after_freeing_sp
         cp -a {disk}/s {tmp_path}/after
         # An existing session on a disk with no space at all.
         mount -t tmpfs -o size=2m tmpfs {disk2}
-        python -m tui_trainer run --session {disk2}/s {' '.join(sets(*QUICK, 'max_steps=2'))} \
-            2> /dev/null || echo "first rc=$?"
+        mkdir {disk2}/s && cp {ref}/session.sqlite {disk2}/s/
         dd if=/dev/zero of={disk2}/filler bs=4k 2> /dev/null || true
         python -m tui_trainer run --session {disk2}/s {' '.join(sets(*QUICK))} \
             2> {tmp_path}/full.err || echo "full rc=$?"
@@ -374,7 +360,6 @@ def test_a_full_disk_names_the_path_and_the_run_resumes_exactly_after_freeing_sp
     assert "resume rc=" not in out, (tmp_path / "resume.err").read_text()
     assert fingerprints(tmp_path / "after", 1) == fingerprints(ref, 1)   # exact after resume
     full = (tmp_path / "full.err").read_text()
-    assert "first rc=" not in out
     assert "full rc=1" in out and "no space left on device" in full, out + full
     assert "runs2 rc=" not in out and "finished" in out                   # still listed
 

@@ -425,3 +425,37 @@ async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path)
         await pilot.press("enter")
         await pilot.pause()
         assert app.pair == [1, 2]
+
+
+async def test_a_diverging_run_is_announced_and_shown_diverged(tmp_path):
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await fill(pilot, {**QUICK_FORM, "lr": "100", "momentum": "0.99",
+                           "weight_decay": "1", "log_every": "1"})
+        await pilot.press("f2")
+        await until(pilot, lambda: cell(app, 1, "status") == "diverged")
+        assert cell(app, 1, "loss") == "nan"                      # the NaN row, shown as such
+        await pilot.pause()                                       # the toast is posted
+        notes = [str(n.message) for n in app._notifications]
+        assert any("run 1 (run-1) diverged at step" in n and "NaN/inf" in n for n in notes), \
+            notes
+        plot = app.query_one("#plot-loss", MetricPlot)
+        assert plot._pending and any(y != y for y in plot._pending[0].ys)   # NaN plotted
+
+
+async def test_continue_without_a_checkpoint_offers_a_restart_from_step_0(tmp_path):
+    from tui_trainer.core import config as C
+    store = SessionStore(tmp_path)
+    rid = store.create_run(C.load(overrides=QUICK + ["max_steps=4"]).to_dict(), name="nock")
+    store.close()
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        app.cursor_run = rid
+        await pilot.press("f4")
+        await pilot.pause()
+        assert "no checkpoint to continue from" in str(app.screen.query_one("Label").render())
+        await pilot.click("#confirm-yes")
+        await until(pilot, lambda: status(tmp_path, rid) == "finished")
+        assert db_rows(tmp_path, "SELECT step FROM runs") == [(4,)]
+        kinds = [k for (k,) in db_rows(tmp_path, "SELECT kind FROM events ORDER BY id")]
+        assert "restarted" in kinds

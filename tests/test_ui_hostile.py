@@ -12,12 +12,14 @@ import shutil
 import struct
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 
 import pytest
 from textual.widgets import DataTable, Log, Static
 
+from conftest import in_private_mount
 from tui_trainer.core.config import DEFAULTS
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.text import shown
@@ -55,7 +57,8 @@ def _fill(session, names: list[str]) -> None:
         s.set_progress(rid, 10, 1.0)
         s.end_run(rid, "finished", {"samples_per_s": 1000.0, "elapsed_s": 1.0})
         s.log_path(rid).parent.mkdir(parents=True, exist_ok=True)
-        s.log_path(rid).write_text(f"hello {name[:80]}\n\x1b]0;LOG-TITLE\x07 [@click=app.quit]q[/]\n")
+        s.log_path(rid).write_text(f"hello {name[:80]}\n"
+                                   "\x1b]0;LOG-TITLE\x07 [@click=app.quit]q[/]\n")
     study = s.create_study("ab", names[0] + names[4], {"vary": [["seed", [2]]], "steps": 10},
                            [{"label": names[3], "config": cfg},
                             {"label": names[0], "key": "seed", "value": 2, "config": cfg}])
@@ -168,6 +171,37 @@ async def test_a_damaged_session_is_refused_with_a_message_and_the_open_one_stay
     assert (broken / "session.sqlite").stat().st_size == 0       # nothing written
     with pytest.raises(Exception, match="0 bytes"):
         TrainerApp(broken)
+
+
+def test_a_read_only_session_opens_for_viewing_and_refuses_to_train(hostile, tmp_path):
+    session, names, _ = hostile
+    probe = tmp_path / "probe.py"
+    probe.write_text(textwrap.dedent("""
+        import asyncio, sys
+        from tui_trainer.ui.app import TrainerApp
+
+        async def main():
+            app = TrainerApp(sys.argv[1], poll=False)
+            async with app.run_test(size=(180, 55)) as pilot:
+                await pilot.press("f2")
+                await pilot.pause()
+                app.refresh_all()
+                print("readonly", app.store.readonly, "(read-only)" in app.sub_title)
+                print("rows", app.query_one("#runs").row_count)
+                print("notes", [str(n.message) for n in app._notifications])
+        asyncio.run(main())
+    """))
+    ro = tmp_path / "ro"
+    p = in_private_mount(f"""
+        mkdir -p {ro} && mount -t tmpfs tmpfs {ro} && cp -a {session}/. {ro}/
+        rm -f {ro}/session.sqlite-wal {ro}/session.sqlite-shm
+        mount -o remount,ro {ro}
+        python {probe} {ro}
+    """)
+    assert p.returncode == 0, p.stderr
+    assert "readonly True True" in p.stdout
+    assert f"rows {len(names)}" in p.stdout
+    assert "not started: this session is read-only" in p.stdout
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

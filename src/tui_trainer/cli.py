@@ -221,6 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.run_id is not None:
         return _run_created(args, session)
     cfg = cfgmod.load(args.config, args.sets)
+    SessionStore.check(session)              # a damaged session is refused before the slow part
     from .engine.train import run_training   # torch is imported here, not before
     summary = run_training(cfg, session, name=args.name,
                            progress=sys.stderr.isatty(), kill_at_step=args.kill_at_step)
@@ -256,6 +257,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
                               "be the same run); only "
                               f"{', '.join(cfgmod.TRAINING_LENGTH_KEYS)} may change")
     session = _session_dir(args)
+    SessionStore.check(session)
     with SessionStore(session, create=False) as store:
         store.reconcile(args.run_id)
         run = store.run(args.run_id)
@@ -277,23 +279,23 @@ def cmd_resume(args: argparse.Namespace) -> int:
             except CheckpointError:
                 if not args.restart:
                     raise
-        for note in notes:
-            say = f"checkpoint passed over: {note}"
-            print(f"tui-trainer: {say}", file=sys.stderr)
-            store.add_event(args.run_id, "checkpoint_refused", say)
-        if state is not None and notes:
-            message = (f"resuming from the previous good checkpoint, at step {state['step']}, "
-                       f"instead of the newest ({len(notes)} passed over)")
-            print(f"tui-trainer: {message}", file=sys.stderr)
-            store.add_event(args.run_id, "checkpoint_fallback", message, step=state["step"])
-        if state is None:
-            message = (f"run {args.run_id} has no usable checkpoint: training it again from "
-                       "step 0 (--restart); its recorded rows are replaced as it goes")
-            print(f"tui-trainer: {message}", file=sys.stderr)
-            store.add_event(args.run_id, "restarted", message, step=0)
+    # Said now, recorded as events by the training process once it holds the run.
+    events = [("checkpoint_refused", f"checkpoint passed over: {note}", None)
+              for note in notes]
+    if state is not None and notes:
+        events.append(("checkpoint_fallback", f"resuming from the previous good checkpoint, "
+                       f"at step {state['step']}, instead of the newest ({len(notes)} passed "
+                       "over)", state["step"]))
+    if state is None:
+        events.append(("restarted", f"run {args.run_id} has no usable checkpoint: training "
+                       "it again from step 0 (--restart); its recorded rows are replaced as "
+                       "it goes", 0))
+    for _, message, _ in events:
+        print(f"tui-trainer: {message}", file=sys.stderr)
     from .engine.train import run_training
     summary = run_training(cfg, session, run_id=args.run_id, checkpoint=state,
-                           progress=sys.stderr.isatty(), kill_at_step=args.kill_at_step)
+                           progress=sys.stderr.isatty(), kill_at_step=args.kill_at_step,
+                           events=events)
     return _trained(summary, args.json)
 
 
@@ -385,6 +387,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
         raise BadInput("--run checks a run of the session with its own config; it takes no "
                        "--config or --set")
     session = _session_dir(args)
+    SessionStore.check(session)
     if args.run is None:
         cfg = cfgmod.load(args.config, args.sets)    # bad input stops here, before training
     if args.repeats < 2:
@@ -511,6 +514,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from .core import study as ab
     session = _session_dir(args)
     _check_name(args.name)
+    SessionStore.check(session)
     say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
     if args.study is not None:
         if args.vary or args.config or args.sets or args.steps:
@@ -646,6 +650,17 @@ class ExportFailed(Exception):
     """An export could not be written; exit status 1."""
 
 
+# Expected failures, most specific first: printed as one line, with their exit status.
+EXIT_FOR: tuple[tuple[Any, int, str], ...] = (
+    (ConfigError, EXIT_BAD_INPUT, "bad config: "),
+    ((CheckpointError, BadInput), EXIT_BAD_INPUT, ""),
+    (SessionError, EXIT_SESSION, ""),
+    ((DiskFull, ExportFailed), EXIT_FAILED, ""),
+)
+EXPECTED = tuple(k for kinds, _, _ in EXIT_FOR
+                 for k in (kinds if isinstance(kinds, tuple) else (kinds,)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -662,18 +677,11 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_SESSION
     try:
         return COMMANDS[args.command](args)
-    except ConfigError as e:
-        print(f"tui-trainer: bad config: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (CheckpointError, BadInput) as e:
-        print(f"tui-trainer: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except SessionError as e:
-        print(f"tui-trainer: {e}", file=sys.stderr)
-        return EXIT_SESSION
-    except (DiskFull, ExportFailed) as e:
-        print(f"tui-trainer: {e}", file=sys.stderr)
-        return EXIT_FAILED
+    except EXPECTED as e:
+        code, prefix = next((code, prefix) for kinds, code, prefix in EXIT_FOR
+                            if isinstance(e, kinds))
+        print(f"tui-trainer: {prefix}{e}", file=sys.stderr)
+        return code
     except KeyboardInterrupt:
         print("tui-trainer: interrupted", file=sys.stderr)
         return 130

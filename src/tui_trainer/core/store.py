@@ -139,18 +139,23 @@ class SessionStore:
         self.readonly = readonly
         self.checkpoints_dir = self.dir / "checkpoints"
         self.logs_dir = self.dir / "logs"
-        if self.dir.exists() and not self.dir.is_dir():
-            raise SessionError(f"session path {self.dir} exists and is not a directory")
+        _refuse_as_new(self.dir)
         if not self.db_path.exists():
             if not create or readonly:
                 raise SessionError(f"no session at {self.dir} (no {DB_NAME} there)")
-            if self.checkpoints_dir.is_dir() or self.logs_dir.is_dir():
-                raise SessionError(
-                    f"{self.db_path} is missing, but {self.dir} holds the checkpoints or logs "
-                    "of a session: its database was deleted or moved. Nothing was written; "
-                    "restore the file, or use another directory for a new session")
             self._create()
         self._conn = self._connect()
+
+    @classmethod
+    def check(cls, directory: str | Path) -> None:
+        """Refuses a session that exists but cannot be trained in (damaged, read-only, a
+        deleted database), creating and writing nothing: commands call it before their slow
+        start (importing torch, loading data), so such a session is refused at once."""
+        d = Path(directory).expanduser().resolve()
+        _refuse_as_new(d)
+        if (d / DB_NAME).exists():
+            cls(d, create=False, readonly=True).close()
+            _refuse_read_only(d)
 
     # --- connection and schema -----------------------------------------------------------
     def _create(self) -> None:
@@ -176,6 +181,11 @@ class SessionStore:
                 os.link(tmp, self.db_path)
             except FileExistsError:
                 pass                         # another process made it first: use theirs
+            except OSError:
+                # A filesystem without hard links: a rename is atomic too, though a racing
+                # creator's file may then be replaced by this (equally new, empty) one.
+                if not self.db_path.exists():
+                    os.replace(tmp, self.db_path)
             finally:
                 tmp.unlink(missing_ok=True)
         except OSError as e:
@@ -191,12 +201,8 @@ class SessionStore:
             raise SessionError(f"{self.db_path} is empty (0 bytes): the session's database is "
                                "lost. Nothing was written; its checkpoints and logs are still "
                                f"in {self.dir}")
-        if not self.readonly and (not os.access(self.dir, os.W_OK)
-                                  or not os.access(self.db_path, os.W_OK)):
-            raise ReadOnlySession(
-                f"{self.dir} is read-only: the session can be listed (`tui-trainer runs`), "
-                "viewed in the dashboard and exported with `export --out DIR`, but not "
-                "trained in")
+        if not self.readonly:
+            _refuse_read_only(self.dir)
         try:
             if self.readonly:
                 immutable = not os.access(self.dir, os.W_OK) and \
@@ -701,6 +707,25 @@ class SessionStore:
 
 
 _STUDY_GONE = "the study process is gone; run it again to continue"
+
+
+def _refuse_as_new(d: Path) -> None:
+    """A path that must not become a new session: a file, or a session whose database was
+    deleted while its checkpoints and logs are still there."""
+    if d.exists() and not d.is_dir():
+        raise SessionError(f"session path {d} exists and is not a directory")
+    if not (d / DB_NAME).exists() and ((d / "checkpoints").is_dir() or (d / "logs").is_dir()):
+        raise SessionError(
+            f"{d / DB_NAME} is missing, but {d} holds the checkpoints or logs of a session: "
+            "its database was deleted or moved. Nothing was written; restore the file, or "
+            "use another directory for a new session")
+
+
+def _refuse_read_only(d: Path) -> None:
+    if not os.access(d, os.W_OK) or not os.access(d / DB_NAME, os.W_OK):
+        raise ReadOnlySession(
+            f"{d} is read-only: the session can be listed (`tui-trainer runs`), viewed in "
+            "the dashboard and exported with `export --out DIR`, but not trained in")
 
 
 def _session_error(db_path: Path, e: sqlite3.Error) -> Exception:

@@ -585,13 +585,15 @@ def _fmt(value: float | None, spec: str = ".4f") -> str:
 def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
                  run_id: int | None = None, checkpoint: dict[str, Any] | None = None,
                  progress: bool = False, echo: TextIO | None = sys.stderr,
-                 kill_at_step: int | None = None) -> Summary:
+                 kill_at_step: int | None = None,
+                 events: list[tuple[str, str, int | None]] = ()) -> Summary:
     """Trains one run in this process, recording everything into the session.
 
     Everything that can be refused (device, AMP, missing data, a checkpoint that does not
     fit) is checked before the session is opened, so bad input writes nothing. A new run is
-    created unless `run_id` names one to continue. Any failure while training marks the run
-    crashed, records the traceback, and re-raises.
+    created unless `run_id` names one to continue; either way this process claims it (one
+    writer per run) before writing anything of it, then records `events`. Any failure while
+    training marks the run crashed, records the traceback, and re-raises.
     """
     trainer = Trainer(cfg, checkpoint=checkpoint, progress=progress, kill_at_step=kill_at_step)
     trainer.setup()
@@ -603,6 +605,8 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
         store.claim(run_id)
         store.touch()
         store.set_config(run_id, cfg.to_dict())
+        for kind, message, step in events:        # what the caller found, now that we own it
+            store.add_event(run_id, kind, message, step=step)
         for stale in sweep(store, run_id):
             store.add_event(run_id, "swept", f"removed {stale.name}, left by an interrupted "
                             "checkpoint write")

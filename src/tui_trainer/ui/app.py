@@ -649,6 +649,10 @@ class TrainerApp(App[None]):
         def save(name: str | None) -> None:
             if not name:
                 return
+            problem = name_problem(name)
+            if problem:
+                self.notify(f"not saved: the session name {problem}", severity="error")
+                return
             target = Path(name).expanduser() if "/" in name else sessions_dir() / name
             try:
                 new = self.store.copy_to(target)

@@ -28,7 +28,7 @@ process of its own and writes into the session; quitting never loses anything.
 | --- | --- |
 | **F2** | start a run with the form's config |
 | **F3** | stop the run under the cursor (it finishes its step and writes a checkpoint) |
-| **F4** | continue the run under the cursor from its newest checkpoint; epochs and max_steps changed in the form apply |
+| **F4** | continue the run under the cursor from its newest good checkpoint (with none, offers to train it again from step 0); epochs and max_steps changed in the form apply |
 | **F5** | repeat: start a twin with the same config, paired with it for divergence |
 | **F6** | compare the pair: two marked runs, or a run and its twin |
 | **F7** | determinism verdict: train a twin of the run under the cursor and say whether the two are bit-identical, and if not, from which step and why |
@@ -54,6 +54,12 @@ train one after the other and the table gives samples/s, data wait, peak memory,
 and accuracy, each with its ratio to the base, and whether each variant is bit-identical to
 the base (enter on a row pairs it with the base). *Log*: what the run's process printed,
 tracebacks included.
+
+**Statuses.** *created*, *starting*, *running*, *finished*, *stopped* (F3: it wrote a
+checkpoint), *crashed* (its process failed or died: the reason is in the notification, the
+Log tab and `tui-trainer runs`), *diverged* (the loss or the parameters became NaN/inf: every
+row is kept and the newest checkpoint is the last finite one). A read-only session opens for
+viewing and export only.
 
 Press **escape** to close this help.
 """
