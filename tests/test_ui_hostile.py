@@ -209,7 +209,8 @@ def test_escape_sequences_in_names_never_reach_a_real_terminal(hostile, isolated
     """Under tmux, OSC 0 in a name would set the pane's title; the dashboard and `runs`
     must leave it alone."""
     session, names, _ = hostile
-    sock = f"tt-{uuid.uuid4().hex[:8]}"
+    socks = [f"tt-{uuid.uuid4().hex[:8]}", f"tt-{uuid.uuid4().hex[:8]}"]
+    sock = socks[0]
 
     def tmux(*args: str) -> str:
         return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True,
@@ -230,6 +231,7 @@ def test_escape_sequences_in_names_never_reach_a_real_terminal(hostile, isolated
         time.sleep(1.0)
         assert "PWNED" not in tmux("display-message", "-p", "#{pane_title}")
         tmux("kill-server")
+        sock = socks[1]                 # a server of its own: no race with the one ending
         tmux("new-session", "-d", "-x", "200", "-y", "50",
              f"{env}{py} -m tui_trainer runs --session {shlex.quote(str(session))}; sleep 30")
         deadline = time.time() + 60
@@ -238,4 +240,5 @@ def test_escape_sequences_in_names_never_reach_a_real_terminal(hostile, isolated
         assert "\\x1b]0;PWNED-TITLE\\x07title" in tmux("capture-pane", "-p")
         assert "PWNED" not in tmux("display-message", "-p", "#{pane_title}")
     finally:
-        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
+        for name in socks:
+            subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
