@@ -118,10 +118,13 @@ class TrainerApp(App[None]):
 
     # --- session ---------------------------------------------------------------------------
     def _open(self, directory: Path) -> None:
+        store = None
         try:
             store = SessionStore(directory)
             store.touch()
         except ReadOnlySession:
+            if store is not None:
+                store.close()
             # Viewing needs no writes: a session on a read-only disk opens for looking.
             store = SessionStore(directory, create=False, readonly=True)
         self.store = store
