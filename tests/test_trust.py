@@ -23,6 +23,7 @@ from tui_trainer.core import config as C
 from tui_trainer.core.errors import NotFound, SessionError
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import Supervisor
+from tui_trainer.engine.checkpoint import FAULT_POINTS
 
 SHORT = QUICK + ["epochs=2", "checkpoint_every=5", "keep_checkpoints=2"]   # 20 steps
 
@@ -210,7 +211,7 @@ def test_two_resumes_of_one_run_one_trains_the_other_is_refused(copy):
 
 # --- 8, 9. kills at every checkpoint write point; a crash before any checkpoint -------------
 
-@pytest.mark.parametrize("point", ["tmp-written", "file-in-place", "recorded", "unlisted"])
+@pytest.mark.parametrize("point", FAULT_POINTS)
 def test_a_kill_at_each_checkpoint_write_point_loses_nothing(finished, tmp_path, point):
     ref = finished                  # the same config, never killed
     session = tmp_path / "s"
@@ -390,3 +391,12 @@ def test_unknown_ids_are_bad_input(copy):
     with pytest.raises(NotFound):
         SessionStore(copy, readonly=True).run(42)
     assert tt("export", "42", "--session", str(copy)).rc == 2
+
+
+def test_failure_lines_quoting_session_data_are_escaped(tmp_path):
+    hostile = tmp_path / "s\x1b]0;PWNED\x07"
+    hostile.mkdir()
+    (hostile / "session.sqlite").write_bytes(b"")
+    r = tt("run", "--session", str(hostile), *sets(*QUICK))
+    assert r.rc == 4 and "is empty (0 bytes)" in r.err
+    assert "\x1b" not in r.err and "\x07" not in r.err and "\\x1b]0;PWNED\\x07" in r.err

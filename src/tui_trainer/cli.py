@@ -23,7 +23,7 @@ from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_NOT_I
                           SessionError, is_disk_full)
 from .core.paths import default_session_dir
 from .core.store import SessionStore
-from .core.text import name_problem, shown
+from .core.text import name_problem, shown, shown_lines
 
 DEFAULT_AB_STEPS = 200
 
@@ -291,7 +291,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
                        "it again from step 0 (--restart); its recorded rows are replaced as "
                        "it goes", 0))
     for _, message, _ in events:
-        print(f"tui-trainer: {message}", file=sys.stderr)
+        print(f"tui-trainer: {shown_lines(message)}", file=sys.stderr)
     from .engine.train import run_training
     summary = run_training(cfg, session, run_id=args.run_id, checkpoint=state,
                            progress=sys.stderr.isatty(), kill_at_step=args.kill_at_step,
@@ -651,14 +651,20 @@ class ExportFailed(Exception):
 
 
 # Expected failures, most specific first: printed as one line, with their exit status.
-EXIT_FOR: tuple[tuple[Any, int, str], ...] = (
+EXIT_FOR: tuple[tuple[type[Exception], int, str], ...] = (
     (ConfigError, EXIT_BAD_INPUT, "bad config: "),
-    ((CheckpointError, BadInput), EXIT_BAD_INPUT, ""),
+    (CheckpointError, EXIT_BAD_INPUT, ""),
+    (BadInput, EXIT_BAD_INPUT, ""),
     (SessionError, EXIT_SESSION, ""),
-    ((DiskFull, ExportFailed), EXIT_FAILED, ""),
+    (DiskFull, EXIT_FAILED, ""),
+    (ExportFailed, EXIT_FAILED, ""),
 )
-EXPECTED = tuple(k for kinds, _, _ in EXIT_FOR
-                 for k in (kinds if isinstance(kinds, tuple) else (kinds,)))
+EXPECTED = tuple(kind for kind, _, _ in EXIT_FOR)
+
+
+def _say(message: str) -> None:
+    """One failure line; it may quote session data (names, paths, a log line): escaped."""
+    print(f"tui-trainer: {shown_lines(message)}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -673,14 +679,14 @@ def main(argv: list[str] | None = None) -> int:
             from .ui.app import run_app
             return run_app(_session_dir(args.app_session))
         except SessionError as e:
-            print(f"tui-trainer: {e}", file=sys.stderr)
+            _say(str(e))
             return EXIT_SESSION
     try:
         return COMMANDS[args.command](args)
     except EXPECTED as e:
-        code, prefix = next((code, prefix) for kinds, code, prefix in EXIT_FOR
-                            if isinstance(e, kinds))
-        print(f"tui-trainer: {prefix}{e}", file=sys.stderr)
+        code, prefix = next((code, prefix) for kind, code, prefix in EXIT_FOR
+                            if isinstance(e, kind))
+        _say(f"{prefix}{e}")
         return code
     except KeyboardInterrupt:
         print("tui-trainer: interrupted", file=sys.stderr)
@@ -688,5 +694,5 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - the run's log has the traceback
         what = "training failed" if args.command in ("run", "resume", "repro", "ab") \
             else f"{args.command} failed"
-        print(f"tui-trainer: {what}: {type(e).__name__}: {e}", file=sys.stderr)
+        _say(f"{what}: {type(e).__name__}: {e}")
         return EXIT_FAILED

@@ -133,10 +133,14 @@ class SessionStore:
     disk, or one being listed or exported), and nothing at all is written.
     """
 
-    def __init__(self, directory: str | Path, create: bool = True, readonly: bool = False):
+    def __init__(self, directory: str | Path, create: bool = True, readonly: bool = False,
+                 verify: bool = True):
         self.dir = Path(directory).expanduser().resolve()
         self.db_path = self.dir / DB_NAME
         self.readonly = readonly
+        # SQLite's quick_check reads the whole file (~0.8 s at 100 MB): once per process is
+        # enough; a second connection of the same process (the heartbeat) skips it.
+        self.verify = verify
         self.checkpoints_dir = self.dir / "checkpoints"
         self.logs_dir = self.dir / "logs"
         _refuse_as_new(self.dir)
@@ -154,7 +158,8 @@ class SessionStore:
         d = Path(directory).expanduser().resolve()
         _refuse_as_new(d)
         if (d / DB_NAME).exists():
-            cls(d, create=False, readonly=True).close()
+            # The structure only: the full quick_check comes with the command's own open.
+            cls(d, create=False, readonly=True, verify=False).close()
             _refuse_read_only(d)
 
     # --- connection and schema -----------------------------------------------------------
@@ -286,7 +291,7 @@ class SessionStore:
             if lacking:
                 raise SessionError(f"{where} is damaged: table '{table}' lacks the column(s) "
                                    f"{', '.join(lacking)}")
-        check = conn.execute("PRAGMA quick_check").fetchone()[0]
+        check = conn.execute("PRAGMA quick_check").fetchone()[0] if self.verify else "ok"
         if check != "ok":
             raise SessionError(f"{where} is damaged: SQLite's check says {check}")
         return not optional <= tables
