@@ -400,3 +400,14 @@ def test_failure_lines_quoting_session_data_are_escaped(tmp_path):
     r = tt("run", "--session", str(hostile), *sets(*QUICK))
     assert r.rc == 4 and "is empty (0 bytes)" in r.err
     assert "\x1b" not in r.err and "\x07" not in r.err and "\\x1b]0;PWNED\\x07" in r.err
+
+
+@pytest.mark.parametrize("name, why", [("a\x1b]0;x\x07b", "control characters"),
+                                       ("n" * 201, "at most 200 characters")])
+def test_names_with_control_characters_or_too_long_are_refused_when_created(tmp_path, name,
+                                                                              why):
+    for args in (["run", "--name", name, *sets(*QUICK)],
+                 ["ab", "--name", name, "--vary", "seed=2", *sets(*QUICK)]):
+        r = tt(*args, "--session", str(tmp_path / "s"))
+        assert r.rc == 2 and why in r.err and "\x1b" not in r.err, (args, r.err)
+    assert not (tmp_path / "s").exists()
