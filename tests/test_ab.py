@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ from conftest import QUICK, db_rows, fingerprints, sets, tt
 from tui_trainer.core.export import FIG_DPI, FIG_SIZE_IN
 
 STUDIES = sorted((Path(__file__).parent.parent / "experiments" / "ab").glob("*.toml"))
-FIGURES = ("samples_per_s", "data_wait_s", "peak_memory_mib", "final_loss", "accuracy")
+FIGURES = ("samples_per_s", "data_wait_s", "peak_memory_mib", "train_loss", "eval_loss",
+           "accuracy")
 
 
 def _identical(session: Path, a: int, b: int) -> bool:
@@ -43,16 +45,25 @@ def test_ab_table_holds_every_variant_with_figures_and_exports(tmp_path):
     for row in trained:
         assert row["status"] == "finished" and row["steps"] == 6
         assert row["samples_per_s"] > 0 and row["data_wait_s"] >= 0
-        assert row["peak_memory_mib"] > 0 and math.isfinite(row["final_loss"])
+        assert row["peak_memory_mib"] > 0 and math.isfinite(row["train_loss"])
         assert 0 <= row["accuracy"] <= 100
         for key in FIGURES:
             if base[key]:
                 assert row["ratios"][key] == pytest.approx(row[key] / base[key])
         # bit-identical to the base or not, as the stored hashes say
         assert row["bit_identical"] == _identical(tmp_path, base["run_id"], row["run_id"])
-        stored = db_rows(tmp_path, "SELECT loss FROM steps WHERE run_id = ? ORDER BY step",
-                         (row["run_id"],))
-        assert row["final_loss"] == stored[-1][0]
+        # The figures as core.figures defines them, checked against the stored rows: the
+        # median interval rate with the first left out; the eval loss of the last evaluation;
+        # the smoothed training loss lies within the logged losses.
+        stored = db_rows(tmp_path, "SELECT loss, samples_per_s FROM steps WHERE run_id = ? "
+                         "ORDER BY step", (row["run_id"],))
+        assert row["samples_per_s"] == pytest.approx(
+            statistics.median(rate for _, rate in stored[1:]))
+        losses = [loss for loss, _ in stored]
+        assert min(losses) <= row["train_loss"] <= max(losses)
+        evals = db_rows(tmp_path, "SELECT loss FROM evals WHERE run_id = ? ORDER BY step",
+                        (row["run_id"],))
+        assert row["eval_loss"] == evals[-1][0]
     assert rows["batch_size=32"]["bit_identical"] is False   # another data order
     assert all(base["ratios"][k] == 1 for k in FIGURES)
 
@@ -89,13 +100,13 @@ def test_ab_prints_a_table_with_ratios(tmp_path):
     assert r.rc == 0, r.err
     lines = r.out.splitlines()
     header = next(line for line in lines if line.startswith("variant"))
-    for heading in ("samples/s", "data wait s", "peak mem MiB", "final loss", "accuracy %",
-                    "bit-identical to base"):
+    for heading in ("samples/s", "data wait s", "peak mem MiB", "train loss", "eval loss",
+                    "accuracy %", "bit-identical to base"):
         assert heading in header
     base = next(line for line in lines if line.startswith("base "))
     variant = next(line for line in lines if line.startswith("seed=2 "))
     assert "(base)" in base and "x)" not in base
-    assert variant.count("x)") == 5 and variant.endswith("no, from step 0")
+    assert variant.count("x)") == 6 and variant.endswith("no, from step 0")
 
 
 @pytest.mark.parametrize("args, key", [

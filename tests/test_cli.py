@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import statistics
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,9 @@ import pytest
 from conftest import QUICK, db_rows, sets, tt, wait_for_row
 from tui_trainer.core.store import SessionStore
 
-REQUIRED = {"run_id", "status", "steps", "epochs", "final_loss", "eval_accuracy",
-            "samples_per_s", "param_sha256", "checkpoint", "dataset"}
+REQUIRED = {"run_id", "status", "steps", "epochs", "final_loss", "train_loss", "eval_loss",
+            "eval_accuracy", "samples_per_s", "wall_samples_per_s", "param_sha256",
+            "checkpoint", "dataset"}
 
 
 def test_run_json_describes_the_run_and_the_store_holds_everything(tmp_path):
@@ -33,6 +35,10 @@ def test_run_json_describes_the_run_and_the_store_holds_everything(tmp_path):
     steps = db_rows(tmp_path, "SELECT step, lr, grad_norm, samples_per_s, data_s, compute_s, "
                               "rss_bytes, cuda_alloc FROM steps ORDER BY step")
     assert [s[0] for s in steps] == list(range(2, 21, 2))
+    # samples/s is training throughput (core.figures): the median logged interval rate, the
+    # first (start-up) left out; the whole-run average, evaluation included, is lower.
+    assert d["samples_per_s"] == pytest.approx(statistics.median(s[3] for s in steps[1:]))
+    assert d["wall_samples_per_s"] < d["samples_per_s"]
     assert all(s[1] > 0 and s[2] > 0 and s[3] > 0 and s[4] >= 0 and s[5] > 0 and s[6] > 1e6
                for s in steps)
     assert all(s[7] is None for s in steps)        # no CUDA here: no CUDA memory figures

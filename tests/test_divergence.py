@@ -6,8 +6,9 @@ import math
 import random
 import struct
 
-from tui_trainer.core.divergence import (config_diff, divergence, fingerprint_diff,
-                                         reduce_minmax, sketch_distance, smooth)
+from tui_trainer.core.divergence import (config_diff, divergence, settings_diff,
+                                         reduce_minmax, sketch_distance)
+from tui_trainer.core.figures import smooth
 
 
 def test_reduce_keeps_each_columns_extremes_and_bounds_the_size():
@@ -55,6 +56,6 @@ def test_sketch_distance_and_config_differences():
     assert sketch_distance(_sketch([1, 1]), _sketch([4, 5])) == 5.0
     assert sketch_distance(None, _sketch([1])) is None
     assert config_diff({"a": 1, "b": 2}, {"a": 1, "b": 3}) == [("b", 2, 3)]
-    flagged = fingerprint_diff({"num_threads": 2, "platform": "x"},
+    flagged = settings_diff({"num_threads": 2, "platform": "x"},
                                {"num_threads": 1, "platform": "y"})
     assert flagged == [("num_threads", 2, 1, True), ("platform", "x", "y", False)]

@@ -35,7 +35,7 @@ def _fill(session, marked=(1, 2), tab="tab-plots"):
                 "sketch": struct.pack("2d", k / 25 * (rid - 1), 0.0)}
                for k in range(0, 251, 50)]
         s.add_rows(steps=steps, evals=evals, fingerprints=fps, run_id=rid)
-        s.set_fingerprint(rid, {"seed": seed, "num_threads": 2, "torch": "2.15.0"},
+        s.set_settings(rid, {"seed": seed, "num_threads": 2, "torch": "2.15.0"},
                           "mnist-sample")
         s.set_progress(rid, 250, 2.0)
         s.end_run(rid, "finished", {"samples_per_s": 3900.0 - 150 * rid, "elapsed_s": 4.0})

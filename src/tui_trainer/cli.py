@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, runner
 from .core import config as cfgmod
+from .core import figures
 from .core.config import ConfigError
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_NOT_IDENTICAL,
                           EXIT_OK, EXIT_SESSION, BadInput, CheckpointError, DiskFull, RunBusy,
@@ -192,12 +193,13 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
         print(json.dumps(_json_safe(summary)))
         return
     acc = summary.get("eval_accuracy")
-    sps = summary.get("samples_per_s")
     print(f"run {summary['run_id']} ({shown(summary['name'])}) {summary['status']}: "
           f"{summary['steps']} steps, {summary['epochs']:.2f} epochs, "
-          f"loss {_num(summary.get('final_loss'))}, "
+          f"train loss (smoothed) {figures.fmt(summary.get('train_loss'), 'train_loss')}, "
+          f"eval loss {figures.fmt(summary.get('eval_loss'), 'eval_loss')}, "
           f"eval accuracy {'-' if acc is None else f'{acc:.2%}'}, "
-          f"{'-' if sps is None else f'{sps:,.0f}'} samples/s, data {summary['dataset']}")
+          f"{figures.fmt(summary.get('samples_per_s'), 'samples_per_s')} samples/s "
+          f"(training), data {summary['dataset']}")
     if summary.get("diverged"):
         print(f"DIVERGED: {summary['diverged']}; every logged row is kept and the newest "
               "checkpoint is the last finite one")
@@ -303,20 +305,20 @@ def run_rows(store: SessionStore) -> list[dict[str, Any]]:
     rows = []
     for run in store.runs():
         summary = run["summary"] or {}
-        last = store.last_step(run["id"]) or {}
-        last_eval = store.last_eval(run["id"]) or {}
+        f = figures.run_figures(store, run["id"])
         checkpoints = store.usable_checkpoints(run["id"])
         rows.append({
             "run_id": run["id"], "name": run["name"], "status": run["status"],
             "reason": summary.get("error") or summary.get("diverged"),
             "steps": run["step"], "epochs": run["epoch"],
-            "loss": last.get("loss"),
-            "eval_accuracy": last_eval.get("accuracy"),
-            "samples_per_s": summary.get("samples_per_s", last.get("samples_per_s")),
-            "elapsed_s": summary.get("elapsed_s", last.get("elapsed")),
+            "train_loss": f["train_loss"], "eval_loss": f["eval_loss"],
+            "eval_accuracy": None if f["accuracy"] is None else f["accuracy"] / 100,
+            "samples_per_s": f["samples_per_s"],
+            "peak_memory_mib": f["peak_memory_mib"], "memory_kind": f["memory_kind"],
+            "elapsed_s": f["wall_s"],
             "dataset": run["dataset"], "created": run["created"],
             "checkpoint": checkpoints[0]["path"] if checkpoints else None,
-            "config": run["config"], "fingerprint": run["fingerprint"],
+            "config": run["config"], "settings": run["settings"],
         })
     return rows
 
@@ -331,15 +333,16 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no runs in {shown(session, None)}")
         return EXIT_OK
-    header = ("id", "name", "status", "step", "epoch", "loss", "acc", "samples/s", "data",
-              "created")
+    header = ("id", "name", "status", "step", "epoch", "train loss", "eval loss", "acc",
+              "samples/s", "data", "created")
     table = [header]
     for r in rows:
         table.append((
             str(r["run_id"]), shown(r["name"], 40), r["status"], str(r["steps"]),
-            f"{r['epochs']:.2f}", _num(r["loss"]),
+            f"{r['epochs']:.2f}", figures.fmt(r["train_loss"], "train_loss"),
+            figures.fmt(r["eval_loss"], "eval_loss"),
             "-" if r["eval_accuracy"] is None else f"{r['eval_accuracy']:.2%}",
-            "-" if r["samples_per_s"] is None else f"{r['samples_per_s']:,.0f}",
+            figures.fmt(r["samples_per_s"], "samples_per_s"),
             r["dataset"] or "-", time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
@@ -350,39 +353,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _train(store: SessionStore, run_id: int, args: list[str], expect_kill: bool = False,
-           children: list | None = None) -> dict[str, Any] | None:
-    """Trains run `run_id` with `tui-trainer ARGS --json` in a process of its own, its
-    progress and errors going to the run's log (where the dashboard shows them). Returns the
-    run's summary (also of a run that diverged: that is a result), or None when the process
-    was killed as asked."""
-    import subprocess
-    log_path = store.log_path(run_id)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "tui_trainer", *args,
-                                 "--session", str(store.dir), "--json"],
-                                stdout=subprocess.PIPE, stderr=log, text=True)
-        store.set_launcher(run_id, proc.pid)
-        if children is not None:
-            children.append(proc)
-        out, _ = proc.communicate()
-        if children is not None:
-            children.remove(proc)
-    if expect_kill and proc.returncode < 0:
-        return None
-    if proc.returncode not in (EXIT_OK, EXIT_DIVERGED):
-        tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-        message = tail[-1].removeprefix("tui-trainer: ") if tail else ""
-        if proc.returncode == EXIT_BAD_INPUT:
-            raise BadInput(message)
-        raise RuntimeError(f"run {run_id} failed (exit {proc.returncode}): {message}; "
-                           f"its log: {log_path}")
-    return json.loads(out.strip().splitlines()[-1])
-
-
 def cmd_repro(args: argparse.Namespace) -> int:
-    from .core.repro import verdict
     if args.run is not None and (args.config or args.sets):
         raise BadInput("--run checks a run of the session with its own config; it takes no "
                        "--config or --set")
@@ -398,63 +369,15 @@ def cmd_repro(args: argparse.Namespace) -> int:
             and args.resume_at >= cfg.max_steps:
         raise ConfigError("--resume-at", f"must be below max_steps ({cfg.max_steps})")
     say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    check = runner.Check(config=None if args.run is not None else cfg, run=args.run,
+                         repeats=args.repeats, resume_at=args.resume_at)
     with SessionStore(session, create=args.run is None) as store:
-        first: dict[str, Any] | None = None
-        if args.run is not None:
-            first = store.run(args.run)
-            if store.is_live(first) or first["status"] == "created":
-                raise BadInput(f"run {args.run} is {first['status']}; check it once it has "
-                               "finished or stopped")
-            cfg = cfgmod.from_dict(first["config"])
-        if args.resume_at is not None and first is not None and args.resume_at >= first["step"]:
-            raise ConfigError("--resume-at", f"must be below the run's {first['step']} steps")
-        prefix = first["name"] if first is not None else "repro"
-
-        def new_run(name: str, config: cfgmod.RunConfig, twin_of: int | None) -> int:
-            return store.create_run(config.to_dict(), name=name, twin_of=twin_of)
-
-        if args.resume_at is None:
-            ids = [first["id"]] if first is not None else []
-            for i in range(len(ids), args.repeats):
-                run_id = new_run(f"{prefix}-{i + 1}" if first is None else f"{prefix}-twin",
-                                 cfg, ids[0] if ids else None)
-                say(f"repro: run {i + 1} of {args.repeats} (run {run_id}) ...")
-                _train(store, run_id, ["run", "--run-id", str(run_id)])
-                ids.append(run_id)
-            since = -1
-        else:
-            if first is None:
-                straight = new_run(f"{prefix}-straight", cfg, None)
-                say(f"repro: the config straight through (run {straight}) ...")
-                summary = _train(store, straight, ["run", "--run-id", str(straight)])
-                if args.resume_at >= summary["steps"]:
-                    raise ConfigError("--resume-at", f"must be below the run's "
-                                      f"{summary['steps']} steps")
-            else:
-                straight = first["id"]
-            every = cfg.checkpoint_every
-            killed_cfg = cfg if every and args.resume_at % every == 0 else \
-                cfg.replace(checkpoint_every=args.resume_at)
-            killed = new_run(f"{prefix}-resumed-at-{args.resume_at}", killed_cfg, straight)
-            say(f"repro: the same, killed at step {args.resume_at} (run {killed}) ...")
-            _train(store, killed, ["run", "--run-id", str(killed), "--kill-at-step",
-                                     str(args.resume_at)], expect_kill=True)
-            say(f"repro: resuming it from its checkpoint at step {args.resume_at} ...")
-            _train(store, killed, ["resume", str(killed)])
-            ids, since = [straight, killed], args.resume_at
-        v = verdict(store, ids, since_step=since)
-        mode = "repeat" if args.resume_at is None else "resume"
-        store.add_event(ids[-1], "repro_verdict",
-                        f"{'identical' if v.identical else 'not identical'} to run {ids[0]}"
-                        + (f" after resuming at step {args.resume_at}" if since >= 0 else ""),
-                        data={"mode": mode, "resume_at": args.resume_at, **v.to_dict()})
-    result = {"mode": mode, "resume_at": args.resume_at, "config": cfg.to_dict(),
-              **v.to_dict()}
+        result = runner.repro(store, check, say)
     if args.json:
         print(json.dumps(result))
     else:
         _print_verdict(result)
-    return EXIT_OK if v.identical else EXIT_NOT_IDENTICAL
+    return EXIT_OK if result["identical"] else EXIT_NOT_IDENTICAL
 
 
 def _print_verdict(r: dict[str, Any]) -> None:
@@ -540,7 +463,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
             study_id = store.create_study(
                 "ab", name, {"vary": [[k, v] for k, v in vary], "steps": steps,
                              "notes": notes, "file": args.config}, variants)
-    status = run_study(session, study_id, say)
+    status = runner.run_study(session, study_id, say)
     with SessionStore(session, create=False) as store:
         study, rows = ab.table(store, study_id)
     if args.json:
@@ -552,94 +475,12 @@ def cmd_ab(args: argparse.Namespace) -> int:
         print(f"A/B study {study_id} ({shown(study['name'])}): {study['spec']['steps']} steps "
               f"each, {status}")
         print("\n".join(ab.format_table(rows)))
-        kinds = {r.memory_kind for r in rows if r.memory_kind}
-        print("samples/s: median over logged intervals, the first left out; data wait: total "
-              "time the loop waited for batches; peak mem: "
-              + ("GPU peak allocated" if kinds == {"GPU"} else "process RSS"
-                 if kinds == {"RSS"} else "GPU peak where on CUDA, else process RSS")
-              + "; (N.NNx) = ratio to the base.")
+        print(figures.EXPLAINED + " data wait: total time the loop waited for batches; "
+              "(N.NNx) = ratio to the base.")
         for note in study["spec"].get("notes", []):
             print(f"note: {note}")
     failed = any(r.status == "crashed" for r in rows)
     return EXIT_FAILED if failed or status == "crashed" else EXIT_OK
-
-
-def _device_refusal(config: dict[str, Any]) -> str | None:
-    """Why a variant cannot train on this machine (e.g. amp=fp16 without CUDA), or None."""
-    from .engine.reproducibility import check_device_knobs, resolve_device
-    try:
-        cfg = cfgmod.from_dict(config)
-        check_device_knobs(cfg, resolve_device(cfg))
-    except ConfigError as e:
-        return f"{e.key}: {e.reason}"
-    return None
-
-
-def run_study(session: Path, study_id: int, say: Any) -> str:
-    """Trains a study's variants one after the other; a variant already finished is kept
-    (so a stopped or crashed study continues where it was). SIGTERM or Ctrl-C stops the run
-    in progress (with its checkpoint) and the study. Returns the study's end status."""
-    import signal
-    children: list[Any] = []
-    stop = {"asked": False}
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop["asked"] = True
-        if signum == signal.SIGTERM:     # Ctrl-C reaches the run itself from the terminal
-            for child in list(children):
-                child.send_signal(signal.SIGTERM)
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        with SessionStore(session, create=False) as store:
-            study = store.study(study_id)
-            if study["status"] == "running":
-                raise BadInput(f"study {study_id} is running already (pid {study['pid']})")
-            store.set_study_status(study_id, "running")
-            status, message = "finished", None
-            variants = study["variants"]
-            base_run = variants[0]["run_id"]
-            try:
-                for i, v in enumerate(variants):
-                    if stop["asked"]:
-                        break
-                    if v["run_id"] is not None and \
-                            store.run(v["run_id"])["status"] == "finished":
-                        continue
-                    if v["run_id"] is None and v["note"]:
-                        continue
-                    refusal = _device_refusal(v["config"])
-                    if refusal:
-                        store.set_study_run(study_id, v["position"], None,
-                                            f"not possible on this machine ({refusal})")
-                        say(f"ab: {v['label']}: skipped, {refusal}")
-                        continue
-                    run_id = store.create_run(v["config"],
-                                              name=f"ab{study_id}-{v['label']}",
-                                              twin_of=base_run if v["position"] else None)
-                    if v["position"] == 0:
-                        base_run = run_id
-                    store.set_study_run(study_id, v["position"], run_id)
-                    say(f"ab: {v['label']} ({i + 1} of {len(variants)}, run {run_id}) ...")
-                    try:
-                        _train(store, run_id, ["run", "--run-id", str(run_id)],
-                               children=children)
-                    except (BadInput, RuntimeError) as e:
-                        if stop["asked"]:
-                            break
-                        store.set_study_run(study_id, v["position"], run_id, f"failed: {e}")
-                        say(f"ab: {v['label']} failed: {e}")
-                if stop["asked"]:
-                    status, message = "stopped", "stopped on request; run it again to continue"
-            except BaseException as e:
-                status, message = "crashed", str(e)
-                raise
-            finally:
-                store.set_study_status(study_id, status, message)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return status
 
 
 COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": cmd_runs,

@@ -376,7 +376,8 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
+    from .presets import resolve
+    p = resolve(path)
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:

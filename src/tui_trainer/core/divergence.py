@@ -8,6 +8,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from .figures import hashes, identity
+
 # Settings that can change the bits of a run when they differ between two runs.
 BIT_RELEVANT_SETTINGS = (
     "seed", "deterministic_algorithms", "cudnn_deterministic", "cudnn_benchmark",
@@ -39,16 +41,6 @@ def reduce_minmax(xs: Sequence[float], ys: Sequence[float | None], width: int
     return out_x, out_y
 
 
-def smooth(ys: Sequence[float], weight: float = 0.8) -> list[float]:
-    """Exponential moving average, debiased (as TensorBoard's smoothing)."""
-    out, avg, norm = [], 0.0, 0.0
-    for y in ys:
-        avg = weight * avg + (1 - weight) * y
-        norm = weight * norm + (1 - weight)
-        out.append(avg / norm)
-    return out
-
-
 def sketch_distance(a: bytes | None, b: bytes | None) -> float | None:
     if not a or not b or len(a) != len(b):
         return None
@@ -74,22 +66,20 @@ def divergence(steps_a: list[dict], steps_b: list[dict], fps_a: list[dict],
     common = sorted(la.keys() & lb.keys())
     fa = {r["step"]: r for r in fps_a}
     fb = {r["step"]: r for r in fps_b}
-    fp_common = sorted(fa.keys() & fb.keys())
-    differing = [s for s in fp_common if fa[s]["sha256"] != fb[s]["sha256"]]
+    same = identity(hashes(fps_a), hashes(fps_b))
     return Divergence(
         steps=common, loss_delta=[abs(la[s] - lb[s]) for s in common],
-        fp_steps=fp_common,
+        fp_steps=same.compared,
         param_distance=[sketch_distance(fa[s].get("sketch"), fb[s].get("sketch"))
-                        for s in fp_common],
-        identical=(not differing) if fp_common else None,
-        first_difference=differing[0] if differing else None)
+                        for s in same.compared],
+        identical=same.identical, first_difference=same.first_difference)
 
 
 def config_diff(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     return [(k, a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
 
 
-def fingerprint_diff(a: dict[str, Any] | None, b: dict[str, Any] | None
+def settings_diff(a: dict[str, Any] | None, b: dict[str, Any] | None
                      ) -> list[tuple[str, Any, Any, bool]]:
     """Differences in effective settings; the flag marks those that can break bit-equality."""
     a, b = a or {}, b or {}

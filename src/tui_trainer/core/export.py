@@ -10,6 +10,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from . import figures as F
 from .divergence import divergence
 from .store import SessionStore
 
@@ -92,7 +93,22 @@ def export_runs(store: SessionStore, run_ids: list[int], out: Path) -> list[Path
     for run_id in run_ids:
         store.run(run_id)                   # an unknown run is refused before writing
     written = [p for r in run_ids for p in export_csv(store, r, out)]
+    written.append(export_summary(store, run_ids, out))
     return written + export_png(store, run_ids, out)
+
+
+def export_summary(store: SessionStore, run_ids: list[int], out: Path) -> Path:
+    """One row per run: its figures as the dashboard and `runs` show them (core.figures)."""
+    out.mkdir(parents=True, exist_ok=True)
+    keys = ["samples_per_s", "data_wait_s", "peak_memory_mib", "memory_kind", "train_loss",
+            "eval_loss", "accuracy", "wall_s"]
+    rows = []
+    for r in run_ids:
+        run = store.run(r)
+        rows.append({"run_id": r, "name": run["name"], "status": run["status"],
+                     **F.run_figures(store, r)})
+    return _write_csv(out / f"runs-{'-'.join(map(str, run_ids))}-summary.csv", rows,
+                      ["run_id", "name", "status", "steps", *keys])
 
 
 def export_png(store: SessionStore, run_ids: list[int], out: Path) -> list[Path]:

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .divergence import BIT_RELEVANT_SETTINGS, divergence
+from .figures import hashes, identity
 from .store import SessionStore
 
 
@@ -31,7 +32,7 @@ class Verdict:
 def explain(runs: list[dict[str, Any]]) -> list[str]:
     """Settings of these runs that can make them differ, in words."""
     cfgs = [r["config"] or {} for r in runs]
-    fps = [r["fingerprint"] or {} for r in runs]
+    fps = [r["settings"] or {} for r in runs]
     reasons: list[str] = []
     if any(c.get("seed") is None for c in cfgs):
         reasons.append("seed = none: nothing is seeded, so each run starts from fresh random "
@@ -72,15 +73,13 @@ def verdict(store: SessionStore, run_ids: list[int], since_step: int = -1) -> Ve
     first: int | None = None
     compared: set[int] = set()
     growth: dict[int, dict[str, Any]] = {}
-    base_hash = {r["step"]: r["sha256"] for r in base_fps}
     for other in run_ids[1:]:
         other_fps = store.fingerprints(other)
-        other_hash = {r["step"]: r["sha256"] for r in other_fps}
-        common = sorted(s for s in base_hash.keys() & other_hash.keys() if s > since_step)
-        compared.update(common)
-        differ = [s for s in common if base_hash[s] != other_hash[s]]
-        if differ:
-            first = differ[0] if first is None else min(first, differ[0])
+        same = identity(hashes(base_fps), hashes(other_fps), since_step)
+        compared.update(same.compared)
+        if same.first_difference is not None:
+            first = same.first_difference if first is None else min(first,
+                                                                    same.first_difference)
         d = divergence(base_steps, store.steps(other), base_fps, other_fps)
         for s, dl in zip(d.steps, d.loss_delta, strict=True):
             if s > since_step:

@@ -404,10 +404,14 @@ class SessionStore:
             c.execute("UPDATE runs SET step = ?, epoch = ?, heartbeat = ? WHERE id = ?",
                       (step, epoch, time.time(), run_id))
 
-    def set_fingerprint(self, run_id: int, fingerprint: dict[str, Any], dataset: str) -> None:
+    def set_settings(self, run_id: int, settings: dict[str, Any], dataset: str) -> None:
+        """The run's effective settings, as the engine applied them (threads, device,
+        versions, ...). Stored in the column `fingerprint` (its name since schema 1); read
+        back as run["settings"]. Not to be confused with parameter fingerprints, the hashes
+        of the parameters in the `fingerprints` table."""
         with self.transaction() as c:
             c.execute("UPDATE runs SET fingerprint = ?, dataset = ? WHERE id = ?",
-                      (json.dumps(fingerprint), dataset, run_id))
+                      (json.dumps(settings), dataset, run_id))
 
     def set_config(self, run_id: int, config: dict[str, Any]) -> None:
         with self.transaction() as c:
@@ -427,6 +431,7 @@ class SessionStore:
             except (TypeError, ValueError):
                 raise SessionError(f"{self.db_path} is damaged: the {key} of run {run['id']} "
                                    "is not valid JSON") from None
+        run["settings"] = run.pop("fingerprint")
         run["stored_status"] = run["status"]
         dead = self._dead_reason(run)
         if dead is not None:

@@ -12,24 +12,26 @@ Core layer: imports neither torch nor textual. The training itself is done by th
 
 from __future__ import annotations
 
-import statistics
 import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from . import config as C
+from . import figures as F
 from .config import ConfigError
 from .store import SessionStore
 
 DEFAULT_STEPS = 200
 
 # (key, heading, format) of each figure in the table; ratio_of marks those with a ratio.
-FIGURES = (("samples_per_s", "samples/s", ",.0f"),
-           ("data_wait_s", "data wait s", ".2f"),
-           ("peak_memory_mib", "peak mem MiB", ",.0f"),
-           ("final_loss", "final loss", ".4f"),
-           ("accuracy", "accuracy %", ".2f"))
+# (key, heading, format) of each figure in the table, every one as defined in core.figures.
+FIGURES = (("samples_per_s", "samples/s", F.FORMATS["samples_per_s"]),
+           ("data_wait_s", "data wait s", F.FORMATS["data_wait_s"]),
+           ("peak_memory_mib", "peak mem MiB", F.FORMATS["peak_memory_mib"]),
+           ("train_loss", "train loss", F.FORMATS["train_loss"]),
+           ("eval_loss", "eval loss", F.FORMATS["eval_loss"]),
+           ("accuracy", "accuracy %", F.FORMATS["accuracy"]))
 
 
 def parse_vary(specs: list[str]) -> list[tuple[str, list[Any]]]:
@@ -58,7 +60,8 @@ def parse_vary(specs: list[str]) -> list[tuple[str, list[Any]]]:
 def read_study_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """A study file: a run config (the base) plus an [ab] table with `vary` (a list of
     "KEY=V1,V2" strings), and optionally `steps` and `name`. Returns (config values, ab)."""
-    p = Path(path)
+    from .presets import resolve
+    p = resolve(path, study=True)
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -135,7 +138,8 @@ class Row:
     data_wait_s: float | None = None
     peak_memory_mib: float | None = None
     memory_kind: str | None = None   # "GPU" (CUDA peak allocated) or "RSS" (process)
-    final_loss: float | None = None
+    train_loss: float | None = None  # smoothed
+    eval_loss: float | None = None
     accuracy: float | None = None    # percent
     bit_identical: bool | None = None
     first_difference: int | None = None
@@ -146,37 +150,11 @@ class Row:
         return asdict(self)
 
 
-def run_figures(store: SessionStore, run_id: int) -> dict[str, Any]:
-    """A run's figures for the table, from what the store holds."""
-    steps = store.steps(run_id)
-    last_eval = store.last_eval(run_id)
-    run = store.run(run_id)
-    # Throughput: the median of the logged intervals, leaving out the first (start-up:
-    # workers spawning, first allocations, cudnn.benchmark trials, compilation).
-    rates = [s["samples_per_s"] for s in steps[1:] if s["samples_per_s"]] or \
-        [s["samples_per_s"] for s in steps if s["samples_per_s"]]
-    cuda = [s["cuda_peak"] for s in steps if s.get("cuda_peak")]
-    rss = [s["rss_bytes"] for s in steps if s.get("rss_bytes")]
-    return {
-        "status": run["status"], "steps": run["step"],
-        "samples_per_s": statistics.median(rates) if rates else None,
-        "data_wait_s": sum(s["data_s"] or 0.0 for s in steps) if steps else None,
-        "peak_memory_mib": (max(cuda) if cuda else max(rss)) / 2**20 if (cuda or rss) else None,
-        "memory_kind": "GPU" if cuda else "RSS" if rss else None,
-        "final_loss": steps[-1]["loss"] if steps else None,
-        "accuracy": 100 * last_eval["accuracy"] if last_eval else None,
-    }
-
-
 def identity(store: SessionStore, base_run: int, run_id: int) -> tuple[bool | None, int | None]:
     """(bit-identical to the base at every common fingerprint, first differing step)."""
-    a = {r["step"]: r["sha256"] for r in store.fingerprints(base_run)}
-    b = {r["step"]: r["sha256"] for r in store.fingerprints(run_id)}
-    common = sorted(a.keys() & b.keys())
-    if not common:
-        return None, None
-    differ = [s for s in common if a[s] != b[s]]
-    return (False, differ[0]) if differ else (True, None)
+    same = F.identity(F.hashes(store.fingerprints(base_run)),
+                      F.hashes(store.fingerprints(run_id)))
+    return same.identical, same.first_difference
 
 
 def table(store: SessionStore, study_id: int) -> tuple[dict[str, Any], list[Row]]:
@@ -187,9 +165,9 @@ def table(store: SessionStore, study_id: int) -> tuple[dict[str, Any], list[Row]
         row = Row(position=v["position"], label=v["label"], run_id=v["run_id"],
                   status="queued", note=v["note"])
         if v["run_id"] is not None:
-            figures = run_figures(store, v["run_id"])
-            for key, value in figures.items():
-                setattr(row, key, value)
+            figures = F.run_figures(store, v["run_id"])
+            for key in ("status", "steps", "memory_kind", *(k for k, _, _ in FIGURES)):
+                setattr(row, key, figures[key])
         elif v["note"]:
             row.status = "skipped"
         rows.append(row)
@@ -201,8 +179,7 @@ def table(store: SessionStore, study_id: int) -> tuple[dict[str, Any], list[Row]
             row.bit_identical = True
         else:
             row.bit_identical, row.first_difference = identity(store, base.run_id, row.run_id)
-        row.ratios = {key: (getattr(row, key) / getattr(base, key))
-                      if getattr(row, key) is not None and getattr(base, key) else None
+        row.ratios = {key: F.ratio(getattr(row, key), getattr(base, key))
                       for key, _, _ in FIGURES}
     return study, rows
 
@@ -213,10 +190,10 @@ HEADINGS = ("variant", "run") + tuple(h for _, h, _ in FIGURES) + ("bit-identica
 def row_cells(r: Row) -> list[str]:
     """A row as text cells under HEADINGS: each figure with its ratio to the base."""
     cells = [r.label, "-" if r.run_id is None else str(r.run_id)]
-    for key, _, spec in FIGURES:
+    for key, _, _ in FIGURES:
         value = getattr(r, key)
         ratio = (r.ratios or {}).get(key)
-        cell = "-" if value is None else format(value, spec)
+        cell = F.fmt(value, key)
         if value is not None and ratio is not None and r.position:
             cell += f" ({ratio:.2f}x)"
         cells.append(cell)
@@ -245,8 +222,4 @@ def identity_text(r: Row) -> str:
         prefix = ""
     if r.position == 0:
         return prefix + "(base)"
-    if r.bit_identical is None:
-        return prefix + "no common fingerprint yet"
-    if r.bit_identical:
-        return prefix + "yes"
-    return prefix + f"no, from step {r.first_difference}"
+    return prefix + F.Identity(r.bit_identical, [], r.first_difference, None).text()

@@ -43,6 +43,55 @@ def exit_text(code: int) -> str:
     return f"its process exited with status {code}"
 
 
+# --- child commands: built here and nowhere else -----------------------------------------------
+
+def train_args(run_id: int, kill_at_step: int | None = None) -> list[str]:
+    """Trains run `run_id` (created in the session already) from step 0."""
+    args = ["run", "--run-id", str(run_id)]
+    return args + (["--kill-at-step", str(kill_at_step)] if kill_at_step is not None else [])
+
+
+def resume_args(run_id: int, overrides: dict[str, Any] | None = None,
+                restart: bool = False) -> list[str]:
+    """Continues run `run_id` from its newest usable checkpoint (or from step 0, `restart`);
+    `overrides` may only change how long it trains (epochs, max_steps)."""
+    args = ["resume", str(run_id)] + (["--restart"] if restart else [])
+    for key, value in (overrides or {}).items():
+        args += ["--set", f"{key}={value}"]
+    return args
+
+
+def repro_args(run_id: int, resume_at: int | None = None) -> list[str]:
+    """A determinism verdict of run `run_id` (a twin trained again), or with `resume_at` a
+    resume check (a twin killed at that step and resumed)."""
+    args = ["repro", "--run", str(run_id), "--json"]
+    return args + (["--resume-at", str(resume_at)] if resume_at is not None else [])
+
+
+def study_args(study_id: int) -> list[str]:
+    """Trains the planned study `study_id`, its runs one after the other."""
+    return ["ab", "--study", str(study_id)]
+
+
+def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = True,
+           capture: bool = False) -> subprocess.Popen:
+    """The one way a child `tui-trainer` process starts: `python -m tui_trainer ARGS
+    --session SESSION`, stdin closed, output appended to `log_path` (with `capture`, stdout
+    comes back to the caller and only stderr goes to the log), at a lower CPU priority than
+    the dashboard, unbuffered. `detach` puts it in a process session of its own, so it
+    outlives the dashboard and a Ctrl-C in the terminal does not reach it."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    # Training runs at a lower CPU priority than the dashboard: with several runs on few
+    # cores the dashboard would otherwise wait its turn behind every training thread.
+    nice = [shutil.which("nice") or "", "-n", str(NICENESS)] if shutil.which("nice") else []
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [*nice, sys.executable, "-m", "tui_trainer", *args, "--session", str(session)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if capture else log,
+            stderr=log if capture else subprocess.STDOUT, text=capture,
+            start_new_session=detach, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
 class Supervisor:
     def __init__(self, store: SessionStore):
         self.store = store
@@ -50,16 +99,7 @@ class Supervisor:
         self._jobs: list[subprocess.Popen] = []
 
     def _spawn(self, args: list[str], log_path: Path) -> subprocess.Popen:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        # Training runs at a lower CPU priority than the dashboard: with several runs on few
-        # cores the dashboard would otherwise wait its turn behind every training thread.
-        nice = [shutil.which("nice") or "", "-n", str(NICENESS)] if shutil.which("nice") else []
-        with open(log_path, "ab") as log:
-            return subprocess.Popen(
-                [*nice, sys.executable, "-m", "tui_trainer", *args,
-                 "--session", str(self.store.dir)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        return launch(self.store.dir, args, log_path)
 
     def _spawn_run(self, run_id: int, args: list[str]) -> None:
         proc = self._spawn(args, self.store.log_path(run_id))
@@ -67,12 +107,20 @@ class Supervisor:
         # From now on a run whose process dies before it starts training reads as crashed.
         self.store.set_launcher(run_id, proc.pid)
 
-    def job(self, args: list[str], name: str) -> subprocess.Popen:
-        """A background command that trains runs of its own (a repro check, an A/B study),
-        its output in logs/<name>.log."""
+    def _job(self, args: list[str], name: str) -> subprocess.Popen:
+        """A background command that trains runs of its own, its output in logs/NAME.log."""
         proc = self._spawn(args, self.store.logs_dir / f"{name}.log")
         self._jobs.append(proc)
         return proc
+
+    def check(self, run_id: int, resume_at: int | None = None) -> subprocess.Popen:
+        """A determinism verdict (or, with `resume_at`, a resume check) of a run, in the
+        background; the twin it trains is recorded on the run as a `check_twin` event."""
+        return self._job(repro_args(run_id, resume_at), f"repro-run-{run_id}")
+
+    def study(self, study_id: int) -> subprocess.Popen:
+        """Trains a planned A/B study in the background."""
+        return self._job(study_args(study_id), f"study-{study_id}")
 
     def jobs_running(self) -> int:
         return sum(1 for p in self._jobs if p.poll() is None)
@@ -86,7 +134,7 @@ class Supervisor:
               twin_of: int | None = None) -> int:
         """Creates the run in the session and starts training it in the background."""
         run_id = self.store.create_run(config, name=name, twin_of=twin_of)
-        self._spawn_run(run_id, ["run", "--run-id", str(run_id)])
+        self._spawn_run(run_id, train_args(run_id))
         return run_id
 
     def repeat(self, run_id: int) -> int:
@@ -103,10 +151,7 @@ class Supervisor:
                 previous.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 pass
-        args = ["resume", str(run_id)] + (["--restart"] if restart else [])
-        for key, value in (overrides or {}).items():
-            args += ["--set", f"{key}={value}"]
-        self._spawn_run(run_id, args)
+        self._spawn_run(run_id, resume_args(run_id, overrides, restart))
 
     def stop(self, run_id: int) -> bool:
         """Asks a live run to stop: it finishes its step and writes a checkpoint."""

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..core import figures
 from ..core.config import RunConfig
 from ..core.errors import CheckpointError, DiskFull, is_disk_full
 from ..core.store import HEARTBEAT_S, BatchedWriter, SessionStore
@@ -50,10 +51,12 @@ class Summary:
     status: str
     steps: int
     epochs: float
-    final_loss: float | None
+    final_loss: float | None          # the last logged mini-batch's loss
+    train_loss: float | None          # the logged losses smoothed (core.figures)
     eval_accuracy: float | None
     eval_loss: float | None
-    samples_per_s: float | None
+    samples_per_s: float | None       # training throughput (core.figures)
+    wall_samples_per_s: float | None  # samples / wall time, start-up and evaluation included
     elapsed_s: float
     param_sha256: str | None
     checkpoint: str | None
@@ -534,15 +537,17 @@ class Trainer:
         self.writer.progress(self.pos.step, self._epoch_float())
         self.writer.flush()
         elapsed = self.elapsed()
-        samples_per_s = self.pos.samples / elapsed if elapsed > 0 else None
+        figs = figures.figures(self.store.steps(self.run_id))   # the one definition (core)
         newest = self.store.usable_checkpoints(self.run_id)
         summary = Summary(
             run_id=self.run_id, name=self.store.run(self.run_id)["name"], status=status,
             steps=self.pos.step, epochs=round(self._epoch_float(), 4),
-            final_loss=self.last_loss,
+            final_loss=self.last_loss, train_loss=figs.train_loss,
             eval_accuracy=self.last_eval["accuracy"] if self.last_eval else None,
             eval_loss=self.last_eval["loss"] if self.last_eval else None,
-            samples_per_s=samples_per_s, elapsed_s=elapsed,
+            samples_per_s=figs.samples_per_s,
+            wall_samples_per_s=self.pos.samples / elapsed if elapsed > 0 else None,
+            elapsed_s=elapsed,
             param_sha256=self.last_fingerprint[1] if self.last_fingerprint else None,
             checkpoint=newest[0]["path"] if newest else None,
             dataset=self.loaders.info.name, device=str(self.device))
@@ -559,8 +564,10 @@ class Trainer:
                     f"resume {verdict}: {self.resume_matches} parameter hashes recorded before "
                     f"the stop were reproduced, {self.resume_mismatches} differed",
                     data={"matched": self.resume_matches, "differed": self.resume_mismatches})
-        self.log(f"{status}: {self.pos.step} steps, loss {_fmt(self.last_loss)}, eval accuracy "
-                 f"{_fmt(summary.eval_accuracy, '.2%')}, {_fmt(samples_per_s, ',.0f')} samples/s")
+        self.log(f"{status}: {self.pos.step} steps, train loss (smoothed) "
+                 f"{_fmt(summary.train_loss)}, eval loss {_fmt(summary.eval_loss)}, eval "
+                 f"accuracy {_fmt(summary.eval_accuracy, '.2%')}, "
+                 f"{_fmt(summary.samples_per_s, ',.0f')} samples/s (training)")
         return summary
 
     def _progress_bar(self) -> Any:
@@ -611,7 +618,7 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
             store.add_event(run_id, "swept", f"removed {stale.name}, left by an interrupted "
                             "checkpoint write")
         trainer.attach(store, run_id, echo)
-        store.set_fingerprint(run_id, trainer.settings, trainer.loaders.info.name)
+        store.set_settings(run_id, trainer.settings, trainer.loaders.info.name)
     except BaseException:
         store.close()
         raise

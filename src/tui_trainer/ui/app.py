@@ -22,7 +22,8 @@ from textual.widgets import (Button, DataTable, Footer, Header, Input, Log, Sele
 
 from ..core import config as C
 from ..core import study as ab
-from ..core.divergence import config_diff, divergence, fingerprint_diff, smooth
+from ..core.figures import smooth
+from ..core.divergence import config_diff, divergence, settings_diff
 from ..core.repro import explain
 from ..core.errors import ReadOnlySession
 from ..core.paths import default_session_dir, sessions_dir, user_data_dir
@@ -989,7 +990,7 @@ class TrainerApp(App[None]):
         diffs = config_diff(ra["config"], rb["config"])
         for key, va, vb in diffs:
             cfg_table.add_row(plain(key), plain(va), plain(vb))
-        for key, va, vb, relevant in fingerprint_diff(ra["fingerprint"], rb["fingerprint"]):
+        for key, va, vb, relevant in settings_diff(ra["settings"], rb["settings"]):
             if key == "data":
                 continue
             cfg_table.add_row(plain(("⚠ " if relevant else "") + f"{key} (effective)"),

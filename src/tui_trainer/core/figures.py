@@ -1,0 +1,244 @@
+"""The figures shown for a run, each defined once: the CLI, the run table, Compare, A/B and
+the exports all take them from here.
+
+- samples/s: TRAINING throughput, the median of the logged interval rates with the first
+  interval left out (start-up: workers spawning, first allocations, cudnn.benchmark trials,
+  compilation). A median, so an evaluation or a checkpoint that falls inside an interval
+  does not drag it down. It is not the whole-run average (samples / wall time), which mixes
+  in start-up and evaluation; that one is `wall_s` next to it.
+- peak memory: the CUDA peak allocated where the run recorded one, else the process's peak
+  resident set size (RSS); `kind` says which.
+- loss: the evaluation loss (on the held-out set, at the last evaluation) and the smoothed
+  training loss (an exponential moving average of the logged mini-batch losses, debiased as
+  TensorBoard does, weight SMOOTHING). One mini-batch's loss is never shown as "the" loss.
+- identity: two runs' parameter hashes compared at every step both recorded.
+
+`Figures` is built incrementally (`add_step`, `add_eval`): the dashboard feeds it new rows
+as they arrive, so its cost per tick is the number of new rows, not the length of the run.
+
+Core layer: imports neither torch nor textual.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+SMOOTHING = 0.8          # the EMA weight of the smoothed training loss (as TensorBoard's 0.8)
+
+# How each figure is written, where it is written as text.
+FORMATS = {"samples_per_s": ",.0f", "data_wait_s": ".2f", "peak_memory_mib": ",.0f",
+           "eval_loss": ".4f", "train_loss": ".4f", "accuracy": ".2f", "wall_s": ".1f"}
+LABELS = {"samples_per_s": "samples/s (training)", "data_wait_s": "data wait s",
+          "peak_memory_mib": "peak memory MiB",
+          "eval_loss": "eval loss", "train_loss": "train loss (smoothed)",
+          "accuracy": "eval accuracy %", "wall_s": "wall time s"}
+EXPLAINED = (
+    "samples/s: training throughput, the median of the logged intervals with the first "
+    "(start-up) left out; peak memory: GPU peak allocated on CUDA, else process RSS; eval "
+    "loss/accuracy: the last evaluation on the held-out set; train loss: logged mini-batch "
+    f"losses smoothed (EMA {SMOOTHING}).")
+
+
+def finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+class Smoother:
+    """Debiased exponential moving average, one value at a time; NaN/inf are skipped (the
+    run's divergence is said elsewhere; a NaN here would hide every value after it)."""
+
+    def __init__(self, weight: float = SMOOTHING) -> None:
+        self.weight, self.avg, self.norm = weight, 0.0, 0.0
+
+    def add(self, y: Any) -> float | None:
+        if finite(y):
+            self.avg = self.weight * self.avg + (1 - self.weight) * y
+            self.norm = self.weight * self.norm + (1 - self.weight)
+        return self.value
+
+    @property
+    def value(self) -> float | None:
+        return self.avg / self.norm if self.norm else None
+
+
+def smooth(ys: Iterable[Any], weight: float = SMOOTHING) -> list[float | None]:
+    """The smoothed curve of a series (None where nothing finite came yet)."""
+    s = Smoother(weight)
+    return [s.add(y) for y in ys]
+
+
+@dataclass
+class Figures:
+    """A run's figures, fed its rows in step order (a resumed run's re-recorded steps replace
+    the old ones: feed `reset()` and the rows again, or only new rows)."""
+
+    steps: int = 0
+    elapsed: float | None = None
+    train_loss: float | None = None
+    last_loss: float | None = None          # one mini-batch: shown only as "last batch"
+    eval_loss: float | None = None
+    accuracy: float | None = None           # percent
+    eval_step: int | None = None
+    peak_cuda: float | None = None
+    peak_rss: float | None = None
+    grad_norm: float | None = None
+    data_wait_s: float = 0.0                # total time the loop waited for batches
+    _rates: list[float] = field(default_factory=list)   # sorted, first interval left out
+    _first_seen: bool = False
+    _smoother: Smoother = field(default_factory=Smoother)
+
+    def add_step(self, row: Mapping[str, Any]) -> None:
+        self.steps = row["step"]
+        self.elapsed = row.get("elapsed", self.elapsed)
+        self.last_loss = row.get("loss")
+        self.train_loss = self._smoother.add(row.get("loss"))
+        rate = row.get("samples_per_s")
+        if finite(rate):
+            if self._first_seen:
+                bisect.insort(self._rates, rate)
+            self._first_seen = True
+        if finite(row.get("cuda_peak")) and row["cuda_peak"] > 0:
+            self.peak_cuda = max(self.peak_cuda or 0.0, row["cuda_peak"])
+        if finite(row.get("rss_bytes")):
+            self.peak_rss = max(self.peak_rss or 0.0, row["rss_bytes"])
+        if finite(row.get("data_s")):
+            self.data_wait_s += row["data_s"]
+        if row.get("grad_norm") is not None:
+            self.grad_norm = row["grad_norm"]
+
+    def add_eval(self, row: Mapping[str, Any]) -> None:
+        self.eval_step = row["step"]
+        self.eval_loss = row.get("loss")
+        acc = row.get("accuracy")
+        self.accuracy = 100 * acc if finite(acc) else acc
+
+    @property
+    def samples_per_s(self) -> float | None:
+        r = self._rates
+        if not r:
+            return None
+        mid = len(r) // 2
+        return r[mid] if len(r) % 2 else (r[mid - 1] + r[mid]) / 2
+
+    @property
+    def peak_memory(self) -> tuple[float | None, str | None]:
+        """(bytes, "GPU" or "RSS")."""
+        if self.peak_cuda:
+            return self.peak_cuda, "GPU"
+        if self.peak_rss:
+            return self.peak_rss, "RSS"
+        return None, None
+
+    @property
+    def peak_memory_mib(self) -> float | None:
+        b, _ = self.peak_memory
+        return None if b is None else b / 2**20
+
+    def as_dict(self, wall_s: float | None = None) -> dict[str, Any]:
+        """The shown figures by name (the keys of FORMATS and LABELS)."""
+        return {"samples_per_s": self.samples_per_s, "peak_memory_mib": self.peak_memory_mib,
+                "memory_kind": self.peak_memory[1], "eval_loss": self.eval_loss,
+                "train_loss": self.train_loss, "accuracy": self.accuracy,
+                "data_wait_s": self.data_wait_s if self.steps else None,
+                "wall_s": wall_s if wall_s is not None else self.elapsed}
+
+
+def figures(steps: Iterable[Mapping[str, Any]], evals: Iterable[Mapping[str, Any]] = ()
+            ) -> Figures:
+    f = Figures()
+    for row in steps:
+        f.add_step(row)
+    for row in evals:
+        f.add_eval(row)
+    return f
+
+
+def run_figures(store: Any, run_id: int) -> dict[str, Any]:
+    """A run's figures from a session store (reads every row of the run: for the CLI and
+    exports; the dashboard keeps a Figures per run and feeds it new rows)."""
+    run = store.run(run_id)
+    f = figures(store.steps(run_id), store.evals(run_id))
+    summary = run["summary"] or {}
+    return {"status": run["status"], "steps": run["step"],
+            **f.as_dict(wall_s=summary.get("elapsed_s", f.elapsed))}
+
+
+def fmt(value: Any, key: str) -> str:
+    """A figure as text: '-' for none, 'nan' for NaN."""
+    if value is None:
+        return "-"
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return format(value, FORMATS.get(key, ".4g"))
+
+
+def ratio(value: Any, base: Any) -> float | None:
+    return value / base if finite(value) and finite(base) and base else None
+
+
+# --- parameter identity: the one hash comparison ----------------------------------------------
+
+@dataclass
+class Identity:
+    identical: bool | None          # None: no step both runs fingerprinted
+    compared: list[int]             # steps compared (both runs have a hash), ascending
+    first_difference: int | None    # first compared step whose hashes differ
+    last_identical: int | None      # the last compared step before it
+
+    def text(self) -> str:
+        if self.identical is None:
+            return "no common fingerprint yet"
+        if self.identical:
+            return "yes"
+        return f"no, from step {self.first_difference}"
+
+
+def identity(hashes_a: Mapping[int, str], hashes_b: Mapping[int, str],
+             since_step: int = -1) -> Identity:
+    """Compares two runs' parameter hashes ({step: sha256}) at every step both have after
+    `since_step`."""
+    common = sorted(s for s in hashes_a.keys() & hashes_b.keys() if s > since_step)
+    first = next((s for s in common if hashes_a[s] != hashes_b[s]), None)
+    if not common:
+        return Identity(None, [], None, None)
+    if first is None:
+        return Identity(True, common, None, None)
+    before = [s for s in common if s < first]
+    return Identity(False, common, first, before[-1] if before else None)
+
+
+def hashes(fingerprint_rows: Iterable[Mapping[str, Any]]) -> dict[int, str]:
+    return {r["step"]: r["sha256"] for r in fingerprint_rows}
+
+
+# --- progress ---------------------------------------------------------------------------------
+
+def progress(config: Mapping[str, Any], step: int, epoch: float, elapsed: float | None
+             ) -> tuple[float | None, float | None]:
+    """(fraction done, seconds left) of a run at `step` / `epoch` after `elapsed` seconds of
+    training: it ends at max_steps or after `epochs`, whichever comes first. The time left
+    assumes the pace so far holds."""
+    fracs = []
+    if config.get("max_steps"):
+        fracs.append(step / int(config["max_steps"]))
+    if config.get("epochs"):
+        fracs.append(epoch / float(config["epochs"]))
+    if not fracs:
+        return None, None
+    frac = min(1.0, max(fracs))
+    if frac >= 1.0:
+        return 1.0, 0.0
+    if not frac or not elapsed:
+        return frac, None
+    return frac, elapsed * (1 - frac) / frac
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

@@ -1,0 +1,202 @@
+"""Orchestration of several runs: determinism verdicts, resume checks and A/B studies.
+
+Each run trains in a child process started by `core.supervisor.launch` (the one launcher)
+with arguments from its typed builders; this module decides which runs to create, trains
+them one after the other and records what it found. The CLI (`repro`, `ab`) parses and
+prints; the dashboard starts the same commands in the background.
+
+Imports torch only inside `device_refusal` (to ask whether this machine can run a config).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .core import config as cfgmod
+from .core.config import ConfigError
+from .core.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, BadInput
+from .core.repro import verdict
+from .core.store import SessionStore
+from .core.supervisor import launch, resume_args, train_args
+
+Say = Callable[[str], None]
+
+
+def train_child(store: SessionStore, run_id: int, args: list[str], expect_kill: bool = False,
+                children: list | None = None) -> dict[str, Any] | None:
+    """Trains run `run_id` with `tui-trainer ARGS --json` in a child process, its progress
+    and errors going to the run's log (where the dashboard shows them), and waits. Returns
+    the run's summary (also of a run that diverged: that is a result), or None when the
+    process was killed as asked."""
+    log_path = store.log_path(run_id)
+    proc = launch(store.dir, [*args, "--json"], log_path, detach=False, capture=True)
+    store.set_launcher(run_id, proc.pid)
+    if children is not None:
+        children.append(proc)
+    try:
+        out, _ = proc.communicate()
+    finally:
+        if children is not None:
+            children.remove(proc)
+    if expect_kill and proc.returncode < 0:
+        return None
+    if proc.returncode not in (EXIT_OK, EXIT_DIVERGED):
+        tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        message = tail[-1].removeprefix("tui-trainer: ") if tail else ""
+        if proc.returncode == EXIT_BAD_INPUT:
+            raise BadInput(message)
+        raise RuntimeError(f"run {run_id} failed (exit {proc.returncode}): {message}; "
+                           f"its log: {log_path}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@dataclass
+class Check:
+    """What `repro` is asked: a config (or a run of the session) trained `repeats` times,
+    or, with `resume_at`, killed at that step and resumed."""
+    config: cfgmod.RunConfig | None = None
+    run: int | None = None
+    repeats: int = 2
+    resume_at: int | None = None
+
+
+def repro(store: SessionStore, check: Check, say: Say) -> dict[str, Any]:
+    """Runs a check; returns the verdict (as recorded on the last run, event
+    `repro_verdict`). Each twin it creates is recorded on the original as a `check_twin`
+    event as soon as it exists, so a dashboard knows which run to pair with."""
+    first: dict[str, Any] | None = None
+    cfg = check.config
+    if check.run is not None:
+        first = store.run(check.run)
+        if store.is_live(first) or first["status"] == "created":
+            raise BadInput(f"run {check.run} is {first['status']}; check it once it has "
+                           "finished or stopped")
+        cfg = cfgmod.from_dict(first["config"])
+    assert cfg is not None
+    if check.resume_at is not None and first is not None and check.resume_at >= first["step"]:
+        raise ConfigError("--resume-at", f"must be below the run's {first['step']} steps")
+    prefix = first["name"] if first is not None else "repro"
+    mode = "repeat" if check.resume_at is None else "resume"
+
+    def new_run(name: str, config: cfgmod.RunConfig, twin_of: int | None) -> int:
+        run_id = store.create_run(config.to_dict(), name=name, twin_of=twin_of)
+        if twin_of is not None:
+            store.add_event(twin_of, "check_twin", f"run {run_id} is a {mode} check of it",
+                            data={"twin": run_id, "mode": mode, "resume_at": check.resume_at})
+        return run_id
+
+    if check.resume_at is None:
+        ids = [first["id"]] if first is not None else []
+        for i in range(len(ids), check.repeats):
+            run_id = new_run(f"{prefix}-{i + 1}" if first is None else f"{prefix}-twin",
+                             cfg, ids[0] if ids else None)
+            say(f"repro: run {i + 1} of {check.repeats} (run {run_id}) ...")
+            train_child(store, run_id, train_args(run_id))
+            ids.append(run_id)
+        since = -1
+    else:
+        if first is None:
+            straight = new_run(f"{prefix}-straight", cfg, None)
+            say(f"repro: the config straight through (run {straight}) ...")
+            summary = train_child(store, straight, train_args(straight))
+            if check.resume_at >= summary["steps"]:
+                raise ConfigError("--resume-at", f"must be below the run's "
+                                  f"{summary['steps']} steps")
+        else:
+            straight = first["id"]
+        every = cfg.checkpoint_every
+        killed_cfg = cfg if every and check.resume_at % every == 0 else \
+            cfg.replace(checkpoint_every=check.resume_at)
+        killed = new_run(f"{prefix}-resumed-at-{check.resume_at}", killed_cfg, straight)
+        say(f"repro: the same, killed at step {check.resume_at} (run {killed}) ...")
+        train_child(store, killed, train_args(killed, kill_at_step=check.resume_at),
+                    expect_kill=True)
+        say(f"repro: resuming it from its checkpoint at step {check.resume_at} ...")
+        train_child(store, killed, resume_args(killed))
+        ids, since = [straight, killed], check.resume_at
+    v = verdict(store, ids, since_step=since)
+    store.add_event(ids[-1], "repro_verdict",
+                    f"{'identical' if v.identical else 'not identical'} to run {ids[0]}"
+                    + (f" after resuming at step {check.resume_at}" if since >= 0 else ""),
+                    data={"mode": mode, "resume_at": check.resume_at, **v.to_dict()})
+    return {"mode": mode, "resume_at": check.resume_at, "config": cfg.to_dict(),
+            **v.to_dict()}
+
+
+def device_refusal(config: dict[str, Any]) -> str | None:
+    """Why a config cannot train on this machine (e.g. amp=fp16 without CUDA), or None."""
+    from .engine.reproducibility import check_device_knobs, resolve_device
+    try:
+        cfg = cfgmod.from_dict(config)
+        check_device_knobs(cfg, resolve_device(cfg))
+    except ConfigError as e:
+        return f"{e.key}: {e.reason}"
+    return None
+
+
+def run_study(session: Path, study_id: int, say: Say) -> str:
+    """Trains a study's variants one after the other; a variant already finished is kept
+    (so a stopped or crashed study continues where it was). SIGTERM or Ctrl-C stops the run
+    in progress (with its checkpoint) and the study. Returns the study's end status.
+
+    A variant is not a twin of the base (it has another config): the relation lives in the
+    study's own rows (position 0 is the base), never in runs.twin_of."""
+    children: list[subprocess.Popen] = []
+    stop = {"asked": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop["asked"] = True
+        if signum == signal.SIGTERM:     # Ctrl-C reaches the run itself from the terminal
+            for child in list(children):
+                child.send_signal(signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with SessionStore(session, create=False) as store:
+            study = store.study(study_id)
+            if study["status"] == "running":
+                raise BadInput(f"study {study_id} is running already (pid {study['pid']})")
+            store.set_study_status(study_id, "running")
+            status, message = "finished", None
+            variants = study["variants"]
+            try:
+                for i, v in enumerate(variants):
+                    if stop["asked"]:
+                        break
+                    if v["run_id"] is not None and \
+                            store.run(v["run_id"])["status"] == "finished":
+                        continue
+                    if v["run_id"] is None and v["note"]:
+                        continue
+                    refusal = device_refusal(v["config"])
+                    if refusal:
+                        store.set_study_run(study_id, v["position"], None,
+                                            f"not possible on this machine ({refusal})")
+                        say(f"ab: {v['label']}: skipped, {refusal}")
+                        continue
+                    run_id = store.create_run(v["config"], name=f"ab{study_id}-{v['label']}")
+                    store.set_study_run(study_id, v["position"], run_id)
+                    say(f"ab: {v['label']} ({i + 1} of {len(variants)}, run {run_id}) ...")
+                    try:
+                        train_child(store, run_id, train_args(run_id), children=children)
+                    except (BadInput, RuntimeError) as e:
+                        if stop["asked"]:
+                            break
+                        store.set_study_run(study_id, v["position"], run_id, f"failed: {e}")
+                        say(f"ab: {v['label']} failed: {e}")
+                if stop["asked"]:
+                    status, message = "stopped", "stopped on request; run it again to continue"
+            except BaseException as e:
+                status, message = "crashed", str(e)
+                raise
+            finally:
+                store.set_study_status(study_id, status, message)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return status
