@@ -1,10 +1,16 @@
 """Is the dashboard responsive while four runs stream into it?
 
-Headless (App.run_test), 180x50, Plots tab with all runs marked. Measures, first with nothing
-training (the reference), then with four real runs training in background processes and
-logging every step: how long each poll-and-redraw tick takes (`refresh_all`, run twice a
-second by the app's timer), and the round trip of a key press (cursor down/up in the run
-table) until the app has handled it.
+Headless (App.run_test), 180x50, Plots tab with all runs marked. First with nothing training
+(the reference), then with four real runs training in background processes and logging every
+step, it measures:
+
+- key: the round trip of a key press (cursor down/up in the run table) through Pilot, which
+  includes Pilot's own waiting for the app to be idle;
+- ui handling: how long the UI thread is busy with each message it handles (a key, a
+  highlighted row, a Polled snapshot), i.e. the longest a key can wait behind the app's own
+  work;
+- Polled: the UI thread's share of a tick (drawing the snapshot);
+- read: the polling thread's read of the session per tick (core.reader, off the UI thread).
 
     python benchmarks/ui_streaming.py [--seconds 20]
 """
@@ -19,8 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from textual.message_pump import MessagePump
+
 from tui_trainer.core import config as C
-from tui_trainer.ui.app import TrainerApp
+from tui_trainer.core.store import SessionStore
+from tui_trainer.core.supervisor import Supervisor
+from tui_trainer.ui.app import Polled, TrainerApp
 
 STREAM = C.DEFAULTS.replace(dataset="mnist-sample", train_samples=2000, epochs=1000,
                             log_every=1, fingerprint_every=10, checkpoint_every=0)
@@ -28,20 +38,24 @@ STREAM = C.DEFAULTS.replace(dataset="mnist-sample", train_samples=2000, epochs=1
 
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+HANDLED: list[tuple[str, float]] = []
+_original = MessagePump._dispatch_message
+
+
+async def _timed(self, message):                # every message the app's widgets handle
+    t = time.perf_counter()
+    try:
+        return await _original(self, message)
+    finally:
+        HANDLED.append((type(message).__name__, time.perf_counter() - t))
 
 
 async def measure(app: TrainerApp, pilot, seconds: float) -> dict[str, list[float]]:
-    ticks: list[float] = []
-    original = app.refresh_all
-
-    def timed() -> None:
-        t = time.perf_counter()
-        original()
-        ticks.append(time.perf_counter() - t)
-
-    app.refresh_all = timed                     # the app's own timer calls this
-    timer = app.set_interval(0.5, timed)
+    HANDLED.clear()
+    reads: list[float] = []
     keys: list[float] = []
     table = app.query_one("#runs")
     table.focus()
@@ -51,37 +65,46 @@ async def measure(app: TrainerApp, pilot, seconds: float) -> dict[str, list[floa
             t = time.perf_counter()
             await pilot.press(key)
             keys.append(time.perf_counter() - t)
+        if app.snapshot is not None:
+            reads.append(app.snapshot.read_ms / 1000)
         await asyncio.sleep(0.25)
-    timer.stop()
-    app.refresh_all = original
-    return {"tick": ticks, "key": keys}
+    handled = [d for name, d in HANDLED if name not in ("Polled",)]
+    polled = [d for name, d in HANDLED if name == "Polled"]
+    return {"key": keys, "ui": handled, "polled": polled, "read": reads}
 
 
 async def main_async(seconds: float) -> None:
+    MessagePump._dispatch_message = _timed
     with tempfile.TemporaryDirectory() as tmp:
-        app = TrainerApp(Path(tmp), poll=False)
+        app = TrainerApp(Path(tmp), poll=True)
         async with app.run_test(size=(180, 50)) as pilot:
+            await app.poll_now()
             idle = await measure(app, pilot, seconds)
-            ids = [app.supervisor.start(STREAM.to_dict(), name=f"stream-{i}") for i in range(4)]
+            store = SessionStore(Path(tmp))
+            sup = Supervisor(store)
+            ids = [sup.start(STREAM.to_dict(), name=f"stream-{i}") for i in range(4)]
             app.marked = ids
             deadline = time.time() + 120
-            while time.time() < deadline and any(
-                    app.store.run(i)["step"] < 20 for i in ids):
+            while time.time() < deadline and any(store.run(i)["step"] < 20 for i in ids):
                 await asyncio.sleep(0.5)
             streaming = await measure(app, pilot, seconds)
-            rows = sum(len(app.store.steps(i)) for i in ids)
+            rows = sum(len(store.steps(i)) for i in ids)
             for i in ids:
-                app.supervisor.stop(i)
-            while app.supervisor.live_runs():
+                sup.stop(i)
+            while sup.live_runs():
                 await asyncio.sleep(0.5)
+            store.close()
     print(f"{seconds:.0f} s each; 4 runs logging every step ({rows} step rows by the end)")
-    print(f"{'':<28} {'median':>8} {'p95':>8} {'max':>8}   (ms)")
+    print(f"{'':<34} {'median':>8} {'p95':>8} {'max':>8}   (ms)")
     for label, data in (("idle", idle), ("4 runs streaming", streaming)):
-        for what in ("tick", "key"):
+        for what, name in (("key", "key round trip (Pilot)"),
+                           ("ui", "UI thread per message"),
+                           ("polled", "UI thread per snapshot"),
+                           ("read", "poll thread: session read")):
             xs = [1000 * x for x in data[what]]
-            name = f"{label}: {'poll+redraw' if what == 'tick' else 'key round trip'}"
-            print(f"{name:<28} {statistics.median(xs):8.1f} {pct(xs, .95):8.1f} "
-                  f"{max(xs):8.1f}   n={len(xs)}")
+            if xs:
+                print(f"{label + ': ' + name:<34} {statistics.median(xs):8.1f} "
+                      f"{pct(xs, .95):8.1f} {max(xs):8.1f}   n={len(xs)}")
 
 
 def main() -> int:

@@ -63,7 +63,9 @@ def _app(session) -> TrainerApp:
 
 async def _settle(pilot):
     pilot.app.sub_title = "snapshot session"
-    pilot.app.refresh_all()
+    await pilot.app.poll_now()
+    await pilot.pause(0.3)
+    await pilot.app.poll_now()
     await pilot.pause(0.3)
 
 

@@ -74,9 +74,9 @@ def test_start_a_run_in_a_real_terminal_then_reopen_the_session(tmp_path, isolat
         term.tmux("send-keys", "F2")
         text = term.wait_for(lambda t: (_run_row(t) or ["", "", ""])[2] == "finished")
         row = _run_row(text)
-        assert row[3] == "250"                            # 2 epochs of the sample
+        assert "250" in row[3:6]              # 2 epochs of the sample (after the progress)
         # A plotted loss: the loss panel shows braille line drawing.
-        assert "loss (raw and smoothed)" in text
+        assert "train loss (raw faint, smoothed bold)" in text
         assert BRAILLE & set(text)
         term.kill()                                       # the terminal goes away
         time.sleep(0.5)

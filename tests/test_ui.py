@@ -51,7 +51,10 @@ def status(session: Path, run_id: int) -> str | None:
 
 
 def cell(app, run_id: int, column: str) -> str:
-    return str(app.query_one("#runs", DataTable).get_cell(str(run_id), column))
+    table = app.query_one("#runs", DataTable)
+    if str(run_id) not in table.rows:
+        return ""                       # not drawn yet
+    return str(table.get_cell(str(run_id), column))
 
 
 async def test_form_marks_invalid_fields_and_refuses_to_start(tmp_path):
@@ -77,7 +80,7 @@ async def test_form_marks_invalid_fields_and_refuses_to_start(tmp_path):
 async def test_every_knob_is_in_the_form_with_its_explanation(tmp_path):
     from tui_trainer.core import config as C
     app = TrainerApp(tmp_path, poll=False)
-    async with app.run_test(size=SIZE):
+    async with app.run_test(size=SIZE) as pilot:
         form = app.query_one(ConfigForm)
         for key in C.FIELDS:
             box = form.query_one(f"#box-{key}")
@@ -86,6 +89,18 @@ async def test_every_knob_is_in_the_form_with_its_explanation(tmp_path):
         assert isinstance(form.query_one("#field-amp"), Select)
         assert isinstance(form.query_one("#field-batch_size"), Input)
         assert form.config() == C.DEFAULTS
+        # One line per knob; the focused knob is explained under the form; the search box
+        # jumps to a knob (opening its group); values off their default are marked.
+        assert form.query_one("#box-seed").size.height == 1
+        app.query_one("#knob-search", Input).value = "keep_check"
+        await pilot.pause()
+        await pilot.pause()
+        assert app.focused is form.query_one("#field-keep_checkpoints")
+        assert C.doc("keep_checkpoints") in str(app.query_one("#knob-help").render())
+        form.query_one("#field-seed", Input).value = "7"
+        await pilot.pause()
+        assert form.query_one("#box-seed").has_class("-changed")
+        assert not form.query_one("#box-lr").has_class("-changed")
 
 
 async def test_presets_load_into_the_form_and_the_form_saves_as_one(tmp_path, isolated_home):
@@ -121,15 +136,14 @@ async def test_start_a_run_and_watch_its_row_and_plots_fill(tmp_path):
         assert cell(app, 1, "acc").endswith("%") and cell(app, 1, "loss") != "-"
         plot = app.query_one("#plot-loss", MetricPlot)
         labels = [s.label for s in plot._pending]
-        assert labels == ["1", "1 smooth"]
+        assert labels == ["1 raw", "1 smoothed"]
         assert len(plot._pending[0].xs) == 10              # every logged step
         assert app.query_one("#plot-accuracy", MetricPlot)._pending[0].ys[-1] > 10
         # The log tab shows what the process printed.
         app.query_one("#tabs").active = "tab-log"
         await pilot.pause()
-        app.refresh_all()
-        await pilot.pause()
-        assert any("finished" in line for line in app.query_one("#log").lines)
+        await until(pilot, lambda: any("finished" in line
+                                       for line in app.query_one("#log").lines))
 
 
 async def test_stop_then_continue(tmp_path):
@@ -143,9 +157,13 @@ async def test_stop_then_continue(tmp_path):
         stopped_at = db_rows(tmp_path, "SELECT step FROM runs")[0][0]
         assert db_rows(tmp_path, "SELECT max(step) FROM checkpoints")[0][0] == stopped_at
         await until(pilot, lambda: cell(app, 1, "status") == "stopped")
-        # Continue, to a shorter total so the test stays short.
-        await fill(pilot, {"max_steps": str(stopped_at + 6)})
+        # Continue asks how far, starting from the run's own length; a shorter total here
+        # keeps the test short. The form is not used (it may hold anything).
         await pilot.press("f4")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ContinueScreen")
+        assert app.screen.query_one("#continue-epochs", Input).value == "200"
+        app.screen.query_one("#continue-max-steps", Input).value = str(stopped_at + 6)
+        await pilot.click("#continue-ok")
         await until(pilot, lambda: status(tmp_path, 1) == "finished")
         assert db_rows(tmp_path, "SELECT step FROM runs")[0][0] == stopped_at + 6
         kinds = [k for (k,) in db_rows(tmp_path, "SELECT kind FROM events ORDER BY id")]
@@ -178,13 +196,15 @@ async def test_divergence_finds_the_first_differing_step_of_runs_that_differ(tmp
     assert tt("run", "--session", str(tmp_path), *base, "--set", "seed=5").rc == 0
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await app.poll_now()
+        await pilot.pause()
         table = app.query_one("#runs", DataTable)
         table.focus()
         await pilot.press("space", "down", "space")
         assert app.marked == [1, 2] and app.pair == [1, 2]
         app.query_one("#tabs").active = "tab-divergence"
         await pilot.pause()
-        app.refresh_all()
+        await app.poll_now()
         await pilot.pause()
         text = str(app.query_one("#verdict").render())
         assert "differ already at step 0" in text       # another seed: another init
@@ -199,11 +219,13 @@ async def test_compare_shows_config_diff_overlay_and_ratios(tmp_path):
               "--set", "num_threads=1").rc == 0
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await app.poll_now()
+        await pilot.pause()
         app.query_one("#runs", DataTable).focus()
         await pilot.press("space", "down", "space", "f6")
         await pilot.pause()
         assert app.query_one("#tabs").active == "tab-compare"
-        app.refresh_all()
+        await app.poll_now()
         await pilot.pause()
         cfg = app.query_one("#compare-config", DataTable)
         rows = [cfg.get_row_at(i) for i in range(cfg.row_count)]
@@ -213,9 +235,10 @@ async def test_compare_shows_config_diff_overlay_and_ratios(tmp_path):
         summary = app.query_one("#compare-summary", DataTable)
         srows = {str(summary.get_row_at(i)[0]): summary.get_row_at(i)
                  for i in range(summary.row_count)}
-        assert set(srows) == {"final loss", "accuracy %", "samples/s", "peak memory MiB",
-                              "wall time s"}
-        a, b, ratio = (float(str(x).replace(",", "")) for x in srows["samples/s"][1:])
+        assert set(srows) == {"train loss (smoothed)", "eval loss", "eval accuracy %",
+                              "samples/s (training)", "peak memory MiB", "wall time s"}
+        a, b, ratio = (float(str(x).replace(",", "").rstrip("x"))
+                       for x in srows["samples/s (training)"][1:])
         assert a > 100 and b > 100
         assert ratio == pytest.approx(b / a, rel=0.01)
         overlay = app.query_one("#plot-compare", MetricPlot)._pending
@@ -223,7 +246,7 @@ async def test_compare_shows_config_diff_overlay_and_ratios(tmp_path):
         # Same seed, so the same initial parameters; another batch size, so not after.
         app.query_one("#tabs").active = "tab-divergence"
         await pilot.pause()
-        app.refresh_all()
+        await app.poll_now()
         await pilot.pause()
         verdict = str(app.query_one("#verdict").render())
         assert "identical at step 0, different at step 3" in verdict
@@ -236,6 +259,8 @@ async def test_save_as_and_reopen_restore_runs_and_screen_state(tmp_path, isolat
     assert tt("run", "--session", str(session), *base).rc == 0
     app = TrainerApp(session, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await app.poll_now()
+        await pilot.pause()
         app.query_one("#runs", DataTable).focus()
         await pilot.press("space", "down", "space")
         app.query_one("#tabs").active = "tab-compare"
@@ -404,8 +429,8 @@ async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path)
         await pilot.click("#ab-start")
         await until(pilot, lambda: db_rows(tmp_path, "SELECT status FROM studies") ==
                     [("finished",)], timeout=120)
-        app.refresh_panels()
-        await pilot.pause()
+        await until(pilot, lambda: "finished, 3 of 3 done" in
+                    str(app.query_one("#ab-title").render()))
         table = app.query_one("#ab-table", DataTable)
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
         assert [r[0] for r in rows] == ["base", "seed=2", "deterministic=off"]
@@ -416,8 +441,9 @@ async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path)
         assert "x)" in rows[2][2]
         assert "finished, 3 of 3 done" in str(app.query_one("#ab-title").render())
         await pilot.press("ctrl+e")
-        await until(pilot, lambda: (tmp_path / "exports" / "study-1-ratios.png").exists()
-                    and not app.workers)
+        await until(pilot, lambda: any("exported" in str(n.message)
+                                       for n in app._notifications))
+        assert (tmp_path / "exports" / "study-1-ratios.png").exists()
         assert (tmp_path / "exports" / "study-1-table.csv").read_text().count("\n") == 4
         # Enter on a variant pairs it with the base.
         table.focus()
@@ -450,9 +476,10 @@ async def test_continue_without_a_checkpoint_offers_a_restart_from_step_0(tmp_pa
     store.close()
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await app.poll_now()
         app.cursor_run = rid
         await pilot.press("f4")
-        await pilot.pause()
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
         assert "no checkpoint to continue from" in str(app.screen.query_one("Label").render())
         await pilot.click("#confirm-yes")
         await until(pilot, lambda: status(tmp_path, rid) == "finished")

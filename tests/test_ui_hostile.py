@@ -95,6 +95,8 @@ async def test_hostile_names_show_as_text_on_every_tab_and_clicks_do_nothing(hos
     session, names, shots = hostile
     app = TrainerApp(session, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await app.poll_now()
+        await pilot.pause()
         table = app.query_one("#runs", DataTable)
         for rid, name in enumerate(names, 1):
             cell = table.get_cell(str(rid), "name")
@@ -113,7 +115,7 @@ async def test_hostile_names_show_as_text_on_every_tab_and_clicks_do_nothing(hos
         for tab in ("tab-plots", "tab-divergence", "tab-compare", "tab-ab", "tab-log"):
             app.query_one("#tabs").active = tab
             await pilot.pause()
-            app.refresh_all()
+            await app.poll_now()
             await pilot.pause()
             screen = _all_text(app)
             assert "\x1b" not in screen and "\x07" not in screen, tab
@@ -121,7 +123,7 @@ async def test_hostile_names_show_as_text_on_every_tab_and_clicks_do_nothing(hos
         # The verdict and the A/B title hold the names, literally.
         app.query_one("#tabs").active = "tab-divergence"
         await pilot.pause()
-        app.refresh_all()
+        await app.poll_now()
         verdict = app.query_one("#verdict", Static).render()
         assert "[@click=app.quit]quit[/]" in str(verdict)
         assert not any("@click" in str(span.style) or "link" in str(span.style)
@@ -143,8 +145,9 @@ async def test_the_log_tab_shows_escape_sequences_escaped(hostile):
     async with app.run_test(size=SIZE) as pilot:
         app.query_one("#tabs").active = "tab-log"
         await pilot.pause()
-        app.refresh_all()
-        await pilot.pause()
+        for _ in range(3):
+            await app.poll_now()
+            await pilot.pause()
         lines = app.query_one("#log", Log).lines
         assert "\\x1b]0;LOG-TITLE\\x07 [@click=app.quit]q[/]" in lines
 
@@ -185,7 +188,8 @@ def test_a_read_only_session_opens_for_viewing_and_refuses_to_train(hostile, tmp
             async with app.run_test(size=(180, 55)) as pilot:
                 await pilot.press("f2")
                 await pilot.pause()
-                app.refresh_all()
+                await app.poll_now()
+                await pilot.pause()
                 print("readonly", app.store.readonly, "(read-only)" in app.sub_title)
                 print("rows", app.query_one("#runs").row_count)
                 print("notes", [str(n.message) for n in app._notifications])
@@ -223,7 +227,8 @@ def test_escape_sequences_in_names_never_reach_a_real_terminal(hostile, isolated
              f"{env}{py} -m tui_trainer --session {shlex.quote(str(session))}")
         tmux("set-option", "-g", "allow-rename", "on")
         deadline = time.time() + 60
-        while "Start (F2)" not in tmux("capture-pane", "-p") and time.time() < deadline:
+        while "[@click=app.quit]quit[/]" not in tmux("capture-pane", "-p") \
+                and time.time() < deadline:
             time.sleep(0.3)
         screen = tmux("capture-pane", "-p")
         assert "Start (F2)" in screen

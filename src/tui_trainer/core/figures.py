@@ -95,6 +95,8 @@ class Figures:
         self.elapsed = row.get("elapsed", self.elapsed)
         self.last_loss = row.get("loss")
         self.train_loss = self._smoother.add(row.get("loss"))
+        if isinstance(self.last_loss, float) and not math.isfinite(self.last_loss):
+            self.train_loss = self.last_loss     # a diverged run's loss is NaN/inf: shown
         rate = row.get("samples_per_s")
         if finite(rate):
             if self._first_seen:

@@ -101,3 +101,62 @@ def verdict(store: SessionStore, run_ids: list[int], since_step: int = -1) -> Ve
                    first_difference=first, last_identical=last_identical,
                    growth=[growth[s] for s in sorted(growth)],
                    explanations=[] if identical else explain(runs))
+
+
+def divergence_text(names: str, d: Any, checks: list[dict[str, Any]], pair: tuple[int, int],
+                    training: bool, runs: list[dict[str, Any]]) -> list[tuple[str, bool]]:
+    """The Divergence panel's words, as (text, bold) pieces: the headline from the parameter
+    hashes, the recorded check (determinism verdict or resume check) of this pair, how the
+    difference grows, and the settings that can explain it. `runs` are the pair's runs
+    (config and settings); `d` is their core.divergence.Divergence."""
+    out: list[tuple[str, bool]] = [(names + ": ", False)]
+    if d.identical is None:
+        out.append(("no common fingerprint yet.", False))
+    elif d.identical:
+        out += [(f"bit-identical at all {len(d.fp_steps)} common fingerprints", True),
+                (f" (up to step {d.fp_steps[-1]}).", False)]
+    elif d.first_difference == 0:
+        out += [("not identical:", True), (" the parameters differ already at step 0 "
+                "(different initialisation: another seed, model or no seed at all).", False)]
+    else:
+        before = max(s for s in d.fp_steps if s < d.first_difference) \
+            if d.first_difference != d.fp_steps[0] else None
+        where = (f"identical at step {before}, different at step {d.first_difference}"
+                 if before is not None else
+                 f"different at step {d.first_difference}, the first step compared")
+        out += [("not identical:", True), (f" parameter hashes {where} ({len(d.fp_steps)} "
+                "fingerprints compared; a smaller fingerprint_every narrows it down).", False)]
+    mine = [c for c in checks if c.get("kind") == "repro_verdict" and c["data"]
+            and c["data"].get("runs") == list(pair)]
+    if mine:
+        data = mine[-1]["data"]
+        result = ("identical" if data.get("identical") is True else "NOT identical", True)
+        if data.get("mode") == "resume":
+            out += [(f"\nResume check: B was killed at step {data.get('resume_at')} and "
+                     "resumed from its checkpoint; after the resume it is ", False), result,
+                    (f" to A ({data.get('fingerprints_compared')} fingerprints compared).",
+                     False)]
+        else:
+            out += [("\nDeterminism verdict: B is a twin of A, trained again: ", False),
+                    result, (".", False)]
+    elif training:
+        out.append(("\nTraining: the verdict covers the steps both runs have reached so far.",
+                    False))
+    if d.identical is False:
+        deltas = [(v, s) for s, v in zip(d.steps, d.loss_delta, strict=True) if v is not None]
+        dists = [(s, v) for s, v in zip(d.fp_steps, d.param_distance, strict=True)
+                 if v is not None]
+        grow = []
+        if deltas:
+            v, s = max(deltas)
+            grow.append(f"largest |Δloss| {v:.4g} at step {s}" if v > 0 else
+                        "the logged losses are still equal")
+        if dists:
+            grow.append(f"parameter distance {dists[-1][1]:.4g} at step {dists[-1][0]}")
+        if grow:
+            out.append(("\nHow it grows: " + "; ".join(grow) + ".", False))
+        reasons = explain(runs)
+        out.append(("\nSettings that can explain it: " + (
+            " • ".join(reasons) if reasons else "none of the known causes applies (same "
+            "seed, deterministic settings, same threads): look at the Compare tab"), False))
+    return out

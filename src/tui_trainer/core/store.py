@@ -100,7 +100,14 @@ CREATE TABLE IF NOT EXISTS study_runs (
     study_id INTEGER NOT NULL REFERENCES studies(id), position INTEGER NOT NULL,
     label TEXT NOT NULL, key TEXT, value TEXT, config TEXT NOT NULL,
     run_id INTEGER REFERENCES runs(id), note TEXT, PRIMARY KEY (study_id, position)
+)""", """
+CREATE TABLE IF NOT EXISTS run_labels (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(id), notes TEXT NOT NULL DEFAULT '',
+    tags TEXT NOT NULL DEFAULT '', hidden INTEGER NOT NULL DEFAULT 0
 )"""))
+# Tables added after schema 1 shipped: a writable open creates them when missing; a
+# read-only open of an older session reads them as empty.
+OPTIONAL_TABLES = frozenset({"studies", "study_runs", "run_labels"})
 
 
 def process_start_time(pid: int) -> float | None:
@@ -214,25 +221,29 @@ class SessionStore:
                     not (self.dir / f"{DB_NAME}-shm").exists()
                 conn = self._open_readonly(immutable)
             else:
-                conn = sqlite3.connect(self.db_path, timeout=30.0, isolation_level=None)
+                # The dashboard's writer is used from its worker threads, one at a time
+                # (under a lock): the connection may move between threads.
+                conn = sqlite3.connect(self.db_path, timeout=30.0, isolation_level=None,
+                                       check_same_thread=False)
         except sqlite3.Error as e:
             raise SessionError(f"{self.db_path} cannot be opened: {e}") from None
         try:
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA busy_timeout = 30000")
-            missing_study_tables = self._check(conn)    # reads only: nothing written yet
+            missing = self._check(conn)    # reads only: nothing written yet
             if not self.readonly:
                 conn.execute("PRAGMA journal_mode = WAL")
-                if missing_study_tables:                # a session from before A/B studies
+                if missing:                 # a session from before these tables
                     with _tx(conn):
                         for stmt in _SCHEMA.split(";"):
-                            if "studies" in stmt or "study_runs" in stmt:
+                            if any(f"EXISTS {t} " in stmt for t in missing):
                                 conn.execute(stmt)
                 conn.execute("PRAGMA synchronous = NORMAL")
                 conn.execute("PRAGMA foreign_keys = ON")
             else:
                 conn.execute("PRAGMA query_only = ON")
-            self._has_studies = not missing_study_tables or not self.readonly
+            self._tables = OPTIONAL_TABLES - (missing if self.readonly else set())
+            self._has_studies = "studies" in self._tables
             return conn
         except sqlite3.Error as e:
             conn.close()
@@ -247,7 +258,8 @@ class SessionStore:
         is (immutable)."""
         def connect(flag: bool) -> sqlite3.Connection:
             uri = f"file:{self.db_path}?mode=ro" + ("&immutable=1" if flag else "")
-            return sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
+            return sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None,
+                                   check_same_thread=False)
         conn = connect(immutable)
         if immutable:
             return conn
@@ -258,10 +270,10 @@ class SessionStore:
             conn.close()
             return connect(True)
 
-    def _check(self, conn: sqlite3.Connection) -> bool:
+    def _check(self, conn: sqlite3.Connection) -> set[str]:
         """Checks that the database is a tui-trainer session this version can use: the marker,
         the schema version, every table and column it needs, SQLite's own structural check.
-        Returns True when only the A/B study tables (added later) are missing."""
+        Returns the optional tables (added after schema 1) that are missing."""
         tables = {r[0] for r in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
         where = self.db_path
@@ -280,7 +292,7 @@ class SessionStore:
         if version > SCHEMA_VERSION:
             raise SessionError(f"{where} was written by a newer tui-trainer "
                                f"(schema {version}; this one reads {SCHEMA_VERSION})")
-        optional = {"studies", "study_runs"}
+        optional = OPTIONAL_TABLES
         for table, columns in _expected_columns().items():
             if table not in tables:
                 if table in optional:
@@ -294,7 +306,7 @@ class SessionStore:
         check = conn.execute("PRAGMA quick_check").fetchone()[0] if self.verify else "ok"
         if check != "ok":
             raise SessionError(f"{where} is damaged: SQLite's check says {check}")
-        return not optional <= tables
+        return set(optional - tables)
 
     def close(self) -> None:
         self._conn.close()
@@ -461,6 +473,12 @@ class SessionStore:
     def runs(self) -> list[dict[str, Any]]:
         return [self._run_dict(r) for r in self._q("SELECT * FROM runs ORDER BY id")]
 
+    def runs_where(self, after_id: int = 0, ids: list[int] = ()) -> list[dict[str, Any]]:
+        """Runs with an id above `after_id` (new ones) and the runs `ids` (index reads)."""
+        marks = ",".join("?" * len(ids))
+        sql = "SELECT * FROM runs WHERE id > ?" + (f" OR id IN ({marks})" if ids else "")
+        return [self._run_dict(r) for r in self._q(sql + " ORDER BY id", (after_id, *ids))]
+
     def is_live(self, run: dict[str, Any]) -> bool:
         if run["status"] != "running":
             return False
@@ -498,6 +516,60 @@ class SessionStore:
             self._reconcile_studies()
         return dead
 
+    # --- what the user says about runs: names, notes, tags, hidden; deleting ---------------
+    def rename_run(self, run_id: int, name: str) -> None:
+        self.run(run_id)
+        with self.transaction() as c:
+            c.execute("UPDATE runs SET name = ? WHERE id = ?", (name, run_id))
+
+    def labels(self) -> dict[int, dict[str, Any]]:
+        """{run_id: {"notes", "tags" (a list), "hidden"}} of runs that have any."""
+        if "run_labels" not in self._tables:
+            return {}
+        return {r["run_id"]: {"notes": r["notes"], "tags": [t for t in r["tags"].split(",")
+                                                             if t],
+                              "hidden": bool(r["hidden"])}
+                for r in self._q("SELECT * FROM run_labels")}
+
+    def set_labels(self, run_id: int, notes: str | None = None,
+                   tags: list[str] | None = None, hidden: bool | None = None) -> None:
+        """Changes what is given, keeps the rest. Tags are words without commas."""
+        self.run(run_id)
+        now = self.labels().get(run_id, {"notes": "", "tags": [], "hidden": False})
+        notes = now["notes"] if notes is None else notes
+        tags = now["tags"] if tags is None else [t.strip() for t in tags if t.strip()]
+        hidden = now["hidden"] if hidden is None else hidden
+        with self.transaction() as c:
+            c.execute("INSERT OR REPLACE INTO run_labels (run_id, notes, tags, hidden) "
+                      "VALUES (?, ?, ?, ?)", (run_id, notes, ",".join(tags), int(hidden)))
+
+    def delete_run(self, run_id: int) -> None:
+        """Removes a run: its rows, then its checkpoints and log (only files inside the
+        session). A run training now is refused (stop it first); a run that an A/B study
+        used leaves its study row without a run."""
+        run = self.run(run_id)
+        if self.is_live(run) or run["status"] == "created" and run["pid"] and \
+                process_alive(run["pid"], run["pid_started"]):
+            raise RunBusy(f"run {run_id} is training; stop it before deleting it")
+        files = [c["path"] for c in self.checkpoints(run_id) if c["path"]]
+        with self.transaction() as c:
+            for table in ("steps", "evals", "fingerprints", "checkpoints", "events"):
+                c.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            if "run_labels" in self._tables:
+                c.execute("DELETE FROM run_labels WHERE run_id = ?", (run_id,))
+            if self._has_studies:
+                c.execute("UPDATE study_runs SET run_id = NULL, note = ? WHERE run_id = ?",
+                          (f"run {run_id} was deleted", run_id))
+            c.execute("UPDATE runs SET twin_of = NULL WHERE twin_of = ?", (run_id,))
+            c.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+        for f in files:
+            Path(f).unlink(missing_ok=True)
+        folder = self.checkpoint_dir(run_id)
+        if folder.is_dir() and not folder.is_symlink() and \
+                folder.resolve().is_relative_to(self.dir):
+            shutil.rmtree(folder, ignore_errors=True)
+        self.log_path(run_id).unlink(missing_ok=True)
+
     # --- metrics -------------------------------------------------------------------------
     def add_rows(self, steps: list[dict] = (), evals: list[dict] = (),
                  fingerprints: list[dict] = (), run_id: int | None = None) -> None:
@@ -528,6 +600,14 @@ class SessionStore:
         """Step rows in step order; `after_id` is a cursor (the largest `id` already seen)."""
         return [_decode(r) for r in self._q(
             "SELECT * FROM steps WHERE run_id = ? AND id > ? ORDER BY step", (run_id, after_id))]
+
+    def rows_after(self, table: str, after_id: int) -> list[dict[str, Any]]:
+        """Rows of every run written after the row `after_id` of `table` (steps, evals or
+        fingerprints), in the order written: what changed since a cursor, whatever the
+        number of runs or of rows stored (a range read on the primary key)."""
+        assert table in ("steps", "evals", "fingerprints"), table
+        return [_decode(r) for r in self._q(
+            f"SELECT * FROM {table} WHERE id > ? ORDER BY id", (after_id,))]
 
     def last_step(self, run_id: int) -> dict[str, Any] | None:
         rows = self._q("SELECT * FROM steps WHERE run_id = ? ORDER BY step DESC LIMIT 1",

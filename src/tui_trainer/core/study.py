@@ -15,7 +15,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import config as C
 from . import figures as F
@@ -150,22 +150,22 @@ class Row:
         return asdict(self)
 
 
-def identity(store: SessionStore, base_run: int, run_id: int) -> tuple[bool | None, int | None]:
-    """(bit-identical to the base at every common fingerprint, first differing step)."""
-    same = F.identity(F.hashes(store.fingerprints(base_run)),
-                      F.hashes(store.fingerprints(run_id)))
-    return same.identical, same.first_difference
-
-
-def table(store: SessionStore, study_id: int) -> tuple[dict[str, Any], list[Row]]:
-    """The study and its rows, figures so far included (it may still be running)."""
+def table(store: SessionStore, study_id: int,
+          figures_of: Callable[[int], dict[str, Any]] | None = None,
+          hashes_of: Callable[[int], dict[int, str]] | None = None
+          ) -> tuple[dict[str, Any], list[Row]]:
+    """The study and its rows, figures so far included (it may still be running). The
+    figures and parameter hashes of its runs come from the store, or from `figures_of` /
+    `hashes_of` where the caller keeps them already (the dashboard's reader)."""
+    figures_of = figures_of or (lambda r: F.run_figures(store, r))
+    hashes_of = hashes_of or (lambda r: F.hashes(store.fingerprints(r)))
     study = store.study(study_id)
     rows: list[Row] = []
     for v in study["variants"]:
         row = Row(position=v["position"], label=v["label"], run_id=v["run_id"],
                   status="queued", note=v["note"])
         if v["run_id"] is not None:
-            figures = F.run_figures(store, v["run_id"])
+            figures = figures_of(v["run_id"])
             for key in ("status", "steps", "memory_kind", *(k for k, _, _ in FIGURES)):
                 setattr(row, key, figures[key])
         elif v["note"]:
@@ -178,7 +178,8 @@ def table(store: SessionStore, study_id: int) -> tuple[dict[str, Any], list[Row]
         if row is base:
             row.bit_identical = True
         else:
-            row.bit_identical, row.first_difference = identity(store, base.run_id, row.run_id)
+            same = F.identity(hashes_of(base.run_id), hashes_of(row.run_id))
+            row.bit_identical, row.first_difference = same.identical, same.first_difference
         row.ratios = {key: F.ratio(getattr(row, key), getattr(base, key))
                       for key, _, _ in FIGURES}
     return study, rows

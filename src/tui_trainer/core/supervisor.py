@@ -173,11 +173,21 @@ class Supervisor:
             code = proc.poll()
             if code is not None:
                 ended[run_id] = code
-                del self._children[run_id]
+                self._children.pop(run_id, None)
                 if not self.store.readonly:
                     self.store.reconcile(run_id, reason=exit_text(code))
         self._jobs = [p for p in self._jobs if p.poll() is None]
         return ended
+
+    def children(self) -> list[int]:
+        """Runs whose process this supervisor started and that still run (no SQLite)."""
+        return [r for r, p in list(self._children.items()) if p.poll() is None]
+
+    def starting_cached(self, run_id: int) -> bool:
+        """True while a child launched by us for this run is alive (no SQLite: the caller
+        knows the run still reads 'created')."""
+        proc = self._children.get(run_id)
+        return proc is not None and proc.poll() is None
 
     def starting(self, run_id: int) -> bool:
         """True while a child launched by us has not yet marked its run running."""

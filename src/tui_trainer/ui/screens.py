@@ -154,6 +154,49 @@ class NameScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class ContinueScreen(ModalScreen[dict | None]):
+    """Continue a run: how far (its own epochs and max_steps to start with)."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, run_id: int, step: int, epochs: int, max_steps: int) -> None:
+        super().__init__()
+        self.run_id, self.step, self.epochs, self.max_steps = run_id, step, epochs, max_steps
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="continue-box"):
+            yield Label(Text(f"Continue run {self.run_id} from its newest checkpoint (it is "
+                             f"at step {self.step}). Train until:"))
+            with Horizontal(classes="field-row"):
+                yield Label("epochs", classes="field-name")
+                yield Input(str(self.epochs), id="continue-epochs", type="integer")
+            with Horizontal(classes="field-row"):
+                yield Label("max_steps (0: none)", classes="field-name")
+                yield Input(str(self.max_steps), id="continue-max-steps", type="integer")
+            yield Label("", id="continue-error")
+            with Horizontal(classes="buttons"):
+                yield Button("Continue", id="continue-ok", variant="primary")
+                yield Button("Cancel", id="continue-cancel")
+
+    @on(Input.Submitted)
+    @on(Button.Pressed, "#continue-ok")
+    def _ok(self) -> None:
+        try:
+            epochs = int(self.query_one("#continue-epochs", Input).value)
+            max_steps = int(self.query_one("#continue-max-steps", Input).value or 0)
+            if epochs < 1 or max_steps < 0:
+                raise ValueError
+        except ValueError:
+            self.query_one("#continue-error", Label).update(
+                "epochs must be a whole number >= 1, max_steps >= 0")
+            return
+        self.dismiss({"epochs": epochs, "max_steps": max_steps})
+
+    @on(Button.Pressed, "#continue-cancel")
+    def _cancel(self) -> None:
+        self.dismiss(None)
+
+
 def list_sessions(extra: Path | None = None
                   ) -> list[tuple[Path, int | None, float | None, str | None]]:
     """(directory, run count, last use, problem) for every session under the sessions

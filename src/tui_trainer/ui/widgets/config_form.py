@@ -1,4 +1,6 @@
-"""The run config as a form: every knob, grouped, with its explanation under it.
+"""The run config as a form: one line per knob, grouped in collapsible sections; the focused
+knob's explanation shows in the help line under the form; values that differ from the
+default are marked with •; typing in the search box jumps to the first knob that matches.
 
 Built from the config's own field table (`core.config`), so the form, `tui-trainer config`
 and the validation rules never disagree. An invalid value is marked at its field with the
@@ -32,6 +34,12 @@ class ConfigForm(VerticalScroll):
             self.problems = problems
             super().__init__()
 
+    class Focused(Message):
+        """A knob got the focus: its explanation can be shown."""
+        def __init__(self, key: str) -> None:
+            self.key = key
+            super().__init__()
+
     def __init__(self, config: C.RunConfig | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._initial = (config or C.DEFAULTS).to_dict()
@@ -56,10 +64,33 @@ class ConfigForm(VerticalScroll):
                            placeholder=C.allowed(key))
         widget.tooltip = C.allowed(key)
         return Vertical(
-            Horizontal(Label(key, classes="field-name"), widget, classes="field-row"),
+            Horizontal(Label(key, classes="field-name", id=f"name-{key}"), widget,
+                       classes="field-row"),
             Static(C.doc(key), classes="field-doc"),
             Static("", classes="field-error", id=f"error-{key}"),
             classes="field", id=f"box-{key}")
+
+    def on_descendant_focus(self, event: Any) -> None:
+        wid = getattr(event.widget, "id", "") or ""
+        if wid.startswith("field-"):
+            self.post_message(self.Focused(wid.removeprefix("field-")))
+
+    def jump(self, text: str) -> str | None:
+        """Focuses the first knob whose name (or else explanation) contains `text`; its
+        group is opened. Returns the knob, or None."""
+        text = text.strip().lower()
+        if not text:
+            return None
+        keys = [k for k in C.FIELDS if text in k.lower()] or \
+            [k for k in C.FIELDS if text in C.doc(k).lower()]
+        if not keys:
+            return None
+        key = keys[0]
+        self.query_one(f"#group-{C.group(key)}", Collapsible).collapsed = False
+        widget = self.query_one(f"#field-{key}")
+        self.call_after_refresh(widget.focus)
+        self.call_after_refresh(self.scroll_to_widget, self.query_one(f"#box-{key}"))
+        return key
 
     # --- values ----------------------------------------------------------------------------
     def raw_values(self) -> tuple[dict[str, Any], dict[str, str]]:
@@ -109,9 +140,15 @@ class ConfigForm(VerticalScroll):
         self.post_message(self.Changed(self.validate()))
 
     def _mark(self, problems: dict[str, str]) -> None:
+        values, _ = self.raw_values()
+        defaults = C.DEFAULTS.to_dict()
         for key in C.FIELDS:
             box = self.query_one(f"#box-{key}")
             box.set_class(key in problems, "-invalid")
+            changed = key in values and values[key] != defaults[key]
+            if box.has_class("-changed") != changed:
+                box.set_class(changed, "-changed")
+                self.query_one(f"#name-{key}", Label).update(("• " if changed else "") + key)
             # The reason quotes what was typed: plain text, never markup.
             self.query_one(f"#error-{key}", Static).update(
                 Text(f"✗ {shown(problems[key], 200)}") if key in problems else "")

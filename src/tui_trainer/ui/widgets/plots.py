@@ -1,40 +1,34 @@
-"""Plot panels: each draws a few series, already reduced to about its own width."""
+"""A plot panel: draws a few lines (core.plotdata.Line, already reduced to about its width)
+and redraws only when given new lines and only while it can be seen."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 from typing import Sequence
 
-from textual.containers import Grid
 from textual_plotext import PlotextPlot
 
-from ...core.divergence import reduce_minmax
+from ...core.plotdata import Line
+from ..panels.common import COLOURS
 
-# Each run keeps one colour in every panel (plotext colour names).
-COLOURS = ("cyan", "orange", "green", "magenta", "blue", "red", "yellow", "white")
-
-
-@dataclass
-class Series:
-    label: str
-    xs: Sequence[float]
-    ys: Sequence[float | None]
-    colour: str = "cyan"
+Series = Line           # the name the panels and tests knew
 
 
 class MetricPlot(PlotextPlot):
-    """A plot that redraws only when given new data and only while it can be seen."""
-
     def __init__(self, title: str, ylabel: str, xlabel: str = "step", **kwargs) -> None:
         super().__init__(**kwargs)
         self.title_text, self.ylabel, self.xlabel = title, ylabel, xlabel
         self.border_title = title
-        self._pending: list[Series] | None = []
+        self._pending: list[Line] | None = []
         self._note = ""
+        self.log_y = False
 
-    def show(self, series: list[Series], note: str = "") -> None:
-        self._pending = series
+    def show(self, lines: Sequence[Line], note: str = "", xlabel: str | None = None,
+             log_y: bool = False) -> None:
+        self._pending = list(lines)
         self._note = note
+        self.xlabel = xlabel or self.xlabel
+        self.log_y = log_y
         if self.is_on_screen:
             self.redraw()
 
@@ -50,27 +44,16 @@ class MetricPlot(PlotextPlot):
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
-        width = max(10, self.size.width - 8)
         drawn = 0
-        for s in self._pending:
-            xs, ys = reduce_minmax(s.xs, s.ys, width)
-            if xs:
-                plt.plot(xs, ys, label=s.label, color=s.colour, marker="braille")
+        for line in self._pending:
+            pts = [(x, y) for x, y in zip(line.xs, line.ys, strict=True)
+                   if isinstance(y, (int, float)) and math.isfinite(y)]
+            if pts:
+                colour = COLOURS[line.colour % len(COLOURS)]
+                plt.plot([p[0] for p in pts], [p[1] for p in pts], label=line.label,
+                         color=colour, marker="dot" if line.faint else "braille")
                 drawn += 1
         plt.xlabel(self.xlabel)
-        plt.ylabel(self.ylabel)
+        plt.ylabel(("log10 " if self.log_y else "") + self.ylabel)
         plt.title(self._note if drawn else "no data yet")
         self.refresh()
-
-
-class PlotGrid(Grid):
-    """The live panels for the selected runs."""
-
-    def compose(self):
-        yield MetricPlot("loss (raw and smoothed)", "loss", id="plot-loss")
-        yield MetricPlot("throughput", "samples/s", id="plot-throughput")
-        yield MetricPlot("memory", "MiB", id="plot-memory")
-        yield MetricPlot("waiting for data vs computing", "s per log interval",
-                         id="plot-timing")
-        yield MetricPlot("evaluation accuracy", "%", id="plot-accuracy")
-        yield MetricPlot("learning rate", "lr", id="plot-lr")

@@ -1,0 +1,134 @@
+"""What the plot panels draw, computed from the runs' series: per panel, a few lines already
+reduced to about the panel's width, with the user's smoothing, x axis and window applied.
+
+Computed in the dashboard's polling thread (never on the UI thread), only for the tab that is
+shown and only when a plotted run got new rows or the options changed. Core layer: numbers in,
+numbers out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from .divergence import reduce_minmax
+from .figures import smooth
+
+X_AXES = {"step": "optimizer step", "samples": "samples (steps x batch)",
+          "time": "training time s"}
+SMOOTHING_CHOICES = (0.0, 0.6, 0.8, 0.9, 0.95, 0.99)
+
+# (panel id, title, y label): the panels of the Plots tab, in order.
+PANELS = (("plot-loss", "train loss (raw faint, smoothed bold)", "loss"),
+          ("plot-eval", "evaluation loss", "loss"),
+          ("plot-accuracy", "evaluation accuracy", "%"),
+          ("plot-throughput", "throughput", "samples/s"),
+          ("plot-memory", "memory", "MiB"),
+          ("plot-timing", "waiting for data vs computing", "s per log interval"),
+          ("plot-lr", "learning rate", "lr"),
+          ("plot-grad", "gradient norm", "L2"))
+
+
+@dataclass(frozen=True)
+class PlotOptions:
+    x: str = "step"
+    smoothing: float = 0.8      # EMA weight; 0 = none
+    last: int = 0               # only the last N steps (0: all)
+    log_y: bool = False
+    width: int = 60             # points per line after reduction: about the panel's columns
+
+
+@dataclass(frozen=True)
+class Line:
+    label: str
+    xs: list[float]
+    ys: list[float]
+    colour: int                 # index of the run's colour
+    faint: bool = False
+
+
+def _x(rows: Sequence[Mapping[str, Any]], axis: str, config: Mapping[str, Any]) -> list[float]:
+    if axis == "time":
+        return [r.get("elapsed") or 0.0 for r in rows]
+    if axis == "samples":
+        per = (config.get("batch_size") or 1) * (config.get("grad_accum_steps") or 1)
+        return [r["step"] * per for r in rows]
+    return [r["step"] for r in rows]
+
+
+def _line(label: str, xs: list[float], ys: Sequence[Any], colour: int, opts: PlotOptions,
+          faint: bool = False) -> Line:
+    pts = [(x, y) for x, y in zip(xs, ys, strict=True) if isinstance(y, (int, float))]
+    if opts.log_y:
+        pts = [(x, math.log10(y)) for x, y in pts if y > 0 and math.isfinite(y)]
+    rx, ry = reduce_minmax([p[0] for p in pts], [p[1] for p in pts], opts.width)
+    # reduce_minmax drops NaN/inf: a diverged run's last point is kept as NaN, so the line
+    # shows where it ends and a reader of the data sees it.
+    if pts and not (isinstance(pts[-1][1], float) and math.isfinite(pts[-1][1])):
+        rx.append(pts[-1][0])
+        ry.append(pts[-1][1])
+    return Line(label, rx, ry, colour, faint)
+
+
+def plot_lines(series: Mapping[int, Any], runs: Sequence[int], configs: Mapping[int, Any],
+               opts: PlotOptions) -> dict[str, list[Line]]:
+    """{panel id: lines} for the runs (in their colour order)."""
+    out: dict[str, list[Line]] = {pid: [] for pid, _, _ in PANELS}
+    for i, rid in enumerate(runs):
+        s = series.get(rid)
+        if s is None:
+            continue
+        cfg = configs.get(rid) or {}
+        rows = s.steps
+        evals = s.evals
+        if opts.last and rows:
+            first = rows[-1]["step"] - opts.last
+            rows = [r for r in rows if r["step"] > first]
+            evals = [e for e in evals if e["step"] > first]
+        xs = _x(rows, opts.x, cfg)
+        exs = _x(evals, opts.x, cfg) if opts.x != "time" else \
+            _eval_times(evals, s.steps)
+
+        def col(k: str, rows: Sequence[Mapping[str, Any]] = rows) -> list[Any]:
+            return [r.get(k) for r in rows]
+
+        name = str(rid)
+        loss = col("loss")
+        if opts.smoothing:
+            out["plot-loss"].append(_line(f"{name} raw", xs, loss, i, opts, faint=True))
+            out["plot-loss"].append(_line(f"{name} smoothed", xs,
+                                          smooth(loss, opts.smoothing), i, opts))
+        else:
+            out["plot-loss"].append(_line(name, xs, loss, i, opts))
+        out["plot-eval"].append(_line(name, exs, [e.get("loss") for e in evals], i, opts))
+        out["plot-accuracy"].append(_line(
+            name, exs, [None if e.get("accuracy") is None else 100 * e["accuracy"]
+                        for e in evals], i, opts))
+        out["plot-throughput"].append(_line(name, xs, col("samples_per_s"), i, opts))
+        out["plot-memory"].append(_line(f"{name} RSS", xs, [v / 2**20 if v else None
+                                                            for v in col("rss_bytes")], i,
+                                        opts))
+        cuda = col("cuda_peak")
+        if any(cuda):
+            out["plot-memory"].append(_line(f"{name} GPU peak", xs,
+                                            [v / 2**20 if v else None for v in cuda], i,
+                                            opts, faint=True))
+        out["plot-timing"].append(_line(f"{name} data", xs, col("data_s"), i, opts,
+                                        faint=True))
+        out["plot-timing"].append(_line(f"{name} compute", xs, col("compute_s"), i, opts))
+        out["plot-lr"].append(_line(name, xs, col("lr"), i, opts))
+        out["plot-grad"].append(_line(name, xs, col("grad_norm"), i, opts))
+    return out
+
+
+def _eval_times(evals: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]]
+                ) -> list[float]:
+    """An evaluation's x on the time axis: the elapsed time of the step row it follows."""
+    at = {r["step"]: r.get("elapsed") or 0.0 for r in steps}
+    last = 0.0
+    out = []
+    for e in evals:
+        last = at.get(e["step"], last)
+        out.append(last)
+    return out

@@ -1,0 +1,289 @@
+"""Following a session as it changes: what the dashboard shows, read incrementally.
+
+One `SessionReader` lives in the dashboard's polling thread, with its own read-only
+connection (reading never writes). Each `tick()` costs what changed, not what is stored:
+
+- new metric rows of every run come from one query per table over the rows after a global
+  cursor (the tables' integer primary keys), so 4 runs or 200, 100 steps or 100,000, a tick
+  reads only the rows written since the last one;
+- the runs table is re-read only for runs that are new or were live at the last tick (a
+  finished run changes only through this dashboard, which asks for a full re-read then, or
+  through another process, which the periodic full re-read every FULL_EVERY_S catches);
+- each run's figures (core.figures) are fed the new rows, and a run's series are kept only
+  for the runs the screen shows.
+
+Core layer: imports neither torch nor textual.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from . import figures as F
+from .store import SessionStore
+
+FULL_EVERY_S = 10.0
+ENDED = ("finished", "stopped", "crashed", "diverged")
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run as the run table shows it."""
+    id: int
+    name: str
+    status: str               # effective: a run whose process is gone reads crashed
+    step: int
+    epoch: float
+    config: dict[str, Any]
+    settings: dict[str, Any] | None
+    twin_of: int | None
+    created: float
+    reason: str | None        # why it crashed or diverged
+    train_loss: float | None
+    eval_loss: float | None
+    accuracy: float | None    # percent
+    samples_per_s: float | None
+    peak_memory_mib: float | None
+    memory_kind: str | None
+    elapsed: float | None
+    progress: float | None
+    eta_s: float | None
+    notes: str = ""
+    tags: tuple[str, ...] = ()
+    hidden: bool = False
+    dataset: str | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.status in ("created", "running")
+
+
+@dataclass
+class RunSeries:
+    """Every logged point of one run, in step order (a resumed run's re-recorded steps
+    replace the old ones)."""
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    fingerprints: list[dict[str, Any]] = field(default_factory=list)
+    version: int = 0
+
+    def add(self, table: str, row: dict[str, Any]) -> None:
+        rows = getattr(self, table)
+        if rows and row["step"] <= rows[-1]["step"]:
+            # A re-recorded step: a new list (a reader of the old one is not disturbed).
+            rows = [r for r in rows if r["step"] < row["step"]]
+            setattr(self, table, rows)
+        rows.append(row)
+
+    def column(self, name: str) -> tuple[list[int], list[Any]]:
+        rows = self.steps
+        return [r["step"] for r in rows], [r.get(name) for r in rows]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one tick found. `runs` is the whole table (a new tuple only when a row changed);
+    `series` holds the watched runs' points; `runs_version` and each series' version say
+    whether anything is new, so a panel redraws only when its data changed."""
+    runs: tuple[RunRow, ...]
+    runs_version: int
+    series: dict[int, RunSeries]
+    studies: tuple[dict[str, Any], ...]
+    study: dict[str, Any] | None            # the study shown, with its table rows
+    checks: dict[int, list[dict[str, Any]]]  # repro verdicts and check twins, by run
+    ended: tuple[int, ...]                  # runs seen live that ended since the last tick
+    read_ms: float
+
+
+class SessionReader:
+    def __init__(self, store: SessionStore):
+        self.store = store
+        self.cursors = {"steps": 0, "evals": 0, "fingerprints": 0}
+        self.figures: dict[int, F.Figures] = {}
+        self.series: dict[int, RunSeries] = {}
+        self.hashes: dict[int, dict[int, str]] = {}
+        self.rows: dict[int, RunRow] = {}
+        self.raw: dict[int, dict[str, Any]] = {}
+        self.version = 0
+        self._tuple: tuple[RunRow, ...] = ()
+        self._full_at = 0.0
+        self._max_id = 0
+        self._force_full = True
+        self._study_key: Any = None
+        self._study: dict[str, Any] | None = None
+
+    def invalidate(self) -> None:
+        """The next tick re-reads the runs table (after a rename, a delete, new labels)."""
+        self._force_full = True
+
+    # --- one tick ------------------------------------------------------------------------
+    def tick(self, watched: tuple[int, ...] = (), study: int | None = None,
+             checks_for: tuple[int, ...] = ()) -> Snapshot:
+        t0 = time.perf_counter()
+        changed_runs = self._read_runs()
+        touched = self._read_rows()
+        for rid in set(watched) - set(self.series):
+            self._load_series(rid)
+        for rid in list(self.series):
+            if rid not in watched:
+                del self.series[rid]
+        ended = []
+        for rid in changed_runs | touched:
+            run = self.raw.get(rid)
+            if run is None:
+                continue
+            before = self.rows.get(rid)
+            row = self._row(run)
+            if row != before:
+                self.rows[rid] = row
+                changed_runs.add(rid)
+                if before is not None and before.live and row.status in ENDED:
+                    ended.append(rid)
+        for rid in [r for r in self.rows if r not in self.raw]:
+            del self.rows[rid]
+            changed_runs.add(rid)
+        if changed_runs:
+            self.version += 1
+            self._tuple = tuple(self.rows[r] for r in sorted(self.rows))
+        snap = Snapshot(
+            runs=self._tuple, runs_version=self.version,
+            series={r: self.series[r] for r in watched if r in self.series},
+            studies=tuple(self.store.studies()) if self._studies_due() else self._studies,
+            study=self._read_study(study),
+            checks={r: self.store.events(r, "repro_verdict") + self.store.events(r, "check_twin")
+                    for r in checks_for if r in self.raw},
+            ended=tuple(ended), read_ms=(time.perf_counter() - t0) * 1000)
+        self._studies = snap.studies
+        return snap
+
+    _studies: tuple[dict[str, Any], ...] = ()
+    _studies_at = 0.0
+
+    def _studies_due(self) -> bool:
+        now = time.monotonic()
+        if now - self._studies_at >= 1.0 or self._force_studies:
+            self._studies_at, self._force_studies = now, False
+            return True
+        return False
+
+    _force_studies = True
+
+    # --- the runs table ----------------------------------------------------------------------
+    def _read_runs(self) -> set[int]:
+        now = time.monotonic()
+        if self._force_full or now - self._full_at >= FULL_EVERY_S:
+            self._force_full, self._full_at, self._force_studies = False, now, True
+            runs = self.store.runs()
+            labels = self.store.labels()
+            fresh = {r["id"]: r for r in runs}
+            changed = {rid for rid, r in fresh.items() if self.raw.get(rid) != r
+                       or labels.get(rid) != self._labels.get(rid)}
+            self._labels = labels
+            changed |= set(self.raw) - set(fresh)
+            self.raw = fresh
+            self._max_id = max(fresh, default=0)
+            return changed
+        live = [rid for rid, row in self.rows.items() if row.live]
+        fresh_runs = self.store.runs_where(after_id=self._max_id, ids=live)
+        changed = set()
+        for r in fresh_runs:
+            if self.raw.get(r["id"]) != r:
+                self.raw[r["id"]] = r
+                changed.add(r["id"])
+            self._max_id = max(self._max_id, r["id"])
+        return changed
+
+    _labels: dict[int, dict[str, Any]] = {}
+
+    def _row(self, run: dict[str, Any]) -> RunRow:
+        rid = run["id"]
+        f = self.figures.get(rid)
+        if f is None:
+            f = self.figures[rid] = self._seed_figures(run)
+        summary = run["summary"] or {}
+        elapsed = summary.get("elapsed_s") if run["status"] in ENDED else None
+        elapsed = elapsed if elapsed is not None else f.elapsed
+        progress, eta = F.progress(run["config"] or {}, run["step"], run["epoch"], f.elapsed)
+        labels = self._labels.get(rid, {})
+        return RunRow(
+            id=rid, name=run["name"], status=run["status"], step=run["step"],
+            epoch=run["epoch"], config=run["config"] or {}, settings=run["settings"],
+            twin_of=run["twin_of"], created=run["created"],
+            reason=summary.get("error") or summary.get("diverged"),
+            train_loss=f.train_loss, eval_loss=f.eval_loss, accuracy=f.accuracy,
+            samples_per_s=f.samples_per_s, peak_memory_mib=f.peak_memory_mib,
+            memory_kind=f.peak_memory[1], elapsed=elapsed,
+            progress=progress, eta_s=eta if run["status"] == "running" else None,
+            notes=labels.get("notes", ""), tags=tuple(labels.get("tags", ())),
+            hidden=labels.get("hidden", False), dataset=run["dataset"])
+
+    def _seed_figures(self, run: dict[str, Any]) -> F.Figures:
+        """A run seen for the first time: its figures and parameter hashes from every row it
+        has so far (indexed reads of that run, once; later rows come through the tick)."""
+        rid = run["id"]
+        self.hashes[rid] = F.hashes(self.store.fingerprints(rid))
+        return F.figures(self.store.steps(rid), self.store.evals(rid))
+
+    # --- metric rows ---------------------------------------------------------------------------
+    def _read_rows(self) -> set[int]:
+        touched: set[int] = set()
+        for table in ("steps", "evals", "fingerprints"):
+            rows = self.store.rows_after(table, self.cursors[table])
+            for r in rows:
+                self.cursors[table] = max(self.cursors[table], r["id"])
+                rid = r["run_id"]
+                if rid not in self.figures:
+                    continue        # its figures are seeded from the store when first seen
+                touched.add(rid)
+                f = self.figures[rid]
+                if table == "steps":
+                    if r["step"] <= f.steps:      # re-recorded after a resume: start over
+                        self.figures[rid] = self._seed_figures(self.raw.get(rid, {"id": rid}))
+                    else:
+                        f.add_step(r)
+                elif table == "evals":
+                    f.add_eval(r)
+                else:
+                    self.hashes.setdefault(rid, {})[r["step"]] = r["sha256"]
+                s = self.series.get(rid)
+                if s is not None:
+                    s.add(table, r)
+                    s.version += 1
+        return touched
+
+    def _load_series(self, rid: int) -> None:
+        s = RunSeries(steps=self.store.steps(rid), evals=self.store.evals(rid),
+                      fingerprints=self.store.fingerprints(rid), version=1)
+        self.series[rid] = s
+
+    # --- studies ---------------------------------------------------------------------------
+    def _read_study(self, study_id: int | None) -> dict[str, Any] | None:
+        from . import study as ab
+        if study_id is None:
+            return None
+        known = {s["id"]: s for s in self._studies}
+        if study_id not in known:
+            return None
+        st = known[study_id]
+        if any(v["run_id"] is not None and v["run_id"] not in self.rows
+               for v in st["variants"]):
+            return self._study          # a run the table has not read yet: next tick
+        runs = tuple((v["run_id"], self.rows[v["run_id"]] if v["run_id"] else None, v["note"])
+                     for v in st["variants"])
+        key = (study_id, st["status"], runs)
+        if key != self._study_key:
+            self._study_key = key
+            # From the figures and hashes this reader keeps: no step row is read again.
+            study, rows = ab.table(
+                self.store, study_id,
+                figures_of=lambda r: {"status": self.rows[r].status, "steps": self.rows[r].step,
+                                      **self.figures[r].as_dict()},
+                hashes_of=lambda r: self.hashes.get(r, {}))
+            self._study = {**study, "rows": rows}
+        return self._study
+
+
+def with_status(row: RunRow, status: str) -> RunRow:
+    return replace(row, status=status)

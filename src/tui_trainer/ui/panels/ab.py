@@ -1,0 +1,158 @@
+"""The A/B tab: plan a study (the form's config as the base, one variant per value of each
+varied knob), watch its table fill, pair a variant with the base (Enter)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.widgets import Button, DataTable, Input, Select, Static
+
+from ...core import presets
+from ...core import study as ab
+from ...core.text import shown, shown_lines
+from .common import plain
+
+# Bit-identity right after the variant's name: it must not scroll out of sight.
+ORDER = [0, len(ab.HEADINGS) - 1, *range(2, len(ab.HEADINGS) - 1), 1]
+
+
+class ABPanel(Vertical):
+    class StartAsked(Message):
+        def __init__(self, vary: str, steps: str, file: str | None) -> None:
+            self.vary, self.steps, self.file = vary, steps, file
+            super().__init__()
+
+    class FileChosen(Message):
+        def __init__(self, path: str) -> None:
+            self.path = path
+            super().__init__()
+
+    class StudyChosen(Message):
+        def __init__(self, study_id: int) -> None:
+            self.study_id = study_id
+            super().__init__()
+
+    class StopAsked(Message):
+        pass
+
+    class ExportAsked(Message):
+        pass
+
+    class Paired(Message):
+        def __init__(self, base: int, run: int, label: str) -> None:
+            self.base, self.run, self.label = base, run, label
+            super().__init__()
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._options: Any = None
+        self._key: Any = None
+        self._study: dict[str, Any] | None = None
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(classes="ab-bar"):
+            yield Select([(p.label, str(p.path)) for p in presets.studies()],
+                         prompt="ready study", id="ab-file")
+            yield Input(placeholder="vary: KEY=V1,V2 KEY=V1 ...", id="ab-vary")
+            yield Input(str(ab.DEFAULT_STEPS), placeholder="steps", id="ab-steps",
+                        type="integer")
+            yield Button("Run study", id="ab-start", variant="success")
+        with Horizontal(classes="ab-bar"):
+            yield Select([], prompt="study", id="ab-study")
+            yield Button("Stop study", id="ab-stop", variant="warning")
+            yield Button("Export (ctrl+e)", id="ab-export")
+        yield Static("The base is the form's config; each variant changes one key. Runs "
+                     "train one after the other.", id="ab-title")
+        yield DataTable(id="ab-table", cursor_type="row", zebra_stripes=True)
+
+    def set_spec(self, vary: list[str], steps: int | None) -> None:
+        self.query_one("#ab-vary", Input).value = " ".join(vary)
+        if steps:
+            self.query_one("#ab-steps", Input).value = str(steps)
+
+    # --- drawing ---------------------------------------------------------------------------
+    def show_studies(self, studies: tuple[dict[str, Any], ...], shown_id: int | None) -> None:
+        options = [(plain(f"{s['id']} {shown(s['name'], 40)} ({s['status']})", None), s["id"])
+                   for s in studies]
+        if options != self._options:
+            self._options = options
+            select = self.query_one("#ab-study", Select)
+            with self.prevent(Select.Changed):
+                select.set_options(options)
+                if shown_id is not None and any(v == shown_id for _, v in options):
+                    select.value = shown_id
+
+    def show(self, study: dict[str, Any] | None) -> None:
+        if study is None or study is self._study:
+            return
+        self._study = study
+        rows = study["rows"]
+        done = sum(1 for r in rows if r.status in ("finished", "skipped"))
+        notes = "".join(f"\n{r.label}: {r.note}" for r in rows if r.note)
+        self.query_one("#ab-title", Static).update(Text(
+            f"Study {study['id']} ({shown(study['name'])}): {study['spec']['steps']} steps "
+            f"each, {study['status']}, {done} of {len(rows)} done. Figures in brackets: "
+            "ratio to the base. Enter on a row pairs it with the base."
+            + (f" {shown(study['message'], 300)}" if study["message"] else "")
+            + shown_lines(notes)))
+        table = self.query_one("#ab-table", DataTable)
+        cursor = table.cursor_row
+        table.clear(columns=True)
+        table.add_columns(*(ab.HEADINGS[i] for i in ORDER))
+        for r in rows:
+            cells = ab.row_cells(r)
+            if r.note:                       # the whole note is under the title
+                cells[-1] = "not run (see above)" if r.status == "skipped" else \
+                    f"{cells[-1][:24]}… (see above)"
+            table.add_row(*(plain(cells[i], 40) for i in ORDER), key=str(r.position))
+        if cursor < table.row_count:
+            table.move_cursor(row=cursor)
+
+    # --- what the user asks ------------------------------------------------------------------
+    @on(Select.Changed, "#ab-study")
+    def _study_chosen(self, event: Select.Changed) -> None:
+        event.stop()
+        if isinstance(event.value, int):
+            self.post_message(self.StudyChosen(event.value))
+
+    @on(Select.Changed, "#ab-file")
+    def _file_chosen(self, event: Select.Changed) -> None:
+        event.stop()
+        if isinstance(event.value, str):
+            self.post_message(self.FileChosen(event.value))
+
+    @on(Button.Pressed, "#ab-start")
+    def _start(self, event: Button.Pressed) -> None:
+        event.stop()
+        file = self.query_one("#ab-file", Select).value
+        self.post_message(self.StartAsked(self.query_one("#ab-vary", Input).value,
+                                          self.query_one("#ab-steps", Input).value.strip(),
+                                          file if isinstance(file, str) else None))
+
+    @on(Button.Pressed, "#ab-stop")
+    def _stop(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.post_message(self.StopAsked())
+
+    @on(Button.Pressed, "#ab-export")
+    def _export(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.post_message(self.ExportAsked())
+
+    @on(DataTable.RowSelected, "#ab-table")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a variant pairs it with the base, for the Divergence and Compare tabs."""
+        event.stop()
+        if self._study is None or event.row_key.value is None:
+            return
+        rows = self._study["rows"]
+        row = rows[int(event.row_key.value)]
+        base = rows[0].run_id
+        if base is None or row.run_id is None or row.run_id == base:
+            return
+        self.post_message(self.Paired(base, row.run_id, row.label))

@@ -1,0 +1,108 @@
+"""The Compare tab: the compared runs side by side (the pair, or every marked run): the
+settings that differ, each figure (core.figures) with its ratio to the first run, and their
+training loss overlaid."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Static
+
+from ...core import figures as F
+from ...core.divergence import BIT_RELEVANT_SETTINGS
+from ...core.figures import smooth
+from ...core.plotdata import Line
+from ...core.reader import RunRow
+from ..widgets.plots import MetricPlot
+from .common import label, plain
+
+LETTERS = "ABCDEFGH"
+SUMMARY = ("train_loss", "eval_loss", "accuracy", "samples_per_s", "peak_memory_mib", "wall_s")
+
+
+def summary_rows(runs: list[RunRow]) -> list[list[str]]:
+    """[figure label, value per run..., ratio of each later run to the first...]."""
+    out = []
+    for key in SUMMARY:
+        values = [_value(r, key) for r in runs]
+        ratios = [F.ratio(v, values[0]) for v in values[1:]]
+        out.append([F.LABELS[key], *(F.fmt(v, key) for v in values),
+                    *("-" if q is None else f"{q:.2f}x" for q in ratios)])
+    return out
+
+
+def _value(r: RunRow, key: str) -> Any:
+    return {"train_loss": r.train_loss, "eval_loss": r.eval_loss, "accuracy": r.accuracy,
+            "samples_per_s": r.samples_per_s, "peak_memory_mib": r.peak_memory_mib,
+            "wall_s": r.elapsed}[key]
+
+
+def settings_rows(runs: list[RunRow]) -> list[list[str]]:
+    """Config keys whose values differ, then effective settings (⚠ where a difference can
+    break bit-identity)."""
+    out = []
+    keys = sorted(set().union(*(r.config.keys() for r in runs)))
+    for k in keys:
+        values = [r.config.get(k) for r in runs]
+        if len({repr(v) for v in values}) > 1:
+            out.append([k, *map(str, values)])
+    settings = [r.settings or {} for r in runs]
+    for k in sorted(set().union(*(s.keys() for s in settings))):
+        if k == "data":
+            continue
+        values = [s.get(k) for s in settings]
+        if len({repr(v) for v in values}) > 1:
+            out.append([("⚠ " if k in BIT_RELEVANT_SETTINGS else "") + f"{k} (effective)",
+                        *map(str, values)])
+    return out or [["(same config)", *([""] * len(runs))]]
+
+
+class ComparePanel(Vertical):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._key: Any = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="compare-title")
+        with Horizontal(id="compare-tables"):
+            yield DataTable(id="compare-config", cursor_type="row")
+            yield DataTable(id="compare-summary", cursor_type="row")
+        yield MetricPlot("train loss (smoothed)", "loss", id="plot-compare")
+
+    def show(self, ids: list[int], runs: dict[int, RunRow], series: dict) -> None:
+        title = self.query_one("#compare-title", Static)
+        rows = [runs[r] for r in ids if r in runs]
+        if len(rows) < 2:
+            if self._key != "hint":
+                self._key = "hint"
+                title.update("Mark two runs or more (space in the run table) to compare them; "
+                             "F6 compares the marked runs.")
+            return
+        key = (tuple(rows), tuple(series[r].version if r in series else 0 for r in ids))
+        if key == self._key:
+            return
+        self._key = key
+        letters = LETTERS[:len(rows)]
+        title.update(plain("    ".join(f"{x} = {label(r.id, runs)} ({r.status})"
+                                       for x, r in zip(letters, rows, strict=False)), None))
+        cfg = self.query_one("#compare-config", DataTable)
+        cfg.clear(columns=True)
+        cfg.add_columns("setting", *letters)
+        for row in settings_rows(rows):
+            cfg.add_row(*(plain(v) for v in row))
+        summary = self.query_one("#compare-summary", DataTable)
+        summary.clear(columns=True)
+        summary.add_columns("", *letters, *(f"{x}/A" for x in letters[1:]))
+        for row in summary_rows(rows):
+            summary.add_row(*(plain(v) for v in row))
+        lines = []
+        for i, r in enumerate(rows):
+            s = series.get(r.id)
+            if s is None:
+                continue
+            xs = [x["step"] for x in s.steps]
+            lines.append(Line(f"{letters[i]} {label(r.id, runs)}", xs,
+                              smooth([x.get("loss") for x in s.steps]), i))
+        self.query_one("#plot-compare", MetricPlot).show(lines, "train loss, smoothed")

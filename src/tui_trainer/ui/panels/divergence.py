@@ -1,0 +1,63 @@
+"""The Divergence tab: are the pair's runs bit-identical, and if not, from which step and why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Static
+
+from ...core.divergence import divergence
+from ...core.plotdata import Line
+from ...core.reader import RunRow
+from ...core.repro import divergence_text
+from ...core.text import shown_lines
+from ..widgets.plots import MetricPlot
+from .common import label
+
+HINT = ("Mark two runs (space in the run table) or repeat one (F5) to see how they diverge; "
+        "F7 trains a twin and gives a determinism verdict, F8 a resume check.")
+
+
+class DivergencePanel(Vertical):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._key: Any = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(HINT, id="verdict")
+        with Horizontal(classes="plot-row"):
+            yield MetricPlot("|Δloss| per step", "|Δloss|", id="plot-dloss")
+            yield MetricPlot("parameter distance", "L2", id="plot-pdist")
+
+    def show(self, pair: tuple[int, int] | None, runs: dict[int, RunRow], series: dict,
+             checks: list[dict[str, Any]], awaiting: bool) -> None:
+        verdict = self.query_one("#verdict", Static)
+        if pair is None or pair[0] not in series or pair[1] not in series:
+            if self._key != "hint":
+                self._key = "hint"
+                verdict.update(HINT)
+            return
+        a, b = series[pair[0]], series[pair[1]]
+        key = (pair, a.version, b.version, len(checks), awaiting,
+               tuple(runs[r].status for r in pair if r in runs))
+        if key == self._key:
+            return
+        self._key = key
+        d = divergence(a.steps, b.steps, a.fingerprints, b.fingerprints)
+        names = f"A = {label(pair[0], runs)}, B = {label(pair[1], runs)}"
+        training = awaiting or any(runs[r].live for r in pair if r in runs)
+        pieces = divergence_text(
+            names, d, checks, pair, training,
+            [{"config": runs[r].config, "settings": runs[r].settings} for r in pair
+             if r in runs])
+        # Assembled from plain pieces: nothing here is markup, so names, settings and
+        # values from the session are always shown as text.
+        verdict.update(Text.assemble(*((shown_lines(t), "bold" if bold else "")
+                                       for t, bold in pieces)))
+        self.query_one("#plot-dloss", MetricPlot).show(
+            [Line("|Δloss|", d.steps, d.loss_delta, 0)], names)
+        self.query_one("#plot-pdist", MetricPlot).show(
+            [Line("distance", d.fp_steps, [v for v in d.param_distance], 1)], names)

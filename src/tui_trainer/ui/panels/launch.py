@@ -1,0 +1,134 @@
+"""The launch panel: a preset, a name, the form, Start.
+
+It owns the form and the presets; it tells the app `StartAsked` (a valid config and a name)
+or `SavePresetAsked`. Presets are files (core.presets), read here; nothing here touches the
+session.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.widgets import Button, Input, Select, Static
+
+from ...core import config as C
+from ...core import presets
+from ...core.text import name_problem, shown
+from ..widgets.config_form import ConfigForm
+from .common import plain
+
+
+def preset_options() -> list[tuple[Any, str]]:
+    return [("defaults", "")] + [(plain(p.label), str(p.path)) for p in presets.presets()]
+
+
+class LaunchPanel(Vertical):
+    class StartAsked(Message):
+        def __init__(self, config: dict[str, Any], name: str | None) -> None:
+            self.config, self.name = config, name
+            super().__init__()
+
+    class Notice(Message):
+        """Something to tell the user (a preset loaded, a refusal)."""
+        def __init__(self, text: str, severity: str = "information") -> None:
+            self.text, self.severity = text, severity
+            super().__init__()
+
+    class FormChanged(Message):
+        def __init__(self, values: dict[str, Any]) -> None:
+            self.values = values
+            super().__init__()
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="launch-bar"):
+            yield Select(preset_options(), prompt="preset", id="preset")
+            yield Input(placeholder="run name (optional)", id="run-name")
+        with Horizontal(id="launch-buttons"):
+            yield Button("Start (F2)", id="start", variant="success")
+            yield Button("Save preset", id="save-preset")
+            yield Input(placeholder="find a knob…", id="knob-search")
+        yield Static("", id="form-status")
+        yield ConfigForm(id="form")
+        yield Static("", id="knob-help")
+
+    @property
+    def form(self) -> ConfigForm:
+        return self.query_one(ConfigForm)
+
+    def reload_presets(self) -> None:
+        self.query_one("#preset", Select).set_options(preset_options())
+
+    def set_config(self, config: dict[str, Any]) -> None:
+        self.form.set_config(config)
+
+    @on(Select.Changed, "#preset")
+    def _preset_chosen(self, event: Select.Changed) -> None:
+        event.stop()
+        if not isinstance(event.value, str):      # the blank prompt, e.g. after set_options
+            return
+        try:
+            cfg = C.load(event.value) if event.value else C.DEFAULTS
+        except C.ConfigError as e:
+            self.post_message(self.Notice(f"preset not loaded: {e}", "error"))
+            return
+        self.form.set_config(cfg.to_dict())
+        name = next((p.label for p in presets.presets() if str(p.path) == event.value),
+                    "defaults")
+        self.post_message(self.Notice(f"preset {name} loaded"))
+
+    @on(Input.Changed, "#knob-search")
+    def _search(self, event: Input.Changed) -> None:
+        event.stop()
+        key = self.form.jump(event.value)
+        if event.value.strip() and key is None:
+            self.query_one("#knob-help", Static).update(
+                Text(f"no knob matches {shown(event.value, 40)!r}"))
+
+    @on(Input.Submitted, "#knob-search")
+    def _search_done(self, event: Input.Submitted) -> None:
+        event.stop()
+        key = self.form.jump(event.value)
+        if key:
+            self.query_one(f"#field-{key}").focus()
+
+    @on(ConfigForm.Focused)
+    def _explain(self, event: ConfigForm.Focused) -> None:
+        key = event.key
+        default = C.DEFAULTS.to_dict()[key]
+        self.query_one("#knob-help", Static).update(Text.assemble(
+            (key, "bold"), f"  ({C.allowed(key)}; default {default})\n", C.doc(key)))
+
+    @on(ConfigForm.Changed)
+    def _form_changed(self, event: ConfigForm.Changed) -> None:
+        bad = event.problems
+        self.query_one("#start", Button).disabled = bool(bad)
+        self.query_one("#form-status", Static).update(
+            Text(f"✗ {len(bad)} invalid: {', '.join(bad)}") if bad else "")
+        values, _ = self.form.raw_values()
+        self.post_message(self.FormChanged(values))
+
+    @on(Button.Pressed, "#start")
+    def ask_start(self) -> None:
+        problems = self.form.validate()
+        if problems:
+            key = next(iter(problems))
+            self.post_message(self.Notice(f"not started: {key}: {problems[key]}", "error"))
+            return
+        name = self.query_one("#run-name", Input).value.strip() or None
+        problem = name and name_problem(name)
+        if problem:
+            self.post_message(self.Notice(f"not started: the run name {problem}", "error"))
+            return
+        self.post_message(self.StartAsked(self.form.config().to_dict(), name))
+
+    def config_or_none(self) -> C.RunConfig | None:
+        try:
+            return self.form.config()
+        except C.ConfigError as e:
+            self.post_message(self.Notice(f"fix {e.key} first: {e.reason}", "error"))
+            return None

@@ -1,0 +1,102 @@
+"""The Plots tab: the plotted runs' panels, and the controls that shape them.
+
+Keys (anywhere in the tab): m smoothing (cycles), x the x axis (step, samples, time),
+l log scale, w the window (all steps or the last N), 1-8 show one panel alone (again: all),
+which is also how a small terminal shows a plot at a readable size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Vertical
+from textual.message import Message
+from textual.widgets import Static
+
+from ...core.plotdata import PANELS, SMOOTHING_CHOICES, X_AXES, Line, PlotOptions
+from ..widgets.plots import MetricPlot
+
+WINDOWS = (0, 100, 500, 2000)
+
+
+class PlotGrid(Grid):
+    def compose(self) -> ComposeResult:
+        for pid, title, ylabel in PANELS:
+            yield MetricPlot(title, ylabel, id=pid)
+
+
+class PlotsPanel(Vertical):
+    BINDINGS = [
+        Binding("m", "smoothing", "Smoothing"),
+        Binding("x", "x_axis", "X axis"),
+        Binding("l", "log_scale", "Log scale"),
+        Binding("w", "window", "Window"),
+        *[Binding(str(i + 1), f"solo({i})", show=False) for i in range(len(PANELS))],
+    ]
+
+    class OptionsChanged(Message):
+        def __init__(self, options: PlotOptions) -> None:
+            self.options = options
+            super().__init__()
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.options = PlotOptions()
+        self.solo: int | None = None
+        self.can_focus = True
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="plot-options")
+        yield PlotGrid(id="plots")
+
+    def on_mount(self) -> None:
+        self._say()
+
+    def set_options(self, options: PlotOptions) -> None:
+        self.options = options
+        self._say()
+
+    def show(self, lines: dict[str, list[Line]], note: str) -> None:
+        for pid, _, _ in PANELS:
+            self.query_one(f"#{pid}", MetricPlot).show(
+                lines.get(pid, []), note, xlabel=X_AXES[self.options.x],
+                log_y=self.options.log_y)
+
+    def _say(self) -> None:
+        o = self.options
+        self.query_one("#plot-options", Static).update(Text(
+            f"smoothing {o.smoothing or 'off'} (m) · x: {o.x} (x) · "
+            f"{'log' if o.log_y else 'linear'} scale (l) · "
+            f"{'last ' + str(o.last) + ' steps' if o.last else 'all steps'} (w) · "
+            "1-8 one panel alone"))
+
+    def _change(self, **kw: Any) -> None:
+        self.options = replace(self.options, **kw)
+        self._say()
+        self.post_message(self.OptionsChanged(self.options))
+
+    def action_smoothing(self) -> None:
+        i = SMOOTHING_CHOICES.index(self.options.smoothing) \
+            if self.options.smoothing in SMOOTHING_CHOICES else 0
+        self._change(smoothing=SMOOTHING_CHOICES[(i + 1) % len(SMOOTHING_CHOICES)])
+
+    def action_x_axis(self) -> None:
+        axes = list(X_AXES)
+        self._change(x=axes[(axes.index(self.options.x) + 1) % len(axes)])
+
+    def action_log_scale(self) -> None:
+        self._change(log_y=not self.options.log_y)
+
+    def action_window(self) -> None:
+        i = WINDOWS.index(self.options.last) if self.options.last in WINDOWS else 0
+        self._change(last=WINDOWS[(i + 1) % len(WINDOWS)])
+
+    def action_solo(self, index: int) -> None:
+        self.solo = None if self.solo == index else index
+        for i, (pid, _, _) in enumerate(PANELS):
+            self.query_one(f"#{pid}").display = self.solo is None or self.solo == i
+        self.query_one(PlotGrid).set_class(self.solo is not None, "-solo")

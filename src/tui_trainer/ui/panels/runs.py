@@ -1,0 +1,255 @@
+"""The run table: every run of the session, its status, progress and figures.
+
+Keys (while the table has focus): space marks a run (marked runs are plotted together and
+the last two form the pair), / filters, s sorts by the next column (S reverses), c shows the
+config columns, h hides the run (H shows hidden runs), r renames, n edits notes, t tags,
+delete deletes (asks first). Every request goes to the app as a message; the table never
+touches the session itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import DataTable
+
+from ...core import figures as F
+from ...core.reader import RunRow
+from .common import plain
+
+BASE_COLUMNS = (("mark", " "), ("id", "id"), ("name", "name"), ("status", "status"),
+                ("progress", "progress"), ("step", "step"), ("epoch", "epoch"),
+                ("loss", "train loss"), ("eval", "eval loss"), ("acc", "acc"),
+                ("sps", "samples/s"), ("mem", "peak MiB"), ("elapsed", "elapsed"),
+                ("tags", "tags"), ("reason", "why it ended"))
+# Config keys shown as columns with `c` (the knobs people compare most).
+CONFIG_COLUMNS = ("seed", "batch_size", "lr", "loader", "deterministic", "amp", "num_threads",
+                  "device")
+SORTABLE = ("id", "name", "status", "step", "loss", "eval", "acc", "sps", "mem", "elapsed")
+BAR = 8
+
+
+def progress_text(row: RunRow) -> str:
+    if row.progress is None:
+        return "-"
+    filled = int(round(row.progress * BAR))
+    bar = "█" * filled + "░" * (BAR - filled)
+    eta = f" {F.duration(row.eta_s)} left" if row.eta_s is not None and row.status == \
+        "running" else ""
+    return f"{bar} {row.progress:4.0%}{eta}"
+
+
+def cells(row: RunRow, marked: bool, status: str) -> dict[str, Text]:
+    """A run's cells, every one plain Text (a str cell would be parsed as markup)."""
+    texts = {
+        "mark": "●" if marked else "", "id": str(row.id), "name": row.name,
+        "status": status, "progress": progress_text(row), "step": str(row.step),
+        "epoch": f"{row.epoch:.2f}", "loss": F.fmt(row.train_loss, "train_loss"),
+        "eval": F.fmt(row.eval_loss, "eval_loss"),
+        "acc": "-" if row.accuracy is None else f"{row.accuracy:.2f}%",
+        "sps": F.fmt(row.samples_per_s, "samples_per_s"),
+        "mem": F.fmt(row.peak_memory_mib, "peak_memory_mib")
+        + ("" if row.memory_kind in (None, "RSS") else f" {row.memory_kind}"),
+        "elapsed": F.duration(row.elapsed), "tags": " ".join(row.tags),
+        "reason": row.reason or "",
+    }
+    out = {k: plain(v, 80 if k == "reason" else 40) for k, v in texts.items()}
+    if status in ("crashed", "diverged"):
+        out["status"].stylize("bold red" if status == "crashed" else "bold yellow")
+    return out
+
+
+def sort_key(row: RunRow, column: str) -> Any:
+    value = {"id": row.id, "name": row.name.lower(), "status": row.status, "step": row.step,
+             "loss": row.train_loss, "eval": row.eval_loss, "acc": row.accuracy,
+             "sps": row.samples_per_s, "mem": row.peak_memory_mib,
+             "elapsed": row.elapsed}[column]
+    if isinstance(value, float) and value != value:     # NaN sorts last, like none
+        value = None
+    return (value is None, value if value is not None else 0)
+
+
+def matches(row: RunRow, text: str) -> bool:
+    """The filter: every word must appear in the name, status, tags, notes or a config
+    value (`key=value` words match that config key)."""
+    hay = " ".join([row.name, row.status, " ".join(row.tags), row.notes, str(row.id)]).lower()
+    for word in text.lower().split():
+        if "=" in word:
+            key, _, want = word.partition("=")
+            if str(row.config.get(key, "")).lower() != want:
+                return False
+        elif word not in hay:
+            return False
+    return True
+
+
+@dataclass
+class View:
+    filter: str = ""
+    sort: str = "id"
+    reverse: bool = False
+    show_hidden: bool = False
+    config_columns: bool = False
+
+
+class RunTable(DataTable):
+    BINDINGS = [
+        Binding("space", "mark", "Mark", show=False),
+        Binding("slash", "filter", "Filter", show=False),
+        Binding("s", "sort", "Sort", show=False),
+        Binding("S", "sort_reverse", "Sort reversed", show=False),
+        Binding("c", "config_columns", "Config columns", show=False),
+        Binding("h", "hide", "Hide", show=False),
+        Binding("H", "show_hidden", "Show hidden", show=False),
+        Binding("r", "ask('rename')", "Rename", show=False),
+        Binding("n", "ask('notes')", "Notes", show=False),
+        Binding("t", "ask('tags')", "Tags", show=False),
+        Binding("delete", "ask('delete')", "Delete", show=False),
+    ]
+
+    class CursorMoved(Message):
+        def __init__(self, run_id: int) -> None:
+            self.run_id = run_id
+            super().__init__()
+
+    class MarkToggled(Message):
+        def __init__(self, run_id: int) -> None:
+            self.run_id = run_id
+            super().__init__()
+
+    class Asked(Message):
+        """The user asked for something about a run: rename, notes, tags, hide, delete,
+        filter (run_id None)."""
+        def __init__(self, what: str, run_id: int | None) -> None:
+            self.what, self.run_id = what, run_id
+            super().__init__()
+
+    class ViewChanged(Message):
+        def __init__(self, view: View) -> None:
+            self.view = view
+            super().__init__()
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.view = View()
+        self._rows: tuple[RunRow, ...] = ()
+        self._marked: tuple[int, ...] = ()
+        self._starting: frozenset[int] = frozenset()
+        self._shown_key: Any = None
+        self._columns_key: Any = None
+
+    # --- drawing ---------------------------------------------------------------------------
+    def show(self, rows: tuple[RunRow, ...], marked: list[int], cursor: int | None,
+             starting: frozenset[int] = frozenset()) -> None:
+        """Draws the rows (only the cells that changed)."""
+        key = (rows, tuple(marked), starting, self.view.filter, self.view.sort,
+               self.view.reverse, self.view.show_hidden, self.view.config_columns)
+        if key == self._shown_key:
+            self._follow(cursor)
+            return
+        self._shown_key = key
+        self._rows, self._marked, self._starting = rows, tuple(marked), starting
+        self._ensure_columns()
+        visible = [r for r in rows if (self.view.show_hidden or not r.hidden or r.id in marked)
+                   and matches(r, self.view.filter)]
+        visible.sort(key=lambda r: sort_key(r, self.view.sort), reverse=self.view.reverse)
+        order = [str(r.id) for r in visible]
+        current = [str(k.value) for k in self.rows]
+        columns = [str(c.value) for c in self.columns]
+        if order != current:
+            # Rows appear, go or move: rebuild (keeps the cursor on its run).
+            self.clear()
+            for r in visible:
+                self.add_row(*self._cells(r, columns), key=str(r.id))
+        else:
+            for r in visible:
+                new = self._cells(r, columns)
+                for col, value in zip(columns, new, strict=True):
+                    if self.get_cell(str(r.id), col) != value:
+                        self.update_cell(str(r.id), col, value, update_width=True)
+        self._follow(cursor)
+
+    def _cells(self, r: RunRow, columns: list[str]) -> list[Text]:
+        status = "starting" if r.status == "created" and r.id in self._starting else r.status
+        if r.hidden:
+            status += " (hidden)"
+        c = cells(r, r.id in self._marked, status)
+        for key in CONFIG_COLUMNS:
+            c[f"cfg:{key}"] = plain(r.config.get(key, "-"), 20)
+        return [c[k] for k in columns]
+
+    def _ensure_columns(self) -> None:
+        want = list(BASE_COLUMNS) + ([(f"cfg:{k}", k) for k in CONFIG_COLUMNS]
+                                     if self.view.config_columns else [])
+        key = tuple(k for k, _ in want)
+        if key == self._columns_key:
+            return
+        self._columns_key = key
+        self.clear(columns=True)
+        for k, heading in want:
+            arrow = (" ▼" if self.view.reverse else " ▲") if k == self.view.sort else ""
+            self.add_column(heading + arrow, key=k)
+
+    def _follow(self, cursor: int | None) -> None:
+        if cursor is not None and str(cursor) in self.rows:
+            index = self.get_row_index(str(cursor))
+            if self.cursor_row != index:
+                self.move_cursor(row=index)
+
+    def current(self) -> int | None:
+        if not self.row_count:
+            return None
+        key = self.coordinate_to_cell_key((self.cursor_row, 0)).row_key.value
+        return int(key) if key is not None else None
+
+    # --- keys --------------------------------------------------------------------------------
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key is not None and event.row_key.value is not None:
+            self.post_message(self.CursorMoved(int(event.row_key.value)))
+
+    def action_mark(self) -> None:
+        rid = self.current()
+        if rid is not None:
+            self.post_message(self.MarkToggled(rid))
+
+    def action_ask(self, what: str) -> None:
+        rid = self.current()
+        if rid is not None:
+            self.post_message(self.Asked(what, rid))
+
+    def action_hide(self) -> None:
+        self.action_ask("hide")
+
+    def action_filter(self) -> None:
+        self.post_message(self.Asked("filter", None))
+
+    def set_filter(self, text: str) -> None:
+        self.view.filter = text
+        self._changed()
+
+    def action_sort(self) -> None:
+        i = SORTABLE.index(self.view.sort) if self.view.sort in SORTABLE else -1
+        self.view.sort, self.view.reverse = SORTABLE[(i + 1) % len(SORTABLE)], False
+        self._changed()
+
+    def action_sort_reverse(self) -> None:
+        self.view.reverse = not self.view.reverse
+        self._changed()
+
+    def action_config_columns(self) -> None:
+        self.view.config_columns = not self.view.config_columns
+        self._changed()
+
+    def action_show_hidden(self) -> None:
+        self.view.show_hidden = not self.view.show_hidden
+        self._changed()
+
+    def _changed(self) -> None:
+        self._columns_key = None          # headings carry the sort arrow
+        self.post_message(self.ViewChanged(self.view))
+        self._shown_key = None
+        self.show(self._rows, list(self._marked), self.current(), self._starting)

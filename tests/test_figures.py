@@ -1,0 +1,148 @@
+"""The figures shown for a run (core.figures), the plot data (core.plotdata), the run table's
+rows and the Compare and Divergence texts: pure functions, checked without any process."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+
+from tui_trainer.core import figures as F
+from tui_trainer.core.divergence import divergence
+from tui_trainer.core.plotdata import PlotOptions, plot_lines
+from tui_trainer.core.reader import RunRow, RunSeries
+from tui_trainer.core.repro import divergence_text
+from tui_trainer.ui.panels.compare import settings_rows, summary_rows
+from tui_trainer.ui.panels.runs import matches, progress_text, sort_key
+
+
+def steps(rates, losses=None, cuda=None):
+    losses = losses or [1.0] * len(rates)
+    return [{"step": i + 1, "elapsed": float(i + 1), "loss": loss, "samples_per_s": r,
+             "rss_bytes": 100.0 * (i + 1), "cuda_peak": cuda, "data_s": 0.5,
+             "grad_norm": 2.0}
+            for i, (r, loss) in enumerate(zip(rates, losses, strict=True))]
+
+
+def test_samples_per_s_is_the_median_interval_with_the_first_left_out():
+    rates = [10.0, 1000.0, 3000.0, 2000.0, 50.0]     # start-up, then an evaluation's dip
+    f = F.figures(steps(rates))
+    assert f.samples_per_s == statistics.median(rates[1:]) == 1500.0
+    assert F.figures(steps([10.0])).samples_per_s is None     # only start-up: no figure
+    # Fed one row at a time (the dashboard), it agrees with the whole series at every point.
+    g = F.Figures()
+    for i, row in enumerate(steps(rates)):
+        g.add_step(row)
+        expect = statistics.median(rates[1:i + 1]) if i else None
+        assert g.samples_per_s == expect
+
+
+def test_peak_memory_is_the_gpu_peak_where_recorded_else_rss():
+    assert F.figures(steps([1.0, 2.0])).peak_memory == (200.0, "RSS")
+    assert F.figures(steps([1.0, 2.0], cuda=5e8)).peak_memory == (5e8, "GPU")
+    assert F.Figures().peak_memory == (None, None)
+
+
+def test_train_loss_is_smoothed_and_a_diverged_loss_shows_as_nan():
+    f = F.figures(steps([1.0] * 3, losses=[3.0, 1.0, 2.0]))
+    assert f.train_loss == pytest.approx(F.smooth([3.0, 1.0, 2.0])[-1])
+    assert f.last_loss == 2.0 and f.train_loss != f.last_loss
+    diverged = F.figures(steps([1.0] * 3, losses=[1.0, 2.0, math.nan]))
+    assert math.isnan(diverged.train_loss)
+    # NaN does not poison the smoothing of what came before it
+    assert F.smooth([1.0, math.nan, 1.0]) == [1.0, 1.0, 1.0]
+
+
+def test_eval_figures_come_from_the_last_evaluation():
+    f = F.figures([], [{"step": 5, "loss": 0.5, "accuracy": 0.5},
+                       {"step": 9, "loss": 0.25, "accuracy": 0.9}])
+    assert (f.eval_loss, f.accuracy, f.eval_step) == (0.25, 90.0, 9)
+
+
+@pytest.mark.parametrize("a, b, since, expect", [
+    ({0: "x", 5: "y"}, {0: "x", 5: "y"}, -1, (True, None, None)),
+    ({0: "x", 5: "y", 9: "z"}, {0: "x", 5: "q", 9: "z"}, -1, (False, 5, 0)),
+    ({0: "x", 5: "y"}, {0: "o", 5: "y"}, -1, (False, 0, None)),
+    ({0: "x", 5: "y"}, {0: "o", 5: "y"}, 0, (True, None, None)),   # only after step 0
+    ({0: "x"}, {3: "x"}, -1, (None, None, None)),
+])
+def test_identity_compares_hashes_at_common_steps(a, b, since, expect):
+    same = F.identity(a, b, since)
+    assert (same.identical, same.first_difference, same.last_identical) == expect
+
+
+def test_progress_takes_whichever_limit_comes_first_and_estimates_the_time_left():
+    assert F.progress({"epochs": 4, "max_steps": 0}, 10, 1.0, 30.0) == (0.25, 90.0)
+    assert F.progress({"epochs": 10, "max_steps": 100}, 50, 1.0, 10.0) == (0.5, 10.0)
+    assert F.progress({"epochs": 1}, 0, 0.0, None) == (0.0, None)
+    assert F.progress({"epochs": 1}, 9, 1.0, 5.0) == (1.0, 0.0)
+    assert F.duration(3725) == "1:02:05" and F.duration(None) == "-"
+
+
+def test_plot_lines_reduce_smooth_window_and_axes():
+    rows = steps([float(i) for i in range(1, 1001)], losses=[1.0 / i for i in range(1, 1001)])
+    s = RunSeries(steps=rows, evals=[{"step": 500, "loss": 0.1, "accuracy": 0.5}])
+    cfg = {1: {"batch_size": 64, "grad_accum_steps": 2}}
+    lines = plot_lines({1: s}, [1], cfg, PlotOptions(width=50))
+    raw, smoothed = lines["plot-loss"]
+    assert raw.faint and not smoothed.faint and raw.label == "1 raw"
+    assert len(raw.xs) <= 100                        # about the panel's width
+    assert max(raw.ys) == 1.0                        # the spike at step 1 survives reduction
+    assert lines["plot-accuracy"][0].ys == [50.0]
+    last = plot_lines({1: s}, [1], cfg, PlotOptions(last=100, smoothing=0.0))
+    assert min(last["plot-loss"][0].xs) == 901 and len(last["plot-loss"]) == 1
+    samples = plot_lines({1: s}, [1], cfg, PlotOptions(x="samples"))
+    assert samples["plot-loss"][0].xs[0] == 128      # step x batch x accumulation
+    log = plot_lines({1: s}, [1], cfg, PlotOptions(log_y=True, smoothing=0.0))
+    assert log["plot-loss"][0].ys[0] == 0.0          # log10(1)
+
+
+def _row(**kw):
+    base = dict(id=1, name="a", status="finished", step=10, epoch=1.0, config={"seed": 1},
+                settings={"num_threads": 2}, twin_of=None, created=0.0, reason=None,
+                train_loss=0.5, eval_loss=0.4, accuracy=90.0, samples_per_s=1000.0,
+                peak_memory_mib=100.0, memory_kind="RSS", elapsed=10.0, progress=1.0,
+                eta_s=None)
+    return RunRow(**{**base, **kw})
+
+
+def test_run_table_rows_filter_sort_and_progress():
+    a = _row(tags=("fast",), notes="try amp")
+    b = _row(id=2, name="b", samples_per_s=None, config={"seed": 2}, status="running",
+             progress=0.5, eta_s=65.0)
+    assert matches(a, "fast") and matches(a, "AMP") and not matches(b, "fast")
+    assert matches(b, "seed=2") and not matches(a, "seed=2 fast")
+    assert sorted([b, a], key=lambda r: sort_key(r, "sps")) == [a, b]   # none sorts last
+    assert progress_text(b) == "████░░░░  50% 1:05 left"
+    assert progress_text(a).startswith("████████ 100%")
+
+
+def test_compare_rows_give_ratios_to_the_first_run_and_flag_relevant_settings():
+    a, b, c = _row(), _row(id=2, samples_per_s=2000.0, settings={"num_threads": 1}), \
+        _row(id=3, samples_per_s=500.0, config={"seed": 1, "lr": 0.1})
+    rows = {r[0]: r for r in summary_rows([a, b, c])}
+    assert rows["samples/s (training)"] == ["samples/s (training)", "1,000", "2,000", "500",
+                                            "2.00x", "0.50x"]
+    settings = settings_rows([a, b, c])
+    assert ["lr", "None", "None", "0.1"] in settings
+    assert ["⚠ num_threads (effective)", "2", "1", "2"] in settings
+
+
+def test_divergence_text_says_where_runs_part_and_what_can_explain_it():
+    fa = [{"step": s, "sha256": "x", "sketch": None} for s in (0, 5, 10)]
+    fb = [{"step": 0, "sha256": "x", "sketch": None}, {"step": 5, "sha256": "x",
+                                                       "sketch": None},
+          {"step": 10, "sha256": "y", "sketch": None}]
+    la = [{"step": s, "loss": 1.0} for s in (5, 10)]
+    lb = [{"step": 5, "loss": 1.0}, {"step": 10, "loss": 1.5}]
+    d = divergence(la, lb, fa, fb)
+    runs = [{"config": {"seed": 1}, "settings": {"num_threads": 2}},
+            {"config": {"seed": 1}, "settings": {"num_threads": 1}}]
+    text = "".join(t for t, _ in divergence_text("A, B", d, [], (1, 2), False, runs))
+    assert "identical at step 5, different at step 10" in text
+    assert "largest |Δloss| 0.5 at step 10" in text and "num_threads differs" in text
+    check = {"kind": "repro_verdict", "data": {"runs": [1, 2], "mode": "repeat",
+                                               "identical": False}}
+    pieces = divergence_text("A, B", d, [check], (1, 2), False, runs)
+    assert ("NOT identical", True) in pieces
