@@ -200,6 +200,7 @@ class TrainerApp(App[None]):
         # A small terminal gets the form as a drawer (F9) and the plots one at a time.
         small = self.size.width < 120 or self.size.height < 30
         self.set_class(small, "-small")
+        self.set_class(self.size.width >= 240 and self.size.height >= 60, "-wide")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

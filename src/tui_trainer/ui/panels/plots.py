@@ -13,7 +13,7 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Vertical
+from textual.containers import Grid, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Static
 
@@ -51,7 +51,8 @@ class PlotsPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="plot-options")
-        yield PlotGrid(id="plots")
+        with VerticalScroll(id="plot-scroll"):
+            yield PlotGrid(id="plots")
 
     def on_mount(self) -> None:
         self._say()
