@@ -235,11 +235,20 @@ class OpenScreen(ModalScreen[Path | None]):
                     continue
                 when = time.strftime("%Y-%m-%d %H:%M", time.localtime(last)) if last else "-"
                 here = "  (open now)" if d == self.current else ""
-                options.append(Option(Text(f"{name:<24} {n:>3} runs   last used {when}{here}"),
-                                      id=str(d)))
+                options.append(Option(Text(f"{name:<24} {n:>3} runs   last used {when}{here}"
+                                           f"   {shown(d, 60)}"), id=str(d)))
             yield OptionList(*options, id="open-list")
+            yield Label(Text(f"in {shown(sessions_dir(), 100)}; or any folder by its path "
+                             "(a new folder becomes a new session):"))
+            yield Input(placeholder="/path/to/session", id="open-path")
             with Grid(classes="buttons"):
                 yield Button("Cancel", id="open-cancel")
+
+    @on(Input.Submitted, "#open-path")
+    def _path(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if text:
+            self.dismiss(Path(text).expanduser().resolve())
 
     @on(OptionList.OptionSelected)
     def _selected(self, event: OptionList.OptionSelected) -> None:

@@ -1,0 +1,105 @@
+"""The run table's own keys and the Open dialog, driven with Pilot over a real session file
+(runs made in the store: nothing trains, so these are fast)."""
+
+from __future__ import annotations
+
+from textual.widgets import DataTable, Input
+
+from tui_trainer.core import config as C
+from tui_trainer.core.store import SessionStore
+from tui_trainer.ui.app import TrainerApp
+
+SIZE = (180, 50)
+
+
+def _session(path, n: int = 3) -> None:
+    s = SessionStore(path)
+    for i in range(n):
+        rid = s.create_run(C.DEFAULTS.replace(seed=i).to_dict(), name=f"run{i}")
+        s.add_rows(steps=[{"step": k, "epoch": k / 10, "elapsed": k * 0.1, "loss": 1.0 / k,
+                           "samples_per_s": 100.0 * k} for k in range(1, 11)], run_id=rid)
+        s.set_progress(rid, 10, 1.0)
+        s.end_run(rid, "finished", {"elapsed_s": 1.0})
+    s.close()
+
+
+def _ids(app) -> list[str]:
+    return [str(k.value) for k in app.query_one("#runs", DataTable).rows]
+
+
+async def _answer(pilot, text: str) -> None:
+    await pilot.pause()
+    app = pilot.app
+    app.screen.query_one("#name-input", Input).value = text
+    await pilot.press("enter")
+    for _ in range(20):
+        await app.poll_now()
+        await pilot.pause()
+
+
+async def test_rename_tag_filter_hide_sort_and_delete_runs(tmp_path):
+    _session(tmp_path)
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.poll_now()
+        await pilot.pause()
+        table = app.query_one("#runs", DataTable)
+        table.focus()
+        assert _ids(app) == ["1", "2", "3"]
+        await pilot.press("r")
+        await _answer(pilot, "renamed [b]x[/b]")
+        assert str(table.get_cell("1", "name")) == "renamed [b]x[/b]"      # text, not markup
+        await pilot.press("t")
+        await _answer(pilot, "fast, amp")
+        assert str(table.get_cell("1", "tags")) == "fast amp"
+        assert SessionStore(tmp_path, readonly=True).labels()[1]["tags"] == ["fast", "amp"]
+        await pilot.press("slash")
+        await _answer(pilot, "seed=2")
+        assert _ids(app) == ["3"]
+        await pilot.press("slash")
+        await _answer(pilot, "*")
+        assert _ids(app) == ["1", "2", "3"]
+        table.move_cursor(row=1)
+        await pilot.press("h")
+        for _ in range(5):
+            await app.poll_now()
+            await pilot.pause()
+        assert _ids(app) == ["1", "3"]
+        await pilot.press("H")
+        await pilot.pause()
+        assert _ids(app) == ["1", "2", "3"]
+        await pilot.press(*["s"] * 7)                                # to samples/s
+        assert table.view.sort == "sps"
+        await pilot.press("S")                                       # reversed
+        await pilot.pause()
+        assert _ids(app) == ["1", "2", "3"]     # equal figures: the order stays stable
+        table.move_cursor(row=2)
+        await pilot.pause()
+        await pilot.press("delete")
+        await pilot.pause()
+        await pilot.click("#confirm-yes")
+        for _ in range(10):
+            await app.poll_now()
+            await pilot.pause()
+        assert "3" not in _ids(app)
+    assert [r["id"] for r in SessionStore(tmp_path, readonly=True).runs()] == [1, 2]
+
+
+async def test_open_any_folder_by_its_path(tmp_path, isolated_home):
+    first, other = tmp_path / "first", tmp_path / "elsewhere" / "s2"
+    _session(first, 1)
+    _session(other, 2)
+    app = TrainerApp(first, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        path = app.screen.query_one("#open-path", Input)
+        path.value = str(other)
+        path.focus()
+        await pilot.pause()
+        await pilot.press("enter")
+        for _ in range(10):
+            await app.poll_now()
+            await pilot.pause()
+        assert app.session_dir == other.resolve() and str(other) in app.sub_title
+        assert _ids(app) == ["1", "2"]
