@@ -18,7 +18,7 @@ Core layer: imports neither torch nor textual.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import figures as F
@@ -93,7 +93,6 @@ class Snapshot:
     studies: tuple[dict[str, Any], ...]
     study: dict[str, Any] | None            # the study shown, with its table rows
     checks: dict[int, list[dict[str, Any]]]  # repro verdicts and check twins, by run
-    ended: tuple[int, ...]                  # runs seen live that ended since the last tick
     read_ms: float
 
 
@@ -113,6 +112,9 @@ class SessionReader:
         self._force_full = True
         self._study_key: Any = None
         self._study: dict[str, Any] | None = None
+        self._labels: dict[int, dict[str, Any]] = {}
+        self._studies: tuple[dict[str, Any], ...] = ()
+        self._studies_at = 0.0
 
     def invalidate(self) -> None:
         """The next tick re-reads the runs table (after a rename, a delete, new labels)."""
@@ -129,7 +131,6 @@ class SessionReader:
         for rid in list(self.series):
             if rid not in watched:
                 del self.series[rid]
-        ended = []
         for rid in changed_runs | touched:
             run = self.raw.get(rid)
             if run is None:
@@ -139,8 +140,6 @@ class SessionReader:
             if row != before:
                 self.rows[rid] = row
                 changed_runs.add(rid)
-                if before is not None and before.live and row.status in ENDED:
-                    ended.append(rid)
         for rid in [r for r in self.rows if r not in self.raw]:
             del self.rows[rid]
             changed_runs.add(rid)
@@ -150,31 +149,26 @@ class SessionReader:
         snap = Snapshot(
             runs=self._tuple, runs_version=self.version,
             series={r: self.series[r] for r in watched if r in self.series},
-            studies=tuple(self.store.studies()) if self._studies_due() else self._studies,
+            studies=self._read_studies(),
             study=self._read_study(study),
             checks={r: self.store.events(r, "repro_verdict") + self.store.events(r, "check_twin")
                     for r in checks_for if r in self.raw},
-            ended=tuple(ended), read_ms=(time.perf_counter() - t0) * 1000)
-        self._studies = snap.studies
+            read_ms=(time.perf_counter() - t0) * 1000)
         return snap
 
-    _studies: tuple[dict[str, Any], ...] = ()
-    _studies_at = 0.0
-
-    def _studies_due(self) -> bool:
+    def _read_studies(self) -> tuple[dict[str, Any], ...]:
+        """The studies, re-read at most once a second (and on a full read)."""
         now = time.monotonic()
-        if now - self._studies_at >= 1.0 or self._force_studies:
-            self._studies_at, self._force_studies = now, False
-            return True
-        return False
-
-    _force_studies = True
+        if now - self._studies_at >= 1.0:
+            self._studies_at = now
+            self._studies = tuple(self.store.studies())
+        return self._studies
 
     # --- the runs table ----------------------------------------------------------------------
     def _read_runs(self) -> set[int]:
         now = time.monotonic()
         if self._force_full or now - self._full_at >= FULL_EVERY_S:
-            self._force_full, self._full_at, self._force_studies = False, now, True
+            self._force_full, self._full_at, self._studies_at = False, now, 0.0
             runs = self.store.runs()
             labels = self.store.labels()
             fresh = {r["id"]: r for r in runs}
@@ -194,8 +188,6 @@ class SessionReader:
                 changed.add(r["id"])
             self._max_id = max(self._max_id, r["id"])
         return changed
-
-    _labels: dict[int, dict[str, Any]] = {}
 
     def _row(self, run: dict[str, Any]) -> RunRow:
         rid = run["id"]
@@ -284,6 +276,3 @@ class SessionReader:
             self._study = {**study, "rows": rows}
         return self._study
 
-
-def with_status(row: RunRow, status: str) -> RunRow:
-    return replace(row, status=status)

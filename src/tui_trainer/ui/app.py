@@ -158,6 +158,9 @@ class TrainerApp(App[None]):
         self._restoring = True
         self._saved_state: str | None = None
         self._form_values: dict[str, Any] | None = None
+        self._req = Request()
+        self._invalidate = False        # the next tick re-reads the runs table
+        self._lines: dict | None = None  # the plot lines drawn last
         self._set_title()
 
     @property
@@ -308,9 +311,6 @@ class TrainerApp(App[None]):
         self._save_state()
 
     # --- the polling thread ----------------------------------------------------------------
-    def _request(self) -> Request:
-        return self.__dict__.get("_req") or Request()
-
     def _update_request(self) -> None:
         pair = self.current_pair()
         plotted = tuple(self.plotted())
@@ -350,6 +350,7 @@ class TrainerApp(App[None]):
         reader = SessionReader(store)
         tail = LogTail()
         plot_key: Any = None
+        lines: dict | None = None
         try:
             first = True
             while not worker.is_cancelled:
@@ -363,16 +364,15 @@ class TrainerApp(App[None]):
                 first = False
                 self._seq += 1
                 seq = self._seq
-                req = self._request()
+                req = self._req
                 if not self.writer.readonly:
                     # The explicit write that reading leaves out: runs whose process is
                     # gone are stored as crashed, with how their process ended.
                     self.writer(lambda s, sup: (sup.reap(), s.reconcile()))
-                if getattr(self, "_invalidate", False):
+                if self._invalidate:
                     self._invalidate = False
                     reader.invalidate()
                 snap = reader.tick(req.watched, req.study, req.checks_for)
-                lines = None
                 if req.tab == "tab-plots":
                     key = (req.plotted, req.options,
                            tuple(snap.series[r].version for r in req.plotted
@@ -382,7 +382,9 @@ class TrainerApp(App[None]):
                         configs = {r.id: r.config for r in snap.runs}
                         lines = plot_lines(snap.series, req.plotted, configs, req.options)
                 else:
-                    plot_key = None
+                    plot_key = lines = None
+                # Every snapshot carries the current lines (the same object while nothing
+                # changed): a snapshot that replaces an unhandled one loses nothing.
                 self.post_message(Polled(snap, lines, seq))
                 if req.tab == "tab-log":
                     reset, new = tail.read(store.log_path(req.log_run)
@@ -418,7 +420,8 @@ class TrainerApp(App[None]):
         self.query_one(ABPanel).show_studies(snap.studies, self.study_shown)
         if self.study_shown is None and snap.studies:
             self.study_shown = snap.studies[-1]["id"]
-        if message.lines is not None:
+        if message.lines is not None and message.lines is not self._lines:
+            self._lines = message.lines
             names = ", ".join(label(r, self.runs) for r in self.plotted())
             self.query_one(PlotsPanel).show(message.lines, shown(names, 80)
                                             or "no run selected")
