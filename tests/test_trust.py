@@ -322,8 +322,9 @@ def test_a_read_only_session_is_listed_and_exported_elsewhere(finished, tmp_path
     assert "finished" in p.stdout                                        # listed
     assert "give --out DIR" in text and "training failed" not in text
     assert "is read-only" in text
-    assert sorted(f.suffix for f in out.iterdir()) == [".csv", ".csv", ".csv", ".png",
-                                                       ".png", ".png"]
+    names = sorted(f.name for f in out.iterdir())
+    assert sorted(f.suffix for f in out.iterdir()) == [".csv"] * 4 + [".png"] * 3, names
+    assert "runs-1-summary.csv" in names
 
 
 def test_a_full_disk_names_the_path_and_the_run_resumes_exactly_after_freeing_space(
