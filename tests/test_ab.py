@@ -154,7 +154,7 @@ def test_a_stopped_study_stops_its_run_cleanly_and_continues(tmp_path):
 
     from conftest import tt_popen, wait_for_row
     proc = tt_popen("ab", "--session", str(tmp_path), *sets(*QUICK), "--vary", "seed=2",
-                    "--steps", "400", "--json")
+                    "--steps", "200", "--json")
     wait_for_row(tmp_path, "SELECT 1 FROM runs WHERE id = 1 AND step >= 10")
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
@@ -170,4 +170,4 @@ def test_a_stopped_study_stops_its_run_cleanly_and_continues(tmp_path):
     study = json.loads(r.out)
     assert study["status"] == "finished"
     assert [(row["label"], row["status"], row["steps"]) for row in study["rows"]] == \
-        [("base", "finished", 400), ("seed=2", "finished", 400)]
+        [("base", "finished", 200), ("seed=2", "finished", 200)]

@@ -10,6 +10,7 @@ import torch
 import torchvision.transforms.functional as TF
 from torchvision import datasets
 
+from tui_trainer.core import machine as M
 from tui_trainer.core.config import RunConfig
 from tui_trainer.engine import data as D
 
@@ -40,7 +41,7 @@ def test_auto_uses_full_mnist_when_it_is_in_data_dir(tmp_path):
     # Lay out MNIST/raw with files of the IDX format (here: the sample's, renamed as full).
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
-    for name in D.IDX_FILES:
+    for name in M.IDX_FILES:
         (raw / f"{name}.gz").write_bytes((D._sample_gz_dir() / f"{name}.gz").read_bytes())
     train, _, info = D.load_datasets(RunConfig(dataset="auto", data_dir=str(tmp_path)))
     assert info.name == "mnist" and len(train) == 8000
@@ -106,7 +107,7 @@ def test_seed_workers_decouples_the_data_order_from_the_global_rng(tmp_path):
     assert order(False, 10) != order(False, 1000)
 
 
-@pytest.mark.skipif(not D.FASHION_SYSTEM_DIR.exists(),
+@pytest.mark.skipif(not M.FASHION_SYSTEM_DIR.exists(),
                     reason="Debian's dataset-fashion-mnist is not installed")
 def test_fashion_mnist_from_the_debian_package(tmp_path):
     train, test, info = D.load_datasets(RunConfig(dataset="fashion-mnist",
@@ -116,7 +117,7 @@ def test_fashion_mnist_from_the_debian_package(tmp_path):
 
 
 def test_missing_fashion_mnist_names_data_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(D, "FASHION_SYSTEM_DIR", Path(tmp_path / "none"))
+    monkeypatch.setattr(M, "FASHION_SYSTEM_DIR", Path(tmp_path / "none"))
     with pytest.raises(D.DataUnavailable) as e:
         D.load_datasets(RunConfig(dataset="fashion-mnist", data_dir=str(tmp_path)))
     assert e.value.key == "dataset" and "data_dir" in str(e.value)

@@ -98,3 +98,30 @@ def test_deleting_a_run_removes_its_files_and_keeps_others(tmp_path):
     assert not w.checkpoint_dir(1).exists() and not w.log_path(1).exists()
     assert (w.checkpoint_dir(2) / "step-5.pt").exists() and w.log_path(2).exists()
     assert w.steps(1) == [] and len(w.steps(2)) == 5
+
+
+def test_an_ended_run_is_seeded_from_its_summary_and_trained_on_from_its_rows(tmp_path):
+    from tui_trainer.core import figures as F
+    w = SessionStore(tmp_path)
+    rid = w.create_run(C.DEFAULTS.to_dict(), name="r")
+    w.add_rows(steps=_rows(1, 500), run_id=rid)
+    w.add_rows(evals=[{"step": 500, "epoch": 5.0, "loss": 0.3, "accuracy": 0.9}], run_id=rid)
+    w.set_progress(rid, 500, 5.0)
+    full = F.figures(w.steps(rid), w.evals(rid))
+    w.end_run(rid, "finished", {"elapsed_s": 5.0, "figures": full.state()})
+    reader = R.SessionReader(SessionStore(tmp_path, readonly=True, create=False))
+    sql: list[str] = []
+    reader.store._conn.set_trace_callback(sql.append)
+    row = reader.tick().runs[0]
+    # The same figures as from every row, without reading one of its rows.
+    assert not [s for s in sql if "FROM steps WHERE run_id" in s], sql
+    assert (row.samples_per_s, row.train_loss, row.eval_loss, row.accuracy) == \
+        (full.samples_per_s, full.train_loss, full.eval_loss, full.accuracy)
+    # Continued: it trains on, and its figures are those of all its rows again.
+    w.add_rows(steps=_rows(501, 20), run_id=rid)
+    w.set_progress(rid, 520, 5.2)
+    row = reader.tick().runs[0]
+    again = F.figures(w.steps(rid), w.evals(rid))
+    assert (row.samples_per_s, row.train_loss, row.accuracy) == \
+        (again.samples_per_s, again.train_loss, again.accuracy)
+    assert row.samples_per_s != full.samples_per_s

@@ -12,7 +12,9 @@ import pytest
 
 from tui_trainer.core.config import DEFAULTS
 from tui_trainer.core.store import SessionStore
+from tui_trainer.core.machine import Machine
 from tui_trainer.ui.app import TrainerApp
+from tui_trainer.ui.panels.launch import LaunchPanel
 
 SIZE = (180, 50)
 
@@ -63,6 +65,9 @@ def _app(session) -> TrainerApp:
 
 async def _settle(pilot):
     pilot.app.sub_title = "snapshot session"
+    await pilot.app.ready(machine=True)
+    # The machine line shows fixed facts: the picture is the same on every machine.
+    pilot.app.query_one(LaunchPanel).set_machine(Machine(torch="2.x"))
     await pilot.app.poll_now()
     await pilot.pause(0.3)
     await pilot.app.poll_now()
@@ -80,4 +85,4 @@ def test_main_screen_with_two_runs(snap_compare, tmp_path, tab):
 
 
 def test_help_screen(snap_compare, tmp_path):
-    assert snap_compare(_app(tmp_path), terminal_size=SIZE, press=["f1"])
+    assert snap_compare(_app(tmp_path), terminal_size=SIZE, press=["f1"], run_before=_settle)

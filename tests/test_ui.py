@@ -12,6 +12,7 @@ import pytest
 from textual.widgets import DataTable, Input, Select, Switch
 
 from conftest import QUICK, db_rows, tt
+from tui_trainer.core import machine
 from tui_trainer.core.store import SessionStore
 from tui_trainer.ui.app import TrainerApp
 from tui_trainer.ui.widgets.config_form import ConfigForm
@@ -60,6 +61,7 @@ def cell(app, run_id: int, column: str) -> str:
 async def test_form_marks_invalid_fields_and_refuses_to_start(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await fill(pilot, {"batch_size": "0", "lr": "fast"})
         form = app.query_one(ConfigForm)
         assert set(form.problems) == {"batch_size", "lr"}
@@ -75,16 +77,32 @@ async def test_form_marks_invalid_fields_and_refuses_to_start(tmp_path):
         # A rule across fields is marked too.
         await fill(pilot, {"loader": "resident", "num_workers": "2"})
         assert "num_workers" in form.problems
+        await fill(pilot, {"num_workers": "0"})
+        # What this machine cannot run is refused at its key, before a run exists.
+        await until(pilot, lambda: "machine: " in str(app.query_one("#machine").render())
+                    and "checking" not in str(app.query_one("#machine").render()))
+        if not machine.facts().cuda:
+            await fill(pilot, {"device": "cuda", "amp": "off"})
+            assert "device" in form.problems
+            assert "no usable CUDA" in str(form.query_one("#error-device").render())
+            assert app.query_one("#start").disabled
+            await fill(pilot, {"device": "cpu", "amp": "fp16"})
+            assert set(form.problems) == {"amp"}
+            app.action_start()
+            await pilot.pause(0.5)
+            assert SessionStore(tmp_path).runs() == []
 
 
 async def test_every_knob_is_in_the_form_with_its_explanation(tmp_path):
     from tui_trainer.core import config as C
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         form = app.query_one(ConfigForm)
-        for key in C.FIELDS:
-            box = form.query_one(f"#box-{key}")
-            assert C.doc(key) in str(box.query_one(".field-doc").render())
+        for key in C.FIELDS:        # the focused knob is explained under the form
+            form.query_one(f"#field-{key}").focus()
+            await pilot.pause()
+            assert C.doc(key) in str(app.query_one("#knob-help").render()), key
         assert isinstance(form.query_one("#field-pin_memory"), Switch)
         assert isinstance(form.query_one("#field-amp"), Select)
         assert isinstance(form.query_one("#field-batch_size"), Input)
@@ -106,6 +124,7 @@ async def test_every_knob_is_in_the_form_with_its_explanation(tmp_path):
 async def test_presets_load_into_the_form_and_the_form_saves_as_one(tmp_path, isolated_home):
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         preset = app.query_one("#preset", Select)
         fastest = next(v for _, v in preset._options
                        if isinstance(v, str) and v.endswith("fastest-cpu.toml"))
@@ -127,6 +146,7 @@ async def test_presets_load_into_the_form_and_the_form_saves_as_one(tmp_path, is
 async def test_start_a_run_and_watch_its_row_and_plots_fill(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await fill(pilot, {**QUICK_FORM, "epochs": "2"})
         app.query_one("#run-name", Input).value = "first"
         await pilot.press("f2")
@@ -149,6 +169,7 @@ async def test_start_a_run_and_watch_its_row_and_plots_fill(tmp_path):
 async def test_stop_then_continue(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await fill(pilot, {**QUICK_FORM, "epochs": "200"})
         await pilot.press("f2")
         await until(pilot, lambda: db_rows(tmp_path, "SELECT 1 FROM runs WHERE step >= 12"))
@@ -176,6 +197,7 @@ async def test_repeat_pairs_a_twin_and_the_divergence_panel_says_identical(tmp_p
     assert r.rc == 0, r.err
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await pilot.press("f5")
         await until(pilot, lambda: len(db_rows(tmp_path, "SELECT 1 FROM runs")) == 2
                     and status(tmp_path, 2) == "finished")
@@ -196,6 +218,7 @@ async def test_divergence_finds_the_first_differing_step_of_runs_that_differ(tmp
     assert tt("run", "--session", str(tmp_path), *base, "--set", "seed=5").rc == 0
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await app.poll_now()
         await pilot.pause()
         table = app.query_one("#runs", DataTable)
@@ -219,6 +242,7 @@ async def test_compare_shows_config_diff_overlay_and_ratios(tmp_path):
               "--set", "num_threads=1").rc == 0
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await app.poll_now()
         await pilot.pause()
         app.query_one("#runs", DataTable).focus()
@@ -259,6 +283,7 @@ async def test_save_as_and_reopen_restore_runs_and_screen_state(tmp_path, isolat
     assert tt("run", "--session", str(session), *base).rc == 0
     app = TrainerApp(session, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await app.poll_now()
         await pilot.pause()
         app.query_one("#runs", DataTable).focus()
@@ -277,6 +302,7 @@ async def test_save_as_and_reopen_restore_runs_and_screen_state(tmp_path, isolat
     assert all(c["path"].startswith(str(copy)) for c in SessionStore(copy).checkpoints(1))
     reopened = TrainerApp(copy, poll=False)
     async with reopened.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await pilot.pause()
         assert reopened.marked == [1, 2]
         assert reopened.query_one("#tabs").active == "tab-compare"
@@ -307,6 +333,7 @@ async def test_reopening_marks_dead_runs_crashed_and_reattaches_to_live_ones(tmp
     try:
         app = TrainerApp(tmp_path, poll=False)
         async with app.run_test(size=SIZE) as pilot:
+            await pilot.app.ready()
             await until(pilot, lambda: status(tmp_path, 2) == "running"
                         and cell(app, 2, "status") == "running")
             assert cell(app, 1, "status") == "crashed"
@@ -328,6 +355,7 @@ async def test_reopening_marks_dead_runs_crashed_and_reattaches_to_live_ones(tmp
 async def test_quit_with_runs_training_can_stop_them(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await fill(pilot, {**QUICK_FORM, "epochs": "200"})
         await pilot.press("f2")
         await until(pilot, lambda: status(tmp_path, 1) == "running")
@@ -345,6 +373,7 @@ async def test_quit_with_runs_training_can_stop_them(tmp_path):
 async def test_help_screen_and_command_palette_list_the_actions(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await pilot.press("f1")
         await pilot.pause()
         assert app.screen.__class__.__name__ == "HelpScreen"
@@ -360,6 +389,7 @@ def test_ui_state_is_saved_in_the_session(tmp_path):
     async def go():
         app = TrainerApp(tmp_path, poll=False)
         async with app.run_test(size=SIZE) as pilot:
+            await pilot.app.ready()
             app.query_one("#tabs").active = "tab-log"
             await pilot.pause()
     asyncio.run(go())
@@ -377,6 +407,7 @@ async def test_verdict_action_trains_a_twin_and_explains_the_difference(tmp_path
     assert r.rc == 0, r.err
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await pilot.press("f7")
         assert app.query_one("#tabs").active == "tab-divergence"
         await until(pilot, lambda: db_rows(tmp_path, "SELECT 1 FROM events WHERE "
@@ -394,6 +425,7 @@ async def test_resume_check_action_shows_the_verdict_in_the_divergence_panel(tmp
     assert r.rc == 0, r.err
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await pilot.press("f8")
         await pilot.pause()
         prompt = app.screen.query_one("#name-input", Input)
@@ -417,6 +449,7 @@ async def test_resume_check_action_shows_the_verdict_in_the_divergence_panel(tmp
 async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await fill(pilot, QUICK_FORM)
         app.query_one("#tabs").active = "tab-ab"
         await pilot.pause()
@@ -456,6 +489,7 @@ async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path)
 async def test_a_diverging_run_is_announced_and_shown_diverged(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await fill(pilot, {**QUICK_FORM, "lr": "100", "momentum": "0.99",
                            "weight_decay": "1", "log_every": "1"})
         await pilot.press("f2")
@@ -476,6 +510,7 @@ async def test_continue_without_a_checkpoint_offers_a_restart_from_step_0(tmp_pa
     store.close()
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await app.poll_now()
         app.cursor_run = rid
         await pilot.press("f4")

@@ -95,6 +95,7 @@ async def test_hostile_names_show_as_text_on_every_tab_and_clicks_do_nothing(hos
     session, names, shots = hostile
     app = TrainerApp(session, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await app.poll_now()
         await pilot.pause()
         table = app.query_one("#runs", DataTable)
@@ -143,6 +144,7 @@ async def test_the_log_tab_shows_escape_sequences_escaped(hostile):
     session, names, _ = hostile
     app = TrainerApp(session, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         app.query_one("#tabs").active = "tab-log"
         await pilot.pause()
         for _ in range(3):
@@ -161,6 +163,7 @@ async def test_a_damaged_session_is_refused_with_a_message_and_the_open_one_stay
     (broken / "session.sqlite").write_bytes(b"")
     app = TrainerApp(good, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         app.action_open_session()
         await pilot.pause()
         option_list = app.screen.query_one("#open-list")
@@ -186,6 +189,7 @@ def test_a_read_only_session_opens_for_viewing_and_refuses_to_train(hostile, tmp
         async def main():
             app = TrainerApp(sys.argv[1], poll=False)
             async with app.run_test(size=(180, 55)) as pilot:
+                await pilot.app.ready()
                 await pilot.press("f2")
                 await pilot.pause()
                 await app.poll_now()

@@ -41,6 +41,7 @@ async def test_rename_tag_filter_hide_sort_and_delete_runs(tmp_path):
     _session(tmp_path)
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await app.poll_now()
         await pilot.pause()
         table = app.query_one("#runs", DataTable)
@@ -91,6 +92,7 @@ async def test_open_any_folder_by_its_path(tmp_path, isolated_home):
     _session(other, 2)
     app = TrainerApp(first, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
         await pilot.press("ctrl+o")
         await pilot.pause()
         path = app.screen.query_one("#open-path", Input)

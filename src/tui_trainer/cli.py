@@ -17,7 +17,7 @@ from typing import Any
 
 from . import __version__, runner
 from .core import config as cfgmod
-from .core import figures
+from .core import figures, machine
 from .core.config import ConfigError
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_NOT_IDENTICAL,
                           EXIT_OK, EXIT_SESSION, BadInput, CheckpointError, DiskFull, RunBusy,
@@ -173,6 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
                          "read-only session)")
     sp.add_argument("--json", action="store_true")
 
+    sp = sub.add_parser("machine", help="what this machine can run (devices, torch), and "
+                        "whether a config can train here",
+                        description="Print what torch sees here (CUDA devices, Apple GPU, "
+                                    "version). With --config/--set, also check that this "
+                                    "machine can train that config (device, amp, dataset "
+                                    "present): exit 2 naming the key when it cannot.")
+    config_args(sp)
+    sp.add_argument("--json", action="store_true", help="one JSON object")
+
     sp = sub.add_parser("runs", help="list a session's runs (reads only; works on a "
                                      "read-only session)")
     sp.add_argument("--session", metavar="DIR")
@@ -185,6 +194,25 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_config(args: argparse.Namespace) -> int:
     cfg = cfgmod.load(args.config, args.sets)
     sys.stdout.write(cfg.to_toml(comments=not args.plain))
+    return EXIT_OK
+
+
+def cmd_machine(args: argparse.Namespace) -> int:
+    cfg = cfgmod.load(args.config, args.sets) if args.config or args.sets else None
+    from .engine.reproducibility import machine_facts   # torch is imported here
+    m = machine_facts()
+    found = machine.problem(cfg.to_dict(), m) if cfg else None
+    if args.json:
+        print(json.dumps({**m.to_dict(), "problem": None if found is None else
+                          {"key": found.key, "reason": found.reason}}))
+    else:
+        print(m.describe())
+        if cfg is not None and found is None:
+            print("this machine can train the config")
+    if found is not None:
+        if not args.json:
+            _say(f"bad config: {found}")
+        return EXIT_BAD_INPUT
     return EXIT_OK
 
 
@@ -484,7 +512,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": cmd_runs,
-            "repro": cmd_repro, "export": cmd_export, "ab": cmd_ab}
+            "repro": cmd_repro, "export": cmd_export, "ab": cmd_ab,
+            "machine": cmd_machine}
 
 
 class ExportFailed(Exception):

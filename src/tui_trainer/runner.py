@@ -5,7 +5,7 @@ with arguments from its typed builders; this module decides which runs to create
 them one after the other and records what it found. The CLI (`repro`, `ab`) parses and
 prints; the dashboard starts the same commands in the background.
 
-Imports torch only inside `device_refusal` (to ask whether this machine can run a config).
+Imports torch only inside `device_refusal` (for the facts core.machine judges a config by).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .core import config as cfgmod
+from .core import machine
 from .core.config import ConfigError
 from .core.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, BadInput
 from .core.repro import verdict
@@ -129,14 +130,15 @@ def repro(store: SessionStore, check: Check, say: Say) -> dict[str, Any]:
 
 
 def device_refusal(config: dict[str, Any]) -> str | None:
-    """Why a config cannot train on this machine (e.g. amp=fp16 without CUDA), or None."""
-    from .engine.reproducibility import check_device_knobs, resolve_device
+    """Why this machine cannot train a config (e.g. amp=fp16 without CUDA, a dataset that is
+    not there), or None: core.machine's rules on the facts torch gives."""
+    from .engine.reproducibility import machine_facts
     try:
         cfg = cfgmod.from_dict(config)
-        check_device_knobs(cfg, resolve_device(cfg))
     except ConfigError as e:
         return f"{e.key}: {e.reason}"
-    return None
+    found = machine.problem(cfg.to_dict(), machine_facts())
+    return None if found is None else str(found)
 
 
 def run_study(session: Path, study_id: int, say: Say) -> str:

@@ -89,6 +89,24 @@ class Figures:
     _rates: list[float] = field(default_factory=list)   # sorted, first interval left out
     _first_seen: bool = False
     _smoother: Smoother = field(default_factory=Smoother)
+    frozen: bool = False        # restored from a summary: more rows need every row again
+
+    STATE = ("steps", "elapsed", "train_loss", "last_loss", "eval_loss", "accuracy",
+             "eval_step", "peak_cuda", "peak_rss", "grad_norm", "data_wait_s")
+
+    def state(self) -> dict[str, Any]:
+        """What a finished run stores in its summary, so that a reader need not read its
+        rows again (`restore`)."""
+        return {**{k: getattr(self, k) for k in self.STATE},
+                "samples_per_s": self.samples_per_s}
+
+    @classmethod
+    def restore(cls, state: Mapping[str, Any]) -> "Figures":
+        f = cls(frozen=True, **{k: state.get(k) for k in cls.STATE if k != "data_wait_s"},
+                data_wait_s=state.get("data_wait_s") or 0.0)
+        if finite(state.get("samples_per_s")):
+            f._rates = [state["samples_per_s"]]
+        return f
 
     def add_step(self, row: Mapping[str, Any]) -> None:
         self.steps = row["step"]

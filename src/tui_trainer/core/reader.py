@@ -102,7 +102,9 @@ class SessionReader:
         self.cursors = {"steps": 0, "evals": 0, "fingerprints": 0}
         self.figures: dict[int, F.Figures] = {}
         self.series: dict[int, RunSeries] = {}
-        self.hashes: dict[int, dict[int, str]] = {}
+        self.hashes: dict[int, dict[int, str]] = {}     # read when asked for (hashes_of)
+        self._seeded_upto: dict[int, dict[str, int]] = {}
+        self._started = False
         self.rows: dict[int, RunRow] = {}
         self.raw: dict[int, dict[str, Any]] = {}
         self.version = 0
@@ -124,6 +126,12 @@ class SessionReader:
     def tick(self, watched: tuple[int, ...] = (), study: int | None = None,
              checks_for: tuple[int, ...] = ()) -> Snapshot:
         t0 = time.perf_counter()
+        if not self._started:
+            # Rows stored before the first tick are read per run when it is first seen (or
+            # not at all: an ended run's figures are in its summary); the tick reads only
+            # rows written after this point.
+            self._started = True
+            self.cursors = {t: self.store.last_row_id(t) for t in self.cursors}
         changed_runs = self._read_runs()
         touched = self._read_rows()
         for rid in set(watched) - set(self.series):
@@ -212,11 +220,25 @@ class SessionReader:
             hidden=labels.get("hidden", False), dataset=run["dataset"])
 
     def _seed_figures(self, run: dict[str, Any]) -> F.Figures:
-        """A run seen for the first time: its figures and parameter hashes from every row it
-        has so far (indexed reads of that run, once; later rows come through the tick)."""
-        rid = run["id"]
-        self.hashes[rid] = F.hashes(self.store.fingerprints(rid))
-        return F.figures(self.store.steps(rid), self.store.evals(rid))
+        """A run seen for the first time: an ended run's figures from its summary (written by
+        the engine with the same core.figures), else from every row it has so far (indexed
+        reads of that run, once); later rows come through the tick."""
+        state = (run.get("summary") or {}).get("figures")
+        if run.get("status") in ENDED and state and state.get("steps") == run.get("step"):
+            return F.Figures.restore(state)
+        return self._figures_from_rows(run["id"])
+
+    def _figures_from_rows(self, rid: int) -> F.Figures:
+        steps, evals = self.store.steps(rid), self.store.evals(rid)
+        self._seeded_upto[rid] = {"steps": max((r["id"] for r in steps), default=0),
+                                  "evals": max((r["id"] for r in evals), default=0)}
+        return F.figures(steps, evals)
+
+    def hashes_of(self, rid: int) -> dict[int, str]:
+        """A run's parameter hashes by step, read when first asked for."""
+        if rid not in self.hashes:
+            self.hashes[rid] = F.hashes(self.store.fingerprints(rid))
+        return self.hashes[rid]
 
     # --- metric rows ---------------------------------------------------------------------------
     def _read_rows(self) -> set[int]:
@@ -226,23 +248,31 @@ class SessionReader:
             for r in rows:
                 self.cursors[table] = max(self.cursors[table], r["id"])
                 rid = r["run_id"]
-                if rid not in self.figures:
-                    continue        # its figures are seeded from the store when first seen
-                touched.add(rid)
-                f = self.figures[rid]
-                if table == "steps":
-                    if r["step"] <= f.steps:      # re-recorded after a resume: start over
-                        self.figures[rid] = self._seed_figures(self.raw.get(rid, {"id": rid}))
-                    else:
-                        f.add_step(r)
-                elif table == "evals":
-                    f.add_eval(r)
-                else:
-                    self.hashes.setdefault(rid, {})[r["step"]] = r["sha256"]
                 s = self.series.get(rid)
                 if s is not None:
                     s.add(table, r)
                     s.version += 1
+                if table == "fingerprints":
+                    if rid in self.hashes:
+                        self.hashes[rid][r["step"]] = r["sha256"]
+                    continue
+                if rid not in self.figures:
+                    continue        # its figures are seeded from the store when first seen
+                touched.add(rid)
+                if r["id"] <= self._seeded_upto.get(rid, {}).get(table, 0):
+                    continue        # the seeding read it already
+                f = self.figures[rid]
+                if table == "steps":
+                    if f.frozen or r["step"] <= f.steps:
+                        # Restored from a summary and trained on, or re-recorded after a
+                        # resume: from every row again (this row included).
+                        self.figures[rid] = self._figures_from_rows(rid)
+                    else:
+                        f.add_step(r)
+                elif f.frozen:
+                    self.figures[rid] = self._figures_from_rows(rid)
+                else:
+                    f.add_eval(r)
         return touched
 
     def _load_series(self, rid: int) -> None:
@@ -272,7 +302,7 @@ class SessionReader:
                 self.store, study_id,
                 figures_of=lambda r: {"status": self.rows[r].status, "steps": self.rows[r].step,
                                       **self.figures[r].as_dict()},
-                hashes_of=lambda r: self.hashes.get(r, {}))
+                hashes_of=self.hashes_of)
             self._study = {**study, "rows": rows}
         return self._study
 

@@ -609,6 +609,11 @@ class SessionStore:
         return [_decode(r) for r in self._q(
             f"SELECT * FROM {table} WHERE id > ? ORDER BY id", (after_id,))]
 
+    def last_row_id(self, table: str) -> int:
+        """The newest row of `table` (steps, evals or fingerprints): a cursor to start from."""
+        assert table in ("steps", "evals", "fingerprints"), table
+        return self._q(f"SELECT COALESCE(MAX(id), 0) FROM {table}")[0][0]
+
     def last_step(self, run_id: int) -> dict[str, Any] | None:
         rows = self._q("SELECT * FROM steps WHERE run_id = ? ORDER BY step DESC LIMIT 1",
                        (run_id,))

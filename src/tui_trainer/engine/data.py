@@ -26,15 +26,12 @@ from torchvision import datasets, transforms
 
 from ..core.config import ConfigError, RunConfig
 from ..core.errors import DiskFull, is_disk_full
-from ..core.paths import default_data_dir
+from ..core.machine import (IDX_FILES, data_root, fashion_missing, fashion_source,
+                            mnist_missing, mnist_on_disk, offline)
 
 MEAN_STD = {"mnist": (0.1307, 0.3081), "fashion-mnist": (0.2860, 0.3530),
             "synthetic": (0.5, 0.25)}
 MAX_SHIFT = 2
-# Debian's dataset-fashion-mnist package puts the four IDX files here.
-FASHION_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
-IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-             "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
 class DataUnavailable(ConfigError):
@@ -75,7 +72,7 @@ def _sample_gz_dir() -> Path:
 
 
 def _try_download_mnist(root: Path) -> bool:
-    if os.environ.get("TUI_TRAINER_OFFLINE"):
+    if offline():
         return False
     previous = socket.getdefaulttimeout()
     socket.setdefaulttimeout(10)
@@ -89,17 +86,11 @@ def _try_download_mnist(root: Path) -> bool:
         socket.setdefaulttimeout(previous)
 
 
-def _mnist_on_disk(root: Path) -> bool:
-    raw = root / "MNIST" / "raw"
-    return all((raw / n).exists() or (raw / f"{n}.gz").exists() for n in IDX_FILES)
-
-
 def load_datasets(cfg: RunConfig) -> tuple[Dataset, Dataset, DataInfo]:
     """The raw train and eval datasets (PIL images, no transform yet) and what they are.
     A data_dir that cannot be used (a file, a name too long, no permission, a full disk) is
     refused naming the key, before anything is written to the session."""
-    root = Path(cfg.data_dir).expanduser() if cfg.data_dir else default_data_dir()
-    key = "data_dir" if cfg.data_dir else "data_dir (default)"
+    root, key = data_root(cfg.to_dict())
     try:
         if root.exists() and not root.is_dir():
             raise ConfigError(key, f"{root} is a file, not a folder; give a folder for the "
@@ -118,7 +109,7 @@ def _load_datasets(cfg: RunConfig, root: Path) -> tuple[Dataset, Dataset, DataIn
     name = cfg.dataset
     fallback = ""
     if name in ("auto", "mnist"):
-        if _mnist_on_disk(root):
+        if mnist_on_disk(root):
             raw = root / "MNIST" / "raw"
             if not all((raw / n).exists() for n in IDX_FILES):
                 _extract_idx(raw, raw)
@@ -126,11 +117,7 @@ def _load_datasets(cfg: RunConfig, root: Path) -> tuple[Dataset, Dataset, DataIn
         elif _try_download_mnist(root):
             name = "mnist"
         elif cfg.dataset == "mnist":
-            raise DataUnavailable(
-                "dataset", f"full MNIST is not in data_dir ({root / 'MNIST' / 'raw'}) and "
-                "cannot be downloaded here. Put the four IDX files there (or set data_dir to "
-                "where they are), or use dataset = mnist-sample: the 10,000 real digits "
-                "shipped with tui-trainer.")
+            raise DataUnavailable("dataset", mnist_missing(root))
         else:
             name = "mnist-sample"
             fallback = (f" (dataset = auto: full MNIST is not in {root / 'MNIST' / 'raw'} and "
@@ -149,16 +136,11 @@ def _load_datasets(cfg: RunConfig, root: Path) -> tuple[Dataset, Dataset, DataIn
         root = sample_root
     elif name == "fashion-mnist":
         raw = root / "FashionMNIST" / "raw"
-        if not all((raw / n).exists() for n in IDX_FILES):
-            for source in (raw, FASHION_SYSTEM_DIR):
-                if all((source / f"{n}.gz").exists() for n in IDX_FILES):
-                    _extract_idx(source, raw)
-                    break
-            else:
-                raise DataUnavailable(
-                    "dataset", f"Fashion-MNIST is not in data_dir ({raw}) nor in "
-                    f"{FASHION_SYSTEM_DIR} (Debian: apt-get install dataset-fashion-mnist). "
-                    "Use dataset = mnist-sample for the sample shipped with tui-trainer.")
+        source = fashion_source(root)
+        if source is None:
+            raise DataUnavailable("dataset", fashion_missing(root))
+        if source != raw:
+            _extract_idx(source, raw)
         train = datasets.FashionMNIST(str(root), train=True, download=False)
         test = datasets.FashionMNIST(str(root), train=False, download=False)
         desc = "Fashion-MNIST (60,000 train / 10,000 test)"

@@ -19,41 +19,35 @@ import torch
 import torchvision
 from torch import nn
 
+from ..core import machine
 from ..core.config import ConfigError, RunConfig
+from ..core.machine import Machine
 
 # cuBLAS needs a fixed workspace to be deterministic; it must be set before its first use.
 CUBLAS_DETERMINISTIC = ":4096:8"
 
 
+def machine_facts() -> Machine:
+    """What torch sees here; the rules that use it are in core.machine."""
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return Machine(torch=torch.__version__, cuda=n > 0, cuda_devices=n,
+                   cuda_names=tuple(torch.cuda.get_device_name(i) for i in range(n)),
+                   mps=torch.backends.mps.is_available())
+
+
 def resolve_device(cfg: RunConfig) -> torch.device:
-    spec = cfg.device
-    if spec == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if spec.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ConfigError("device", f"{spec} was asked for but there is no usable CUDA "
-                              f"device here (torch {torch.__version__}, "
-                              "torch.cuda.is_available() is False); use device = cpu or auto")
-        index = int(spec.split(":")[1]) if ":" in spec else 0
-        if index >= torch.cuda.device_count():
-            raise ConfigError("device", f"{spec} was asked for but this machine has "
-                              f"{torch.cuda.device_count()} CUDA device(s): cuda:0 to "
-                              f"cuda:{torch.cuda.device_count() - 1}")
-        return torch.device("cuda", index)
-    if spec == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("device", "mps was asked for but this machine has no Apple GPU; "
-                          "use device = cpu or auto")
-    return torch.device(spec)
+    """The torch device of cfg.device; a device this machine lacks is a ConfigError."""
+    try:
+        return torch.device(machine.device_type(cfg.device, machine_facts()))
+    except machine.Problem as p:
+        raise ConfigError(p.key, p.reason) from None
 
 
 def check_device_knobs(cfg: RunConfig, device: torch.device) -> None:
-    if cfg.amp == "fp16" and device.type != "cuda":
-        raise ConfigError("amp", f"fp16 needs a CUDA device (fp16 kernels and a GradScaler); "
-                          f"this run's device is {device.type}: use amp = bf16 or off")
+    try:
+        machine.knob_problem(cfg.to_dict(), str(device))
+    except machine.Problem as p:
+        raise ConfigError(p.key, p.reason) from None
 
 
 def seed_everything(seed: int) -> None:

@@ -67,7 +67,8 @@ class Summary:
     diverged: str | None = None
     resume_fingerprints_matched: int | None = None
     resume_fingerprints_differed: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)   # core.figures state: readers
+    extra: dict[str, Any] = field(default_factory=dict)     # seed from it, not every row
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -537,7 +538,8 @@ class Trainer:
         self.writer.progress(self.pos.step, self._epoch_float())
         self.writer.flush()
         elapsed = self.elapsed()
-        figs = figures.figures(self.store.steps(self.run_id))   # the one definition (core)
+        figs = figures.figures(self.store.steps(self.run_id),   # the one definition (core)
+                               self.store.evals(self.run_id))
         newest = self.store.usable_checkpoints(self.run_id)
         summary = Summary(
             run_id=self.run_id, name=self.store.run(self.run_id)["name"], status=status,
@@ -550,7 +552,8 @@ class Trainer:
             elapsed_s=elapsed,
             param_sha256=self.last_fingerprint[1] if self.last_fingerprint else None,
             checkpoint=newest[0]["path"] if newest else None,
-            dataset=self.loaders.info.name, device=str(self.device))
+            dataset=self.loaders.info.name, device=str(self.device),
+            figures=figs.state())
         if self.diverged is not None:
             summary.diverged_at_step, summary.diverged = self.diverged
         if self.resume_state is not None:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -33,6 +34,7 @@ from textual.widgets import Button, Footer, Header, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from ..core import config as C
+from ..core import machine
 from ..core import presets
 from ..core import study as ab
 from ..core.errors import ReadOnlySession
@@ -53,6 +55,13 @@ from .panels.runs import RunTable
 from .screens import (ConfirmScreen, ContinueScreen, HelpScreen, NameScreen, OpenScreen,
                       QuitScreen)
 
+LAZY_TABS: dict[str, Callable[[], Any]] = {
+    "tab-divergence": lambda: DivergencePanel(id="divergence-panel"),
+    "tab-compare": lambda: ComparePanel(id="compare-panel"),
+    "tab-ab": lambda: ABPanel(id="ab-panel"),
+    "tab-log": lambda: LogPanel(id="log"),
+}
+W = TypeVar("W")
 POLL_S = 0.5            # the session is read, and the visible tab redrawn, twice a second
 SEVERITY = {"finished": "information", "stopped": "information", "crashed": "error",
             "diverged": "warning"}
@@ -186,17 +195,17 @@ class TrainerApp(App[None]):
                 with TabbedContent(id="tabs"):
                     with TabPane("Plots", id="tab-plots"):
                         yield PlotsPanel(id="plots-panel")
-                    with TabPane("Divergence", id="tab-divergence"):
-                        yield DivergencePanel(id="divergence-panel")
-                    with TabPane("Compare", id="tab-compare"):
-                        yield ComparePanel(id="compare-panel")
-                    with TabPane("A/B", id="tab-ab"):
-                        yield ABPanel(id="ab-panel")
-                    with TabPane("Log", id="tab-log"):
-                        yield LogPanel(id="log")
+                    # The other tabs' panels are mounted when first shown (_show_tab).
+                    for title, tab in (("Divergence", "tab-divergence"),
+                                       ("Compare", "tab-compare"), ("A/B", "tab-ab"),
+                                       ("Log", "tab-log")):
+                        yield TabPane(title, id=tab)
         yield Footer()
 
     def on_mount(self) -> None:
+        # The first tick and the saved state are read at once, in two threads; the state,
+        # once applied, tells the poller what else to read.
+        self._start_poller()
         self._load_state()
 
     def on_resize(self) -> None:
@@ -260,7 +269,7 @@ class TrainerApp(App[None]):
             self.query_one("#tabs", TabbedContent).active = state["tab"]
         self._restoring = False
         self._save_state()
-        self._start_poller()
+        self.refresh_all()
 
     def _state(self) -> dict[str, Any]:
         opts = self.query_one(PlotsPanel).options
@@ -273,8 +282,8 @@ class TrainerApp(App[None]):
     def _save_state(self) -> None:
         """Called by every watcher of the state: the state goes into the session (in a
         worker), and the polling thread is told what to read."""
-        if self._restoring or not self.is_mounted:
-            return
+        if self._restoring or not self.is_mounted or not self.query("#tabs"):
+            return                      # restoring, or the app is closing
         self._update_request()
         text = json.dumps(self._state())
         if text != self._saved_state and not self.writer.readonly:
@@ -294,8 +303,9 @@ class TrainerApp(App[None]):
         self._save_state()
 
     @on(TabbedContent.TabActivated)
-    def _tab(self, event: TabbedContent.TabActivated) -> None:
+    async def _tab(self, event: TabbedContent.TabActivated) -> None:
         self.tab = self.query_one("#tabs", TabbedContent).active
+        await self._show_tab(self.tab)
         self._save_state()
         self._draw()
         self.refresh_all()
@@ -309,6 +319,22 @@ class TrainerApp(App[None]):
     def _form(self, event: LaunchPanel.FormChanged) -> None:
         self._form_values = {k: v for k, v in event.values.items()}
         self._save_state()
+
+    async def _show_tab(self, tab: str) -> None:
+        """Mounts a tab's panel the first time the tab is shown (the first screen mounts
+        only what it shows)."""
+        make = LAZY_TABS.get(tab)
+        pane = self.query_one(f"#{tab}", TabPane)
+        if make is not None and not pane.children:
+            panel = make()
+            await pane.mount(panel)
+            if isinstance(panel, ABPanel) and self.snapshot is not None:
+                panel.show_studies(self.snapshot.studies, self.study_shown)
+
+    def panel(self, cls: type[W]) -> W | None:
+        """The panel of that class, or None while its tab has never been shown."""
+        found = self.query(cls)
+        return found.first() if found else None
 
     # --- the polling thread ----------------------------------------------------------------
     def _update_request(self) -> None:
@@ -342,6 +368,16 @@ class TrainerApp(App[None]):
             await asyncio.sleep(0.02)
             if self._applied < target:
                 self._wake.set()
+
+    async def ready(self, machine: bool = False, timeout: float = 60.0) -> None:
+        """Waits until the first screen is drawn and the form mounted (and, with machine,
+        this machine's facts known): for tests and scripts driving the app."""
+        launch = self.query_one(LaunchPanel)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not (
+                self.snapshot is not None and launch.form.ready
+                and (not machine or launch.form.machine is not None)):
+            await asyncio.sleep(0.02)
 
     @work(thread=True, exclusive=True, group="poll")
     def _poll_loop(self, directory: Path) -> None:
@@ -399,6 +435,9 @@ class TrainerApp(App[None]):
     def on_polled(self, message: Polled) -> None:
         if not self.screen_stack or not self.query(RunTable):
             return                      # the app is closing: nothing to draw on
+        if self.snapshot is None:       # the first screen is drawn: then the form, and
+            self.call_after_refresh(self.query_one(LaunchPanel).mount_form)
+            self._probe_machine()       # what this machine can run (a child process)
         snap = self.snapshot = message.snap
         self.runs = {r.id: r for r in snap.runs}
         self._announce(snap)
@@ -417,7 +456,8 @@ class TrainerApp(App[None]):
         table.show(snap.runs, self.marked, self.cursor_run, starting)
         if self.cursor_run is None and table.row_count:
             self.cursor_run = table.current()
-        self.query_one(ABPanel).show_studies(snap.studies, self.study_shown)
+        if (ab_panel := self.panel(ABPanel)) is not None:
+            ab_panel.show_studies(snap.studies, self.study_shown)
         if self.study_shown is None and snap.studies:
             self.study_shown = snap.studies[-1]["id"]
         if message.lines is not None and message.lines is not self._lines:
@@ -429,8 +469,9 @@ class TrainerApp(App[None]):
         self._applied = max(self._applied, message.seq)
 
     def on_log_lines(self, message: LogLines) -> None:
-        if message.run_id == self.cursor_run:
-            self.query_one(LogPanel).show(message.reset, message.lines)
+        log = self.panel(LogPanel)
+        if message.run_id == self.cursor_run and log is not None:
+            log.show(message.reset, message.lines)
 
     def _draw(self) -> None:
         snap = self.snapshot
@@ -440,13 +481,15 @@ class TrainerApp(App[None]):
         if active == "tab-divergence":
             pair = self.current_pair()
             checks = [c for r in (pair or ()) for c in snap.checks.get(r, [])]
-            self.query_one(DivergencePanel).show(
-                pair, self.runs, snap.series, checks,
-                awaiting=self._await_twin is not None)
+            if (div := self.panel(DivergencePanel)) is not None:
+                div.show(pair, self.runs, snap.series, checks,
+                         awaiting=self._await_twin is not None)
         elif active == "tab-compare":
-            self.query_one(ComparePanel).show(self.compared(), self.runs, snap.series)
+            if (compare := self.panel(ComparePanel)) is not None:
+                compare.show(self.compared(), self.runs, snap.series)
         elif active == "tab-ab":
-            self.query_one(ABPanel).show(snap.study)
+            if (ab_panel := self.panel(ABPanel)) is not None:
+                ab_panel.show(snap.study)
 
     def _announce(self, snap: Snapshot) -> None:
         """A notification when a run seen training ends: finished, stopped, crashed (with
@@ -581,8 +624,38 @@ class TrainerApp(App[None]):
             self.cursor_run = run_id
             self.notify(f"run {run_id} started")
 
-        self._write(lambda _, sup: sup.start(event.config, name=event.name), started,
-                    "not started")
+        self._start_checked(event.config, event.name, started)
+
+    @work(thread=True, group="write")
+    def _start_checked(self, config: dict[str, Any], name: str | None,
+                       started: Callable[[int], None]) -> None:
+        """Start, once core.machine's rules say this machine can train the config (the
+        machine is probed once, in a child process; the UI never imports torch)."""
+        try:
+            found = machine.problem(config, machine.facts())
+        except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
+            found = None        # not known: the run's own check still refuses it
+            self.call_from_thread(self.notify, f"the machine check failed ({e}); starting "
+                                  "anyway", severity="warning")
+        if found is not None:
+            self.call_from_thread(self.notify, f"not started: {found}", severity="error",
+                                  timeout=12)
+            return
+        self.call_from_thread(self._write, lambda _, sup: sup.start(config, name=name),
+                              started, "not started")
+
+    @work(thread=True, group="machine")
+    def _probe_machine(self) -> None:
+        try:
+            m, error = machine.facts(), None
+        except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
+            m, error = None, str(e)
+
+        def show() -> None:
+            for panel in self.query(LaunchPanel):
+                panel.set_machine(m, error)
+
+        self.call_from_thread(show)
 
     @on(Button.Pressed, "#stop")
     def action_stop(self) -> None:
@@ -922,6 +995,7 @@ class TrainerApp(App[None]):
         self._saved_state = None
         self.query_one(RunTable).clear()
         self.query_one(RunTable)._shown_key = None
+        self._start_poller()
         self._load_state()
 
     def action_save_as(self) -> None:

@@ -17,6 +17,7 @@ from textual.message import Message
 from textual.widgets import Button, Input, Select, Static
 
 from ...core import config as C
+from ...core import machine as M
 from ...core import presets
 from ...core.text import name_problem, shown
 from ..widgets.config_form import ConfigForm
@@ -52,13 +53,35 @@ class LaunchPanel(Vertical):
             yield Button("Start (F2)", id="start", variant="success")
             yield Button("Save preset", id="save-preset")
             yield Input(placeholder="find a knob…", id="knob-search")
+        yield Static("machine: checking…", id="machine")
         yield Static("", id="form-status")
-        yield ConfigForm(id="form")
+        # The form's 38 knobs are mounted once the first screen is drawn (`mount_form`): the
+        # screen shows at once; until then the form works on the values it was given.
+        yield Static("loading the form…", id="form-loading")
         yield Static("", id="knob-help")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._form = ConfigForm(id="form")
+        self._form_asked = False
+
+    async def mount_form(self) -> None:
+        if not self._form_asked:
+            self._form_asked = True
+            await self.query_one("#form-loading").remove()
+            await self.mount(self._form, before=self.query_one("#knob-help"))
 
     @property
     def form(self) -> ConfigForm:
-        return self.query_one(ConfigForm)
+        return self._form
+
+    def set_machine(self, machine: M.Machine | None, error: str | None = None) -> None:
+        """What this machine can run, once probed; the form is checked against it."""
+        self.form.machine = machine
+        self.query_one("#machine", Static).update(Text(
+            f"machine: {machine.describe()}" if machine else
+            f"machine: not known ({shown(error or '?', 120)})"))
+        self.form.recheck()
 
     def reload_presets(self) -> None:
         self.query_one("#preset", Select).set_options(preset_options())

@@ -4,7 +4,9 @@ default are marked with •; typing in the search box jumps to the first knob th
 
 Built from the config's own field table (`core.config`), so the form, `tui-trainer config`
 and the validation rules never disagree. An invalid value is marked at its field with the
-reason; the form reports whether it is valid so that Start can be refused.
+reason; the form reports whether it is valid so that Start can be refused. Once the machine
+is known (core.machine), a config it cannot run (cuda without CUDA, fp16 on the CPU, a
+dataset not on disk) is marked the same way, at its key.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from typing import Any
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import Collapsible, Input, Label, Select, Static, Switch
 
 from ...core import config as C
+from ...core import machine as M
 from ...core.text import shown
 
 
@@ -44,6 +47,14 @@ class ConfigForm(VerticalScroll):
         super().__init__(**kwargs)
         self._initial = (config or C.DEFAULTS).to_dict()
         self.problems: dict[str, str] = {}
+        self.machine: M.Machine | None = None     # known once probed: its rules apply too
+        # The widgets of each knob, kept here: no query walks the form per knob per change.
+        self._widgets: dict[str, Any] = {}
+        self._boxes: dict[str, Horizontal] = {}
+        self._names: dict[str, Label] = {}
+        self._errors: dict[str, Static] = {}
+        self._check_pending = False
+        self.ready = False      # its fields are mounted (it may be mounted after first paint)
 
     def compose(self) -> ComposeResult:
         for group, title in C.GROUPS.items():
@@ -52,7 +63,10 @@ class ConfigForm(VerticalScroll):
                     if C.group(key) == group:
                         yield self._field(key, self._initial[key])
 
-    def _field(self, key: str, value: Any) -> Vertical:
+    def _field(self, key: str, value: Any) -> Horizontal:
+        """One line: the name and the value's widget. The line under it with the reason a
+        value is refused is mounted only when there is one (a form of 38 knobs mounts
+        quickly)."""
         kind = C.kind(key)
         if kind == "bool":
             widget: Any = Switch(value=bool(value), id=f"field-{key}")
@@ -63,12 +77,14 @@ class ConfigForm(VerticalScroll):
             widget = Input(value=_text(value), id=f"field-{key}",
                            placeholder=C.allowed(key))
         widget.tooltip = C.allowed(key)
-        return Vertical(
-            Horizontal(Label(key, classes="field-name", id=f"name-{key}"), widget,
-                       classes="field-row"),
-            Static(C.doc(key), classes="field-doc"),
-            Static("", classes="field-error", id=f"error-{key}"),
-            classes="field", id=f"box-{key}")
+        name = Label(key, classes="field-name", id=f"name-{key}")
+        box = Horizontal(name, widget, classes="field field-row", id=f"box-{key}")
+        self._widgets[key], self._names[key], self._boxes[key] = widget, name, box
+        return box
+
+    def on_mount(self) -> None:
+        self.ready = True
+        self.set_config(self._initial)
 
     def on_descendant_focus(self, event: Any) -> None:
         wid = getattr(event.widget, "id", "") or ""
@@ -79,7 +95,7 @@ class ConfigForm(VerticalScroll):
         """Focuses the first knob whose name (or else explanation) contains `text`; its
         group is opened. Returns the knob, or None."""
         text = text.strip().lower()
-        if not text:
+        if not text or not self.ready:
             return None
         keys = [k for k in C.FIELDS if text in k.lower()] or \
             [k for k in C.FIELDS if text in C.doc(k).lower()]
@@ -87,9 +103,8 @@ class ConfigForm(VerticalScroll):
             return None
         key = keys[0]
         self.query_one(f"#group-{C.group(key)}", Collapsible).collapsed = False
-        widget = self.query_one(f"#field-{key}")
-        self.call_after_refresh(widget.focus)
-        self.call_after_refresh(self.scroll_to_widget, self.query_one(f"#box-{key}"))
+        self.call_after_refresh(self._widgets[key].focus)
+        self.call_after_refresh(self.scroll_to_widget, self._boxes[key])
         return key
 
     # --- values ----------------------------------------------------------------------------
@@ -97,8 +112,10 @@ class ConfigForm(VerticalScroll):
         """Typed values of every field, and the fields whose text does not parse."""
         values: dict[str, Any] = {}
         problems: dict[str, str] = {}
+        if not self.ready:
+            return dict(self._initial), problems
         for key in C.FIELDS:
-            widget = self.query_one(f"#field-{key}")
+            widget = self._widgets[key]
             if isinstance(widget, Switch):
                 values[key] = widget.value
             elif isinstance(widget, Select):
@@ -115,9 +132,17 @@ class ConfigForm(VerticalScroll):
         good = {k: v for k, v in values.items() if k not in problems}
         for key, reason in C.validate_all(good).items():
             problems.setdefault(key, reason)
-        self._mark(problems)
+        if not problems and self.machine is not None:
+            found = M.problem(good, self.machine)
+            if found is not None:
+                problems[found.key.split(" ")[0]] = f"this machine: {found.reason}"
+        if self.ready:
+            self._mark(problems)
         self.problems = problems
         return problems
+
+    def recheck(self) -> None:
+        self.post_message(self.Changed(self.validate()))
 
     def config(self) -> C.RunConfig:
         """The form's config; raises ConfigError when a field is invalid."""
@@ -128,11 +153,15 @@ class ConfigForm(VerticalScroll):
         return C.from_dict(values)
 
     def set_config(self, config: dict[str, Any]) -> None:
+        if not self.ready:          # shown when the fields are mounted
+            self._initial = {**C.DEFAULTS.to_dict(),
+                             **{k: v for k, v in config.items() if k in C.FIELDS}}
+            return
         with self.prevent(Input.Changed, Switch.Changed, Select.Changed):
             for key, value in {**C.DEFAULTS.to_dict(), **config}.items():
                 if key not in C.FIELDS:
                     continue
-                widget = self.query_one(f"#field-{key}")
+                widget = self._widgets[key]
                 if isinstance(widget, (Switch, Select)):
                     widget.value = value
                 else:
@@ -143,19 +172,37 @@ class ConfigForm(VerticalScroll):
         values, _ = self.raw_values()
         defaults = C.DEFAULTS.to_dict()
         for key in C.FIELDS:
-            box = self.query_one(f"#box-{key}")
+            box = self._boxes[key]
             box.set_class(key in problems, "-invalid")
             changed = key in values and values[key] != defaults[key]
             if box.has_class("-changed") != changed:
                 box.set_class(changed, "-changed")
-                self.query_one(f"#name-{key}", Label).update(("• " if changed else "") + key)
-            # The reason quotes what was typed: plain text, never markup.
-            self.query_one(f"#error-{key}", Static).update(
-                Text(f"✗ {shown(problems[key], 200)}") if key in problems else "")
+                self._names[key].update(("• " if changed else "") + key)
+            error = self._errors.get(key)
+            if key in problems:
+                # The reason quotes what was typed: plain text, never markup.
+                text = Text(f"✗ {shown(problems[key], 200)}")
+                if error is not None:
+                    error.update(text)
+                else:
+                    error = self._errors[key] = Static(text, classes="field-error",
+                                                       id=f"error-{key}")
+                    box.parent.mount(error, after=box)
+            elif error is not None:
+                del self._errors[key]
+                error.remove()
 
     @on(Input.Changed)
     @on(Switch.Changed)
     @on(Select.Changed)
     def _changed(self, event: Message) -> None:
+        """A burst of changes (a preset sets 38 widgets; Selects report at mount) is
+        checked once, after it."""
         event.stop()
+        if not self._check_pending:
+            self._check_pending = True
+            self.call_later(self._check)
+
+    def _check(self) -> None:
+        self._check_pending = False
         self.post_message(self.Changed(self.validate()))

@@ -1,0 +1,177 @@
+"""Can this machine train a config? The rules, in one place, without importing torch.
+
+The engine asks torch for the facts (`engine.reproducibility.machine_facts`) and applies the
+rules here when a run starts; the dashboard gets the same facts once from a child process
+(`tui-trainer machine --json`, see `probe`) and applies the same rules before Start, so a
+config this machine cannot run is refused at its field instead of becoming a crashed run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .paths import default_data_dir
+
+# Debian's dataset-fashion-mnist package puts the four IDX files here.
+FASHION_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
+IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+             "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What torch sees on this machine."""
+    torch: str = "?"
+    cuda: bool = False
+    cuda_devices: int = 0
+    cuda_names: tuple[str, ...] = ()
+    mps: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Machine":
+        return cls(torch=str(d.get("torch", "?")), cuda=bool(d.get("cuda")),
+                   cuda_devices=int(d.get("cuda_devices", 0)),
+                   cuda_names=tuple(d.get("cuda_names", ())), mps=bool(d.get("mps")))
+
+    def describe(self) -> str:
+        if self.cuda:
+            names = ", ".join(sorted(set(self.cuda_names))) or "CUDA"
+            return f"{self.cuda_devices} CUDA device(s): {names}; torch {self.torch}"
+        return f"CPU only{' (+ Apple GPU)' if self.mps else ''}, no CUDA; torch {self.torch}"
+
+
+class Problem(Exception):
+    """A config this machine cannot run: the config key and why."""
+
+    def __init__(self, key: str, reason: str):
+        self.key, self.reason = key, reason
+        super().__init__(f"{key}: {reason}")
+
+
+def device_type(spec: str, m: Machine) -> str:
+    """The device a `device` setting means here ("cuda:1", "cpu", ...); raises Problem when
+    this machine has no such device."""
+    if spec == "auto":
+        return "cuda" if m.cuda else "mps" if m.mps else "cpu"
+    if spec.startswith("cuda"):
+        if not m.cuda:
+            raise Problem("device", f"{spec} was asked for but there is no usable CUDA device "
+                          f"here (torch {m.torch}, torch.cuda.is_available() is False); use "
+                          "device = cpu or auto")
+        index = int(spec.split(":")[1]) if ":" in spec else 0
+        if index >= m.cuda_devices:
+            raise Problem("device", f"{spec} was asked for but this machine has "
+                          f"{m.cuda_devices} CUDA device(s): cuda:0 to "
+                          f"cuda:{m.cuda_devices - 1}")
+        return f"cuda:{index}"
+    if spec == "mps" and not m.mps:
+        raise Problem("device", "mps was asked for but this machine has no Apple GPU; use "
+                      "device = cpu or auto")
+    return spec
+
+
+def knob_problem(config: dict[str, Any], device: str) -> None:
+    """Knobs that need a kind of device; raises Problem."""
+    kind = device.split(":")[0]
+    if config.get("amp") == "fp16" and kind != "cuda":
+        raise Problem("amp", "fp16 needs a CUDA device (fp16 kernels and a GradScaler); this "
+                      f"run's device is {kind}: use amp = bf16 or off")
+
+
+def data_root(config: dict[str, Any]) -> tuple[Path, str]:
+    """Where the run's datasets live, and the config key that says so."""
+    if config.get("data_dir"):
+        return Path(str(config["data_dir"])).expanduser(), "data_dir"
+    return default_data_dir(), "data_dir (default)"
+
+
+def mnist_on_disk(root: Path) -> bool:
+    raw = root / "MNIST" / "raw"
+    return all((raw / n).exists() or (raw / f"{n}.gz").exists() for n in IDX_FILES)
+
+
+def fashion_source(root: Path) -> Path | None:
+    """The folder holding Fashion-MNIST's IDX files (unpacked in root, or .gz in root or the
+    system folder), or None."""
+    raw = root / "FashionMNIST" / "raw"
+    if all((raw / n).exists() for n in IDX_FILES):
+        return raw
+    for source in (raw, FASHION_SYSTEM_DIR):
+        if all((source / f"{n}.gz").exists() for n in IDX_FILES):
+            return source
+    return None
+
+
+def offline() -> bool:
+    return bool(os.environ.get("TUI_TRAINER_OFFLINE"))
+
+
+def data_problem(config: dict[str, Any]) -> None:
+    """Whether the run's dataset can be found, judged from the file system alone (full MNIST
+    may still be downloaded when it is missing and the machine is online); raises Problem."""
+    root, key = data_root(config)
+    if root.exists() and not root.is_dir():
+        raise Problem(key, f"{root} is a file, not a folder; give a folder for the datasets "
+                      "(empty means the user's cache folder)")
+    name = config.get("dataset", "auto")
+    if name == "fashion-mnist" and fashion_source(root) is None:
+        raise Problem("dataset", fashion_missing(root))
+    if name == "mnist" and offline() and not mnist_on_disk(root):
+        raise Problem("dataset", mnist_missing(root))
+
+
+def fashion_missing(root: Path) -> str:
+    return (f"Fashion-MNIST is not in data_dir ({root / 'FashionMNIST' / 'raw'}) nor in "
+            f"{FASHION_SYSTEM_DIR} (Debian: apt-get install dataset-fashion-mnist). Use "
+            "dataset = mnist-sample for the sample shipped with tui-trainer.")
+
+
+def mnist_missing(root: Path) -> str:
+    return (f"full MNIST is not in data_dir ({root / 'MNIST' / 'raw'}) and cannot be "
+            "downloaded here. Put the four IDX files there (or set data_dir to where they "
+            "are), or use dataset = mnist-sample: the 10,000 real digits shipped with "
+            "tui-trainer.")
+
+
+def problem(config: dict[str, Any], m: Machine) -> Problem | None:
+    """Everything that stops this machine from training the config, first found; or None."""
+    try:
+        knob_problem(config, device_type(str(config.get("device", "auto")), m))
+        data_problem(config)
+    except Problem as p:
+        return p
+    return None
+
+
+def probe(timeout: float = 120.0) -> Machine:
+    """The facts, from a child process (the caller never imports torch). Raises
+    RuntimeError when the child cannot say."""
+    p = subprocess.run([sys.executable, "-m", "tui_trainer", "machine", "--json"],
+                       capture_output=True, text=True, timeout=timeout,
+                       stdin=subprocess.DEVNULL)
+    if p.returncode != 0:
+        raise RuntimeError((p.stderr or p.stdout).strip()[-300:] or f"exit {p.returncode}")
+    return Machine.from_dict(json.loads(p.stdout.strip().splitlines()[-1]))
+
+
+_probed: Machine | None = None
+_probe_lock = threading.Lock()
+
+
+def facts() -> Machine:
+    """`probe()` once per process (threads asking together wait for the one probe)."""
+    global _probed
+    with _probe_lock:
+        if _probed is None:
+            _probed = probe()
+        return _probed
