@@ -42,6 +42,8 @@ def pct(xs: list[float], q: float) -> float:
 
 
 HANDLED: list[tuple[str, float]] = []
+VERBOSE = "--verbose" in sys.argv
+KEY_WORK = {"Key", "CursorMoved", "RowHighlighted", "CellHighlighted", "StateChanged"}
 _original = MessagePump._dispatch_message
 
 
@@ -60,17 +62,32 @@ async def measure(app: TrainerApp, pilot, seconds: float) -> dict[str, list[floa
     table = app.query_one("#runs")
     table.focus()
     end = time.perf_counter() + seconds
+    per_key: list[float] = []
     while time.perf_counter() < end:
         for key in ("down", "up"):
             t = time.perf_counter()
+            start = len(HANDLED)
             await pilot.press(key)
             keys.append(time.perf_counter() - t)
+            # The app's own handling of the key: the key event and what it caused (the
+            # cursor, the highlighted row, the state), on the UI thread.
+            per_key.append(sum(d for name, d in HANDLED[start:] if name in KEY_WORK))
+            if VERBOSE and per_key[-1] > 0.02:
+                print("  slow key:", [(n, round(d * 1000, 1)) for n, d in HANDLED[start:]
+                                      if d > 0.002])
         if app.snapshot is not None:
             reads.append(app.snapshot.read_ms / 1000)
         await asyncio.sleep(0.25)
     handled = [d for name, d in HANDLED if name not in ("Polled",)]
     polled = [d for name, d in HANDLED if name == "Polled"]
-    return {"key": keys, "ui": handled, "polled": polled, "read": reads}
+    by: dict[str, list[float]] = {}
+    for name, d in HANDLED:
+        by.setdefault(name, []).append(d)
+    top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:8]
+    print("  busiest message types (total ms, p95 ms, n):",
+          ", ".join(f"{k} {1000 * sum(v):.0f}/{1000 * pct(v, .95):.1f}/{len(v)}"
+                    for k, v in top))
+    return {"key": keys, "ui": handled, "polled": polled, "read": reads, "keyh": per_key}
 
 
 async def main_async(seconds: float) -> None:
@@ -78,6 +95,7 @@ async def main_async(seconds: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         app = TrainerApp(Path(tmp), poll=True)
         async with app.run_test(size=(180, 50)) as pilot:
+            await app.ready()
             await app.poll_now()
             idle = await measure(app, pilot, seconds)
             store = SessionStore(Path(tmp))
@@ -98,6 +116,7 @@ async def main_async(seconds: float) -> None:
     print(f"{'':<34} {'median':>8} {'p95':>8} {'max':>8}   (ms)")
     for label, data in (("idle", idle), ("4 runs streaming", streaming)):
         for what, name in (("key", "key round trip (Pilot)"),
+                           ("keyh", "app's own handling of a key"),
                            ("ui", "UI thread per message"),
                            ("polled", "UI thread per snapshot"),
                            ("read", "poll thread: session read")):
@@ -110,6 +129,7 @@ async def main_async(seconds: float) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--verbose", action="store_true", help="print the slow keys' messages")
     args = ap.parse_args()
     asyncio.run(main_async(args.seconds))
     return 0

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable, Input, Select, Switch
+from textual.widgets import DataTable, Input, Select, Checkbox
 
 from conftest import QUICK, db_rows, tt
 from tui_trainer.core import machine
@@ -39,7 +39,7 @@ async def fill(pilot, values: dict[str, str]) -> None:
         widget = form.query_one(f"#field-{key}")
         if isinstance(widget, Input):
             widget.value = value
-        elif isinstance(widget, Switch):
+        elif isinstance(widget, Checkbox):
             widget.value = value in ("true", "on")
         elif isinstance(widget, Select):
             widget.value = value
@@ -103,7 +103,7 @@ async def test_every_knob_is_in_the_form_with_its_explanation(tmp_path):
             form.query_one(f"#field-{key}").focus()
             await pilot.pause()
             assert C.doc(key) in str(app.query_one("#knob-help").render()), key
-        assert isinstance(form.query_one("#field-pin_memory"), Switch)
+        assert isinstance(form.query_one("#field-pin_memory"), Checkbox)
         assert isinstance(form.query_one("#field-amp"), Select)
         assert isinstance(form.query_one("#field-batch_size"), Input)
         assert form.config() == C.DEFAULTS

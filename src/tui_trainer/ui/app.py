@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ LAZY_TABS: dict[str, Callable[[], Any]] = {
     "tab-log": lambda: LogPanel(id="log"),
 }
 W = TypeVar("W")
+STATE_SAVE_S = 0.5      # the screen state is written at most twice a second
 POLL_S = 0.5            # the session is read, and the visible tab redrawn, twice a second
 SEVERITY = {"finished": "information", "stopped": "information", "crashed": "error",
             "diverged": "warning"}
@@ -153,6 +155,9 @@ class TrainerApp(App[None]):
 
     def __init__(self, session_dir: Path | None = None, poll: bool = True) -> None:
         super().__init__()
+        # The poll thread and the plot builders run Python too: hand the GIL back to the UI
+        # thread every millisecond rather than every 5 (a key waits less behind them).
+        sys.setswitchinterval(0.001)
         self.session_dir = Path(session_dir or default_session_dir()).expanduser().resolve()
         self.poll_enabled = poll
         self.writer = Writer(self.session_dir)      # raises SessionError for a damaged one
@@ -166,6 +171,9 @@ class TrainerApp(App[None]):
         self._applied = 0
         self._restoring = True
         self._saved_state: str | None = None
+        self._state_text: str | None = None
+        self._panels: dict[type, Any] = {}
+        self._save_pending = False
         self._form_values: dict[str, Any] | None = None
         self._req = Request()
         self._invalidate = False        # the next tick re-reads the runs table
@@ -257,7 +265,7 @@ class TrainerApp(App[None]):
             (max(studies) if studies else None)
         if state.get("plots"):
             try:
-                self.query_one(PlotsPanel).set_options(PlotOptions(**state["plots"]))
+                self._plots().set_options(PlotOptions(**state["plots"]))
             except TypeError:
                 pass
         if state.get("form"):
@@ -266,15 +274,15 @@ class TrainerApp(App[None]):
             except C.ConfigError:
                 pass        # a form saved by another version: the defaults
         if state.get("tab"):
-            self.query_one("#tabs", TabbedContent).active = state["tab"]
+            self._tabs().active = state["tab"]
         self._restoring = False
         self._save_state()
         self.refresh_all()
 
     def _state(self) -> dict[str, Any]:
-        opts = self.query_one(PlotsPanel).options
+        opts = self._plots().options
         return {"marked": self.marked, "pair": self.pair, "cursor": self.cursor_run,
-                "tab": self.query_one("#tabs", TabbedContent).active,
+                "tab": self._tabs().active,
                 "study": self.study_shown, "form": self._form_values,
                 "plots": {"x": opts.x, "smoothing": opts.smoothing, "last": opts.last,
                           "log_y": opts.log_y}}
@@ -282,12 +290,24 @@ class TrainerApp(App[None]):
     def _save_state(self) -> None:
         """Called by every watcher of the state: the state goes into the session (in a
         worker), and the polling thread is told what to read."""
-        if self._restoring or not self.is_mounted or not self.query("#tabs"):
+        if self._restoring or not self.is_mounted or self.panel(TabbedContent) is None:
             return                      # restoring, or the app is closing
         self._update_request()
-        text = json.dumps(self._state())
-        if text != self._saved_state and not self.writer.readonly:
-            self._saved_state = text
+        self._state_text = json.dumps(self._state())
+        if not self._save_pending and not self.writer.readonly:
+            # A burst of changes (a key held down in the run table) is written once.
+            self._save_pending = True
+            self.set_timer(STATE_SAVE_S, self._flush_state)
+
+    def _flush_state(self, now: bool = False) -> None:
+        self._save_pending = False
+        text = self._state_text
+        if text is None or text == self._saved_state or self.writer.readonly:
+            return
+        self._saved_state = text
+        if now:
+            self.writer(lambda s, _: s.set_meta("ui_state", text))
+        else:
             self._write(lambda s, _: s.set_meta("ui_state", text))
 
     def watch_marked(self) -> None:
@@ -304,7 +324,7 @@ class TrainerApp(App[None]):
 
     @on(TabbedContent.TabActivated)
     async def _tab(self, event: TabbedContent.TabActivated) -> None:
-        self.tab = self.query_one("#tabs", TabbedContent).active
+        self.tab = self._tabs().active
         await self._show_tab(self.tab)
         self._save_state()
         self._draw()
@@ -331,10 +351,24 @@ class TrainerApp(App[None]):
             if isinstance(panel, ABPanel) and self.snapshot is not None:
                 panel.show_studies(self.snapshot.studies, self.study_shown)
 
+    def _plots(self) -> PlotsPanel:
+        panel = self.panel(PlotsPanel)
+        assert panel is not None
+        return panel
+
+    def _tabs(self) -> TabbedContent:
+        tabs = self.panel(TabbedContent)
+        assert tabs is not None
+        return tabs
+
     def panel(self, cls: type[W]) -> W | None:
-        """The panel of that class, or None while its tab has never been shown."""
-        found = self.query(cls)
-        return found.first() if found else None
+        """The panel of that class, or None while its tab has never been shown (kept, not
+        queried: a query walks every widget of the screen, the form's included)."""
+        panel = self._panels.get(cls)
+        if panel is None or not panel.is_attached:
+            found = self.query(cls)
+            panel = self._panels[cls] = found.first() if found else None
+        return panel
 
     # --- the polling thread ----------------------------------------------------------------
     def _update_request(self) -> None:
@@ -345,10 +379,10 @@ class TrainerApp(App[None]):
         checks = tuple(sorted(set(pair or ()) | ({self._await_twin} if self._await_twin
                                                   else set())))
         self._req = Request(watched=tuple(sorted(watched)), plotted=plotted,
-                            tab=self.query_one("#tabs", TabbedContent).active,
+                            tab=self._tabs().active,
                             study=self.study_shown, checks_for=checks,
                             log_run=self.cursor_run,
-                            options=self.query_one(PlotsPanel).options)
+                            options=self._plots().options)
 
     def _start_poller(self) -> None:
         self._update_request()
@@ -433,8 +467,11 @@ class TrainerApp(App[None]):
             store.close()
 
     def on_polled(self, message: Polled) -> None:
-        if not self.screen_stack or not self.query(RunTable):
+        table = self.panel(RunTable)
+        if not self.screen_stack or table is None:
             return                      # the app is closing: nothing to draw on
+        if self._restoring:
+            return      # drawn once the saved state (cursor, marks) is applied: a tick then
         if self.snapshot is None:       # the first screen is drawn: then the form, and
             self.call_after_refresh(self.query_one(LaunchPanel).mount_form)
             self._probe_machine()       # what this machine can run (a child process)
@@ -450,7 +487,6 @@ class TrainerApp(App[None]):
                 self._await_twin = None
         if self.cursor_run is not None and self.cursor_run not in self.runs:
             self.cursor_run = None
-        table = self.query_one(RunTable)
         starting = frozenset(r for r in self.runs
                              if self.writer.supervisor.starting_cached(r))
         table.show(snap.runs, self.marked, self.cursor_run, starting)
@@ -463,8 +499,7 @@ class TrainerApp(App[None]):
         if message.lines is not None and message.lines is not self._lines:
             self._lines = message.lines
             names = ", ".join(label(r, self.runs) for r in self.plotted())
-            self.query_one(PlotsPanel).show(message.lines, shown(names, 80)
-                                            or "no run selected")
+            self._plots().show(message.lines, shown(names, 80) or "no run selected")
         self._draw()
         self._applied = max(self._applied, message.seq)
 
@@ -477,7 +512,7 @@ class TrainerApp(App[None]):
         snap = self.snapshot
         if snap is None:
             return
-        active = self.query_one("#tabs", TabbedContent).active
+        active = self._tabs().active
         if active == "tab-divergence":
             pair = self.current_pair()
             checks = [c for r in (pair or ()) for c in snap.checks.get(r, [])]
@@ -533,7 +568,10 @@ class TrainerApp(App[None]):
     def _cursor(self, event: RunTable.CursorMoved) -> None:
         if event.run_id != self.cursor_run:
             self.cursor_run = event.run_id
-            self.refresh_all()
+            # A tick now only where the cursor decides what is shown (the plots follow it
+            # when no run is marked); otherwise the next tick reads it.
+            if self.tab in ("tab-log", "tab-divergence", "tab-compare") or not self.marked:
+                self.refresh_all()
 
     @on(RunTable.MarkToggled)
     def _mark(self, event: RunTable.MarkToggled) -> None:
@@ -737,7 +775,7 @@ class TrainerApp(App[None]):
             return
         if len(ids) == 2:
             self.pair = list(ids)
-        self.query_one("#tabs", TabbedContent).active = "tab-compare"
+        self._tabs().active = "tab-compare"
 
     def action_config_from_run(self) -> None:
         run = self._selected()
@@ -766,7 +804,7 @@ class TrainerApp(App[None]):
     def _start_check(self, run: Any, resume_at: int | None, what: str) -> None:
         self._await_twin = run.id
         self._write(lambda _, sup: sup.check(run.id, resume_at))
-        self.query_one("#tabs", TabbedContent).active = "tab-divergence"
+        self._tabs().active = "tab-divergence"
         self._save_state()
         self.notify(f"{what} of run {run.id}: training its twin; the verdict shows in the "
                     "Divergence tab")
@@ -941,7 +979,7 @@ class TrainerApp(App[None]):
 
     # --- export, sessions, help, quit --------------------------------------------------------
     def action_export(self) -> None:
-        active = self.query_one("#tabs", TabbedContent).active
+        active = self._tabs().active
         if active == "tab-ab":
             if self.study_shown is None:
                 self.notify("no A/B study to export", severity="warning")
@@ -985,6 +1023,9 @@ class TrainerApp(App[None]):
             return
         self.workers.cancel_group(self, "poll")
         self._wake.set()
+        if self._save_pending:
+            self._flush_state(now=True)     # the screen state of the session left
+        self._state_text = None
         old, self.writer = self.writer, writer
         old.close()
         self.session_dir = writer.store.dir
@@ -1059,6 +1100,10 @@ class TrainerApp(App[None]):
     def on_unmount(self) -> None:
         self.workers.cancel_group(self, "poll")
         self._wake.set()
+        if self._save_pending:
+            # The last screen state, written as the app closes (no screen is left to
+            # block); every other write runs in a worker.
+            self._flush_state(now=True)
 
 
 def run_app(session_dir: Path | None) -> int:

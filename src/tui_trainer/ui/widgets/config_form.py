@@ -18,7 +18,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import Collapsible, Input, Label, Select, Static, Switch
+from textual.widgets import Checkbox, Collapsible, Input, Label, Select, Static
 
 from ...core import config as C
 from ...core import machine as M
@@ -69,7 +69,8 @@ class ConfigForm(VerticalScroll):
         quickly)."""
         kind = C.kind(key)
         if kind == "bool":
-            widget: Any = Switch(value=bool(value), id=f"field-{key}")
+            widget: Any = Checkbox("on" if value else "off", value=bool(value),
+                                   id=f"field-{key}")
         elif kind == "choice":
             options = [(c, c) for c in C.choices(key) or ()]
             widget = Select(options, value=value, allow_blank=False, id=f"field-{key}")
@@ -83,8 +84,8 @@ class ConfigForm(VerticalScroll):
         return box
 
     def on_mount(self) -> None:
-        self.ready = True
-        self.set_config(self._initial)
+        self.ready = True           # the fields were composed from self._initial
+        self.recheck()
 
     def on_descendant_focus(self, event: Any) -> None:
         wid = getattr(event.widget, "id", "") or ""
@@ -116,7 +117,7 @@ class ConfigForm(VerticalScroll):
             return dict(self._initial), problems
         for key in C.FIELDS:
             widget = self._widgets[key]
-            if isinstance(widget, Switch):
+            if isinstance(widget, Checkbox):
                 values[key] = widget.value
             elif isinstance(widget, Select):
                 values[key] = widget.value
@@ -157,12 +158,12 @@ class ConfigForm(VerticalScroll):
             self._initial = {**C.DEFAULTS.to_dict(),
                              **{k: v for k, v in config.items() if k in C.FIELDS}}
             return
-        with self.prevent(Input.Changed, Switch.Changed, Select.Changed):
+        with self.prevent(Input.Changed, Checkbox.Changed, Select.Changed):
             for key, value in {**C.DEFAULTS.to_dict(), **config}.items():
                 if key not in C.FIELDS:
                     continue
                 widget = self._widgets[key]
-                if isinstance(widget, (Switch, Select)):
+                if isinstance(widget, (Checkbox, Select)):
                     widget.value = value
                 else:
                     widget.value = _text(value)
@@ -172,6 +173,10 @@ class ConfigForm(VerticalScroll):
         values, _ = self.raw_values()
         defaults = C.DEFAULTS.to_dict()
         for key in C.FIELDS:
+            widget = self._widgets[key]
+            if isinstance(widget, Checkbox) and str(widget.label) != ("on" if widget.value
+                                                                      else "off"):
+                widget.label = "on" if widget.value else "off"
             box = self._boxes[key]
             box.set_class(key in problems, "-invalid")
             changed = key in values and values[key] != defaults[key]
@@ -193,7 +198,7 @@ class ConfigForm(VerticalScroll):
                 error.remove()
 
     @on(Input.Changed)
-    @on(Switch.Changed)
+    @on(Checkbox.Changed)
     @on(Select.Changed)
     def _changed(self, event: Message) -> None:
         """A burst of changes (a preset sets 38 widgets; Selects report at mount) is
