@@ -22,6 +22,20 @@ def tt(*args: str) -> None:
                    capture_output=True)
 
 
+async def settle(app, pilot) -> None:
+    """The first screen, the form and the machine line, then every visible chart built."""
+    from tui_trainer.ui.widgets.plots import MetricPlot
+
+    await app.ready(machine=True)
+    await app.poll_now()
+    await pilot.pause(0.3)
+    for _ in range(100):
+        if all(p.drawn for p in app.query(MetricPlot)):
+            break
+        await pilot.pause(0.05)
+    await pilot.pause(0.2)
+
+
 async def shoot(session: Path) -> None:
     from textual.widgets import DataTable
 
@@ -29,10 +43,11 @@ async def shoot(session: Path) -> None:
 
     app = TrainerApp(session, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+
         async def save(name: str) -> None:
             app.sub_title = "~/.local/share/tui-trainer/sessions/tour"
-            app.refresh_all()
-            await pilot.pause(0.5)
+            await settle(app, pilot)
             app.save_screenshot(str(ROOT / "assets" / f"{name}.svg"))
 
         table = app.query_one("#runs", DataTable)
@@ -57,10 +72,10 @@ async def shoot_study(session: Path) -> None:
 
     app = TrainerApp(session, poll=False)
     async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
         app.query_one("#tabs").active = "tab-ab"
         app.sub_title = "~/.local/share/tui-trainer/sessions/knobs"
-        app.refresh_all()
-        await pilot.pause(0.5)
+        await settle(app, pilot)
         app.save_screenshot(str(ROOT / "assets" / "ab.svg"))
 
 

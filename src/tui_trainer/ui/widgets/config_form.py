@@ -76,7 +76,8 @@ class ConfigForm(VerticalScroll):
             widget = Select(options, value=value, allow_blank=False, id=f"field-{key}")
         else:
             widget = Input(value=_text(value), id=f"field-{key}",
-                           placeholder=C.allowed(key))
+                           placeholder="empty: the default (see below)" if kind == "text"
+                           else C.allowed(key))
         widget.tooltip = C.allowed(key)
         name = Label(key, classes="field-name", id=f"name-{key}")
         box = Horizontal(name, widget, classes="field field-row", id=f"box-{key}")
