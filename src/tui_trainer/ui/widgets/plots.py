@@ -2,26 +2,18 @@
 
 Plotext builds a chart in pure Python (about 35 ms for eight lines at 60x14 on this 2-core
 machine): too slow for the UI thread while runs stream, where eight panels redraw twice a
-second, and too much Python for a thread of the app's own process (the UI thread would wait
-for the GIL). So charts are built in one helper process (`BUILDER`, started on first use, at
-a lower CPU priority), asked by a thread worker per panel, for the panel's current size,
-only while it can be seen, only when its lines or size changed, and at most once a second;
-the UI thread only shows the text. Should the helper fail, the worker builds it itself.
+second. So each panel builds its chart in a thread worker, for its current size, only while
+it can be seen, only when its lines or size changed, and at most once a second; the UI
+thread only shows the text.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import multiprocessing
-import os
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Sequence
-
-from plotext._dict import themes as _themes
+from typing import Sequence
 
 from rich.text import Text
 from textual import work
@@ -104,12 +96,7 @@ class MetricPlot(PlotextPlot):
         with self._lock:
             if seq != self._latest:
                 return                          # a newer build was asked for meanwhile
-            args = (lines, note, xlabel, ylabel, width, height, theme, _themes.get(theme))
-            try:
-                ansi = builder().submit(chart, *args).result(timeout=30)
-            except (BrokenProcessPool, OSError, TimeoutError, RuntimeError):
-                ansi = chart(*args)
-            canvas = Text.from_ansi(ansi)
+            canvas = Text.from_ansi(chart(lines, note, xlabel, ylabel, width, height, theme))
         self.app.call_from_thread(self._set_canvas, seq, canvas)
 
     def _set_canvas(self, seq: int, canvas: Text) -> None:
@@ -122,30 +109,9 @@ class MetricPlot(PlotextPlot):
         return self._canvas if self._canvas is not None else Text("…")
 
 
-_builder: ProcessPoolExecutor | None = None
-_builder_lock = threading.Lock()
-
-
-def _lower_priority() -> None:
-    os.nice(5)
-
-
-def builder() -> ProcessPoolExecutor:
-    """The helper process that builds charts (one, started on first use)."""
-    global _builder
-    with _builder_lock:
-        if _builder is None:
-            _builder = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                           initializer=_lower_priority)
-        return _builder
-
-
 def chart(lines: Sequence[Line], note: str, xlabel: str, ylabel: str, width: int,
-          height: int, theme: str, theme_def: Any = None) -> str:
-    """The plotext chart of `lines` at width x height, as ANSI text (any thread or process;
-    `theme_def` registers the app's theme where it is not known yet)."""
-    if theme_def is not None and theme not in _themes:
-        _themes[theme] = theme_def
+          height: int, theme: str) -> str:
+    """The plotext chart of `lines` at width x height, as ANSI text (any thread)."""
     plt = Plot()
     plt.plotsize(width, height)
     plt._set_size(width, height)
