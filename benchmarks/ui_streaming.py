@@ -4,11 +4,13 @@ Headless (App.run_test), 180x50, Plots tab with all runs marked. First with noth
 (the reference), then with four real runs training in background processes and logging every
 step, it measures:
 
-- key: the round trip of a key press (cursor down/up in the run table) through Pilot, which
-  includes Pilot's own waiting for the app to be idle;
-- ui handling: how long the UI thread is busy with each message it handles (a key, a
-  highlighted row, a Polled snapshot), i.e. the longest a key can wait behind the app's own
-  work;
+- key round trip (Pilot): a key press (cursor down in the run table) through Pilot, which
+  includes Pilot's own waiting for the app to be idle (it visits every widget);
+- key to cursor moved: a key put in as a person types (cursor up, `simulate_key`, nothing
+  waits for idle) until the app has moved its cursor;
+- the app's own handling of a key: the UI thread's time on the key event and what it causes
+  (the cursor, the highlighted row, the state);
+- ui handling: how long the UI thread is busy with each message it handles;
 - Polled: the UI thread's share of a tick (drawing the snapshot);
 - read: the polling thread's read of the session per tick (core.reader, off the UI thread).
 
@@ -63,12 +65,22 @@ async def measure(app: TrainerApp, pilot, seconds: float) -> dict[str, list[floa
     table.focus()
     end = time.perf_counter() + seconds
     per_key: list[float] = []
+    typed: list[float] = []
     while time.perf_counter() < end:
         for key in ("down", "up"):
             t = time.perf_counter()
             start = len(HANDLED)
-            await pilot.press(key)
-            keys.append(time.perf_counter() - t)
+            if key == "down":
+                await pilot.press(key)
+                keys.append(time.perf_counter() - t)
+            else:
+                # As a person types: the key goes in, nothing waits for the app to be idle;
+                # measured until the app has moved its cursor (its state, not the paint).
+                before = app.cursor_run
+                app.simulate_key(key)
+                while app.cursor_run == before and time.perf_counter() - t < 5:
+                    await asyncio.sleep(0.0005)
+                typed.append(time.perf_counter() - t)
             # The app's own handling of the key: the key event and what it caused (the
             # cursor, the highlighted row, the state), on the UI thread.
             per_key.append(sum(d for name, d in HANDLED[start:] if name in KEY_WORK))
@@ -87,7 +99,8 @@ async def measure(app: TrainerApp, pilot, seconds: float) -> dict[str, list[floa
     print("  busiest message types (total ms, p95 ms, n):",
           ", ".join(f"{k} {1000 * sum(v):.0f}/{1000 * pct(v, .95):.1f}/{len(v)}"
                     for k, v in top))
-    return {"key": keys, "ui": handled, "polled": polled, "read": reads, "keyh": per_key}
+    return {"key": keys, "typed": typed, "ui": handled, "polled": polled, "read": reads,
+            "keyh": per_key}
 
 
 async def main_async(seconds: float) -> None:
@@ -116,6 +129,7 @@ async def main_async(seconds: float) -> None:
     print(f"{'':<34} {'median':>8} {'p95':>8} {'max':>8}   (ms)")
     for label, data in (("idle", idle), ("4 runs streaming", streaming)):
         for what, name in (("key", "key round trip (Pilot)"),
+                           ("typed", "key to cursor moved (no Pilot)"),
                            ("keyh", "app's own handling of a key"),
                            ("ui", "UI thread per message"),
                            ("polled", "UI thread per snapshot"),
