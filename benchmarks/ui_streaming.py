@@ -67,13 +67,14 @@ async def measure(app: TrainerApp, pilot, seconds: float) -> dict[str, list[floa
     per_key: list[float] = []
     typed: list[float] = []
     while time.perf_counter() < end:
-        for key in ("down", "up"):
+        for how in ("pilot", "typed"):
             t = time.perf_counter()
             start = len(HANDLED)
-            if key == "down":
+            key = "down" if table.cursor_row == 0 else "up"
+            if how == "pilot":
                 await pilot.press(key)
                 keys.append(time.perf_counter() - t)
-            else:
+            elif table.row_count > 1:
                 # As a person types: the key goes in, nothing waits for the app to be idle;
                 # measured until the app has moved its cursor (its state, not the paint).
                 before = app.cursor_run
@@ -81,8 +82,11 @@ async def measure(app: TrainerApp, pilot, seconds: float) -> dict[str, list[floa
                 while app.cursor_run == before and time.perf_counter() - t < 5:
                     await asyncio.sleep(0.0005)
                 typed.append(time.perf_counter() - t)
+            if how != "pilot":
+                continue
             # The app's own handling of the key: the key event and what it caused (the
-            # cursor, the highlighted row, the state), on the UI thread.
+            # cursor, the highlighted row, the state), on the UI thread (counted for the
+            # Pilot keys: Pilot waits until all of it is done).
             per_key.append(sum(d for name, d in HANDLED[start:] if name in KEY_WORK))
             if VERBOSE and per_key[-1] > 0.02:
                 print("  slow key:", [(n, round(d * 1000, 1)) for n, d in HANDLED[start:]
