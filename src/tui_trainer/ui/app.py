@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -155,9 +154,6 @@ class TrainerApp(App[None]):
 
     def __init__(self, session_dir: Path | None = None, poll: bool = True) -> None:
         super().__init__()
-        # The poll thread and the plot builders run Python too: hand the GIL back to the UI
-        # thread every millisecond rather than every 5 (a key waits less behind them).
-        sys.setswitchinterval(0.001)
         self.session_dir = Path(session_dir or default_session_dir()).expanduser().resolve()
         self.poll_enabled = poll
         self.writer = Writer(self.session_dir)      # raises SessionError for a damaged one
@@ -1023,11 +1019,16 @@ class TrainerApp(App[None]):
             return
         self.workers.cancel_group(self, "poll")
         self._wake.set()
-        if self._save_pending:
-            self._flush_state(now=True)     # the screen state of the session left
-        self._state_text = None
+        left = self._state_text if self._save_pending else None
+        self._save_pending, self._state_text = False, None
         old, self.writer = self.writer, writer
-        old.close()
+
+        def close_old() -> None:        # the session left: its last screen state, then close
+            if left is not None and not old.readonly:
+                old(lambda s, _: s.set_meta("ui_state", left))
+            old.close()
+
+        self.run_worker(close_old, thread=True, group="write")
         self.session_dir = writer.store.dir
         self._set_title()
         self.snapshot, self.runs, self._statuses = None, {}, {}
