@@ -5,9 +5,13 @@ Headless (App.run_test), 180x50, Plots tab with all runs marked. First with noth
 step, it measures:
 
 - key round trip (Pilot): a key press (cursor down in the run table) through Pilot, which
-  includes Pilot's own waiting for the app to be idle (it visits every widget);
-- key to cursor moved: a key put in as a person types (cursor up, `simulate_key`, nothing
-  waits for idle) until the app has moved its cursor;
+  includes Pilot's own waiting: a callback through every widget, and `wait_for_idle`, which
+  waits (up to 1 s, twice per key) until the whole process uses under 1 ms of CPU in 20 ms,
+  so it also waits for the app's background threads (chart builds, the session read);
+- key to cursor moved, and to the screen painted: a key put in as a person types (cursor
+  up or down, `simulate_key`, nothing waits for idle) until the app has moved its cursor,
+  and until the next screen update after that has been written (the round trip a person
+  sees);
 - the app's own handling of a key: the UI thread's time on the key event and what it causes
   (the cursor, the highlighted row, the state);
 - ui handling: how long the UI thread is busy with each message it handles;
@@ -28,6 +32,7 @@ import time
 from pathlib import Path
 
 from textual.message_pump import MessagePump
+from textual.screen import Screen
 
 from tui_trainer.core import config as C
 from tui_trainer.core.store import SessionStore
@@ -47,6 +52,17 @@ HANDLED: list[tuple[str, float]] = []
 VERBOSE = "--verbose" in sys.argv
 KEY_WORK = {"Key", "CursorMoved", "RowHighlighted", "CellHighlighted", "StateChanged"}
 _original = MessagePump._dispatch_message
+_paint = Screen._compositor_refresh
+PAINTED: list = [0.0, None]     # when the last screen update ended, and the table's cursor row
+TABLE: list = [None]
+
+
+def _painted(self) -> None:                    # every screen update written to the terminal
+    cursor = TABLE[0].cursor_row if TABLE[0] is not None else None
+    try:
+        return _paint(self)
+    finally:
+        PAINTED[:] = [time.perf_counter(), cursor]
 
 
 async def _timed(self, message):                # every message the app's widgets handle
@@ -61,11 +77,12 @@ async def measure(app: TrainerApp, pilot, seconds: float) -> dict[str, list[floa
     HANDLED.clear()
     reads: list[float] = []
     keys: list[float] = []
-    table = app.query_one("#runs")
+    table = TABLE[0] = app.query_one("#runs")
     table.focus()
     end = time.perf_counter() + seconds
     per_key: list[float] = []
     typed: list[float] = []
+    painted: list[float] = []
     while time.perf_counter() < end:
         for how in ("pilot", "typed"):
             t = time.perf_counter()
@@ -77,11 +94,16 @@ async def measure(app: TrainerApp, pilot, seconds: float) -> dict[str, list[floa
             elif table.row_count > 1:
                 # As a person types: the key goes in, nothing waits for the app to be idle;
                 # measured until the app has moved its cursor (its state, not the paint).
-                before = app.cursor_run
+                before, row = app.cursor_run, table.cursor_row
                 app.simulate_key(key)
                 while app.cursor_run == before and time.perf_counter() - t < 5:
                     await asyncio.sleep(0.0005)
                 typed.append(time.perf_counter() - t)
+                # ... and until a screen update that began after the move has been written.
+                while (PAINTED[0] < t or PAINTED[1] == row) \
+                        and time.perf_counter() - t < 5:
+                    await asyncio.sleep(0.0005)
+                painted.append(time.perf_counter() - t)
             if how != "pilot":
                 continue
             # The app's own handling of the key: the key event and what it caused (the
@@ -103,12 +125,13 @@ async def measure(app: TrainerApp, pilot, seconds: float) -> dict[str, list[floa
     print("  busiest message types (total ms, p95 ms, n):",
           ", ".join(f"{k} {1000 * sum(v):.0f}/{1000 * pct(v, .95):.1f}/{len(v)}"
                     for k, v in top))
-    return {"key": keys, "typed": typed, "ui": handled, "polled": polled, "read": reads,
-            "keyh": per_key}
+    return {"key": keys, "typed": typed, "painted": painted, "ui": handled, "polled": polled,
+            "read": reads, "keyh": per_key}
 
 
 async def main_async(seconds: float) -> None:
     MessagePump._dispatch_message = _timed
+    Screen._compositor_refresh = _painted
     with tempfile.TemporaryDirectory() as tmp:
         app = TrainerApp(Path(tmp), poll=True)
         async with app.run_test(size=(180, 50)) as pilot:
@@ -134,6 +157,7 @@ async def main_async(seconds: float) -> None:
     for label, data in (("idle", idle), ("4 runs streaming", streaming)):
         for what, name in (("key", "key round trip (Pilot)"),
                            ("typed", "key to cursor moved (no Pilot)"),
+                           ("painted", "key to screen painted (no Pilot)"),
                            ("keyh", "app's own handling of a key"),
                            ("ui", "UI thread per message"),
                            ("polled", "UI thread per snapshot"),

@@ -105,3 +105,31 @@ async def test_open_any_folder_by_its_path(tmp_path, isolated_home):
             await pilot.pause()
         assert app.session_dir == other.resolve() and str(other) in app.sub_title
         assert _ids(app) == ["1", "2"]
+
+
+async def test_charts_are_built_only_while_in_view(tmp_path):
+    """A chart scrolled out of the plot grid is not built (refreshing it costs a layout of the
+    whole screen); scrolled into view, it is built with the data it was given meanwhile."""
+    from tui_trainer.ui.widgets.plots import MetricPlot
+    _session(tmp_path)
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
+        await app.poll_now()
+        plots = {p.id: p for p in app.query(MetricPlot)}
+
+        async def settle():
+            for _ in range(40):
+                await pilot.pause(0.1)
+                if all(p.drawn for p in plots.values()):
+                    return
+        await settle()
+        seen = {pid for pid, p in plots.items() if p.in_view}
+        assert "plot-loss" in seen and "plot-grad" not in seen
+        assert all(plots[pid]._canvas is not None for pid in seen)
+        assert plots["plot-grad"]._canvas is None
+        app.query_one("#plot-scroll").scroll_end(animate=False)
+        await pilot.pause()
+        await settle()
+        assert plots["plot-grad"].in_view
+        assert plots["plot-grad"]._canvas is not None

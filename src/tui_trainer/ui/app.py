@@ -61,6 +61,7 @@ LAZY_TABS: dict[str, Callable[[], Any]] = {
     "tab-ab": lambda: ABPanel(id="ab-panel"),
     "tab-log": lambda: LogPanel(id="log"),
 }
+LAZY_PANELS = (DivergencePanel, ComparePanel, ABPanel, LogPanel)
 W = TypeVar("W")
 STATE_SAVE_S = 0.5      # the screen state is written at most twice a second
 POLL_S = 0.5            # the session is read, and the visible tab redrawn, twice a second
@@ -344,6 +345,7 @@ class TrainerApp(App[None]):
         if make is not None and not pane.children:
             panel = make()
             await pane.mount(panel)
+            self._panels[type(panel)] = panel
             if isinstance(panel, ABPanel) and self.snapshot is not None:
                 panel.show_studies(self.snapshot.studies, self.study_shown)
 
@@ -359,11 +361,16 @@ class TrainerApp(App[None]):
 
     def panel(self, cls: type[W]) -> W | None:
         """The panel of that class, or None while its tab has never been shown (kept, not
-        queried: a query walks every widget of the screen, the form's included)."""
-        panel = self._panels.get(cls)
-        if panel is None or not panel.is_attached:
-            found = self.query(cls)
-            panel = self._panels[cls] = found.first() if found else None
+        queried: a query walks every widget of the screen, the form's included). A tab's
+        panel not mounted yet is remembered as None until `_show_tab` mounts it."""
+        if cls in self._panels:
+            panel = self._panels[cls]
+            if panel is None or panel.is_attached:
+                return panel
+        found = self.query(cls)
+        panel = found.first() if found else None
+        if panel is not None or cls in LAZY_PANELS:
+            self._panels[cls] = panel
         return panel
 
     # --- the polling thread ----------------------------------------------------------------

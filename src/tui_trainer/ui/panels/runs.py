@@ -170,7 +170,10 @@ class RunTable(DataTable):
                 new = self._cells(r, columns)
                 for col, value in zip(columns, new, strict=True):
                     if self.get_cell(str(r.id), col) != value:
-                        self.update_cell(str(r.id), col, value, update_width=True)
+                        # Widths are measured again only when a value outgrows its column
+                        # (a width pass costs a layout of the whole screen).
+                        wider = value.cell_len > self.columns[col].content_width
+                        self.update_cell(str(r.id), col, value, update_width=wider)
         self._follow(cursor)
 
     def _cells(self, r: RunRow, columns: list[str]) -> list[Text]:

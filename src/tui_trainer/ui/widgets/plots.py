@@ -3,8 +3,13 @@
 Plotext builds a chart in pure Python (about 35 ms for eight lines at 60x14 on this 2-core
 machine): too slow for the UI thread while runs stream, where eight panels redraw twice a
 second. So each panel builds its chart in a thread worker, for its current size, only while
-it can be seen, only when its lines or size changed, and at most once a second; the UI
+it is in view, only when its lines or size changed, and at most every 2 s; the UI
 thread only shows the text.
+
+"In view" means drawn in the screen's last update, not merely laid out: a panel scrolled
+out of the plot grid is laid out but not seen, and refreshing it makes Textual rebuild the
+whole screen's map (about 37 ms with the form on screen), which is what kept keys waiting
+while runs streamed. The plots panel asks its charts to redraw when the grid scrolls.
 """
 
 from __future__ import annotations
@@ -25,7 +30,10 @@ from ...core.plotdata import Line
 from ..panels.common import COLOURS
 
 Series = Line           # the name the panels and tests knew
-MIN_BUILD_S = 1.0       # a panel's chart is rebuilt at most this often
+MIN_BUILD_S = 2.0       # a panel's chart is rebuilt at most this often (W&B: a few seconds)
+# One chart is built at a time in the whole app: builds are pure Python, and several at once
+# only take turns holding the GIL against the UI thread (a key then waits for each of them).
+BUILDING = threading.Lock()
 
 
 class MetricPlot(PlotextPlot):
@@ -41,7 +49,6 @@ class MetricPlot(PlotextPlot):
         self._asked = itertools.count(1)
         self._latest = 0
         self._shown = 0
-        self._lock = threading.Lock()             # one build at a time per panel
         self._last_build = -MIN_BUILD_S
         self._timer_set = False
 
@@ -60,9 +67,19 @@ class MetricPlot(PlotextPlot):
     def on_resize(self) -> None:
         self.redraw()
 
+    @property
+    def in_view(self) -> bool:
+        """Drawn in the screen's last update (in its visible map, not only laid out)."""
+        if not self.is_mounted:
+            return False
+        try:
+            return self in self.screen._compositor.visible_widgets
+        except Exception:           # another Textual: the public, broader test
+            return self.is_on_screen
+
     def redraw(self) -> None:
-        """Builds the chart in a worker if what it would show changed and it can be seen."""
-        if not self.is_mounted or not self.is_on_screen:
+        """Builds the chart in a worker if what it would show changed and it is in view."""
+        if not self.in_view:
             return
         w, h = self.size.width, self.size.height
         key = (id(self._pending), self._note, self.xlabel, self.log_y, w, h, self.app.theme)
@@ -93,7 +110,7 @@ class MetricPlot(PlotextPlot):
     @work(thread=True, group="plot-build")
     def _build(self, seq: int, lines: list[Line], note: str, xlabel: str, ylabel: str,
                width: int, height: int, theme: str) -> None:
-        with self._lock:
+        with BUILDING:
             if seq != self._latest:
                 return                          # a newer build was asked for meanwhile
             canvas = Text.from_ansi(chart(lines, note, xlabel, ylabel, width, height, theme))
