@@ -311,6 +311,10 @@ async def test_save_as_and_reopen_restore_runs_and_screen_state(tmp_path, isolat
         await pilot.press("ctrl+o")
         await pilot.pause()
         options = reopened.screen.query_one("#open-list")
+        for _ in range(100):                    # the sessions are listed by a worker
+            if options.option_count:
+                break
+            await pilot.pause(0.05)
         texts = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
         assert any(t.startswith("orig") and "2 runs" in t for t in texts)
         index = next(i for i, t in enumerate(texts) if t.startswith("orig"))

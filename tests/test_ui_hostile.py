@@ -167,6 +167,10 @@ async def test_a_damaged_session_is_refused_with_a_message_and_the_open_one_stay
         app.action_open_session()
         await pilot.pause()
         option_list = app.screen.query_one("#open-list")
+        for _ in range(100):                    # the sessions are listed by a worker
+            if option_list.option_count:
+                break
+            await pilot.pause(0.05)
         broken_option = next(o for o in option_list.options if o.id == str(broken))
         assert broken_option.disabled and "damaged" in str(broken_option.prompt)
         await pilot.press("escape")
@@ -231,7 +235,9 @@ def test_escape_sequences_in_names_never_reach_a_real_terminal(hostile, isolated
              f"{env}{py} -m tui_trainer --session {shlex.quote(str(session))}")
         tmux("set-option", "-g", "allow-rename", "on")
         deadline = time.time() + 60
-        while "[@click=app.quit]quit[/]" not in tmux("capture-pane", "-p") \
+        # The run table comes with the first screen, the form (Start) just after it.
+        while not all(w in tmux("capture-pane", "-p")
+                      for w in ("[@click=app.quit]quit[/]", "Start (F2)")) \
                 and time.time() < deadline:
             time.sleep(0.3)
         screen = tmux("capture-pane", "-p")

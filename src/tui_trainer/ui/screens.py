@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
@@ -221,28 +221,42 @@ class OpenScreen(ModalScreen[Path | None]):
     def __init__(self, current: Path) -> None:
         super().__init__()
         self.current = current
-        self.sessions = list_sessions(current)
+        self.sessions: list[tuple[Path, int | None, float | None, str | None]] = []
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="open-box"):
             yield Label("Open a session (enter to open, escape to cancel)")
-            options = []
-            for d, n, last, problem in self.sessions:
-                name = shown(d.name, 24)
-                if problem is not None:
-                    options.append(Option(Text(f"{name:<24} damaged: {shown(problem, 90)}"),
-                                          id=str(d), disabled=True))
-                    continue
-                when = time.strftime("%Y-%m-%d %H:%M", time.localtime(last)) if last else "-"
-                here = "  (open now)" if d == self.current else ""
-                options.append(Option(Text(f"{name:<24} {n:>3} runs   last used {when}{here}"
-                                           f"   {shown(d, 60)}"), id=str(d)))
-            yield OptionList(*options, id="open-list")
+            yield OptionList(id="open-list")
             yield Label(Text(f"in {shown(sessions_dir(), 100)}; or any folder by its path "
                              "(a new folder becomes a new session):"))
             yield Input(placeholder="/path/to/session", id="open-path")
             with Grid(classes="buttons"):
                 yield Button("Cancel", id="open-cancel")
+
+    def on_mount(self) -> None:
+        self._list()
+
+    @work(thread=True, group="open-list")
+    def _list(self) -> None:
+        """Each session's database is opened to count its runs: in a worker, not on the UI
+        thread."""
+        sessions = list_sessions(self.current)
+        self.app.call_from_thread(self._fill, sessions)
+
+    def _fill(self, sessions: list[tuple[Path, int | None, float | None, str | None]]) -> None:
+        self.sessions = sessions
+        options = []
+        for d, n, last, problem in sessions:
+            name = shown(d.name, 24)
+            if problem is not None:
+                options.append(Option(Text(f"{name:<24} damaged: {shown(problem, 90)}"),
+                                      id=str(d), disabled=True))
+                continue
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(last)) if last else "-"
+            here = "  (open now)" if d == self.current else ""
+            options.append(Option(Text(f"{name:<24} {n:>3} runs   last used {when}{here}"
+                                       f"   {shown(d, 60)}"), id=str(d)))
+        self.query_one("#open-list", OptionList).add_options(options)
 
     @on(Input.Submitted, "#open-path")
     def _path(self, event: Input.Submitted) -> None:
