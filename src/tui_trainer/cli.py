@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 from . import __version__, runner
 from .core import config as cfgmod
-from .core import figures, machine
+from .core import figures, machine, supervisor
 from .core.config import ConfigError
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_NOT_IDENTICAL,
                           EXIT_OK, EXIT_SESSION, BadInput, CheckpointError, DiskFull, RunBusy,
@@ -182,6 +183,30 @@ def build_parser() -> argparse.ArgumentParser:
     config_args(sp)
     sp.add_argument("--json", action="store_true", help="one JSON object")
 
+    sp = sub.add_parser("join", help="join a run that spans several machines (nnodes > 1)",
+                        description="Start this machine's processes of a data-parallel run "
+                                    "that spans several machines: the run is started on node "
+                                    "0 (the machine holding the session) with nnodes and "
+                                    "rdzv_endpoint set, and every other machine runs `join` "
+                                    "with the same endpoint, nnodes and nproc and its own "
+                                    "node rank (under Slurm, $SLURM_NODEID). Rank 0 hands "
+                                    "this machine's processes the config and checkpoint; "
+                                    "only node 0 needs the session.")
+    sp.add_argument("endpoint", metavar="HOST:PORT", help="the run's rdzv_endpoint (on node 0)")
+    sp.add_argument("--nnodes", type=int, required=True, help="machines in all")
+    sp.add_argument("--nproc", type=int, required=True, help="processes on this machine "
+                    "(the run's nproc)")
+    sp.add_argument("--node-rank", type=int, required=True, metavar="R",
+                    help="this machine's number, 1 to nnodes - 1")
+
+    sp = sub.add_parser("worker", help=argparse.SUPPRESS)   # one rank, started by torchrun
+    sp.add_argument("--session", metavar="DIR")
+    sp.add_argument("--run-id", type=int)
+    sp.add_argument("--checkpoint", metavar="PATH")
+    sp.add_argument("--set", dest="sets", action="append", default=[])
+    sp.add_argument("--events", default="[]")
+    sp.add_argument("--kill-at-step", type=int)
+
     sp = sub.add_parser("runs", help="list a session's runs (reads only; works on a "
                                      "read-only session)")
     sp.add_argument("--session", metavar="DIR")
@@ -252,6 +277,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_created(args, session)
     cfg = cfgmod.load(args.config, args.sets)
     SessionStore.check(session)              # a damaged session is refused before the slow part
+    if _parallel(cfg):
+        _preflight(cfg)                      # bad input writes nothing, as for one process
+        with SessionStore(session) as store:
+            run_id = store.create_run(cfg.to_dict(), name=args.name)
+            store.set_launcher(run_id, os.getpid())
+        return _train_group(session, run_id, cfg, args,
+                            supervisor.worker_args(session, run_id,
+                                                   kill_at_step=args.kill_at_step))
     from .engine.train import run_training   # torch is imported here, not before
     summary = run_training(cfg, session, name=args.name,
                            progress=sys.stderr.isatty(), kill_at_step=args.kill_at_step)
@@ -268,24 +301,167 @@ def _run_created(args: argparse.Namespace, session: Path) -> int:
                            "use `tui-trainer resume` to continue it")
         try:
             cfg = cfgmod.load(args.config, args.sets, base=cfgmod.from_dict(run["config"]))
-            from .engine.train import run_training
-            summary = run_training(cfg, session, run_id=args.run_id,
-                                   progress=sys.stderr.isatty(),
-                                   kill_at_step=args.kill_at_step)
+            if _parallel(cfg):
+                _preflight(cfg)
+                store.set_config(args.run_id, cfg.to_dict())
+                store.set_launcher(args.run_id, os.getpid())
+                worker = supervisor.worker_args(session, args.run_id,
+                                                kill_at_step=args.kill_at_step)
+            else:
+                worker = None
+                from .engine.train import run_training
+                summary = run_training(cfg, session, run_id=args.run_id,
+                                       progress=sys.stderr.isatty(),
+                                       kill_at_step=args.kill_at_step)
         except (ConfigError, CheckpointError) as e:
             store.add_event(args.run_id, "failure", f"refused to start: {e}")
             store.end_run(args.run_id, "crashed", {"error": str(e)})
             raise
+    if worker is not None:
+        return _train_group(session, args.run_id, cfg, args, worker)
     return _trained(summary, args.json)
+
+
+# --- data-parallel runs: this process launches torchrun; the ranks run `worker` ----------
+
+def _parallel(cfg: cfgmod.RunConfig) -> bool:
+    return cfg.nproc * cfg.nnodes > 1
+
+
+def _preflight(cfg: cfgmod.RunConfig) -> None:
+    """What a single process checks in its set-up (device, knobs, data), checked before the
+    processes are launched, so that bad input is refused in one line and writes nothing."""
+    from .engine.data import load_datasets
+    from .engine.reproducibility import check_device_knobs, machine_facts, resolve_device
+    device = resolve_device(cfg)
+    check_device_knobs(cfg, device)
+    gpus = machine_facts().cuda_devices
+    if device.type == "cuda" and cfg.nproc > gpus:
+        raise ConfigError("nproc", f"is {cfg.nproc}, but this machine has {gpus} CUDA "
+                          "device(s) and each process takes one; lower nproc or use "
+                          "device = cpu")
+    load_datasets(cfg)
+
+
+def _train_group(session: Path, run_id: int, cfg: cfgmod.RunConfig,
+                 args: argparse.Namespace, worker: list[str]) -> int:
+    """Launches the run's ranks through torchrun, waits, and says how the run ended."""
+    result = runner.train_group(session, run_id, cfg, worker)
+    run = result.run or {}
+    if result.failures:
+        if result.refused:
+            return max(f.exitcode for f in result.failures)   # the ranks said why
+        _say(f"training failed: {result.reason}")
+        return EXIT_FAILED
+    summary = run.get("summary") or {}
+    if "status" not in summary:
+        _say(f"training failed: run {run_id} ended without a summary "
+             f"(status {run.get('status')}); its log: {session / 'logs'}")
+        return EXIT_FAILED
+    _print_summary(summary, args.json)
+    return EXIT_DIVERGED if summary["status"] == "diverged" else EXIT_OK
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """One rank of a data-parallel run, started by torchrun. Rank 0 (on node 0, with the
+    session) reads the run and its checkpoint and hands them to every rank; only it
+    records anything. Prints nothing on stdout: the launcher prints the run's summary."""
+    from .engine.distributed import die_with_parent, join_group
+    die_with_parent()
+    sys.stdout = sys.stderr
+    group = join_group()
+    payload: dict[str, Any] | None = None
+    if group.lead:
+        try:
+            payload = _worker_payload(args)
+        except EXPECTED as e:
+            code = next(code for kind, code, _ in EXIT_FOR if isinstance(e, kind))
+            payload = {"error": str(e), "code": code}
+    payload = group.broadcast(payload)
+    if "error" in payload:
+        if group.lead:
+            _say(payload["error"])
+        group.close()
+        return payload["code"]
+    cfg = cfgmod.from_dict(payload["config"])
+    if group.world != cfg.nproc * cfg.nnodes:
+        raise BadInput(f"this rank's group has {group.world} processes but the run asks for "
+                       f"nproc x nnodes = {cfg.nproc * cfg.nnodes}: give `join` the run's "
+                       "nproc and nnodes")
+    from .engine.train import run_training
+    session = _session_dir(args) if group.lead else Path(".")
+    try:
+        summary = run_training(cfg, session, run_id=args.run_id if group.lead else 0,
+                               checkpoint=payload["checkpoint"],
+                               events=[tuple(e) for e in payload["events"]],
+                               kill_at_step=args.kill_at_step, group=group,
+                               sampler_seed=payload["sampler_seed"])
+    except (ConfigError, CheckpointError) as e:
+        if group.lead:
+            with SessionStore(session, create=False) as store:
+                store.add_event(args.run_id, "failure", f"refused to start: {e}")
+                store.end_run(args.run_id, "crashed", {"error": str(e)})
+        raise
+    finally:
+        group.close()
+    return EXIT_DIVERGED if summary.status == "diverged" else EXIT_OK
+
+
+def _worker_payload(args: argparse.Namespace) -> dict[str, Any]:
+    """Rank 0's reading of the run: its config (with the allowed overrides), the checkpoint
+    to continue from (loaded and checked), the events the launcher found, the shuffle seed."""
+    if not args.session or args.run_id is None:
+        raise BadInput("rank 0 of the run is on a machine without the session: the machine "
+                       "that started the run must be node 0 (`join` is for the others)")
+    import random
+    session = _session_dir(args)
+    with SessionStore(session, create=False) as store:
+        run = store.run(args.run_id)
+        cfg = cfgmod.from_dict({**run["config"], **cfgmod.parse_overrides(args.sets)})
+        state = None
+        if args.checkpoint:
+            from .engine.checkpoint import check_fits, load_checkpoint
+            path = Path(args.checkpoint)
+            state = load_checkpoint(path)
+            listed = [c for c in store.usable_checkpoints(args.run_id)
+                      if Path(c["path"]) == path.resolve()]
+            check_fits(state, path, run, cfg, listed[0] if listed else None)
+    # With seed = none the shuffle is still one permutation shared by every rank: drawn here.
+    seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
+    return {"config": cfg.to_dict(), "checkpoint": state, "events": json.loads(args.events),
+            "sampler_seed": seed}
+
+
+def cmd_join(args: argparse.Namespace) -> int:
+    if args.nnodes < 2:
+        raise ConfigError("--nnodes", f"must be 2 or more to join a run, got {args.nnodes}")
+    if not 1 <= args.node_rank < args.nnodes:
+        raise ConfigError("--node-rank", f"must be 1 to {args.nnodes - 1} (node 0 is the "
+                          f"machine holding the session), got {args.node_rank}")
+    cfg = cfgmod.from_dict({"nproc": args.nproc, "nnodes": args.nnodes,
+                            "rdzv_endpoint": args.endpoint, "batch_size": args.nproc
+                            * args.nnodes})
+    result = runner.train_group(None, None, cfg, supervisor.worker_args(None, None),
+                                node_rank=args.node_rank)
+    if result.failures:
+        _say(f"join failed: {result.reason}")
+        return EXIT_FAILED
+    print(f"node {args.node_rank}: its {args.nproc} process(es) ended cleanly")
+    return EXIT_OK
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     overrides = cfgmod.parse_overrides(args.sets)
+    may_change = cfgmod.TRAINING_LENGTH_KEYS + cfgmod.LAUNCH_KEYS
     for key in overrides:
-        if key not in cfgmod.TRAINING_LENGTH_KEYS:
+        if key in ("nproc", "nnodes"):
+            raise ConfigError(key, "cannot change when continuing a run: its checkpoint holds "
+                              "every process's RNG state and data position, so a run "
+                              "continues with as many processes as it was trained with "
+                              "(start a new run to try another count)")
+        if key not in may_change:
             raise ConfigError(key, "cannot change when continuing a run (it would no longer "
-                              "be the same run); only "
-                              f"{', '.join(cfgmod.TRAINING_LENGTH_KEYS)} may change")
+                              f"be the same run); only {', '.join(may_change)} may change")
     session = _session_dir(args)
     SessionStore.check(session)
     with SessionStore(session, create=False) as store:
@@ -322,6 +498,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
                        "it goes", 0))
     for _, message, _ in events:
         print(f"tui-trainer: {shown_lines(message)}", file=sys.stderr)
+    if _parallel(cfg):
+        worker = supervisor.worker_args(session, args.run_id,
+                                        checkpoint=path if state is not None else None,
+                                        overrides=overrides, events=events,
+                                        kill_at_step=args.kill_at_step)
+        return _train_group(session, args.run_id, cfg, args, worker)
     from .engine.train import run_training
     summary = run_training(cfg, session, run_id=args.run_id, checkpoint=state,
                            progress=sys.stderr.isatty(), kill_at_step=args.kill_at_step,
@@ -513,7 +695,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": cmd_runs,
             "repro": cmd_repro, "export": cmd_export, "ab": cmd_ab,
-            "machine": cmd_machine}
+            "machine": cmd_machine, "join": cmd_join, "worker": cmd_worker}
 
 
 class ExportFailed(Exception):

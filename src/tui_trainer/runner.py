@@ -11,9 +11,13 @@ Imports torch only inside `device_refusal` (for the facts core.machine judges a 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import signal
 import subprocess
-from dataclasses import dataclass
+import sys
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,7 +27,7 @@ from .core.config import ConfigError
 from .core.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, BadInput
 from .core.repro import verdict
 from .core.store import SessionStore
-from .core.supervisor import launch, resume_args, train_args
+from .core.supervisor import launch, resume_args, torchrun_args, train_args
 
 Say = Callable[[str], None]
 
@@ -202,3 +206,68 @@ def run_study(session: Path, study_id: int, say: Say) -> str:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return status
+
+
+def _same_file(stream: Any, path: Path) -> bool:
+    try:
+        a, b = os.fstat(stream.fileno()), os.stat(path)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+@dataclass
+class GroupResult:
+    run: dict[str, Any] | None        # the run as stored after every rank ended
+    failures: list[Any]               # engine.distributed.RankFailure of each failed rank
+    reason: str | None                # the rank that took the group down, in words
+    refused: bool                     # every failed rank refused to start (bad input)
+    signal: str | None                # the signal that stopped the launcher, if one did
+
+
+def train_group(session: Path | None, run_id: int | None, cfg: cfgmod.RunConfig,
+                worker: list[str], node_rank: int = 0) -> GroupResult:
+    """Trains a data-parallel run: this process becomes torchrun's agent for this machine's
+    nproc ranks, waits for them, and (on node 0, with the session) stores the run crashed
+    naming the rank that failed, if one did. Imports torch (torchrun is PyTorch's)."""
+    from .engine.distributed import launch_group, root_cause
+    if session is not None and run_id is not None:
+        with SessionStore(session, create=False) as store:
+            log_path, log_dir = store.log_path(run_id), store.logs_dir / f"run-{run_id}-ranks"
+    else:
+        import tempfile
+        log_path, log_dir = None, Path(tempfile.mkdtemp(prefix="tui-trainer-join-"))
+    # torchrun would give every rank one thread; num_threads = 0 means one per core, so
+    # this machine's cores are shared out instead (the rank's num_threads is recorded).
+    if cfg.num_threads == 0 and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cfg.nproc))
+    argv = torchrun_args(cfg.nproc, cfg.nnodes, cfg.rdzv_endpoint, worker, log_dir, node_rank)
+    log_file = None
+    if log_path is not None and not _same_file(sys.stderr, log_path):
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = open(log_path, "a", encoding="utf-8", buffering=1)
+    line = (f"{time.strftime('%H:%M:%S')} launching {cfg.nproc} process(es) on this machine "
+            f"(node {node_rank} of {cfg.nnodes}): torchrun {shlex.join(argv)}")
+    print(line, file=sys.stderr, flush=True)
+    if log_file is not None:
+        print(line, file=log_file)
+    try:
+        failures, stopped_by = launch_group(argv, log_file)
+    finally:
+        if log_file is not None:
+            log_file.close()
+    cause = root_cause(failures)
+    refused = bool(failures) and all(f.exitcode in (EXIT_BAD_INPUT, 4) for f in failures)
+    reason = None
+    if cause is not None:
+        reason = cause.describe() + (
+            "; the other ranks were stopped" if len(failures) > 1 or cfg.nproc > 1 else "")
+    run = None
+    if session is not None and run_id is not None:
+        with SessionStore(session, create=False) as store:
+            if reason is not None and not refused:
+                store.group_failed(run_id, reason,
+                                   {"failures": [asdict(f) for f in failures]})
+            run = store.run(run_id)
+    return GroupResult(run=run, failures=failures, reason=reason, refused=refused,
+                       signal=stopped_by)

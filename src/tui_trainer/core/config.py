@@ -21,16 +21,21 @@ from typing import Any
 
 # Keys that may change when a run is continued: they only say how long to train.
 TRAINING_LENGTH_KEYS = ("epochs", "max_steps")
+# Keys that may also change when a run is continued: where its processes meet, not what they
+# compute (the machines of a multi-node run may be others the next time).
+LAUNCH_KEYS = ("rdzv_endpoint",)
 
 GROUPS = {
     "reproducibility": "Reproducibility: seeds and deterministic algorithms",
     "data": "Data and data loading",
     "speed": "Model, precision and speed",
     "optimisation": "Optimisation",
+    "parallel": "Data-parallel processes (torchrun)",
     "bookkeeping": "Device, logging, fingerprints and checkpoints",
 }
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+_ENDPOINT_RE = re.compile(r"^[A-Za-z0-9._-]+:\d{1,5}$|^\[[0-9A-Fa-f:.]+\]:\d{1,5}$")
 
 
 class ConfigError(ValueError):
@@ -103,7 +108,11 @@ class RunConfig:
         "off", "Random shifts of up to 2 pixels, drawn from torch's or numpy's RNG (inside the "
         "DataLoader workers when num_workers > 0, each with its own seed).", "data",
         choices=("off", "torch", "numpy"))
-    batch_size: int = knob(64, "Training samples per micro-batch.", "data", lo=1, hi=65536)
+    batch_size: int = knob(
+        64, "Training samples per micro-batch, across all processes: with nproc x nnodes "
+        "processes each takes batch_size / (nproc x nnodes), so changing nproc alone keeps the "
+        "global batch (and the meaning of lr) and runs stay comparable.", "data",
+        lo=1, hi=65536)
     eval_batch_size: int = knob(1000, "Samples per evaluation batch.", "data", lo=1, hi=65536)
     num_workers: int = knob(
         0, "DataLoader worker processes (torchvision loader). 0 loads in the training process; "
@@ -164,6 +173,24 @@ class RunConfig:
     max_steps: int = knob(
         0, "Stop after this many optimizer steps in all, even inside an epoch; 0 = no limit.",
         "optimisation", lo=0, hi=10**9)
+
+    # --- data-parallel -------------------------------------------------------------------
+    nproc: int = knob(
+        1, "Training processes on this machine. 1 trains in one process; more launches the run "
+        "through torchrun (torch.distributed.run) as DistributedDataParallel, each process "
+        "taking its shard of the data (DistributedSampler) and the gradients averaged by "
+        "all-reduce. On CUDA, one GPU per process.", "parallel", lo=1, hi=256)
+    nnodes: int = knob(
+        1, "Machines the run spans. Above 1 the other machines join with `tui-trainer join` "
+        "(see the user guide); this machine, holding the session, is node 0.", "parallel",
+        lo=1, hi=1024)
+    rdzv_endpoint: str = knob(
+        "", "HOST:PORT where the processes of a multi-machine run meet (torchrun's rendezvous, "
+        "on node 0, reachable from every machine); needed when nnodes > 1. On one machine a "
+        "free local port is used.", "parallel")
+    dist_backend: str = knob(
+        "auto", "The collective backend: auto picks nccl on CUDA and gloo on the CPU; gloo "
+        "works on both, nccl needs CUDA.", "parallel", choices=("auto", "gloo", "nccl"))
 
     # --- bookkeeping -----------------------------------------------------------------------
     device: str = knob(
@@ -334,6 +361,21 @@ def check_combination(cfg: RunConfig) -> None:
     if cfg.persistent_workers and cfg.num_workers == 0:
         raise ConfigError("persistent_workers", "needs num_workers > 0 (there are no workers "
                           "to keep); set num_workers or persistent_workers = false")
+    world = cfg.nproc * cfg.nnodes
+    if cfg.batch_size % world:
+        raise ConfigError("batch_size", f"is the global batch and must divide evenly among "
+                          f"nproc x nnodes = {world} processes; got {cfg.batch_size} (e.g. "
+                          f"{max(world, cfg.batch_size // world * world)})")
+    if cfg.nnodes > 1 and not _ENDPOINT_RE.match(cfg.rdzv_endpoint):
+        raise ConfigError("rdzv_endpoint", "must be HOST:PORT on node 0 (e.g. "
+                          "10.0.0.1:29400) when nnodes > 1; got "
+                          f"{cfg.rdzv_endpoint!r}")
+    if cfg.rdzv_endpoint and not _ENDPOINT_RE.match(cfg.rdzv_endpoint):
+        raise ConfigError("rdzv_endpoint", f"must be HOST:PORT or empty; got "
+                          f"{cfg.rdzv_endpoint!r}")
+    if world > 1 and re.match(r"^cuda:\d+$", cfg.device):
+        raise ConfigError("device", "must be cuda or auto with nproc x nnodes > 1: each "
+                          f"process takes the GPU of its local rank; got {cfg.device!r}")
     if cfg.loader == "resident" and cfg.num_workers > 0:
         raise ConfigError("num_workers", "must be 0 with loader = resident (batches are "
                           "taken by index from one tensor; there is nothing for workers to do)")

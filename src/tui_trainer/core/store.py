@@ -516,6 +516,27 @@ class SessionStore:
             self._reconcile_studies()
         return dead
 
+    def group_failed(self, run_id: int, reason: str, data: dict[str, Any]) -> None:
+        """A data-parallel run whose rank died: its launcher, once every rank has ended,
+        stores it crashed with the rank that took the group down (the lead may have stored
+        a consequence first, e.g. its all-reduce losing a peer). A run that had already
+        ended well keeps its status; the failure is recorded either way."""
+        with self.transaction() as c:
+            row = c.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                return
+            if row["status"] in ("created", "running", "crashed"):
+                summary = json.loads(row["summary"]) if row["summary"] else {}
+                if summary.get("error") and summary["error"] != reason:
+                    summary["lead_error"] = summary["error"]
+                summary["error"] = reason
+                c.execute("UPDATE runs SET status = 'crashed', ended = ?, pid = NULL, "
+                          "summary = ? WHERE id = ?", (time.time(), json.dumps(summary), run_id))
+            c.execute("INSERT INTO events (run_id, t, step, kind, message, data) "
+                      "VALUES (?, ?, ?, ?, ?, ?)",
+                      (run_id, time.time(), row["step"], "failure",
+                       f"training failed: {reason}", json.dumps(data)))
+
     # --- what the user says about runs: names, notes, tags, hidden; deleting ---------------
     def rename_run(self, run_id: int, name: str) -> None:
         self.run(run_id)

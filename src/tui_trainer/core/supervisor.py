@@ -10,6 +10,7 @@ Core layer: imports neither torch nor textual.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -71,6 +72,44 @@ def repro_args(run_id: int, resume_at: int | None = None) -> list[str]:
 def study_args(study_id: int) -> list[str]:
     """Trains the planned study `study_id`, its runs one after the other."""
     return ["ab", "--study", str(study_id)]
+
+
+def worker_args(session: Path | None, run_id: int | None, *, checkpoint: Path | None = None,
+                overrides: dict[str, Any] | None = None, events: list | None = None,
+                kill_at_step: int | None = None) -> list[str]:
+    """What every rank of a data-parallel run runs (`tui-trainer worker`, started by
+    torchrun). Only node 0's ranks get the session; rank 0 reads the run from it and hands
+    the config and checkpoint to the others."""
+    args = ["worker"]
+    if session is not None:
+        args += ["--session", str(session), "--run-id", str(run_id)]
+    if checkpoint is not None:
+        args += ["--checkpoint", str(checkpoint)]
+    for key, value in (overrides or {}).items():
+        args += ["--set", f"{key}={value}"]
+    if events:
+        args += ["--events", json.dumps(events)]
+    if kill_at_step is not None:
+        args += ["--kill-at-step", str(kill_at_step)]
+    return args
+
+
+def torchrun_args(nproc: int, nnodes: int, endpoint: str, worker: list[str], log_dir: Path,
+                  node_rank: int = 0) -> list[str]:
+    """torchrun's command line for one data-parallel run: nproc processes here; on one
+    machine a standalone rendezvous on a free port, across machines a static one at
+    `endpoint` on node 0 (node ranks fixed, so rank 0 is on the machine with the session).
+    Every rank's output is labelled [rank N] and kept per rank under `log_dir`; no restarts
+    (a failed rank ends the run, which is then continued from its checkpoint)."""
+    args = ["--nproc-per-node", str(nproc), "--nnodes", str(nnodes), "--max-restarts", "0",
+            "--tee", "3", "--log-dir", str(log_dir),
+            "--log-line-prefix-template", "[rank ${rank}] "]
+    if nnodes == 1 and not endpoint:
+        args.append("--standalone")
+    else:
+        args += ["--rdzv-backend", "static", "--rdzv-endpoint", endpoint,
+                 "--node-rank", str(node_rank)]
+    return args + ["-m", "tui_trainer", *worker]
 
 
 def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = True,

@@ -136,7 +136,7 @@ def check_fits(state: dict[str, Any], path: Path, run: dict[str, Any],
                 f"checkpoint {path} holds step {where[0]} (epoch {where[1]}, batch {where[2]}) "
                 f"but the session recorded step {expected[0]} (epoch {expected[1]}, batch "
                 f"{expected[2]}) under that name: the file was replaced")
-    keep = set(cfgmod.TRAINING_LENGTH_KEYS)
+    keep = set(cfgmod.TRAINING_LENGTH_KEYS) | set(cfgmod.LAUNCH_KEYS)
     mine = {k: v for k, v in cfg.to_dict().items() if k not in keep}
     theirs = {k: v for k, v in dict(state["config"]).items() if k not in keep}
     if mine != theirs:

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 import torchvision.transforms.functional as TF
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from torchvision import datasets, transforms
 
 from ..core.config import ConfigError, RunConfig
@@ -216,24 +216,56 @@ def seed_worker(worker_id: int) -> None:
     random.seed(worker_seed)
 
 
+@dataclass
+class Shard:
+    """One process's share of a data-parallel run's training set, as DistributedSampler
+    takes it: every rank draws the same permutation (seed + epoch), pads it to a multiple of
+    the world size by repeating its start, and takes every world-th index from its rank."""
+    rank: int
+    world: int
+    seed: int
+    epoch: int = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def indices(self, n: int) -> torch.Tensor:
+        g = torch.Generator()
+        g.manual_seed(self.seed + self.epoch)
+        order = torch.randperm(n, generator=g)
+        total = -(-n // self.world) * self.world
+        if total > n:
+            order = torch.cat([order, order[:total - n]])
+        return order[self.rank:total:self.world]
+
+
 class ResidentLoader:
     """The whole split as one normalized tensor on the device; batches by index."""
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, shuffle: bool,
-                 augment: str, fill: float, generator: torch.Generator | None):
+                 augment: str, fill: float, generator: torch.Generator | None,
+                 shard: Shard | None = None):
         self.x, self.y = x, y
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.augment = augment
         self.fill = fill
         self.generator = generator
+        self.shard = shard
+
+    def _size(self) -> int:
+        return len(self.x) if self.shard is None else -(-len(self.x) // self.shard.world)
 
     def __len__(self) -> int:
-        return (len(self.x) + self.batch_size - 1) // self.batch_size
+        return (self._size() + self.batch_size - 1) // self.batch_size
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        n = len(self.x)
-        order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
+        n = self._size()
+        if self.shard is not None:
+            order = self.shard.indices(len(self.x))
+        else:
+            order = torch.randperm(n, generator=self.generator) if self.shuffle \
+                else torch.arange(n)
         order = order.to(self.x.device)
         for start in range(0, n, self.batch_size):
             idx = order[start:start + self.batch_size]
@@ -274,10 +306,23 @@ class Loaders:
     info: DataInfo
     generator: torch.Generator | None   # the training loader's own RNG, if it has one
     pin_memory: bool                     # as applied (only true on CUDA)
+    sampler: Any = None                  # a data-parallel run's DistributedSampler or Shard
+
+    def set_epoch(self, epoch: int) -> None:
+        """A data-parallel run's shuffle depends on the epoch (DistributedSampler.set_epoch);
+        a single process's comes from the loader's generator and needs nothing."""
+        if self.sampler is not None:
+            self.sampler.set_epoch(epoch)
 
 
-def make_loaders(cfg: RunConfig, device: torch.device) -> Loaders:
+def make_loaders(cfg: RunConfig, device: torch.device, rank: int = 0, world: int = 1,
+                 sampler_seed: int = 0) -> Loaders:
+    """The training and evaluation loaders. In a data-parallel run (world > 1) each process
+    loads only its shard of the training set (DistributedSampler, seeded with sampler_seed,
+    the run's seed) in batches of batch_size / world, so that one optimizer step sees
+    batch_size samples in all, as with one process."""
     train_ds, eval_ds, info = load_datasets(cfg)
+    batch = cfg.batch_size // world
     mean, std = _mean_std(info)
     # The training shuffle (and the workers' base seed) come from a generator of their own
     # when seed_workers is on; otherwise from the global torch RNG, as in a plain DataLoader.
@@ -295,19 +340,23 @@ def make_loaders(cfg: RunConfig, device: torch.device) -> Loaders:
         fill = (0.0 - mean) / std
         x, y = _resident_tensors(train_ds, info, device)
         ex, ey = _resident_tensors(eval_ds, info, device)
-        train = ResidentLoader(x, y, cfg.batch_size, True, cfg.augment, fill, generator)
+        shard = Shard(rank, world, sampler_seed) if world > 1 else None
+        train = ResidentLoader(x, y, batch, True, cfg.augment, fill, generator, shard)
         ev = ResidentLoader(ex, ey, cfg.eval_batch_size, False, "off", fill, None)
-        return Loaders(train, ev, info, generator, pin_memory=False)
+        return Loaders(train, ev, info, generator, pin_memory=False, sampler=shard)
 
     steps: list[Any] = [RandomShift(cfg.augment)] if cfg.augment != "off" else []
     to_tensor = [transforms.ToTensor(), transforms.Normalize((mean,), (std,))]
     _base(train_ds).transform = transforms.Compose(steps + to_tensor)
     _base(eval_ds).transform = transforms.Compose(to_tensor)
     workers = cfg.num_workers
+    sampler = DistributedSampler(train_ds, num_replicas=world, rank=rank, shuffle=True,
+                                 seed=sampler_seed, drop_last=False) if world > 1 else None
     train = DataLoader(
-        train_ds, batch_size=cfg.batch_size, shuffle=True, num_workers=workers,
-        pin_memory=pin, persistent_workers=cfg.persistent_workers and workers > 0,
+        train_ds, batch_size=batch, shuffle=sampler is None, sampler=sampler,
+        num_workers=workers, pin_memory=pin,
+        persistent_workers=cfg.persistent_workers and workers > 0,
         worker_init_fn=seed_worker if cfg.seed_workers else None, generator=generator)
     ev = DataLoader(eval_ds, batch_size=cfg.eval_batch_size, shuffle=False,
                     num_workers=workers, pin_memory=pin, generator=eval_generator)
-    return Loaders(train, ev, info, generator, pin_memory=pin)
+    return Loaders(train, ev, info, generator, pin_memory=pin, sampler=sampler)

@@ -56,8 +56,10 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
-def apply_knobs(cfg: RunConfig, device: torch.device) -> None:
-    """Sets every process-wide knob, in the order torch needs them."""
+def apply_knobs(cfg: RunConfig, device: torch.device, rank: int = 0) -> None:
+    """Sets every process-wide knob, in the order torch needs them. Rank r of a data-parallel
+    run seeds with seed + r: its dropout and augmentation draw their own numbers (rank 0's
+    are those of a single-process run; DDP gives every rank rank 0's initial weights)."""
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     if cfg.deterministic != "off" and device.type == "cuda":
@@ -67,7 +69,7 @@ def apply_knobs(cfg: RunConfig, device: torch.device) -> None:
     torch.backends.cudnn.deterministic = cfg.cudnn_deterministic
     torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
     if cfg.seed is not None:
-        seed_everything(cfg.seed)
+        seed_everything(cfg.seed + rank)
 
 
 def _cpu_name() -> str:

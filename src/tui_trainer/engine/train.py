@@ -24,13 +24,15 @@ import psutil
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from ..core import figures
-from ..core.config import RunConfig
+from ..core.config import ConfigError, RunConfig
 from ..core.errors import CheckpointError, DiskFull, is_disk_full
 from ..core.store import HEARTBEAT_S, BatchedWriter, SessionStore
 from .checkpoint import fault_point, save_checkpoint, sweep
 from .data import Loaders, make_loaders
+from .distributed import Group, use_backend
 from .models import build_model
 from .reproducibility import (ParamSketch, apply_knobs, capture_rng, check_device_knobs,
                               effective_settings, param_fingerprint, resolve_device, restore_rng)
@@ -85,18 +87,27 @@ def _same_file(a: TextIO, b: TextIO) -> bool:
 
 
 class RunLog:
-    """What the training process says: to the run's log file, and to stderr."""
+    """What the training process says: to the run's log file, and to stderr. A rank of a
+    data-parallel run has no file of its own (`path` None): it says everything on stderr,
+    which torchrun labels with its rank and the launcher writes to the run's log."""
 
-    def __init__(self, path: Path, echo: TextIO | None = sys.stderr):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8", buffering=1)
+    def __init__(self, path: Path | None, echo: TextIO | None = sys.stderr):
+        self._file: TextIO | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", encoding="utf-8", buffering=1)
         # A run started in the background has its stderr going into this same file already
         # (for tracebacks): echoing there too would write every line twice.
-        self._echo = None if echo is not None and _same_file(echo, self._file) else echo
+        self._echo = None if echo is not None and self._file is not None \
+            and _same_file(echo, self._file) else echo
         self.bar: Any = None
 
     def __call__(self, message: str) -> None:
         stamp = time.strftime("%H:%M:%S")
+        if self._file is None:
+            if self._echo is not None:
+                print(f"{stamp} {message}", file=self._echo, flush=True)
+            return
         try:
             self._file.write(f"{stamp} {message}\n")
         except OSError:
@@ -110,13 +121,17 @@ class RunLog:
     def to_file(self, message: str) -> None:
         """Only into the log file (a traceback of an expected failure: the user gets one
         line, the log keeps the details)."""
+        if self._file is None:
+            self(message)
+            return
         try:
             self._file.write(f"{time.strftime('%H:%M:%S')} {message}\n")
         except OSError:
             pass
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
 
 class _Heartbeat(threading.Thread):
@@ -160,8 +175,18 @@ class Trainer:
     session; `attach()` then ties it to its row in the store."""
 
     def __init__(self, cfg: RunConfig, *, checkpoint: dict[str, Any] | None = None,
-                 progress: bool = False, kill_at_step: int | None = None):
+                 progress: bool = False, kill_at_step: int | None = None,
+                 group: Group | None = None, sampler_seed: int | None = None):
         self.cfg = cfg
+        # A data-parallel run: this process's rank; only the lead (rank 0) touches the store.
+        self.group = group or Group()
+        self.lead = self.group.lead
+        self.store: SessionStore | None = None
+        if checkpoint is not None and "sampler" in checkpoint:
+            sampler_seed = int(checkpoint["sampler"]["seed"])
+        self.sampler_seed = sampler_seed if sampler_seed is not None else (cfg.seed or 0)
+        self.replicas_drift_at: int | None = None
+        self.rank_peaks: dict[int, dict[str, float | None]] = {}
         self.resume_state = checkpoint
         self.progress = progress
         self.kill_at_step = kill_at_step
@@ -179,25 +204,73 @@ class Trainer:
         # (step, what) once the loss or the parameters are NaN/inf: the run ends "diverged".
         self.diverged: tuple[int, str] | None = None
 
-    def attach(self, store: SessionStore, run_id: int, echo: TextIO | None) -> None:
+    def attach(self, store: SessionStore | None, run_id: int, echo: TextIO | None) -> None:
+        """Ties the trainer to its run: the lead to the store and the run's log file, any
+        other rank of a data-parallel run to nothing but its stderr."""
         self.store = store
         self.run_id = run_id
-        self.log = RunLog(store.log_path(run_id), echo)
+        if store is None:
+            self.log = RunLog(None, echo)
+        elif self.group.active:
+            # The launcher writes the ranks' labelled stderr into the run's log.
+            self.log = RunLog(None, echo)
+        else:
+            self.log = RunLog(store.log_path(run_id), echo)
 
     # --- set-up ----------------------------------------------------------------------------
     def setup(self) -> None:
+        """Builds everything, checking what can be refused. In a data-parallel run every
+        rank builds its part, then all learn whether any failed (one refusing would leave
+        the others waiting for it), and only then is the model wrapped in DDP."""
+        g = self.group
+        if not g.active:
+            self._build()
+            return
+        failure: tuple[str, str, str] | None = None
+        try:
+            self._build()
+        except Exception as e:  # noqa: BLE001 - said to every rank, then raised on each
+            failure = (type(e).__name__, getattr(e, "key", ""), getattr(e, "reason", str(e)))
+            mine = e
+        failures = g.all_gather(failure)
+        for rank, f in enumerate(failures):
+            if f is None:
+                continue
+            if rank == g.rank:
+                raise mine
+            kind, key, reason = f
+            where = f" (on rank {rank})"
+            if kind in ("ConfigError", "DataUnavailable"):
+                raise ConfigError(key, reason + where)
+            if kind == "CheckpointError":
+                raise CheckpointError(reason + where)
+            raise RuntimeError(f"rank {rank} could not set up: {kind}: {reason}")
+        # DDP broadcasts rank 0's parameters now and averages the gradients in backward.
+        use_backend(g, self.cfg.dist_backend, self.device)
+        self.ddp = DistributedDataParallel(
+            self.model, device_ids=[self.device.index] if self.cuda else None,
+            process_group=g.ddp_group)
+        self.forward = torch.compile(self.ddp) if self.cfg.compile == "on" else self.ddp
+        self.settings.update(dist_backend=g.backend)
+
+    def _build(self) -> None:
         cfg = self.cfg
+        g = self.group
         self.device = resolve_device(cfg)
+        if self.device.type == "cuda" and g.active:
+            self.device = torch.device("cuda", g.local_rank)    # one GPU per process
+            torch.cuda.set_device(self.device)
         check_device_knobs(cfg, self.device)
         self.cuda = self.device.type == "cuda"
-        apply_knobs(cfg, self.device)
-        self.loaders: Loaders = make_loaders(cfg, self.device)
+        apply_knobs(cfg, self.device, rank=g.rank)
+        self.loaders: Loaders = make_loaders(cfg, self.device, g.rank, g.world,
+                                             self.sampler_seed)
         self.batches_per_epoch = len(self.loaders.train)   # fixed for the run; not per batch
         model = build_model(cfg.model).to(self.device)
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = model
-        self.sketch = ParamSketch(model)
+        self.sketch = ParamSketch(model) if self.lead else None
         self.optimizer = make_optimizer(cfg, model)
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=1,
                                                          gamma=cfg.lr_step_gamma)
@@ -205,6 +278,8 @@ class Trainer:
         self.amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.amp)
         # The compiled module shares the parameters; hashes and checkpoints use `model`.
         self.forward = torch.compile(model) if cfg.compile == "on" else model
+        self.eval_forward = self.forward      # evaluation never goes through DDP
+        self.ddp: DistributedDataParallel | None = None
         self.non_blocking = cfg.non_blocking and self.cuda
         self.process = psutil.Process()
         self.rng_first_epoch: dict[str, Any] | None = None
@@ -214,6 +289,8 @@ class Trainer:
             self._load_state(self.resume_state)
         self.settings = effective_settings(cfg, self.device, self.loaders.info.to_dict(),
                                            self.loaders.pin_memory, model)
+        self.settings.update(world_size=g.world, dist_backend=None,
+                             batch_per_process=cfg.batch_size // g.world)
 
     def _load_state(self, state: dict[str, Any]) -> None:
         try:
@@ -224,10 +301,18 @@ class Trainer:
         except (RuntimeError, KeyError, ValueError) as e:
             raise CheckpointError(f"the checkpoint does not fit this run's model or optimizer "
                                   f"({str(e).splitlines()[0]})") from None
+        world = int(state.get("world_size", 1))
+        if world != self.group.world:
+            raise CheckpointError(
+                f"the checkpoint was written by a run of {world} process(es) and this one has "
+                f"{self.group.world}: every process's RNG state and data shard is in it, so "
+                "it continues only with as many")
         self.pos = Position(epoch=state["epoch"], batch=state["batch_in_epoch"],
                             step=state["step"], samples=state["samples_seen"])
-        self.rng_first_epoch = state["rng_first_epoch"]
-        self.rng_epoch_start = state["rng_epoch_start"]
+        mine = state["ranks"][self.group.rank] if state.get("ranks") else state
+        self.resume_rng = mine["rng"]
+        self.rng_first_epoch = mine["rng_first_epoch"]
+        self.rng_epoch_start = mine["rng_epoch_start"]
         self.elapsed_before = float(state["elapsed"])
         self.last_checkpoint_step = state["step"]
         self.last_eval_step = state.get("last_eval_step", -1)
@@ -247,9 +332,17 @@ class Trainer:
 
     def write_checkpoint(self) -> None:
         """Writes a checkpoint of now, unless the run has diverged: the newest checkpoint
-        then stays the last finite one."""
+        then stays the last finite one. In a data-parallel run every rank takes part (its
+        RNG states are gathered) and the lead writes the one file."""
         if self._check_finite(parameters=True):
             return
+        mine = {"rng": self._rng(), "rng_epoch_start": self.rng_epoch_start,
+                "rng_first_epoch": self.rng_first_epoch}
+        ranks = self.group.gather(mine)
+        if not self.lead:
+            self.last_checkpoint_step = self.pos.step
+            return
+        assert self.store is not None and ranks is not None
         p = self.pos
         path = self.store.checkpoint_dir(self.run_id) / f"step-{p.step:08d}.pt"
         save_checkpoint(path, {
@@ -259,8 +352,12 @@ class Trainer:
             "last_eval_step": self.last_eval_step,
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
-            "rng": self._rng(), "rng_epoch_start": self.rng_epoch_start,
-            "rng_first_epoch": self.rng_first_epoch,
+            **mine,
+            # Data-parallel runs: every rank's RNG states, and the shuffle's seed (the epoch
+            # and the batches consumed in it are the position above).
+            "world_size": self.group.world,
+            **({"ranks": ranks, "sampler": {"seed": self.sampler_seed, "epoch": p.epoch}}
+               if self.group.active else {}),
         })
         fault_point("file-in-place")
         self.writer.flush()
@@ -275,8 +372,26 @@ class Trainer:
             Path(old["path"]).unlink(missing_ok=True)
 
     def record_fingerprint(self) -> None:
+        """A hash of the parameters. In a data-parallel run every rank hashes its replica and
+        the lead compares them: replicas that drift apart are recorded (`replicas_drift`)."""
         step = self.pos.step
         sha, l2 = param_fingerprint(self.model)
+        shas = self.group.gather(sha)
+        if not self.lead:
+            self.last_fingerprint = (step, sha)
+            if not math.isfinite(l2) and self.diverged is None:
+                self.diverged = (step, f"the parameters hold NaN/inf at step {step}")
+            return
+        assert self.store is not None and shas is not None
+        differ = [r for r, other in enumerate(shas) if other != sha]
+        if differ and self.replicas_drift_at is None:
+            self.replicas_drift_at = step
+            self.store.add_event(
+                self.run_id, "replicas_drift",
+                f"the replicas drifted apart: at step {step} the parameters of rank(s) "
+                f"{', '.join(map(str, differ))} differ from rank 0's (DDP keeps them equal "
+                "only while every rank applies the same averaged gradients)", step=step,
+                data={"ranks": differ, "sha256": shas})
         if self.resume_state is not None:
             # Steps past the checkpoint were recorded before the stop: an exact resume
             # must reproduce their hashes.
@@ -298,6 +413,9 @@ class Trainer:
 
     def _diverge(self, step: int, what: str) -> None:
         self.diverged = (step, what)
+        if not self.lead:
+            return
+        assert self.store is not None
         self.log(f"diverged: {what}; every row so far is kept, and the newest checkpoint "
                  "stays the last finite one")
         self.store.add_event(self.run_id, "diverged", what, step=step)
@@ -306,18 +424,38 @@ class Trainer:
         """True once the run has diverged. Reads the device-side flag of the first step
         with a non-finite loss (one sync, at log and checkpoint points only) and, with
         `parameters`, checks the parameters themselves."""
+        g = self.group
+        if g.active:
+            # Every rank must come to the same answer, or one would leave the loop alone.
+            (known,) = g.agree(self.diverged is not None)
+            if known:
+                if self.diverged is None:
+                    self._diverge(self.pos.step, "another rank's loss or parameters became "
+                                  f"NaN/inf (noticed at step {self.pos.step})")
+                return True
         if self.diverged is None:
-            bad = int(self.first_bad_step.item())
+            bad = int(g.first_step(self.first_bad_step).item())
+            finite = True
+            if bad < 0 and parameters:
+                finite = bool(torch.stack(
+                    [p.isfinite().all() for p in self.model.parameters()]).all())
+                (broken,) = g.agree(not finite)
+                finite = not broken
             if bad >= 0:
                 self._diverge(bad, f"the loss became NaN/inf at step {bad}")
-            elif parameters and not bool(torch.stack(
-                    [p.isfinite().all() for p in self.model.parameters()]).all()):
+            elif not finite:
                 self._diverge(self.pos.step,
                               f"the parameters hold NaN/inf at step {self.pos.step}")
         return self.diverged is not None
 
     @torch.no_grad()
     def evaluate(self) -> None:
+        """The evaluation set, whole, by the lead alone (with the unwrapped model): the same
+        figure as a single-process run's. The other ranks wait at their next collective."""
+        if not self.lead:
+            self.last_eval_step = self.pos.step
+            return
+        assert self.store is not None
         self.model.eval()
         total_loss = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
@@ -328,7 +466,7 @@ class Trainer:
             if self.cfg.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             with self._autocast():
-                out = self.forward(x)
+                out = self.eval_forward(x)
             total_loss += F.nll_loss(out.float(), y, reduction="sum")
             correct += (out.argmax(dim=1) == y).sum()
             n += len(y)
@@ -369,6 +507,7 @@ class Trainer:
         only then restores the RNG states of the moment of the checkpoint."""
         loader = self.loaders.train
         state = self.resume_state
+        self.loaders.set_epoch(self.pos.epoch)     # a data-parallel run's shard of this epoch
         if state is None or self._positioned:
             self.rng_epoch_start = self._rng()
             if self.rng_first_epoch is None:
@@ -379,12 +518,14 @@ class Trainer:
             # Persistent workers keep their RNG streams across epochs: replay the data of
             # every earlier epoch through one set of workers, as the original run did.
             self._restore(self.rng_first_epoch)
-            for _ in range(self.pos.epoch):
+            for epoch in range(self.pos.epoch):
+                self.loaders.set_epoch(epoch)
                 for _batch in loader:
                     pass
+            self.loaders.set_epoch(self.pos.epoch)
         if self.pos.batch == 0:
             # Checkpointed at an epoch boundary: the next epoch starts from its RNG state.
-            self._restore(state["rng"])
+            self._restore(self.resume_rng)
             self.rng_epoch_start = self._rng()
             if self.rng_first_epoch is None:       # resumed from the step-0 checkpoint
                 self.rng_first_epoch = self.rng_epoch_start
@@ -393,7 +534,7 @@ class Trainer:
         it = iter(loader)
         for _ in range(self.pos.batch):
             next(it)
-        self._restore(state["rng"])
+        self._restore(self.resume_rng)
         return it
 
     # --- the loop --------------------------------------------------------------------------
@@ -401,8 +542,9 @@ class Trainer:
         cfg = self.cfg
         limit = cfg.max_steps or math.inf
         accum = cfg.grad_accum_steps
-        self.writer = BatchedWriter(self.store, self.run_id)
+        self.writer = BatchedWriter(self.store, self.run_id) if self.lead else None
         self.t_start = time.perf_counter()
+        world = self.group.world
         if self.resume_state is not None:
             self.log(f"resuming run {self.run_id} from step {self.pos.step} "
                      f"(epoch {self.pos.epoch}, batch {self.pos.batch})")
@@ -430,13 +572,16 @@ class Trainer:
                 y = y.to(self.device, non_blocking=self.non_blocking)
                 if cfg.channels_last:
                     x = x.contiguous(memory_format=torch.channels_last)
-                with self._autocast():
+                last_micro = micro + 1 == accum or self.pos.batch + 1 == self.batches_per_epoch
+                # DDP all-reduces the gradients in backward: only once per optimizer step.
+                sync = nullcontext() if self.ddp is None or last_micro else self.ddp.no_sync()
+                with sync, self._autocast():
                     loss = F.nll_loss(self.forward(x), y) / accum
-                self.scaler.scale(loss).backward()
+                    self.scaler.scale(loss).backward()
                 step_loss += loss.detach()
                 micro += 1
                 self.pos.batch += 1
-                self.pos.samples += len(y)
+                self.pos.samples += len(y) * world      # every rank takes as many samples
                 if micro == accum or self.pos.batch == self.batches_per_epoch:
                     log_now = (self.pos.step + 1) % cfg.log_every == 0
                     norm = self._optimizer_step(log_now)
@@ -458,7 +603,17 @@ class Trainer:
                     if bar is not None:
                         bar.update(1)
                     self._after_step()
+                    if self.group.active:
+                        # Every rank stops at the same step, whichever was asked or diverged.
+                        stop, gone = self.group.agree(self.stop_requested,
+                                                      self.diverged is not None)
+                        self.stop_requested = stop
+                        if gone and self.diverged is None:
+                            self._diverge(self.pos.step, "another rank's parameters became "
+                                          f"NaN/inf (noticed at step {self.pos.step})")
                     if self.kill_at_step is not None and self.pos.step >= self.kill_at_step:
+                        if self.group.active:   # a crash of the launcher: its ranks die with it
+                            os.kill(os.getppid(), signal.SIGKILL)
                         os.kill(os.getpid(), signal.SIGKILL)   # a crash, on purpose
                     if self.stop_requested or self.pos.step >= limit or self.diverged:
                         break
@@ -504,13 +659,28 @@ class Trainer:
 
     def _log_step(self, step_loss: torch.Tensor, norm: torch.Tensor | None, dt: float,
                   samples: int, data_s: float, compute_s: float) -> None:
-        self.last_loss = step_loss.item()   # the sync of a log point
-        row = {"step": self.pos.step, "epoch": self._epoch_float(), "elapsed": self.elapsed(),
-               "loss": self.last_loss, "lr": self.optimizer.param_groups[0]["lr"],
-               "grad_norm": norm.item() if norm is not None else None,
-               "samples_per_s": samples / dt if dt > 0 else None,
-               "data_s": data_s, "compute_s": compute_s, **self._memory()}
-        self.writer.step(row)
+        # The loss of a data-parallel step is the mean over the ranks (each rank's is the
+        # mean of its shard); the gradient norm is already of the averaged gradients.
+        self.last_loss = self.group.mean(step_loss).item()   # the sync of a log point
+        memory = self._memory()
+        per_rank = self.group.gather(memory)
+        if self.lead:
+            assert self.writer is not None and per_rank is not None
+            for rank, m in enumerate(per_rank):
+                peak = self.rank_peaks.setdefault(rank, {})
+                for key, value in m.items():
+                    if value is not None:
+                        peak[key] = max(peak.get(key) or 0.0, value)
+            if len(per_rank) > 1:       # the most loaded process: what has to fit
+                memory = {k: max((m[k] for m in per_rank if m[k] is not None), default=None)
+                          for k in memory}
+            row = {"step": self.pos.step, "epoch": self._epoch_float(),
+                   "elapsed": self.elapsed(), "loss": self.last_loss,
+                   "lr": self.optimizer.param_groups[0]["lr"],
+                   "grad_norm": norm.item() if norm is not None else None,
+                   "samples_per_s": samples / dt if dt > 0 else None,
+                   "data_s": data_s, "compute_s": compute_s, **memory}
+            self.writer.step(row)
         self._check_finite()
 
     def _after_step(self) -> None:
@@ -520,21 +690,29 @@ class Trainer:
             self.record_fingerprint()
         if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
             self.write_checkpoint()
-        self.writer.progress(step, self._epoch_float())
-        self.writer.maybe_flush()
+        if self.writer is not None:
+            self.writer.progress(step, self._epoch_float())
+            self.writer.maybe_flush()
 
     def _finish(self, status: str) -> Summary:
         cfg = self.cfg
         if self.last_fingerprint is None or self.last_fingerprint[0] != self.pos.step:
             self.record_fingerprint()
-        if self.diverged is None:
-            self._check_finite(parameters=True)
+        self._check_finite(parameters=True)      # every rank, so that all agree
         if self.diverged is not None:
             status = "diverged"        # no evaluation of NaN weights, no NaN checkpoint
         elif cfg.eval_every and self.last_eval_step != self.pos.step:
             self.evaluate()
         if self.last_checkpoint_step != self.pos.step:
             self.write_checkpoint()
+        if not self.lead:
+            return Summary(run_id=self.run_id, name="", status=status, steps=self.pos.step,
+                           epochs=self._epoch_float(), final_loss=self.last_loss,
+                           train_loss=None, eval_accuracy=None, eval_loss=None,
+                           samples_per_s=None, wall_samples_per_s=None,
+                           elapsed_s=self.elapsed(), param_sha256=None, checkpoint=None,
+                           dataset=self.loaders.info.name, device=str(self.device))
+        assert self.store is not None and self.writer is not None
         self.writer.progress(self.pos.step, self._epoch_float())
         self.writer.flush()
         elapsed = self.elapsed()
@@ -554,6 +732,10 @@ class Trainer:
             checkpoint=newest[0]["path"] if newest else None,
             dataset=self.loaders.info.name, device=str(self.device),
             figures=figs.state())
+        if self.group.active:
+            summary.extra.update(world_size=self.group.world, rank_peaks={
+                str(r): m for r, m in sorted(self.rank_peaks.items())},
+                replicas_drift_at=self.replicas_drift_at)
         if self.diverged is not None:
             summary.diverged_at_step, summary.diverged = self.diverged
         if self.resume_state is not None:
@@ -596,7 +778,8 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
                  run_id: int | None = None, checkpoint: dict[str, Any] | None = None,
                  progress: bool = False, echo: TextIO | None = sys.stderr,
                  kill_at_step: int | None = None,
-                 events: list[tuple[str, str, int | None]] = ()) -> Summary:
+                 events: list[tuple[str, str, int | None]] = (),
+                 group: Group | None = None, sampler_seed: int | None = None) -> Summary:
     """Trains one run in this process, recording everything into the session.
 
     Everything that can be refused (device, AMP, missing data, a checkpoint that does not
@@ -604,9 +787,16 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
     created unless `run_id` names one to continue; either way this process claims it (one
     writer per run) before writing anything of it, then records `events`. Any failure while
     training marks the run crashed, records the traceback, and re-raises.
+
+    In a data-parallel run every rank calls this with its `group`; only the lead (rank 0)
+    opens the session, the others train and say what they have to say on stderr.
     """
-    trainer = Trainer(cfg, checkpoint=checkpoint, progress=progress, kill_at_step=kill_at_step)
+    group = group or Group()
+    trainer = Trainer(cfg, checkpoint=checkpoint, progress=progress, kill_at_step=kill_at_step,
+                      group=group, sampler_seed=sampler_seed)
     trainer.setup()
+    if not group.lead:
+        return _train_rank(trainer, run_id if run_id is not None else 0, echo)
     store = SessionStore(session_dir)
     try:
         if run_id is None:
@@ -628,31 +818,15 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
     if checkpoint is not None:
         store.add_event(run_id, "resumed", f"resumed from the checkpoint at step "
                         f"{checkpoint['step']}", step=int(checkpoint["step"]))
+    processes = (f", {group.world} processes (DistributedDataParallel over "
+                 f"{group.backend}), {cfg.batch_size // group.world} samples each per "
+                 "micro-batch" if group.active else "")
     trainer.log(f"run {run_id} on {trainer.settings['device']} "
-                f"({trainer.settings['device_name']}), data: {trainer.loaders.info.description}")
+                f"({trainer.settings['device_name']}){processes}, data: "
+                f"{trainer.loaders.info.description}")
     heartbeat = _Heartbeat(store.dir, run_id)
     heartbeat.start()
-
-    owner = os.getpid()
-
-    def request_stop(signum: int, frame: Any) -> None:
-        if os.getpid() != owner:
-            return       # a forked DataLoader worker: the training process decides for it
-        if trainer.stop_requested:           # a second signal: stop now
-            raise KeyboardInterrupt
-        trainer.stop_requested = True
-        trainer.log(f"{signal.Signals(signum).name}: stopping after this step, with a "
-                    "checkpoint (send it again to stop at once)")
-
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    previous_showwarning = warnings.showwarning
-
-    def log_warning(message: Any, category: type, filename: str, lineno: int,
-                    file: Any = None, line: Any = None) -> None:
-        # e.g. deterministic = warn: which ops have no deterministic implementation.
-        trainer.log(f"warning: {category.__name__}: {message} ({filename}:{lineno})")
-
-    warnings.showwarning = log_warning
+    restore = _listen(trainer)
     try:
         summary = trainer.train()
         store.end_run(run_id, summary.status, summary.to_dict())
@@ -682,10 +856,55 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
             raise e from None
         raise
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        warnings.showwarning = previous_showwarning
+        restore()
         heartbeat.halt.set()
         heartbeat.join()
         trainer.log.close()
         store.close()
+
+
+def _listen(trainer: Trainer) -> Any:
+    """SIGTERM/SIGINT stop the run after this step with a checkpoint (a second one stops at
+    once); warnings go to the run's log. Returns what puts things back."""
+    owner = os.getpid()
+
+    def request_stop(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:
+            return       # a forked DataLoader worker: the training process decides for it
+        if trainer.stop_requested:           # a second signal: stop now
+            raise KeyboardInterrupt
+        trainer.stop_requested = True
+        trainer.log(f"{signal.Signals(signum).name}: stopping after this step, with a "
+                    "checkpoint (send it again to stop at once)")
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous_showwarning = warnings.showwarning
+
+    def log_warning(message: Any, category: type, filename: str, lineno: int,
+                    file: Any = None, line: Any = None) -> None:
+        # e.g. deterministic = warn: which ops have no deterministic implementation.
+        trainer.log(f"warning: {category.__name__}: {message} ({filename}:{lineno})")
+
+    warnings.showwarning = log_warning
+
+    def restore() -> None:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        warnings.showwarning = previous_showwarning
+
+    return restore
+
+
+def _train_rank(trainer: Trainer, run_id: int, echo: TextIO | None) -> Summary:
+    """A rank other than the lead: trains in step with the others, records nothing itself;
+    a failure is said on stderr (labelled by torchrun, in the run's log) and re-raised."""
+    trainer.attach(None, run_id, echo)
+    restore = _listen(trainer)
+    try:
+        return trainer.train()
+    except BaseException:
+        trainer.log(traceback.format_exc().rstrip())
+        raise
+    finally:
+        restore()
+        trainer.log.close()

@@ -1,0 +1,234 @@
+"""Data-parallel runs: the launcher (torchrun, in this process) and the process group.
+
+A run with nproc x nnodes > 1 trains as DistributedDataParallel in processes started by
+PyTorch's own launcher, `torch.distributed.run` (torchrun). The process that was asked to
+train the run (by the dashboard's supervisor, or `tui-trainer run` in a terminal) becomes
+torchrun's agent: `launch_group` runs torchrun with the arguments core.supervisor builds and
+returns how each failed rank ended, so the run can be marked crashed naming the rank.
+
+Inside a rank, `Group` is the little the loop needs from torch.distributed: who leads (rank
+0: the one process that reads and writes the session), a flag agreed by every rank, a mean
+at log points, objects gathered to the lead or broadcast from it. With one process it does
+no communication at all.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import torch
+import torch.distributed as dist
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """A rank dies with its launcher (Linux): a SIGKILLed agent must not leave ranks training
+    on their own, still writing to the session."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:                     # the launcher died before prctl took effect
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ
+
+
+@dataclass
+class Group:
+    """This process's place in the run: rank, world size, and the collectives of the loop."""
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    backend: str | None = None          # the backend of the gradients' all-reduce
+    ddp_group: Any = None               # the process group DDP uses (None: the default)
+    node_rank: int = 0
+    hosts: list[str] = field(default_factory=list)
+
+    @property
+    def lead(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+    def agree(self, *flags: bool) -> tuple[bool, ...]:
+        """Each flag true on any rank is true on all of them afterwards (one all-reduce)."""
+        if not self.active:
+            return flags
+        t = torch.tensor([int(f) for f in flags], dtype=torch.int32)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return tuple(bool(v) for v in t.tolist())
+
+    def mean(self, t: torch.Tensor) -> torch.Tensor:
+        """The mean of a scalar tensor over the ranks (on the CPU, through the default group)."""
+        if not self.active:
+            return t
+        c = t.detach().to("cpu", torch.float64).reshape(1).clone()
+        dist.all_reduce(c)
+        return (c / self.world).to(t.device, t.dtype).reshape(t.shape)
+
+    def first_step(self, step: torch.Tensor) -> torch.Tensor:
+        """The smallest non-negative value over the ranks (-1 when all are -1)."""
+        if not self.active:
+            return step
+        big = 2**62
+        c = step.detach().to("cpu", torch.int64).reshape(1).clone()
+        c[c < 0] = big
+        dist.all_reduce(c, op=dist.ReduceOp.MIN)
+        c[c == big] = -1
+        return c.to(step.device).reshape(step.shape)
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        """Every rank's `obj`, in rank order, on the lead; None elsewhere."""
+        if not self.active:
+            return [obj]
+        out: list[Any] | None = [None] * self.world if self.lead else None
+        dist.gather_object(obj, out, dst=0)
+        return out
+
+    def all_gather(self, obj: Any) -> list[Any]:
+        if not self.active:
+            return [obj]
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+    def broadcast(self, obj: Any) -> Any:
+        """The lead's `obj`, on every rank."""
+        if not self.active:
+            return obj
+        box = [obj if self.lead else None]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def close(self) -> None:
+        if self.active and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def join_group() -> Group:
+    """The process group of a rank started by torchrun (gloo for the control messages, which
+    are small CPU tensors and objects); a plain Group outside torchrun."""
+    if not under_torchrun():
+        return Group()
+    world = int(os.environ["WORLD_SIZE"])
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if world > 1:
+        dist.init_process_group("gloo")
+    return Group(rank=rank, world=world, local_rank=local_rank,
+                 node_rank=int(os.environ.get("GROUP_RANK", "0")))
+
+
+def use_backend(group: Group, wanted: str, device: torch.device) -> None:
+    """Picks the backend of the gradients' all-reduce (dist_backend: auto is nccl on CUDA,
+    gloo on the CPU) and makes its group: the default gloo group already serves gloo."""
+    if not group.active:
+        return
+    backend = wanted if wanted != "auto" else ("nccl" if device.type == "cuda" else "gloo")
+    group.backend = backend
+    if backend == "nccl":
+        group.ddp_group = dist.new_group(backend="nccl")
+
+
+# --- the launcher ------------------------------------------------------------------------------
+
+@dataclass
+class RankFailure:
+    rank: int
+    local_rank: int
+    exitcode: int
+    pid: int
+    host: str
+    signal: str | None         # the signal that killed it, if one did
+
+    def describe(self) -> str:
+        how = (f"was killed by {self.signal}" if self.signal
+               else f"exited with status {self.exitcode}")
+        return f"rank {self.rank} (pid {self.pid} on {self.host}) {how}"
+
+
+def root_cause(failures: list[RankFailure]) -> RankFailure | None:
+    """The rank whose end most likely took the others down: one killed by a signal other
+    than the SIGTERM the agent sends to the survivors, else one that exited with an error,
+    else the first."""
+    if not failures:
+        return None
+    killed = [f for f in failures if f.signal and f.signal not in ("SIGTERM", "SIGINT")]
+    return (killed or failures)[0]
+
+
+class _Tee:
+    """Writes to the terminal and to the run's log file (the ranks' labelled lines, when the
+    launcher runs in a terminal rather than with its output going to the log already)."""
+
+    def __init__(self, a: TextIO, b: TextIO):
+        self.a, self.b = a, b
+
+    def write(self, text: str) -> int:
+        for f in (self.a, self.b):
+            try:
+                f.write(text)
+                f.flush()
+            except (OSError, ValueError):
+                pass
+        return len(text)
+
+    def flush(self) -> None:
+        for f in (self.a, self.b):
+            try:
+                f.flush()
+            except (OSError, ValueError):
+                pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def launch_group(torchrun_argv: list[str], log_file: TextIO | None = None
+                 ) -> tuple[list[RankFailure], str | None]:
+    """Runs torchrun (torch.distributed.run) in this process with `torchrun_argv` and waits
+    for every rank. Returns (the ranks that failed, the signal that stopped the launcher
+    itself, if one did). With `log_file`, what the ranks print also goes there."""
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    args = torchrun.get_args_parser().parse_args(torchrun_argv)
+    saved = sys.stdout, sys.stderr
+    if log_file is not None:
+        sys.stdout, sys.stderr = _Tee(saved[0], log_file), _Tee(saved[1], log_file)
+    try:
+        torchrun.run(args)
+        return [], None
+    except ChildFailedError as e:
+        failures = []
+        for rank, f in sorted(e.failures.items()):
+            name = None
+            if f.exitcode is not None and f.exitcode < 0:
+                try:
+                    name = signal.Signals(-f.exitcode).name
+                except ValueError:
+                    name = f"signal {-f.exitcode}"
+            failures.append(RankFailure(rank=rank, local_rank=f.local_rank,
+                                        exitcode=f.exitcode, pid=f.pid,
+                                        host=socket.gethostname(),
+                                        signal=name))
+        return failures, None
+    except SignalException as e:
+        return [], signal.Signals(e.sigval).name
+    finally:
+        sys.stdout, sys.stderr = saved
