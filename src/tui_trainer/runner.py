@@ -256,6 +256,9 @@ def train_group(session: Path | None, run_id: int | None, cfg: cfgmod.RunConfig,
     finally:
         if log_file is not None:
             log_file.close()
+        if session is None:                  # `join`: the ranks' streams were shown already
+            import shutil
+            shutil.rmtree(log_dir, ignore_errors=True)
     cause = root_cause(failures)
     refused = bool(failures) and all(f.exitcode in (EXIT_BAD_INPUT, 4) for f in failures)
     reason = None
