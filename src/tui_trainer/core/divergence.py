@@ -15,8 +15,10 @@ BIT_RELEVANT_SETTINGS = (
     "seed", "deterministic_algorithms", "cudnn_deterministic", "cudnn_benchmark",
     "num_threads", "loader", "augment", "num_workers", "seed_workers", "amp", "channels_last",
     "compile", "model", "device", "device_name", "torch", "cuda", "cudnn",
-    "cublas_workspace_config", "data",
+    "cublas_workspace_config", "data", "world_size", "dist_backend",
 )
+# What a setting reads as for a run recorded before it existed.
+SETTING_DEFAULTS = {"world_size": 1}
 
 
 def reduce_minmax(xs: Sequence[float], ys: Sequence[float | None], width: int

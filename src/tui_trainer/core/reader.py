@@ -92,7 +92,8 @@ class Snapshot:
     series: dict[int, RunSeries]
     studies: tuple[dict[str, Any], ...]
     study: dict[str, Any] | None            # the study shown, with its table rows
-    checks: dict[int, list[dict[str, Any]]]  # repro verdicts and check twins, by run
+    # repro verdicts, check twins and replica drifts (data-parallel runs), by run
+    checks: dict[int, list[dict[str, Any]]]
     read_ms: float
 
 
@@ -160,6 +161,7 @@ class SessionReader:
             studies=self._read_studies(),
             study=self._read_study(study),
             checks={r: self.store.events(r, "repro_verdict") + self.store.events(r, "check_twin")
+                    + self.store.events(r, "replicas_drift")
                     for r in checks_for if r in self.raw},
             read_ms=(time.perf_counter() - t0) * 1000)
         return snap

@@ -10,9 +10,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .divergence import BIT_RELEVANT_SETTINGS, divergence
+from .divergence import BIT_RELEVANT_SETTINGS, SETTING_DEFAULTS, divergence
 from .figures import hashes, identity
 from .store import SessionStore
+
+# Why a setting that differs between two runs changes their bits, where it is not obvious.
+WHY = {
+    "num_threads": " (another thread count can change the order of float sums)",
+    "world_size": (" (processes of a data-parallel run: each step's batch is split over them "
+                   "in DistributedSampler's order, their gradients are averaged by an "
+                   "all-reduce, another summation order, and each rank draws its own dropout "
+                   "and augmentation numbers)"),
+    "dist_backend": " (another all-reduce implementation sums in another order)",
+}
 
 
 @dataclass
@@ -51,11 +61,10 @@ def explain(runs: list[dict[str, Any]]) -> list[str]:
         reasons.append("compile = on: generated kernels and their fusion can change the order "
                        "of floating-point operations")
     for key in BIT_RELEVANT_SETTINGS:
-        values = [f.get(key) for f in fps]
+        values = [f.get(key, SETTING_DEFAULTS.get(key)) for f in fps]
         if len({repr(v) for v in values}) > 1:
             shown = ", ".join(repr(v) for v in values)
-            extra = (" (another thread count can change the order of float sums)"
-                     if key == "num_threads" else "")
+            extra = WHY.get(key, "")
             reasons.append(f"{key} differs between the runs: {shown}{extra}")
     for c in cfgs:
         if c.get("augment") == "numpy" and c.get("num_workers", 0) > 0 \
@@ -159,4 +168,19 @@ def divergence_text(names: str, d: Any, checks: list[dict[str, Any]], pair: tupl
         out.append(("\nSettings that can explain it: " + (
             " • ".join(reasons) if reasons else "none of the known causes applies (same "
             "seed, deterministic settings, same threads): look at the Compare tab"), False))
+    return out
+
+
+def replica_text(drifts: dict[int, dict[str, Any]], runs: dict[int, Any]
+                 ) -> list[tuple[str, bool]]:
+    """The Divergence panel's words for data-parallel runs whose replicas drifted apart
+    (event `replicas_drift`: rank 0 compares every rank's parameter hash at each
+    fingerprint), as (text, bold) pieces ending in a line break."""
+    out: list[tuple[str, bool]] = []
+    for run_id, event in sorted(drifts.items()):
+        ranks = ", ".join(map(str, (event.get("data") or {}).get("ranks", []))) or "?"
+        name = getattr(runs.get(run_id), "name", None) or f"run {run_id}"
+        out += [(f"Run {run_id} ({name}): ", False),
+                (f"replicas drifted apart at step {event.get('step')}", True),
+                (f" (rank(s) {ranks} no longer hold rank 0's parameters).\n", False)]
     return out

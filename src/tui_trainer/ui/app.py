@@ -380,7 +380,8 @@ class TrainerApp(App[None]):
         compared = tuple(self.compared())
         watched = set(plotted) | set(pair or ()) | set(compared)
         checks = tuple(sorted(set(pair or ()) | ({self._await_twin} if self._await_twin
-                                                  else set())))
+                                                  else set())
+                              | ({self.cursor_run} if self.cursor_run is not None else set())))
         self._req = Request(watched=tuple(sorted(watched)), plotted=plotted,
                             tab=self._tabs().active,
                             study=self.study_shown, checks_for=checks,
@@ -519,9 +520,12 @@ class TrainerApp(App[None]):
         if active == "tab-divergence":
             pair = self.current_pair()
             checks = [c for r in (pair or ()) for c in snap.checks.get(r, [])]
+            shown_runs = set(pair or ()) | ({self.cursor_run} if self.cursor_run else set())
+            drifts = {r: c for r in sorted(shown_runs) for c in snap.checks.get(r, [])
+                      if c.get("kind") == "replicas_drift"}
             if (div := self.panel(DivergencePanel)) is not None:
                 div.show(pair, self.runs, snap.series, checks,
-                         awaiting=self._await_twin is not None)
+                         awaiting=self._await_twin is not None, drifts=drifts)
         elif active == "tab-compare":
             if (compare := self.panel(ComparePanel)) is not None:
                 compare.show(self.compared(), self.runs, snap.series)

@@ -12,7 +12,7 @@ from textual.widgets import Static
 from ...core.divergence import divergence
 from ...core.plotdata import Line
 from ...core.reader import RunRow
-from ...core.repro import divergence_text
+from ...core.repro import divergence_text, replica_text
 from ...core.text import shown_lines
 from ..widgets.plots import MetricPlot
 from .common import label
@@ -33,15 +33,19 @@ class DivergencePanel(Vertical):
             yield MetricPlot("parameter distance", "L2", id="plot-pdist")
 
     def show(self, pair: tuple[int, int] | None, runs: dict[int, RunRow], series: dict,
-             checks: list[dict[str, Any]], awaiting: bool) -> None:
+             checks: list[dict[str, Any]], awaiting: bool,
+             drifts: dict[int, dict[str, Any]] | None = None) -> None:
         verdict = self.query_one("#verdict", Static)
+        drift = replica_text(drifts or {}, runs)
         if pair is None or pair[0] not in series or pair[1] not in series:
-            if self._key != "hint":
-                self._key = "hint"
-                verdict.update(HINT)
+            key = ("hint", tuple(drift))
+            if self._key != key:
+                self._key = key
+                verdict.update(Text.assemble(*((shown_lines(t), "bold" if bold else "")
+                                               for t, bold in [*drift, (HINT, False)])))
             return
         a, b = series[pair[0]], series[pair[1]]
-        key = (pair, a.version, b.version, len(checks), awaiting,
+        key = (pair, a.version, b.version, len(checks), awaiting, tuple(drift),
                tuple(runs[r].status for r in pair if r in runs))
         if key == self._key:
             return
@@ -55,6 +59,8 @@ class DivergencePanel(Vertical):
              if r in runs])
         # Assembled from plain pieces: nothing here is markup, so names, settings and
         # values from the session are always shown as text.
+        if drift:
+            pieces = [*pieces, ("\n", False), *drift]
         verdict.update(Text.assemble(*((shown_lines(t), "bold" if bold else "")
                                        for t, bold in pieces)))
         self.query_one("#plot-dloss", MetricPlot).show(
