@@ -62,6 +62,8 @@ def explain(runs: list[dict[str, Any]]) -> list[str]:
                        "of floating-point operations")
     for key in BIT_RELEVANT_SETTINGS:
         values = [f.get(key, SETTING_DEFAULTS.get(key)) for f in fps]
+        if key == "dist_backend" and None in values:
+            continue              # a one-process run has none: world_size says it already
         if len({repr(v) for v in values}) > 1:
             shown = ", ".join(repr(v) for v in values)
             extra = WHY.get(key, "")
