@@ -199,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--node-rank", type=int, required=True, metavar="R",
                     help="this machine's number, 1 to nnodes - 1")
 
-    sp = sub.add_parser("worker", help=argparse.SUPPRESS)   # one rank, started by torchrun
+    sp = sub.add_parser("worker", help="one process of a data-parallel run (torchrun starts "
+                        "it; not for direct use)")
     sp.add_argument("--session", metavar="DIR")
     sp.add_argument("--run-id", type=int)
     sp.add_argument("--checkpoint", metavar="PATH")
