@@ -81,14 +81,16 @@ def test_launcher_killed_mid_epoch_resumes_bit_exact(straight, tmp_path):
     r = tt("run", "--session", str(tmp_path), "--json", "--kill-at-step", "16",
            *sets(*PARALLEL))
     assert r.rc == -signal.SIGKILL
-    deadline = time.time() + 30          # the ranks die with their launcher
-    while time.time() < deadline and any(
-            "tui_trainer" in " ".join(p.info["cmdline"] or []) and "worker" in
-            (p.info["cmdline"] or []) and str(tmp_path) in " ".join(p.info["cmdline"] or [])
-            for p in psutil.process_iter(["cmdline"])):
-        time.sleep(0.2)
+    # The ranks die with their launcher; the run then reads crashed (once rank 0's process
+    # has finished exiting: a killed process with a big address space takes a moment).
     store = SessionStore(tmp_path, create=False, readonly=True)
+    deadline = time.time() + 30
+    while time.time() < deadline and store.run(1)["status"] != "crashed":
+        time.sleep(0.2)
     assert store.run(1)["status"] == "crashed"
+    assert not [p for p in psutil.process_iter(["cmdline"])
+                if "worker" in (p.info["cmdline"] or [])
+                and str(tmp_path) in " ".join(p.info["cmdline"] or [])]
     r = tt("resume", "1", "--session", str(tmp_path), "--json")
     assert r.rc == 0, r.err
     assert r.json["resumed_from_step"] == 15 and r.json["steps"] == 44
