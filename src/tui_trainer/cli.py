@@ -421,12 +421,8 @@ def _worker_payload(args: argparse.Namespace) -> dict[str, Any]:
         cfg = cfgmod.from_dict({**run["config"], **cfgmod.parse_overrides(args.sets)})
         state = None
         if args.checkpoint:
-            from .engine.checkpoint import check_fits, load_checkpoint
-            path = Path(args.checkpoint)
-            state = load_checkpoint(path)
-            listed = [c for c in store.usable_checkpoints(args.run_id)
-                      if Path(c["path"]) == path.resolve()]
-            check_fits(state, path, run, cfg, listed[0] if listed else None)
+            from .engine.checkpoint import load_named
+            state = load_named(store, run, cfg, Path(args.checkpoint))
     # With seed = none the shuffle is still one permutation shared by every rank: drawn here.
     seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
     return {"config": cfg.to_dict(), "checkpoint": state, "events": json.loads(args.events),
@@ -472,14 +468,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
             raise RunBusy(f"run {args.run_id} is being trained by process {run['pid']}; "
                                "stop it before continuing it")
         cfg = cfgmod.from_dict({**run["config"], **overrides})
-        from .engine.checkpoint import check_fits, choose_checkpoint, load_checkpoint
+        from .engine.checkpoint import choose_checkpoint, load_named
         state, notes = None, []
         if args.checkpoint:
             path = Path(args.checkpoint)
-            state = load_checkpoint(path)
-            listed = [c for c in store.usable_checkpoints(args.run_id)
-                      if Path(c["path"]) == path.resolve()]
-            check_fits(state, path, run, cfg, listed[0] if listed else None)
+            state = load_named(store, run, cfg, path)
         else:
             try:
                 state, path, notes = choose_checkpoint(store, run, cfg)

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from .core import config as cfgmod
 from .core import machine
 from .core.config import ConfigError
-from .core.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, BadInput
+from .core.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, BadInput
 from .core.repro import verdict
 from .core.store import SessionStore
 from .core.supervisor import launch, resume_args, torchrun_args, train_args
@@ -260,7 +260,8 @@ def train_group(session: Path | None, run_id: int | None, cfg: cfgmod.RunConfig,
             import shutil
             shutil.rmtree(log_dir, ignore_errors=True)
     cause = root_cause(failures)
-    refused = bool(failures) and all(f.exitcode in (EXIT_BAD_INPUT, 4) for f in failures)
+    refused = bool(failures) and all(f.exitcode in (EXIT_BAD_INPUT, EXIT_SESSION)
+                                        for f in failures)
     reason = None
     if cause is not None:
         reason = cause.describe() + (

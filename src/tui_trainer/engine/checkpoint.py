@@ -145,6 +145,16 @@ def check_fits(state: dict[str, Any], path: Path, run: dict[str, Any],
                               f"(differs in: {', '.join(diff)})")
 
 
+def load_named(store: SessionStore, run: dict[str, Any], cfg: cfgmod.RunConfig,
+               path: Path) -> dict[str, Any]:
+    """The checkpoint at `path` (`resume --checkpoint`), loaded and checked against the run
+    (and against the session's record of it, when the session lists that file)."""
+    state = load_checkpoint(path)
+    listed = [c for c in store.usable_checkpoints(run["id"]) if Path(c["path"]) == path.resolve()]
+    check_fits(state, path, run, cfg, listed[0] if listed else None)
+    return state
+
+
 def choose_checkpoint(store: SessionStore, run: dict[str, Any], cfg: cfgmod.RunConfig
                       ) -> tuple[dict[str, Any], Path, list[str]]:
     """The newest recorded checkpoint of `run` that loads and fits it, with a note for every

@@ -19,7 +19,7 @@ import os
 import signal
 import socket
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import torch
@@ -54,7 +54,6 @@ class Group:
     backend: str | None = None          # the backend of the gradients' all-reduce
     ddp_group: Any = None               # the process group DDP uses (None: the default)
     node_rank: int = 0
-    hosts: list[str] = field(default_factory=list)
 
     @property
     def lead(self) -> bool:

@@ -575,8 +575,9 @@ class Trainer:
                 last_micro = micro + 1 == accum or self.pos.batch + 1 == self.batches_per_epoch
                 # DDP all-reduces the gradients in backward: only once per optimizer step.
                 sync = nullcontext() if self.ddp is None or last_micro else self.ddp.no_sync()
-                with sync, self._autocast():
-                    loss = F.nll_loss(self.forward(x), y) / accum
+                with sync:
+                    with self._autocast():          # the forward pass only, as before
+                        loss = F.nll_loss(self.forward(x), y) / accum
                     self.scaler.scale(loss).backward()
                 step_loss += loss.detach()
                 micro += 1
@@ -666,12 +667,12 @@ class Trainer:
         per_rank = self.group.gather(memory)
         if self.lead:
             assert self.writer is not None and per_rank is not None
-            for rank, m in enumerate(per_rank):
-                peak = self.rank_peaks.setdefault(rank, {})
-                for key, value in m.items():
-                    if value is not None:
-                        peak[key] = max(peak.get(key) or 0.0, value)
-            if len(per_rank) > 1:       # the most loaded process: what has to fit
+            if self.group.active:       # each rank's peak; the row: the most loaded rank
+                for rank, m in enumerate(per_rank):
+                    peak = self.rank_peaks.setdefault(rank, {})
+                    for key, value in m.items():
+                        if value is not None:
+                            peak[key] = max(peak.get(key) or 0.0, value)
                 memory = {k: max((m[k] for m in per_rank if m[k] is not None), default=None)
                           for k in memory}
             row = {"step": self.pos.step, "epoch": self._epoch_float(),
