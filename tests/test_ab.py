@@ -27,7 +27,7 @@ def _identical(session: Path, a: int, b: int) -> bool:
 
 
 def test_ab_table_holds_every_variant_with_figures_and_exports(tmp_path):
-    r = tt("ab", "--session", str(tmp_path), "--json", *sets(*QUICK),
+    r = tt("ab", "--session", str(tmp_path), "--json", *sets(*QUICK), "--repeats", "1",
            "--vary", "deterministic=off", "--vary", "batch_size=32,64",
            "--vary", "amp=fp16", "--steps", "6")
     assert r.rc == 0, r.err
@@ -96,7 +96,7 @@ def test_ab_table_holds_every_variant_with_figures_and_exports(tmp_path):
 
 def test_ab_prints_a_table_with_ratios(tmp_path):
     r = tt("ab", "--session", str(tmp_path), *sets(*QUICK), "--vary", "seed=2",
-           "--steps", "3")
+           "--steps", "3", "--repeats", "1")
     assert r.rc == 0, r.err
     lines = r.out.splitlines()
     header = next(line for line in lines if line.startswith("variant"))
@@ -119,6 +119,10 @@ def test_ab_prints_a_table_with_ratios(tmp_path):
     (["--vary", "seed=1"], "--vary"),
     ([], "--vary"),
     (["--vary", "seed=2", "--steps", "0"], "--steps"),
+    (["--vary", "seed=2"], "--vary"),           # the rounds vary the seed already
+    (["--vary", "lr=0.1", "--repeats", "0"], "--repeats"),
+    (["--vary", "lr=0.1", "--level", "1.2"], "--level"),
+    (["--vary", "lr=0.1", "--jobs", "0"], "--jobs"),
 ])
 def test_bad_ab_input_exits_2_before_training(tmp_path, args, key):
     r = tt("ab", "--session", str(tmp_path), *args)
@@ -137,7 +141,7 @@ def test_a_bad_study_file_names_the_field(tmp_path):
 @pytest.mark.parametrize("study", STUDIES, ids=[s.stem for s in STUDIES])
 def test_ready_studies_run_as_they_are(tmp_path, study):
     r = tt("ab", "--session", str(tmp_path), "--config", str(study), "--json",
-           "--steps", "2", "--set", "eval_samples=200")
+           "--steps", "2", "--set", "eval_samples=200", "--repeats", "1")
     assert r.rc == 0, r.err
     rows = json.loads(r.out)["rows"]
     assert len(rows) >= 3
@@ -154,7 +158,7 @@ def test_a_stopped_study_stops_its_run_cleanly_and_continues(tmp_path):
 
     from conftest import tt_popen, wait_for_row
     proc = tt_popen("ab", "--session", str(tmp_path), *sets(*QUICK), "--vary", "seed=2",
-                    "--steps", "200", "--json")
+                    "--steps", "200", "--json", "--repeats", "1")
     wait_for_row(tmp_path, "SELECT 1 FROM runs WHERE id = 1 AND step >= 10")
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
@@ -171,3 +175,124 @@ def test_a_stopped_study_stops_its_run_cleanly_and_continues(tmp_path):
     assert study["status"] == "finished"
     assert [(row["label"], row["status"], row["steps"]) for row in study["rows"]] == \
         [("base", "finished", 200), ("seed=2", "finished", 200)]
+
+
+# --- repeats: intervals and verdicts -------------------------------------------------------
+
+def _figures(session: Path, run_ids: list[int]) -> dict[int, dict]:
+    """Each run's figures as core.figures reads them from the stored rows."""
+    from tui_trainer.core.figures import run_figures
+    from tui_trainer.core.store import SessionStore
+    with SessionStore(session, create=False, readonly=True) as store:
+        return {r: run_figures(store, r) for r in run_ids}
+
+
+def test_t_quantiles_and_intervals_match_the_textbook():
+    from tui_trainer.core import stats
+    # Student's t table, two-sided 95% (0.975 quantile) and 90%.
+    for df, p, t in [(1, 0.975, 12.706), (2, 0.975, 4.303), (4, 0.975, 2.776),
+                     (9, 0.975, 2.262), (30, 0.975, 2.042), (4, 0.95, 2.132)]:
+        assert stats.t_quantile(p, df) == pytest.approx(t, abs=1e-3)
+    # The interval of the geometric mean of paired ratios, computed by hand.
+    pairs = [(100, 110), (100, 121), (100, 99), (200, 230)]
+    logs = [math.log(v / b) for b, v in pairs]
+    m, sd = statistics.mean(logs), statistics.stdev(logs)
+    half = 3.182446 * sd / 2
+    iv = stats.ratio_interval(pairs)
+    assert (iv.ratio, iv.low, iv.high) == pytest.approx(
+        (math.exp(m), math.exp(m - half), math.exp(m + half)), rel=1e-5)
+    assert iv.verdict("faster", "slower") == "within noise"      # 0.99 keeps it below 1
+    clear = stats.ratio_interval([(100, 115), (100, 117), (100, 113)])
+    assert clear.verdict("faster", "slower") == "faster" and clear.low > 1
+    assert stats.ratio_interval([(100, 80), (100, 82)]).verdict("faster", "slower") == "slower"
+    # Missing and non-finite values are left out; one pair gives no interval.
+    one = stats.ratio_interval([(100, 110), (None, 3), (float("nan"), 1)])
+    assert one.n == 1 and one.low is None and "no interval" in one.verdict()
+    assert stats.ratio_interval([]) is None
+    # More noise needs more rounds for the same effect.
+    assert stats.pairs_needed(0.03, 1.15) < stats.pairs_needed(0.06, 1.15) \
+        < stats.pairs_needed(0.06, 1.05)
+
+
+def test_rounds_are_interleaved_with_one_seed_per_round():
+    from tui_trainer.core import config as C
+    from tui_trainer.core import study as ab
+    base = C.DEFAULTS.replace(seed=7)
+    runs, _ = ab.plan(base, [("batch_size", [32]), ("amp", ["bf16"])], 10, repeats=4)
+    order = [(v["label"], v["round"], v["config"]["seed"]) for v in runs]
+    arms = ["base", "batch_size=32", "amp=bf16"]
+    expected = []
+    for r in range(4):               # ABC CBA ABC CBA: no arm always first or last
+        for label in (arms if r % 2 == 0 else arms[::-1]):
+            expected.append((label, r, 7 + r))
+    assert order == expected
+    assert all(v["config"]["batch_size"] == 32 for v in runs if v["label"] == "batch_size=32")
+    # a seed sweep: the base alone, one seed each
+    sweep = ab.prepare(base, [], 10, repeats=3, name="s")
+    assert sweep.kind == "sweep" and [v["config"]["seed"] for v in sweep.runs] == [7, 8, 9]
+    for kwargs, key in [({"repeats": 1}, "--seeds"), ({"repeats": 3, "jobs": 999}, "--jobs"),
+                        ({"repeats": 3, "level": 1.5}, "--level")]:
+        with pytest.raises(C.ConfigError) as e:
+            ab.prepare(base, [], 10, name="s", **kwargs)
+        assert e.value.key == key
+    with pytest.raises(C.ConfigError, match="repeats vary it"):
+        ab.plan(base, [("seed", [2])], 10, repeats=2)
+
+
+def test_ab_with_repeats_gives_intervals_from_its_rounds(tmp_path):
+    """Two rounds of base and a variant that cannot change the training (eval_batch_size):
+    every interval is the one the four stored runs give, and the variant's accuracy and
+    loss are within seed noise (identical in each round; the rounds' seeds differ)."""
+    from tui_trainer.core import stats
+    r = tt("ab", "--session", str(tmp_path), "--json", *sets(*QUICK), "--steps", "6",
+           "--vary", "eval_batch_size=100", "--repeats", "2", "--jobs", "2")
+    assert r.rc == 0, r.err
+    study = json.loads(r.out)
+    assert study["repeats"] == 2 and study["jobs"] == 2
+    base, variant = study["rows"]
+    assert base["done"] == variant["done"] == 2 and len(variant["runs"]) == 2
+    runs = db_rows(tmp_path, "SELECT id, name, json_extract(config, '$.seed') FROM runs "
+                   "ORDER BY id")
+    # ABBA: base r1, variant r1, variant r2, base r2; seeds 1, 1, 2, 2
+    assert [(n.split("-", 1)[1], s) for _, n, s in runs] == [
+        ("base-r1", 1), ("eval_batch_size=100-r1", 1), ("eval_batch_size=100-r2", 2),
+        ("base-r2", 2)]
+    assert variant["runs"] == [runs[1][0], runs[2][0]] and base["runs"] == [runs[0][0],
+                                                                            runs[3][0]]
+    assert variant["bit_identical"] is True
+    per_run = _figures(tmp_path, [run_id for run_id, _, _ in runs])
+    for key in ("samples_per_s", "accuracy"):
+        pairs = [(per_run[b][key], per_run[v][key])
+                 for b, v in zip(base["runs"], variant["runs"], strict=True)]
+        iv = stats.ratio_interval(pairs)
+        got = variant["intervals"][key]
+        assert (got["ratio"], got["low"], got["high"]) == pytest.approx(
+            (iv.ratio, iv.low, iv.high))
+        assert base[key] == pytest.approx(statistics.mean(per_run[b][key]
+                                                          for b in base["runs"]))
+    assert variant["verdicts"]["accuracy"] == "within seed noise"
+    assert variant["intervals"]["accuracy"]["low"] == pytest.approx(1.0)
+    # the printed table of the same study: verdict column and intervals
+    r = tt("ab", "--study", "1", "--session", str(tmp_path))
+    assert r.rc == 0, r.err
+    line = next(x for x in r.out.splitlines() if x.startswith("eval_batch_size=100"))
+    assert "2/2" in line and "accuracy within seed noise" in line and "x [" in line
+    assert "95% t-interval" in r.out and "2 at a time" in r.out
+
+
+def test_a_seed_sweep_shows_mean_and_spread(tmp_path):
+    r = tt("sweep", "--session", str(tmp_path), "--json", *sets(*QUICK), "--steps", "6",
+           "--seeds", "3", "--set", "seed=5")
+    assert r.rc == 0, r.err
+    study = json.loads(r.out)
+    assert study["kind"] == "sweep" and len(study["rows"]) == 1
+    row = study["rows"][0]
+    assert row["done"] == 3
+    seeds = db_rows(tmp_path, "SELECT json_extract(config, '$.seed'), name FROM runs "
+                    "ORDER BY id")
+    assert [s for s, _ in seeds] == [5, 6, 7] and seeds[0][1] == "sweep1-seed5"
+    accs = [f["accuracy"] for f in _figures(tmp_path, [1, 2, 3]).values()]
+    assert row["accuracy"] == pytest.approx(statistics.mean(accs))
+    assert row["spread"]["accuracy"] == pytest.approx(statistics.stdev(accs))
+    r = tt("sweep", "--session", str(tmp_path), "--seeds", "1")
+    assert r.rc == 2 and "--seeds" in r.err

@@ -19,6 +19,7 @@ from typing import Any
 from . import __version__, runner
 from .core import config as cfgmod
 from .core import figures, machine, supervisor
+from .core import study as study_defaults
 from .core.config import ConfigError
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_NOT_IDENTICAL,
                           EXIT_OK, EXIT_SESSION, BadInput, CheckpointError, DiskFull, RunBusy,
@@ -137,27 +138,58 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--session", metavar="DIR")
     sp.add_argument("--json", action="store_true")
 
+    def study_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--steps", type=int, metavar="N",
+                        help="optimizer steps of every run (default: the study file's, else "
+                             f"{DEFAULT_AB_STEPS})")
+        sp.add_argument("--level", type=float, metavar="P", default=None,
+                        help="confidence level of the intervals (default "
+                             f"{study_defaults.S.DEFAULT_LEVEL})")
+        sp.add_argument("--jobs", type=int, metavar="N", default=None,
+                        help="train N runs at a time (default 1; at most the number of "
+                             "cores): sooner done, but the runs share the machine, so "
+                             "samples/s is each run's share of it")
+        sp.add_argument("--name", help="a name for the study")
+        sp.add_argument("--study", type=int, metavar="ID",
+                        help="run (or continue) a study already in the session, as planned "
+                             "there (how the dashboard starts studies)")
+        sp.add_argument("--session", metavar="DIR")
+        sp.add_argument("--json", action="store_true")
+
     sp = sub.add_parser("ab", help="the price of each knob: an A/B study",
                         description="Train the base config and one variant per value of "
-                                    "each --vary key, for the same steps, one after the "
-                                    "other (so timings do not disturb each other), and show "
-                                    "a table: samples/s, time waiting for data, peak memory, "
-                                    "final loss and accuracy, each also as a ratio to the "
-                                    "base, and whether each variant is bit-identical to the "
-                                    "base. A study file (experiments/ab/) holds a base config "
-                                    "and an [ab] table with its vary list and steps.")
+                                    "each --vary key, for the same steps, and show a table: "
+                                    "samples/s, time waiting for data, peak memory, final "
+                                    "loss and accuracy, each also as a ratio to the base, and "
+                                    "whether each variant is bit-identical to the base. With "
+                                    "--repeats N (default "
+                                    f"{study_defaults.DEFAULT_REPEATS}) every arm trains N "
+                                    "times, interleaved, round r with seed + r, and every "
+                                    "ratio comes with a confidence interval and a verdict: "
+                                    "faster, slower or within noise (within seed noise for "
+                                    "accuracy and loss). A study file (experiments/ab/) holds "
+                                    "a base config and an [ab] table with its vary list and "
+                                    "steps.")
     config_args(sp)
     sp.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
                     help="a key and the values to try, one variant each (repeatable)")
-    sp.add_argument("--steps", type=int, metavar="N",
-                    help="optimizer steps of every run (default: the study file's, else "
-                         f"{DEFAULT_AB_STEPS})")
-    sp.add_argument("--name", help="a name for the study")
-    sp.add_argument("--study", type=int, metavar="ID",
-                    help="run (or continue) a study already in the session, as planned there "
-                         "(how the dashboard starts studies)")
-    sp.add_argument("--session", metavar="DIR")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--repeats", type=int, metavar="N", default=None,
+                    help="rounds: how many times each arm trains (default: the study "
+                         f"file's, else {study_defaults.DEFAULT_REPEATS}; 1 = one run each, "
+                         "no interval)")
+    study_args(sp)
+
+    sp = sub.add_parser("sweep", help="seed noise: one config trained with N seeds",
+                        description="Train one config N times, seed, seed+1, ..., and show "
+                                    "each figure's mean and spread over the seeds (the noise "
+                                    "any knob's effect on accuracy has to beat). The dashboard "
+                                    "draws the runs as a mean line with a min-max band, and "
+                                    "its Divergence tab shows how the spread grows over "
+                                    "steps.")
+    config_args(sp)
+    sp.add_argument("--seeds", type=int, metavar="N", default=study_defaults.DEFAULT_SEEDS,
+                    help=f"how many seeds (default {study_defaults.DEFAULT_SEEDS})")
+    study_args(sp)
 
     sp = sub.add_parser("export", help="PNG figures and CSVs of runs",
                         description="Export runs: every stored point as CSV (steps, "
@@ -638,57 +670,70 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
+    """`ab` and `sweep`: plan a study (or take one planned), train it, print its table."""
     from .core import study as ab
     session = _session_dir(args)
     _check_name(args.name)
     SessionStore.check(session)
     say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    sweep = args.command == "sweep"
+    if args.jobs is not None and not 1 <= args.jobs <= ab.MAX_JOBS:
+        raise ConfigError("--jobs", f"must be 1 to {ab.MAX_JOBS} (the cores of this machine), "
+                          f"got {args.jobs}")
     if args.study is not None:
-        if args.vary or args.config or args.sets or args.steps:
-            raise BadInput("--study runs a study as planned; it takes no --vary, --config, "
-                           "--set or --steps")
+        if (not sweep and (args.vary or args.repeats)) or args.config or args.sets \
+                or args.steps or args.level:
+            raise BadInput("--study runs a study as planned; it takes no --vary, --repeats, "
+                           "--config, --set, --steps or --level")
         with SessionStore(session, create=False) as store:
-            study_id, notes = store.study(args.study)["id"], []
+            study_id = store.study(args.study)["id"]
     else:
-        file_values, spec = ({}, {}) if not args.config else ab.read_study_file(args.config)
+        if sweep:
+            file_values = cfgmod.read_toml(args.config) if args.config else {}
+            spec: dict[str, Any] = {}
+            vary, repeats = [], args.seeds
+        else:
+            file_values, spec = ({}, {}) if not args.config else ab.read_study_file(args.config)
+            vary = ab.parse_vary(list(spec.get("vary", [])) + args.vary)
+            repeats = args.repeats if args.repeats is not None else \
+                spec.get("repeats") or ab.DEFAULT_REPEATS
         values = {**file_values, **cfgmod.parse_overrides(args.sets)}
         base = cfgmod.from_dict({**cfgmod.DEFAULTS.to_dict(), **values})
-        vary = ab.parse_vary(list(spec.get("vary", [])) + args.vary)
-        if args.steps is not None and args.steps < 1:
-            raise ConfigError("--steps", f"must be >= 1, got {args.steps}")
-        steps = args.steps or spec.get("steps") or DEFAULT_AB_STEPS
-        variants, notes = ab.plan(base, vary, steps)
-        for note in notes:
-            say(f"ab: {note}")
         name = args.name or spec.get("name") or \
-            (Path(args.config).stem if args.config else "ab")
+            (Path(args.config).stem if args.config else args.command)
         _check_name(name, "ab.name")
+        steps = args.steps if args.steps is not None else \
+            spec.get("steps") or DEFAULT_AB_STEPS
+        planned = ab.prepare(base, vary, steps, repeats=repeats, name=name, level=args.level,
+                             jobs=args.jobs if args.jobs is not None else 1, file=args.config)
+        for note in planned.notes:
+            say(f"{args.command}: {note}")
         with SessionStore(session) as store:
-            study_id = store.create_study(
-                "ab", name, {"vary": [[k, v] for k, v in vary], "steps": steps,
-                             "notes": notes, "file": args.config}, variants)
-    status = runner.run_study(session, study_id, say)
+            study_id = store.create_study(planned.kind, name, planned.spec, planned.runs)
+    status = runner.run_study(session, study_id, say, jobs=args.jobs)
     with SessionStore(session, create=False) as store:
         study, rows = ab.table(store, study_id)
     if args.json:
         print(json.dumps(_json_safe(
-            {"study_id": study_id, "name": study["name"], "status": status,
-             "steps": study["spec"]["steps"], "vary": study["spec"]["vary"],
+            {"study_id": study_id, "kind": study["kind"], "name": study["name"],
+             "status": status, "steps": study["spec"]["steps"],
+             "repeats": study["spec"].get("repeats", 1),
+             "level": study["spec"].get("level", ab.S.DEFAULT_LEVEL),
+             "jobs": study["spec"].get("jobs", 1), "vary": study["spec"]["vary"],
              "notes": study["spec"].get("notes", []), "rows": [r.to_dict() for r in rows]})))
     else:
-        print(f"A/B study {study_id} ({shown(study['name'])}): {study['spec']['steps']} steps "
-              f"each, {status}")
-        print("\n".join(ab.format_table(rows)))
-        print(figures.EXPLAINED + " data wait: total time the loop waited for batches; "
-              "(N.NNx) = ratio to the base.")
+        print(ab.title_text(study, rows, status))
+        print("\n".join(ab.format_table(rows, sweep=study["kind"] == "sweep")))
+        print(figures.EXPLAINED + " data wait: total time the loop waited for batches. "
+              + ab.method_text(study, rows))
         for note in study["spec"].get("notes", []):
-            print(f"note: {note}")
+            print(f"note: {shown(note)}")
     failed = any(r.status == "crashed" for r in rows)
     return EXIT_FAILED if failed or status == "crashed" else EXIT_OK
 
 
 COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": cmd_runs,
-            "repro": cmd_repro, "export": cmd_export, "ab": cmd_ab,
+            "repro": cmd_repro, "export": cmd_export, "ab": cmd_ab, "sweep": cmd_ab,
             "machine": cmd_machine, "join": cmd_join, "worker": cmd_worker}
 
 

@@ -145,21 +145,34 @@ def device_refusal(config: dict[str, Any]) -> str | None:
     return None if found is None else str(found)
 
 
-def run_study(session: Path, study_id: int, say: Say) -> str:
-    """Trains a study's variants one after the other; a variant already finished is kept
-    (so a stopped or crashed study continues where it was). SIGTERM or Ctrl-C stops the run
-    in progress (with its checkpoint) and the study. Returns the study's end status.
+def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -> str:
+    """Trains a study's runs in their planned order (rounds interleaved), `jobs` at a time
+    (default: as planned, else one); a run already finished is kept (so a stopped or crashed
+    study continues where it was). SIGTERM or Ctrl-C stops the runs in progress (with their
+    checkpoints) and the study. Returns the study's end status.
 
     A variant is not a twin of the base (it has another config): the relation lives in the
     study's own rows (position 0 is the base), never in runs.twin_of."""
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
     children: list[subprocess.Popen] = []
     stop = {"asked": False}
 
     def on_signal(signum: int, frame: Any) -> None:
         stop["asked"] = True
-        if signum == signal.SIGTERM:     # Ctrl-C reaches the run itself from the terminal
+        if signum == signal.SIGTERM:     # Ctrl-C reaches the runs themselves from the terminal
             for child in list(children):
                 child.send_signal(signal.SIGTERM)
+
+    def train(v: dict[str, Any], run_id: int) -> None:
+        # A thread of its own: its own connection (SQLite connections stay in their thread).
+        with SessionStore(session, create=False) as own:
+            try:
+                train_child(own, run_id, train_args(run_id), children=children)
+            except (BadInput, RuntimeError) as e:
+                if stop["asked"]:
+                    return
+                own.set_study_run(study_id, v["position"], run_id, f"failed: {e}")
+                say(f"ab: {v['label']} failed: {e}")
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -167,34 +180,50 @@ def run_study(session: Path, study_id: int, say: Say) -> str:
             study = store.study(study_id)
             if study["status"] == "running":
                 raise BadInput(f"study {study_id} is running already (pid {study['pid']})")
+            jobs = jobs or study["spec"].get("jobs", 1)
             store.set_study_status(study_id, "running")
             status, message = "finished", None
             variants = study["variants"]
+            places = study["spec"].get("layout") or [[i, 0] for i in range(len(variants))]
+            rounds = study["spec"].get("repeats", 1)
+            pending: set[Future] = set()
             try:
-                for i, v in enumerate(variants):
-                    if stop["asked"]:
-                        break
-                    if v["run_id"] is not None and \
-                            store.run(v["run_id"])["status"] == "finished":
-                        continue
-                    if v["run_id"] is None and v["note"]:
-                        continue
-                    refusal = device_refusal(v["config"])
-                    if refusal:
-                        store.set_study_run(study_id, v["position"], None,
-                                            f"not possible on this machine ({refusal})")
-                        say(f"ab: {v['label']}: skipped, {refusal}")
-                        continue
-                    run_id = store.create_run(v["config"], name=f"ab{study_id}-{v['label']}")
-                    store.set_study_run(study_id, v["position"], run_id)
-                    say(f"ab: {v['label']} ({i + 1} of {len(variants)}, run {run_id}) ...")
-                    try:
-                        train_child(store, run_id, train_args(run_id), children=children)
-                    except (BadInput, RuntimeError) as e:
+                with ThreadPoolExecutor(max_workers=jobs) as pool:
+                    for i, v in enumerate(variants):
+                        while len(pending) >= jobs and not stop["asked"]:
+                            _, pending = wait(pending, timeout=0.5,
+                                              return_when=FIRST_COMPLETED)
+                        for f in [f for f in pending if f.done()]:
+                            f.result()
                         if stop["asked"]:
                             break
-                        store.set_study_run(study_id, v["position"], run_id, f"failed: {e}")
-                        say(f"ab: {v['label']} failed: {e}")
+                        if v["run_id"] is not None and \
+                                store.run(v["run_id"])["status"] == "finished":
+                            continue
+                        if v["run_id"] is None and v["note"]:
+                            continue
+                        refusal = device_refusal(v["config"])
+                        if refusal:
+                            store.set_study_run(study_id, v["position"], None,
+                                                f"not possible on this machine ({refusal})")
+                            say(f"ab: {v['label']}: skipped, {refusal}")
+                            continue
+                        arm, rnd = places[i]
+                        if study["kind"] == "sweep":
+                            name = f"sweep{study_id}-seed{v['config']['seed']}"
+                        else:
+                            name = f"ab{study_id}-{v['label']}" + \
+                                (f"-r{rnd + 1}" if rounds > 1 else "")
+                        run_id = store.create_run(v["config"], name=name)
+                        store.set_study_run(study_id, v["position"], run_id)
+                        say(f"{study['kind']}: {v['label']}"
+                            + (f", round {rnd + 1} of {rounds}" if rounds > 1 else "")
+                            + f" ({i + 1} of {len(variants)}, run {run_id}) ...")
+                        pending.add(pool.submit(train, v, run_id))
+                    while pending:
+                        done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                        for f in done:
+                            f.result()
                 if stop["asked"]:
                     status, message = "stopped", "stopped on request; run it again to continue"
             except BaseException as e:

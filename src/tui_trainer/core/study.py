@@ -12,17 +12,26 @@ Core layer: imports neither torch nor textual. The training itself is done by th
 
 from __future__ import annotations
 
+import os
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from . import config as C
 from . import figures as F
+from . import stats as S
 from .config import ConfigError
 from .store import SessionStore
+from .text import shown
 
 DEFAULT_STEPS = 200
+# Rounds of an A/B study: enough for a 15% speed difference to come out of this machine's
+# timing noise (benchmarks/ab_noise.py measures the noise; docs/benchmarks.md).
+DEFAULT_REPEATS = 5
+DEFAULT_SEEDS = 5
+# Runs of a study trained at a time: at most one per core.
+MAX_JOBS = os.cpu_count() or 1
 
 # (key, heading, format) of each figure in the table; ratio_of marks those with a ratio.
 # (key, heading, format) of each figure in the table, every one as defined in core.figures.
@@ -59,7 +68,7 @@ def parse_vary(specs: list[str]) -> list[tuple[str, list[Any]]]:
 
 def read_study_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """A study file: a run config (the base) plus an [ab] table with `vary` (a list of
-    "KEY=V1,V2" strings), and optionally `steps` and `name`. Returns (config values, ab)."""
+    "KEY=V1,V2" strings), and optionally `steps`, `repeats` and `name`. Returns (config values, ab)."""
     from .presets import resolve
     p = resolve(path, study=True)
     try:
@@ -71,10 +80,10 @@ def read_study_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     ab = data.pop("ab", {})
     if not isinstance(ab, dict):
         raise ConfigError("ab", "must be a table: [ab] with vary = [\"KEY=V1,V2\", ...]")
-    unknown = set(ab) - {"vary", "steps", "name", "about"}
+    unknown = set(ab) - {"vary", "steps", "repeats", "name", "about"}
     if unknown:
         raise ConfigError(f"ab.{sorted(unknown)[0]}", "unknown; an [ab] table takes vary, "
-                          "steps, name and about")
+                          "steps, repeats, name and about")
     vary = ab.get("vary", [])
     if not isinstance(vary, list) or not all(isinstance(v, str) for v in vary):
         raise ConfigError("ab.vary", 'must be a list of "KEY=V1,V2" strings')
@@ -82,6 +91,10 @@ def read_study_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool)
                               or steps < 1):
         raise ConfigError("ab.steps", f"must be an integer >= 1, got {steps!r}")
+    repeats = ab.get("repeats")
+    if repeats is not None and (not isinstance(repeats, int) or isinstance(repeats, bool)
+                                or repeats < 1):
+        raise ConfigError("ab.repeats", f"must be an integer >= 1, got {repeats!r}")
     for key, value in data.items():
         if isinstance(value, dict):
             raise ConfigError(key, "tables other than [ab] are not used; keys are flat")
@@ -98,17 +111,30 @@ def _label(key: str, value: Any) -> str:
     return f"{key}={text}"
 
 
-def plan(base: C.RunConfig, vary: list[tuple[str, list[Any]]], steps: int
-         ) -> tuple[list[dict[str, Any]], list[str]]:
-    """The variants to train, base first, each for `steps` steps; and notes on values left
-    out (a value equal to the base's is the base). Every variant is validated here, so a bad
-    combination stops the study before anything trains."""
+def plan(base: C.RunConfig, vary: list[tuple[str, list[Any]]], steps: int,
+         repeats: int = 1) -> tuple[list[dict[str, Any]], list[str]]:
+    """The runs to train, in training order, each for `steps` steps; and notes on values
+    left out (a value equal to the base's is the base). Every variant is validated here, so
+    a bad combination stops the study before anything trains.
+
+    The base and each variant are the study's arms (arm 0 is the base). With `repeats` > 1
+    every arm trains once per round, rounds one after the other, the arms' order reversed
+    every other round (base, B, C / C, B, base / ...) so that no arm always trains first or
+    last; round r trains seed + r in every arm, so a round's base and variant start alike
+    and the spread between rounds is seed noise. With no variant at all that is a seed
+    sweep: the base alone, once per seed."""
+    if repeats < 1:
+        raise ConfigError("--repeats", f"must be >= 1, got {repeats}")
     # max_steps decides; epochs only has to be enough (an epoch has at least one step).
     length = {"max_steps": steps, "epochs": min(steps, C.FIELDS["epochs"].metadata["hi"])}
     base_cfg = base.replace(**length)
-    variants = [{"label": "base", "key": None, "value": None, "config": base_cfg.to_dict()}]
+    arms = [{"label": "base", "key": None, "value": None, "config": base_cfg}]
     notes: list[str] = []
     for key, values in vary:
+        if key == "seed" and repeats > 1:
+            raise ConfigError("--vary", "seed cannot be varied with --repeats above 1: the "
+                              "repeats vary it already (round r trains seed + r); "
+                              "`tui-trainer sweep` shows seed-to-seed noise")
         for value in values:
             if value == getattr(base_cfg, key):
                 notes.append(f"{_label(key, value)} is the base's value: the base row shows it")
@@ -118,20 +144,77 @@ def plan(base: C.RunConfig, vary: list[tuple[str, list[Any]]], steps: int
             except ConfigError as e:
                 raise ConfigError(e.key, f"{e.reason} (in the variant {_label(key, value)})") \
                     from None
-            variants.append({"label": _label(key, value), "key": key, "value": value,
-                             "config": cfg.to_dict()})
-    if len(variants) == 1:
-        raise ConfigError("--vary", "every value given is the base's own; nothing to compare")
-    return variants, notes
+            arms.append({"label": _label(key, value), "key": key, "value": value,
+                         "config": cfg})
+    if len(arms) == 1 and (vary or repeats == 1):
+        raise ConfigError("--vary", "every value given is the base's own; nothing to compare"
+                          if vary else "give at least one KEY=V1,V2 to vary")
+    if repeats > 1 and base_cfg.seed is None:
+        notes.append("seed = none: every run draws its own seed, so a round's base and "
+                     "variants do not start alike (the intervals are wider)")
+    runs = []
+    for r in range(repeats):
+        order = range(len(arms)) if r % 2 == 0 else range(len(arms) - 1, -1, -1)
+        for i in order:
+            cfg = arms[i]["config"]
+            if repeats > 1 and cfg.seed is not None:
+                cfg = cfg.replace(seed=base_cfg.seed + r)
+            runs.append({**arms[i], "config": cfg.to_dict(), "arm": i, "round": r})
+    return runs, notes
+
+
+@dataclass
+class Planned:
+    """A study ready to be stored (SessionStore.create_study(kind, name, spec, runs))."""
+    kind: str                      # "ab" or "sweep"
+    name: str
+    spec: dict[str, Any]
+    runs: list[dict[str, Any]]
+    notes: list[str]
+
+
+def prepare(base: C.RunConfig, vary: list[tuple[str, list[Any]]], steps: int, *,
+            repeats: int, name: str, level: float | None = None, jobs: int = 1,
+            file: str | None = None) -> Planned:
+    """An A/B study (or, with no vary, a seed sweep of `repeats` seeds), planned and
+    checked; the one place the CLI and the dashboard build a study's spec."""
+    kind = "ab" if vary else "sweep"
+    if kind == "sweep" and repeats < 2:
+        raise ConfigError("--seeds", f"a seed sweep needs at least 2 seeds, got {repeats}")
+    if not 1 <= jobs <= MAX_JOBS:
+        raise ConfigError("--jobs", f"must be 1 to {MAX_JOBS} (the cores of this machine), "
+                          f"got {jobs}")
+    if steps < 1:
+        raise ConfigError("--steps", f"must be >= 1, got {steps}")
+    if repeats < 1:
+        raise ConfigError("--repeats", f"must be >= 1, got {repeats}")
+    runs, notes = plan(base, vary, steps, repeats)
+    spec = {"vary": [[k, v] for k, v in vary], "steps": steps, "notes": notes, "file": file,
+            "repeats": repeats, "level": check_level(level), "jobs": jobs,
+            "layout": [[v["arm"], v["round"]] for v in runs]}
+    return Planned(kind, name, spec, runs, notes)
 
 
 # --- the table -------------------------------------------------------------------------------
 
+# What the interval of each figure says, in words: (above 1, below 1). Accuracy and loss
+# vary with the seed, which the rounds change: their noise is seed noise.
+VERDICT_WORDS = {"samples_per_s": ("faster", "slower"),
+                 "data_wait_s": ("more wait", "less wait"),
+                 "peak_memory_mib": ("more memory", "less memory"),
+                 "train_loss": ("higher train loss", "lower train loss"),
+                 "eval_loss": ("higher eval loss", "lower eval loss"),
+                 "accuracy": ("higher accuracy", "lower accuracy")}
+SEED_NOISE = frozenset({"train_loss", "eval_loss", "accuracy"})
+
+
 @dataclass
 class Row:
-    position: int
+    """One arm of a study (the base or a variant): its figures (the mean over its rounds),
+    each as a ratio to the base, with an interval and a verdict when it trained in rounds."""
+    position: int                  # the arm: 0 is the base
     label: str
-    run_id: int | None
+    run_id: int | None             # its first round's run (the one Enter pairs)
     status: str                    # queued, starting, running, finished, stopped, crashed, skipped
     steps: int = 0
     samples_per_s: float | None = None
@@ -145,69 +228,188 @@ class Row:
     first_difference: int | None = None
     note: str | None = None
     ratios: dict[str, float | None] | None = None
+    runs: list[int | None] = field(default_factory=list)   # each round's run
+    rounds: int = 1
+    done: int = 0                  # rounds finished
+    intervals: dict[str, S.Interval | None] | None = None
+    verdicts: dict[str, str] | None = None
+    spread: dict[str, float | None] | None = None          # sd over the rounds
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _arm_status(statuses: list[str]) -> str:
+    for status in ("running", "starting", "crashed", "stopped", "queued"):
+        if status in statuses:
+            return status
+    if statuses and all(s == "skipped" for s in statuses):
+        return "skipped"
+    return "finished" if statuses else "queued"
 
 
 def table(store: SessionStore, study_id: int,
           figures_of: Callable[[int], dict[str, Any]] | None = None,
           hashes_of: Callable[[int], dict[int, str]] | None = None
           ) -> tuple[dict[str, Any], list[Row]]:
-    """The study and its rows, figures so far included (it may still be running). The
-    figures and parameter hashes of its runs come from the store, or from `figures_of` /
-    `hashes_of` where the caller keeps them already (the dashboard's reader)."""
+    """The study and its rows, one per arm, figures so far included (it may still be
+    running). The figures and parameter hashes of its runs come from the store, or from
+    `figures_of` / `hashes_of` where the caller keeps them already (the dashboard's
+    reader)."""
     figures_of = figures_of or (lambda r: F.run_figures(store, r))
     hashes_of = hashes_of or (lambda r: F.hashes(store.fingerprints(r)))
     study = store.study(study_id)
+    spec = study["spec"]
+    level = spec.get("level", S.DEFAULT_LEVEL)
+    places = spec.get("layout") or [[i, 0] for i in range(len(study["variants"]))]
+    repeats = spec.get("repeats", 1)
+    n_arms = max(a for a, _ in places) + 1
+    # grid[arm][round]: (planned run, its figures or None)
+    grid: list[list[tuple[dict[str, Any], dict[str, Any] | None] | None]] = \
+        [[None] * repeats for _ in range(n_arms)]
+    for v, (arm, rnd) in zip(study["variants"], places, strict=True):
+        grid[arm][rnd] = (v, figures_of(v["run_id"]) if v["run_id"] is not None else None)
     rows: list[Row] = []
-    for v in study["variants"]:
-        row = Row(position=v["position"], label=v["label"], run_id=v["run_id"],
-                  status="queued", note=v["note"])
-        if v["run_id"] is not None:
-            figures = figures_of(v["run_id"])
-            for key in ("status", "steps", "memory_kind", *(k for k, _, _ in FIGURES)):
-                setattr(row, key, figures[key])
-        elif v["note"]:
-            row.status = "skipped"
+    for arm, cells in enumerate(grid):
+        first = next(c for c in cells if c is not None)[0]
+        statuses = []
+        for c in cells:
+            v, fig = c  # type: ignore[misc]
+            statuses.append(fig["status"] if fig else "skipped" if v["note"] else "queued")
+        runs = [c[0]["run_id"] for c in cells]  # type: ignore[index]
+        row = Row(position=arm, label=first["label"],
+                  run_id=next((r for r in runs if r is not None), None),
+                  status=_arm_status(statuses), runs=runs, rounds=repeats,
+                  done=statuses.count("finished"),
+                  note=next((c[0]["note"] for c in cells if c[0]["note"]), None))  # type: ignore
+        figs = [c[1] for c in cells if c[1] is not None]  # type: ignore[index]
+        if figs:
+            row.steps = max(f["steps"] or 0 for f in figs)
+            row.memory_kind = next((f["memory_kind"] for f in figs if f["memory_kind"]), None)
+            row.spread = {}
+            for key, _, _ in FIGURES:
+                mean, sd, _ = S.mean_sd([f[key] for f in figs])
+                setattr(row, key, mean)
+                row.spread[key] = sd
         rows.append(row)
     base = rows[0] if rows and rows[0].run_id is not None else None
-    for row in rows:
+    for arm, row in enumerate(rows):
         if base is None or row.run_id is None:
             continue
-        if row is base:
-            row.bit_identical = True
-        else:
-            same = F.identity(hashes_of(base.run_id), hashes_of(row.run_id))
-            row.bit_identical, row.first_difference = same.identical, same.first_difference
         row.ratios = {key: F.ratio(getattr(row, key), getattr(base, key))
                       for key, _, _ in FIGURES}
+        if row is base:
+            row.bit_identical = True
+            continue
+        same, first_diff, compared = True, None, 0
+        for rnd in range(repeats):
+            a, b = grid[0][rnd], grid[arm][rnd]
+            if a is None or b is None or a[0]["run_id"] is None or b[0]["run_id"] is None:
+                continue
+            ident = F.identity(hashes_of(a[0]["run_id"]), hashes_of(b[0]["run_id"]))
+            if ident.identical is None:
+                continue
+            compared += 1
+            if not ident.identical:
+                same = False
+                if ident.first_difference is not None:
+                    first_diff = ident.first_difference if first_diff is None else \
+                        min(first_diff, ident.first_difference)
+        row.bit_identical = same if compared else None
+        row.first_difference = first_diff
+        if repeats > 1:
+            row.intervals, row.verdicts = {}, {}
+            for key, _, _ in FIGURES:
+                pairs = [(grid[0][r][1][key], grid[arm][r][1][key])   # type: ignore[index]
+                         for r in range(repeats)
+                         if _finished(grid[0][r]) and _finished(grid[arm][r])]
+                interval = S.ratio_interval(pairs, level)
+                row.intervals[key] = interval
+                if interval is not None:
+                    up, down = VERDICT_WORDS[key]
+                    same_words = "within seed noise" if key in SEED_NOISE else "within noise"
+                    row.verdicts[key] = interval.verdict(up, down, same_words)
+                    row.ratios[key] = interval.ratio
     return study, rows
 
 
-HEADINGS = ("variant", "run") + tuple(h for _, h, _ in FIGURES) + ("bit-identical to base",)
+def _finished(cell: tuple[dict[str, Any], dict[str, Any] | None] | None) -> bool:
+    return cell is not None and cell[1] is not None and cell[1]["status"] == "finished"
 
 
-def row_cells(r: Row) -> list[str]:
-    """A row as text cells under HEADINGS: each figure with its ratio to the base."""
-    cells = [r.label, "-" if r.run_id is None else str(r.run_id)]
-    for key, _, _ in FIGURES:
-        value = getattr(r, key)
-        ratio = (r.ratios or {}).get(key)
-        cell = F.fmt(value, key)
-        if value is not None and ratio is not None and r.position:
-            cell += f" ({ratio:.2f}x)"
-        cells.append(cell)
+def headings(repeats: int = 1, sweep: bool = False) -> tuple[str, ...]:
+    figures = tuple(h for _, h, _ in FIGURES)
+    if sweep:
+        return ("config", "seeds") + figures
+    if repeats == 1:
+        return ("variant", "run") + figures + ("bit-identical to base",)
+    return ("variant", "runs") + figures + ("verdict", "bit-identical to base")
+
+
+HEADINGS = headings(1)
+
+
+def verdict_text(r: Row) -> str:
+    """The verdicts of a variant in words: speed and accuracy always, the other figures
+    where they are not within noise."""
+    if not r.position:
+        return "(base)"
+    if not r.verdicts:
+        return "not yet: needs two finished rounds" if r.rounds > 1 else ""
+    words = []
+    for key in ("samples_per_s", "accuracy"):
+        if key in r.verdicts:
+            v = r.verdicts[key]
+            words.append(v if key == "samples_per_s" or not v.startswith("within")
+                         else f"accuracy {v}")
+    for key in ("data_wait_s", "peak_memory_mib", "train_loss", "eval_loss"):
+        v = r.verdicts.get(key)
+        if v and not v.startswith("within"):
+            words.append(v)
+    return ", ".join(words)
+
+
+def figure_cell(r: Row, key: str) -> str:
+    """A figure with its ratio to the base; in rounds also the ratio's interval (a
+    variant) or the spread between rounds (the base: mean ± sd)."""
+    value = getattr(r, key)
+    cell = F.fmt(value, key)
+    if value is None:
+        return cell
+    if r.rounds > 1 and not r.position:
+        sd = (r.spread or {}).get(key)
+        return cell + (f" ±{F.fmt(sd, key)}" if sd is not None else "")
+    interval = (r.intervals or {}).get(key)
+    if interval is not None:
+        return f"{cell} ({interval.text()})"
+    ratio = (r.ratios or {}).get(key)
+    if ratio is not None and r.position:
+        cell += f" ({ratio:.2f}x)"
+    return cell
+
+
+def row_cells(r: Row, sweep: bool = False) -> list[str]:
+    """A row as text cells under headings(rounds, sweep)."""
+    if r.rounds == 1:
+        run = "-" if r.run_id is None else str(r.run_id)
+    else:
+        run = f"{r.done}/{r.rounds}"
+    cells = [r.label, run] + [figure_cell(r, key) for key, _, _ in FIGURES]
+    if sweep:
+        return cells
+    if r.rounds > 1:
+        cells.append(verdict_text(r))
     cells.append(identity_text(r))
     return cells
 
 
-def format_table(rows: list[Row]) -> list[str]:
+def format_table(rows: list[Row], sweep: bool = False) -> list[str]:
     """The table as aligned text lines."""
-    lines = [list(HEADINGS)] + [row_cells(r) for r in rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(HEADINGS))]
-    last = len(HEADINGS) - 1
-    return ["  ".join(c.rjust(w) if 1 < i < last else c.ljust(w)
+    heads = headings(rows[0].rounds if rows else 1, sweep)
+    lines = [list(heads)] + [row_cells(r, sweep) for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(heads))]
+    figures = range(2, 2 + len(FIGURES))
+    return ["  ".join(c.rjust(w) if i in figures else c.ljust(w)
                       for i, (c, w) in enumerate(zip(line, widths, strict=True))).rstrip()
             for line in lines]
 
@@ -223,4 +425,48 @@ def identity_text(r: Row) -> str:
         prefix = ""
     if r.position == 0:
         return prefix + "(base)"
-    return prefix + F.Identity(r.bit_identical, [], r.first_difference, None).text()
+    what = F.Identity(r.bit_identical, [], r.first_difference, None).text()
+    return prefix + (what if r.rounds == 1 else f"{what} (in every round)"
+                     if r.bit_identical else what)
+
+
+def check_level(level: float | None) -> float:
+    if level is None:
+        return S.DEFAULT_LEVEL
+    if not 0.5 <= level < 1.0:
+        raise ConfigError("--level", f"must be a confidence level from 0.5 to 0.999 (e.g. "
+                          f"0.95), got {level}")
+    return level
+
+
+def title_text(study: dict[str, Any], rows: list[Row], status: str | None = None) -> str:
+    """`A/B study 3 (name): 200 steps each, 5 rounds, finished, 8 of 10 runs done`."""
+    spec = study["spec"]
+    what = "Seed sweep" if study["kind"] == "sweep" else "A/B study"
+    rounds = spec.get("repeats", 1)
+    done = sum(r.done if r.status != "skipped" else r.rounds for r in rows)
+    text = (f"{what} {study['id']} ({shown(study['name'])}): {spec['steps']} steps each, "
+            + (f"{rounds} {'seeds' if study['kind'] == 'sweep' else 'rounds'}, "
+               if rounds > 1 else "")
+            + f"{status or study['status']}, {done} of {rounds * len(rows)} runs done")
+    jobs = spec.get("jobs", 1)
+    if jobs > 1:
+        text += (f"; trained {jobs} at a time, so each run's samples/s is its share of the "
+                 "machine (compare ratios, not absolute speeds)")
+    return text
+
+
+def method_text(study: dict[str, Any], rows: list[Row]) -> str:
+    """How to read a table of rounds, in one paragraph."""
+    level = study["spec"].get("level", S.DEFAULT_LEVEL)
+    if study["kind"] == "sweep" and rows:
+        return (f"{rows[0].rounds} seeds (seed, seed+1, ...): each figure is the mean ±sd "
+                "over the seeds.")
+    if not rows or rows[0].rounds == 1:
+        return "(N.NNx) = ratio to the base, from one run each: within noise of each other " \
+            "unless far from 1 (use --repeats for an interval)."
+    return (f"{rows[0].rounds} rounds, the arms interleaved; round r trains seed + r in every "
+            f"arm. A variant's (N.NNx [lo-hi]) is the geometric mean of its per-round ratios "
+            f"to the base with a {level:.0%} t-interval; a verdict needs the whole interval "
+            "above or below 1. The base shows mean ±sd over its rounds (seed noise for "
+            "accuracy and loss).")

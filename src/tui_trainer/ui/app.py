@@ -930,7 +930,8 @@ class TrainerApp(App[None]):
             self.notify(f"study not loaded: {e}", severity="error")
             return
         self.query_one(LaunchPanel).set_config(cfg.to_dict())
-        self.query_one(ABPanel).set_spec(spec.get("vary", []), spec.get("steps"))
+        self.query_one(ABPanel).set_spec(spec.get("vary", []), spec.get("steps"),
+                                         spec.get("repeats"))
         self.notify(f"study {Path(event.path).stem} loaded: base config in the form, "
                     f"{spec.get('about', 'its variants in the vary field')}")
 
@@ -940,26 +941,29 @@ class TrainerApp(App[None]):
             return
         try:
             base = self.query_one(LaunchPanel).form.config()
-            vary = ab.parse_vary(event.vary.split())
-            if not event.steps.isdigit() or int(event.steps) < 1:
-                raise C.ConfigError("steps", f"must be a whole number >= 1, got {event.steps!r}")
-            variants, notes = ab.plan(base, vary, int(event.steps))
+            vary = [] if event.sweep else ab.parse_vary(event.vary.split())
+            for key, text in (("steps", event.steps), ("rounds", event.repeats)):
+                if not text.isdigit() or int(text) < 1:
+                    raise C.ConfigError(key, f"must be a whole number >= 1, got {text!r}")
+            name = "sweep" if event.sweep else \
+                Path(event.file).stem if event.file else "+".join(k for k, _ in vary)
+            planned = ab.prepare(base, vary, int(event.steps), repeats=int(event.repeats),
+                                 name=name, file=event.file)
         except C.ConfigError as e:
             self.notify(f"study not started: {e}", severity="error")
             return
-        name = Path(event.file).stem if event.file else "+".join(k for k, _ in vary)
-        spec = {"vary": [[k, v] for k, v in vary], "steps": int(event.steps), "notes": notes}
 
         def create(store: SessionStore, sup: Supervisor) -> int:
-            study_id = store.create_study("ab", name, spec, variants)
+            study_id = store.create_study(planned.kind, name, planned.spec, planned.runs)
             sup.study(study_id)
             return study_id
 
         def started(study_id: int) -> None:
             self.study_shown = study_id
-            self.notify(f"A/B study {study_id} started: {len(variants)} runs of {event.steps} "
-                        "steps, one after the other" + (f" ({'; '.join(notes)})" if notes
-                                                        else ""))
+            what = "seed sweep" if event.sweep else "A/B study"
+            self.notify(f"{what} {study_id} started: {len(planned.runs)} runs of "
+                        f"{event.steps} steps, one after the other"
+                        + (f" ({'; '.join(planned.notes)})" if planned.notes else ""))
 
         self._write(create, started, "study not started")
 

@@ -17,14 +17,23 @@ from ...core import study as ab
 from ...core.text import shown, shown_lines
 from .common import plain
 
-# Bit-identity right after the variant's name: it must not scroll out of sight.
-ORDER = [0, len(ab.HEADINGS) - 1, *range(2, len(ab.HEADINGS) - 1), 1]
+
+
+def order(n: int, rounds: int) -> list[int]:
+    """Column order: the verdict and bit-identity right after the variant's name, so they
+    do not scroll out of sight; the run column last."""
+    if rounds == 1:
+        return [0, n - 1, *range(2, n - 1), 1]
+    return [0, n - 2, n - 1, *range(2, n - 2), 1]
 
 
 class ABPanel(Vertical):
     class StartAsked(Message):
-        def __init__(self, vary: str, steps: str, file: str | None) -> None:
-            self.vary, self.steps, self.file = vary, steps, file
+        """Run a study: vary is empty for a seed sweep (the rounds are its seeds)."""
+        def __init__(self, vary: str, steps: str, repeats: str, file: str | None,
+                     sweep: bool = False) -> None:
+            self.vary, self.steps, self.repeats, self.file = vary, steps, repeats, file
+            self.sweep = sweep
             super().__init__()
 
     class FileChosen(Message):
@@ -60,20 +69,29 @@ class ABPanel(Vertical):
                          prompt="ready study", id="ab-file")
             yield Input(placeholder="vary: KEY=V1,V2 KEY=V1 ...", id="ab-vary")
             yield Input(str(ab.DEFAULT_STEPS), placeholder="steps", id="ab-steps",
-                        type="integer")
+                        type="integer", tooltip="optimizer steps of every run")
+            yield Input(str(ab.DEFAULT_REPEATS), placeholder="rounds", id="ab-repeats",
+                        type="integer", tooltip="rounds (A/B) or seeds (sweep): each arm "
+                        "trains this many times, interleaved, round r with seed + r")
             yield Button("Run study", id="ab-start", variant="success")
+            yield Button("Seed sweep", id="ab-sweep",
+                         tooltip="the form's config once per seed (as many as rounds)")
         with Horizontal(classes="ab-bar"):
             yield Select([], prompt="study", id="ab-study")
             yield Button("Stop study", id="ab-stop", variant="warning")
             yield Button("Export (ctrl+e)", id="ab-export")
-        yield Static("The base is the form's config; each variant changes one key. Runs "
-                     "train one after the other.", id="ab-title")
+        yield Static("The base is the form's config; each variant changes one key. Every "
+                     "arm trains once per round, the rounds interleaved; each ratio gets a "
+                     "confidence interval and a verdict. Seed sweep: the form's config once "
+                     "per seed.", id="ab-title")
         yield DataTable(id="ab-table", cursor_type="row", zebra_stripes=True)
 
-    def set_spec(self, vary: list[str], steps: int | None) -> None:
+    def set_spec(self, vary: list[str], steps: int | None, repeats: int | None = None) -> None:
         self.query_one("#ab-vary", Input).value = " ".join(vary)
         if steps:
             self.query_one("#ab-steps", Input).value = str(steps)
+        if repeats:
+            self.query_one("#ab-repeats", Input).value = str(repeats)
 
     # --- drawing ---------------------------------------------------------------------------
     def show_studies(self, studies: tuple[dict[str, Any], ...], shown_id: int | None) -> None:
@@ -92,24 +110,26 @@ class ABPanel(Vertical):
             return
         self._study = study
         rows = study["rows"]
-        done = sum(1 for r in rows if r.status in ("finished", "skipped"))
         notes = "".join(f"\n{r.label}: {r.note}" for r in rows if r.note)
         self.query_one("#ab-title", Static).update(Text(
-            f"Study {study['id']} ({shown(study['name'])}): {study['spec']['steps']} steps "
-            f"each, {study['status']}, {done} of {len(rows)} done. Figures in brackets: "
-            "ratio to the base. Enter on a row pairs it with the base."
+            ab.title_text(study, rows) + ". " + ab.method_text(study, rows)
+            + (" Enter on a row pairs it with the base." if len(rows) > 1 else "")
             + (f" {shown(study['message'], 300)}" if study["message"] else "")
             + shown_lines(notes)))
         table = self.query_one("#ab-table", DataTable)
         cursor = table.cursor_row
         table.clear(columns=True)
-        table.add_columns(*(ab.HEADINGS[i] for i in ORDER))
+        sweep = study["kind"] == "sweep"
+        heads = ab.headings(rows[0].rounds if rows else 1, sweep)
+        cols = list(range(len(heads))) if sweep else \
+            order(len(heads), rows[0].rounds if rows else 1)
+        table.add_columns(*(heads[i] for i in cols))
         for r in rows:
-            cells = ab.row_cells(r)
-            if r.note:                       # the whole note is under the title
+            cells = ab.row_cells(r, sweep)
+            if r.note and not sweep:         # the whole note is under the title
                 cells[-1] = "not run (see above)" if r.status == "skipped" else \
                     f"{cells[-1][:24]}… (see above)"
-            table.add_row(*(plain(cells[i], 40) for i in ORDER), key=str(r.position))
+            table.add_row(*(plain(cells[i], 60) for i in cols), key=str(r.position))
         if cursor < table.row_count:
             table.move_cursor(row=cursor)
 
@@ -126,13 +146,16 @@ class ABPanel(Vertical):
         if isinstance(event.value, str):
             self.post_message(self.FileChosen(event.value))
 
-    @on(Button.Pressed, "#ab-start")
+    @on(Button.Pressed, "#ab-start, #ab-sweep")
     def _start(self, event: Button.Pressed) -> None:
         event.stop()
         file = self.query_one("#ab-file", Select).value
-        self.post_message(self.StartAsked(self.query_one("#ab-vary", Input).value,
-                                          self.query_one("#ab-steps", Input).value.strip(),
-                                          file if isinstance(file, str) else None))
+        sweep = event.button.id == "ab-sweep"
+        self.post_message(self.StartAsked(
+            "" if sweep else self.query_one("#ab-vary", Input).value,
+            self.query_one("#ab-steps", Input).value.strip(),
+            self.query_one("#ab-repeats", Input).value.strip(),
+            file if isinstance(file, str) and not sweep else None, sweep))
 
     @on(Button.Pressed, "#ab-stop")
     def _stop(self, event: Button.Pressed) -> None:
