@@ -240,6 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--events", default="[]")
     sp.add_argument("--kill-at-step", type=int)
 
+    sp = sub.add_parser("warm", help="the warm launcher: imports torch once and forks each "
+                        "run (the dashboard and studies start it; not for direct use)")
+    sp.add_argument("socket", help="the Unix socket to listen on")
+
     sp = sub.add_parser("runs", help="list a session's runs (reads only; works on a "
                                      "read-only session)")
     sp.add_argument("--session", metavar="DIR")
@@ -608,7 +612,12 @@ def cmd_repro(args: argparse.Namespace) -> int:
     check = runner.Check(config=None if args.run is not None else cfg, run=args.run,
                          repeats=args.repeats, resume_at=args.resume_at)
     with SessionStore(session, create=args.run is None) as store:
-        result = runner.repro(store, check, say)
+        warm = supervisor.WarmLauncher.shared()
+        try:
+            warm.wait_ready(timeout=120)
+            result = runner.repro(store, check, say, warm)
+        finally:
+            warm.close()
     if args.json:
         print(json.dumps(result))
     else:
@@ -732,9 +741,15 @@ def cmd_ab(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed or status == "crashed" else EXIT_OK
 
 
+def cmd_warm(args: argparse.Namespace) -> int:
+    from .warm import serve
+    return serve(args.socket)
+
+
 COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": cmd_runs,
             "repro": cmd_repro, "export": cmd_export, "ab": cmd_ab, "sweep": cmd_ab,
-            "machine": cmd_machine, "join": cmd_join, "worker": cmd_worker}
+            "machine": cmd_machine, "join": cmd_join, "worker": cmd_worker,
+            "warm": cmd_warm}
 
 
 class ExportFailed(Exception):

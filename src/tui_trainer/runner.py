@@ -27,19 +27,22 @@ from .core.config import ConfigError
 from .core.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, BadInput
 from .core.repro import verdict
 from .core.store import SessionStore
-from .core.supervisor import launch, resume_args, torchrun_args, train_args
+from .core.supervisor import (WarmLauncher, WarmChild, launch, resume_args,
+                              torchrun_args, train_args)
 
 Say = Callable[[str], None]
 
 
 def train_child(store: SessionStore, run_id: int, args: list[str], expect_kill: bool = False,
-                children: list | None = None) -> dict[str, Any] | None:
+                children: list | None = None, warm: WarmLauncher | None = None
+                ) -> dict[str, Any] | None:
     """Trains run `run_id` with `tui-trainer ARGS --json` in a child process, its progress
     and errors going to the run's log (where the dashboard shows them), and waits. Returns
     the run's summary (also of a run that diverged: that is a result), or None when the
     process was killed as asked."""
     log_path = store.log_path(run_id)
-    proc = launch(store.dir, [*args, "--json"], log_path, detach=False, capture=True)
+    proc = launch(store.dir, [*args, "--json"], log_path, detach=False, capture=True,
+                  warm=warm)
     store.set_launcher(run_id, proc.pid)
     if children is not None:
         children.append(proc)
@@ -70,7 +73,8 @@ class Check:
     resume_at: int | None = None
 
 
-def repro(store: SessionStore, check: Check, say: Say) -> dict[str, Any]:
+def repro(store: SessionStore, check: Check, say: Say,
+          warm: WarmLauncher | None = None) -> dict[str, Any]:
     """Runs a check; returns the verdict (as recorded on the last run, event
     `repro_verdict`). Each twin it creates is recorded on the original as a `check_twin`
     event as soon as it exists, so a dashboard knows which run to pair with."""
@@ -101,14 +105,14 @@ def repro(store: SessionStore, check: Check, say: Say) -> dict[str, Any]:
             run_id = new_run(f"{prefix}-{i + 1}" if first is None else f"{prefix}-twin",
                              cfg, ids[0] if ids else None)
             say(f"repro: run {i + 1} of {check.repeats} (run {run_id}) ...")
-            train_child(store, run_id, train_args(run_id))
+            train_child(store, run_id, train_args(run_id), warm=warm)
             ids.append(run_id)
         since = -1
     else:
         if first is None:
             straight = new_run(f"{prefix}-straight", cfg, None)
             say(f"repro: the config straight through (run {straight}) ...")
-            summary = train_child(store, straight, train_args(straight))
+            summary = train_child(store, straight, train_args(straight), warm=warm)
             if check.resume_at >= summary["steps"]:
                 raise ConfigError("--resume-at", f"must be below the run's "
                                   f"{summary['steps']} steps")
@@ -120,9 +124,9 @@ def repro(store: SessionStore, check: Check, say: Say) -> dict[str, Any]:
         killed = new_run(f"{prefix}-resumed-at-{check.resume_at}", killed_cfg, straight)
         say(f"repro: the same, killed at step {check.resume_at} (run {killed}) ...")
         train_child(store, killed, train_args(killed, kill_at_step=check.resume_at),
-                    expect_kill=True)
+                    expect_kill=True, warm=warm)
         say(f"repro: resuming it from its checkpoint at step {check.resume_at} ...")
-        train_child(store, killed, resume_args(killed))
+        train_child(store, killed, resume_args(killed), warm=warm)
         ids, since = [straight, killed], check.resume_at
     v = verdict(store, ids, since_step=since)
     store.add_event(ids[-1], "repro_verdict",
@@ -159,15 +163,17 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
 
     def on_signal(signum: int, frame: Any) -> None:
         stop["asked"] = True
-        if signum == signal.SIGTERM:     # Ctrl-C reaches the runs themselves from the terminal
-            for child in list(children):
+        for child in list(children):
+            # Ctrl-C reaches a cold-started run from the terminal itself; a forked one is
+            # in the warm launcher's process group.
+            if signum == signal.SIGTERM or isinstance(child, WarmChild):
                 child.send_signal(signal.SIGTERM)
 
     def train(v: dict[str, Any], run_id: int) -> None:
         # A thread of its own: its own connection (SQLite connections stay in their thread).
         with SessionStore(session, create=False) as own:
             try:
-                train_child(own, run_id, train_args(run_id), children=children)
+                train_child(own, run_id, train_args(run_id), children=children, warm=warm)
             except (BadInput, RuntimeError) as e:
                 if stop["asked"]:
                     return
@@ -175,6 +181,10 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
                 say(f"ab: {v['label']} failed: {e}")
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    warm = WarmLauncher.shared()
+    # Its first run waits for the launcher (about one cold start), so no run's timing shares
+    # the machine with the launcher's imports.
+    warm.wait_ready(timeout=120)
     try:
         with SessionStore(session, create=False) as store:
             study = store.study(study_id)
@@ -232,6 +242,7 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
             finally:
                 store.set_study_status(study_id, status, message)
     finally:
+        warm.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return status

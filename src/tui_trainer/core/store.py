@@ -913,11 +913,16 @@ class BatchedWriter:
         self._fps: list[dict] = []
         self._last = time.monotonic()
         self._progress: tuple[int, float] | None = None
+        self._first_step = True
 
     def step(self, row: dict) -> None:
         self._steps.append(row)
         self._progress = (row["step"], row["epoch"])
-        self.maybe_flush()
+        if self._first_step:          # written at once: the dashboard shows the run going
+            self._first_step = False
+            self.flush()
+        else:
+            self.maybe_flush()
 
     def eval(self, row: dict) -> None:
         self._evals.append(row)

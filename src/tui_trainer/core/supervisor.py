@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -112,33 +116,242 @@ def torchrun_args(nproc: int, nnodes: int, endpoint: str, worker: list[str], log
     return args + ["-m", "tui_trainer", *worker]
 
 
+class WarmChild:
+    """A run forked by the warm launcher, used like the subprocess.Popen of a cold start:
+    pid, poll, wait, send_signal, communicate. Its exit status comes over the socket (the
+    launcher is its parent); should the launcher be gone, the process is watched by pid."""
+
+    def __init__(self, pid: int, conn: socket.socket, out: int | None) -> None:
+        self.pid, self._conn, self._out = pid, conn, out
+        self.returncode: int | None = None
+
+    def _read(self, timeout: float | None) -> None:
+        if self.returncode is not None:
+            return
+        ready, _, _ = select.select([self._conn], [], [], timeout)
+        if not ready:
+            return
+        try:
+            data = self._conn.recv(4096)
+        except OSError:
+            data = b""
+        if data:
+            self.returncode = int(json.loads(data)["exit"])
+        elif not _alive(self.pid):
+            self.returncode = UNKNOWN_EXIT       # the launcher went away before it
+        else:
+            return
+        self._conn.close()
+
+    def poll(self) -> int | None:
+        self._read(0)
+        if self.returncode is None and self._conn.fileno() < 0 and not _alive(self.pid):
+            self.returncode = UNKNOWN_EXIT
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(f"run process {self.pid}", timeout or 0)
+            if self._conn.fileno() >= 0:
+                self._read(0.5 if left is None else min(0.5, left))
+            else:
+                time.sleep(0.1)
+        return self.returncode  # type: ignore[return-value]
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str | None, None]:
+        """Reads the captured stdout to its end, then waits (as Popen.communicate)."""
+        out = None
+        if self._out is not None:
+            with os.fdopen(self._out, "rb") as f:
+                out = f.read().decode("utf-8", errors="replace")
+            self._out = None
+        self.wait(timeout)
+        return out, None
+
+
+UNKNOWN_EXIT = 255
+WARM_LINE = "forked from the warm launcher (torch imported already)"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:                                  # a zombie of ours is not alive
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+class WarmLauncher:
+    """A `tui-trainer warm` process (tui_trainer/warm.py) that has imported torch once and
+    forks each run; started by the dashboard when it opens, and by a study for its runs.
+    Until it is ready (about as long as one cold start) or if it fails, runs start cold."""
+
+    # A launcher's socket, handed to the jobs it starts; "0" turns warm starts off.
+    ENV = "TUI_TRAINER_WARM"
+
+    def __init__(self, attach: str | None = None) -> None:
+        self._proc: subprocess.Popen | None = None
+        self._dir: Path | None = None
+        self._attached = Path(attach) if attach else None
+
+    @classmethod
+    def shared(cls) -> "WarmLauncher":
+        """The launcher of the dashboard that started this process, if it is still there;
+        else one of this process's own, started now."""
+        attach = os.environ.get(cls.ENV)
+        if attach == "0":                 # turned off: every run starts cold
+            return cls(attach=os.devnull + "/none")
+        if attach and Path(attach).exists():
+            return cls(attach)
+        launcher = cls()
+        launcher.start()
+        return launcher
+
+    @property
+    def path(self) -> Path | None:
+        if self._attached is not None:
+            return self._attached
+        return None if self._dir is None else self._dir / "launcher.sock"
+
+    def env(self) -> dict[str, str]:
+        """What a child needs to use this launcher too."""
+        return {self.ENV: str(self.path)} if self.path is not None else {}
+
+    def start(self) -> None:
+        if self._proc is not None or self._attached is not None:
+            return
+        self._dir = Path(tempfile.mkdtemp(prefix="tui-trainer-warm-"))   # mode 0700
+        nice = [shutil.which("nice") or "", "-n", str(NICENESS)] if shutil.which("nice") else []
+        # numpy's OpenBLAS starts a thread pool when imported: one thread here keeps the
+        # launcher single-threaded, so that it can fork (training does not use numpy's BLAS;
+        # each run gets the environment it was asked with).
+        with open(self._dir / "launcher.log", "ab") as log:
+            self._proc = subprocess.Popen(
+                [*nice, sys.executable, "-m", "tui_trainer", "warm", str(self.path)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                start_new_session=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+
+    def ready(self) -> bool:
+        if self._attached is not None:
+            return self._attached.exists()
+        return self._proc is not None and self._proc.poll() is None and \
+            self.path is not None and self.path.exists()
+
+    def wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            if self._attached is not None or self._proc is None \
+                    or self._proc.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def spawn(self, args: list[str], stdout: int, stderr: int, detach: bool,
+              out: int | None = None) -> WarmChild | None:
+        """Forks `tui-trainer ARGS` with these stdout/stderr; None when the launcher cannot
+        (not ready, gone): the caller then starts the run cold."""
+        if not self.ready():
+            return None
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            conn.settimeout(10)
+            conn.connect(str(self.path))
+            request = {"args": args, "env": {**os.environ, "PYTHONUNBUFFERED": "1",
+                                             **self.env()},
+                       "cwd": os.getcwd(), "detach": detach}
+            socket.send_fds(conn, [json.dumps(request).encode()], [stdout, stderr])
+            answer = json.loads(conn.recv(4096) or b"{}")
+            conn.settimeout(None)
+        except (OSError, ValueError):
+            conn.close()
+            return None
+        if "pid" not in answer:
+            conn.close()
+            return None
+        return WarmChild(int(answer["pid"]), conn, out)
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        self._proc = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
 def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = True,
-           capture: bool = False) -> subprocess.Popen:
+           capture: bool = False, warm: WarmLauncher | None = None
+           ) -> subprocess.Popen | WarmChild:
     """The one way a child `tui-trainer` process starts: `python -m tui_trainer ARGS
     --session SESSION`, stdin closed, output appended to `log_path` (with `capture`, stdout
     comes back to the caller and only stderr goes to the log), at a lower CPU priority than
     the dashboard, unbuffered. `detach` puts it in a process session of its own, so it
-    outlives the dashboard and a Ctrl-C in the terminal does not reach it."""
+    outlives the dashboard and a Ctrl-C in the terminal does not reach it. With a ready
+    `warm` launcher the process is forked from it (no imports to wait for), else started
+    cold."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    argv = [*args, "--session", str(session)]
+    if warm is not None and warm.ready():
+        with open(log_path, "ab") as log:
+            log.write(f"{time.strftime('%H:%M:%S')} {WARM_LINE}\n".encode())
+            log.flush()
+            if capture:
+                read_end, write_end = os.pipe()
+                child = warm.spawn(argv, write_end, log.fileno(), detach, out=read_end)
+                os.close(write_end)
+                if child is None:
+                    os.close(read_end)
+            else:
+                child = warm.spawn(argv, log.fileno(), log.fileno(), detach)
+        if child is not None:
+            return child
     # Training runs at a lower CPU priority than the dashboard: with several runs on few
     # cores the dashboard would otherwise wait its turn behind every training thread.
     nice = [shutil.which("nice") or "", "-n", str(NICENESS)] if shutil.which("nice") else []
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            [*nice, sys.executable, "-m", "tui_trainer", *args, "--session", str(session)],
+            [*nice, sys.executable, "-m", "tui_trainer", *argv],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if capture else log,
             stderr=log if capture else subprocess.STDOUT, text=capture,
-            start_new_session=detach, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            start_new_session=detach,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(warm.env() if warm else {})})
 
 
 class Supervisor:
-    def __init__(self, store: SessionStore):
+    def __init__(self, store: SessionStore, warm: WarmLauncher | None = None):
         self.store = store
-        self._children: dict[int, subprocess.Popen] = {}
-        self._jobs: list[subprocess.Popen] = []
+        self.warm = warm
+        self._children: dict[int, subprocess.Popen | WarmChild] = {}
+        self._jobs: list[subprocess.Popen | WarmChild] = []
 
-    def _spawn(self, args: list[str], log_path: Path) -> subprocess.Popen:
-        return launch(self.store.dir, args, log_path)
+    def _spawn(self, args: list[str], log_path: Path) -> subprocess.Popen | WarmChild:
+        return launch(self.store.dir, args, log_path, warm=self.warm)
 
     def _spawn_run(self, run_id: int, args: list[str]) -> None:
         proc = self._spawn(args, self.store.log_path(run_id))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import threading
 import time
@@ -42,7 +43,7 @@ from ..core.paths import default_session_dir, sessions_dir
 from ..core.plotdata import PlotOptions, plot_lines
 from ..core.reader import ENDED, SessionReader, Snapshot
 from ..core.store import SessionError, SessionStore
-from ..core.supervisor import Supervisor
+from ..core.supervisor import Supervisor, WarmLauncher
 from ..core.text import name_problem, shown, shown_lines
 from .panels.ab import ABPanel
 from .panels.common import COLOURS, label
@@ -102,7 +103,7 @@ class Writer:
     """The session's one writable connection and the supervisor, used from worker threads,
     one call at a time. None of it runs on the UI thread."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, warm: WarmLauncher | None = None):
         store = None
         try:
             store = SessionStore(directory)
@@ -115,7 +116,7 @@ class Writer:
             store = SessionStore(directory, create=False, readonly=True)
             self.readonly = True
         self.store = store
-        self.supervisor = Supervisor(store)
+        self.supervisor = Supervisor(store, warm)
         self.lock = threading.Lock()
 
     def __call__(self, fn: Callable[[SessionStore, Supervisor], Any]) -> Any:
@@ -157,7 +158,10 @@ class TrainerApp(App[None]):
         super().__init__()
         self.session_dir = Path(session_dir or default_session_dir()).expanduser().resolve()
         self.poll_enabled = poll
-        self.writer = Writer(self.session_dir)      # raises SessionError for a damaged one
+        # Runs are forked from a process that has imported torch already (started after the
+        # first screen): a run's first step comes within a second of Start.
+        self.warm = None if os.environ.get(WarmLauncher.ENV) == "0" else WarmLauncher()
+        self.writer = Writer(self.session_dir, self.warm)  # SessionError for a damaged one
         self.session_dir = self.writer.store.dir
         self.runs: dict[int, Any] = {}
         self.snapshot: Snapshot | None = None
@@ -479,6 +483,8 @@ class TrainerApp(App[None]):
         if self.snapshot is None:       # the first screen is drawn: then the form, and
             self.call_after_refresh(self.query_one(LaunchPanel).mount_form)
             self._probe_machine()       # what this machine can run (a child process)
+            if self.warm is not None:
+                self.warm.start()       # a Popen: the imports happen in that process
         snap = self.snapshot = message.snap
         self.runs = {r.id: r for r in snap.runs}
         self._announce(snap)
@@ -1028,7 +1034,7 @@ class TrainerApp(App[None]):
 
     def switch_session(self, directory: Path) -> None:
         try:
-            writer = Writer(directory)
+            writer = Writer(directory, self.warm)
         except SessionError as e:       # a damaged session: say so, keep the one open
             self.notify(f"not opened: {e}", severity="error", timeout=15)
             return
@@ -1116,6 +1122,8 @@ class TrainerApp(App[None]):
     def on_unmount(self) -> None:
         self.workers.cancel_group(self, "poll")
         self._wake.set()
+        if self.warm is not None:       # runs it forked go on: they are sessions of their own
+            self.warm.close()
         if self._save_pending:
             # The last screen state, written as the app closes (no screen is left to
             # block); every other write runs in a worker.

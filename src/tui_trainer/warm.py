@@ -1,0 +1,178 @@
+"""The warm launcher: one process that has imported torch, torchvision and the engine once,
+and forks a ready process for each run, so a run's first step comes within a second of
+Start instead of after five seconds of imports.
+
+`tui-trainer warm SOCKET` (started by core.supervisor.WarmLauncher, never by hand) imports
+what training needs, without running any torch op (no thread pool, no CUDA: a fork after
+either is unsafe), then listens on a Unix socket. A request carries a command line, its
+environment and working directory, and the file descriptors for its stdout and stderr (passed
+over the socket, SCM_RIGHTS); the launcher forks, answers the child's pid, and when the child
+ends, its exit status (as Popen gives it: negative for a signal). The child is what a cold
+`python -m tui_trainer ARGS` would be: its own process session (it outlives the dashboard),
+stdin from /dev/null, output unbuffered, numpy reseeded from the OS as at interpreter start;
+tests/test_warm.py checks that a forked run is bit-identical to a cold-started one.
+
+Single-threaded by design (a select loop and SIGCHLD through a wake-up pipe): forking a
+process with threads could copy a held lock. It refuses to serve when importing left a
+thread running, and the caller then starts runs cold.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+MAX_REQUEST = 1 << 20
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def warm_up() -> None:
+    """Imports what a run needs (the same modules a cold `run` imports), nothing more."""
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+    import torchvision  # noqa: F401
+
+    from . import cli, runner  # noqa: F401
+    from .engine import checkpoint, data, distributed, models, reproducibility, train  # noqa
+
+
+def serve(path: str) -> int:
+    from .engine.distributed import die_with_parent
+    die_with_parent()                 # it ends with the dashboard (or study) that started it
+    warm_up()
+    if _threads() > 1:
+        print(f"tui-trainer warm: {_threads()} threads after importing torch; forking is not "
+              "safe, runs start cold", file=sys.stderr)
+        return 1
+    target = Path(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    partial = target.with_name(target.name + ".binding")
+    sock.bind(str(partial))
+    sock.listen(16)
+    os.replace(partial, target)       # the socket appears only once it accepts: ready
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    waiting: dict[int, socket.socket] = {}
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ)
+    sel.register(wake_r, selectors.EVENT_READ)
+    while True:
+        for key, _ in sel.select():
+            if key.fileobj is sock:
+                conn, _ = sock.accept()
+                pid = _handle(conn, keep=(sock, wake_r, wake_w))
+                if pid is not None:
+                    waiting[pid] = conn
+                else:
+                    conn.close()
+            else:
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+        _reap(waiting)
+
+
+def _reap(waiting: dict[int, socket.socket]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = waiting.pop(pid, None)
+        if conn is not None:
+            try:
+                conn.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
+            except OSError:
+                pass
+            conn.close()
+
+
+def _handle(conn: socket.socket, keep: tuple[Any, ...]) -> int | None:
+    try:
+        data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 2)
+        request = json.loads(data)
+        if len(fds) != 2:
+            raise ValueError("a request passes two file descriptors (stdout, stderr)")
+    except (OSError, ValueError) as e:
+        try:
+            conn.send(json.dumps({"error": str(e)}).encode())
+        except OSError:
+            pass
+        return None
+    pid = os.fork()
+    if pid == 0:
+        for thing in keep:
+            try:
+                thing.close() if hasattr(thing, "close") else os.close(thing)
+            except OSError:
+                pass
+        conn.close()
+        _child(request, fds)          # never returns
+    for fd in fds:
+        os.close(fd)
+    try:
+        conn.send(json.dumps({"pid": pid}).encode())
+    except OSError:
+        pass
+    return pid
+
+
+def _child(request: dict[str, Any], fds: list[int]) -> None:
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        if request.get("detach", True):
+            os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(fds[0], 1)
+        os.dup2(fds[1], 2)
+        for fd in (null, *fds):
+            if fd > 2:
+                os.close(fd)
+        sys.stdout.reconfigure(line_buffering=True, write_through=True)
+        sys.stderr.reconfigure(line_buffering=True, write_through=True)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        import numpy as np
+        np.random.seed()              # as a fresh interpreter: numpy's global RNG from the OS
+        from .cli import main
+        args = [str(a) for a in request["args"]]
+        sys.argv = ["tui-trainer", *args]
+        try:
+            code = main(args)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:             # noqa: BLE001 - the child must never return
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code if isinstance(code, int) else 1)
