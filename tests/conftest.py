@@ -29,11 +29,19 @@ class Result:
         return json.loads(self.out.strip().splitlines()[-1])
 
 
+# Dashboard tests: most never start a run, and a warm launcher (one torch import, ~5 s of
+# CPU) per app would only slow the rest of the suite; tests marked `warm` keep it.
+COLD_DASHBOARD = ("test_ui", "test_snapshots", "test_terminal")
+
+
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path_factory, monkeypatch):
+def isolated_home(tmp_path_factory, monkeypatch, request):
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("TUI_TRAINER_HOME", str(home))
     monkeypatch.setenv("TUI_TRAINER_OFFLINE", "1")
+    if request.module.__name__.startswith(COLD_DASHBOARD) \
+            and request.node.get_closest_marker("warm") is None:
+        monkeypatch.setenv("TUI_TRAINER_WARM", "0")
     return home
 
 

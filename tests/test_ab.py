@@ -278,6 +278,20 @@ def test_ab_with_repeats_gives_intervals_from_its_rounds(tmp_path):
     line = next(x for x in r.out.splitlines() if x.startswith("eval_batch_size=100"))
     assert "2/2" in line and "accuracy within seed noise" in line and "x [" in line
     assert "95% t-interval" in r.out and "2 at a time" in r.out
+    # the export: one row per arm with the interval and verdict, the points of every round
+    r = tt("export", "--study", "1", "--session", str(tmp_path), "--json")
+    assert r.rc == 0, r.err
+    with open(tmp_path / "exports" / "study-1-table.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [row["variant"] for row in table] == ["base", "eval_batch_size=100"]
+    got = variant["intervals"]["samples_per_s"]
+    assert (float(table[1]["samples_per_s_ratio_low"]),
+            float(table[1]["samples_per_s_ratio_high"])) == pytest.approx(
+        (got["low"], got["high"]))
+    assert table[1]["accuracy_verdict"] == "within seed noise"
+    assert table[1]["runs"].split() == [str(x) for x in variant["runs"]]
+    for run_id, _, _ in runs:
+        assert (tmp_path / "exports" / f"run-{run_id}-steps.csv").is_file()
 
 
 def test_a_seed_sweep_shows_mean_and_spread(tmp_path):
@@ -296,3 +310,37 @@ def test_a_seed_sweep_shows_mean_and_spread(tmp_path):
     assert row["spread"]["accuracy"] == pytest.approx(statistics.stdev(accs))
     r = tt("sweep", "--session", str(tmp_path), "--seeds", "1")
     assert r.rc == 2 and "--seeds" in r.err
+
+
+def test_a_sweeps_spread_and_band_come_from_its_runs(tmp_path):
+    """The Divergence tab's seed spread and the Plots tab's band, from a real sweep."""
+    from types import SimpleNamespace
+
+    from tui_trainer.core.divergence import seed_spread, spread_text
+    from tui_trainer.core.figures import smooth
+    from tui_trainer.core.plotdata import PlotOptions, plot_lines
+    from tui_trainer.core.store import SessionStore
+    from tui_trainer.core.study import sweep_groups
+    r = tt("sweep", "--session", str(tmp_path), "--json", *sets(*QUICK), "--steps", "8",
+           "--seeds", "3", "--set", "eval_every=4")
+    assert r.rc == 0, r.err
+    with SessionStore(tmp_path, create=False, readonly=True) as store:
+        groups = sweep_groups(store.studies())
+        assert groups == [("sweep 1", (1, 2, 3))]
+        series = {i: SimpleNamespace(steps=store.steps(i), evals=store.evals(i),
+                                     fingerprints=store.fingerprints(i)) for i in (1, 2, 3)}
+    sp = seed_spread(list(series.values()))
+    smoothed = [smooth([row["loss"] for row in s.steps]) for s in series.values()]
+    last = [ys[-1] for ys in smoothed]
+    assert sp.steps[-1] == 8 and sp.loss_sd[-1] == pytest.approx(statistics.stdev(last))
+    assert sp.loss_min[-1] == min(last) and sp.loss_max[-1] == max(last)
+    # different seeds: parameters apart from the first fingerprint on
+    assert sp.fp_steps[0] == 0 and all(v > 0 for v in sp.param_spread)
+    assert "3 seeds" in spread_text(sp, "runs 1-3")
+    lines = plot_lines(series, [1, 2, 3], {}, PlotOptions(width=400), groups)["plot-loss"]
+    assert [ln.label for ln in lines] == ["sweep 1 min", "sweep 1 max", "sweep 1 mean"]
+    assert lines[2].ys[-1] == pytest.approx(statistics.mean(last))
+    # a run outside the sweep keeps its own lines
+    alone = plot_lines(series, [1, 2, 3], {}, PlotOptions(width=400), [("sweep 1", (2, 3))])
+    assert [ln.label for ln in alone["plot-accuracy"]] == ["sweep 1 min", "sweep 1 max",
+                                                           "sweep 1 mean", "1"]

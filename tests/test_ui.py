@@ -14,7 +14,9 @@ from textual.widgets import DataTable, Input, Select, Checkbox
 from conftest import QUICK, db_rows, tt
 from tui_trainer.core import machine
 from tui_trainer.core.store import SessionStore
+from tui_trainer.core.supervisor import WARM_LINE
 from tui_trainer.ui.app import TrainerApp
+from tui_trainer.ui.panels.divergence import DivergencePanel
 from tui_trainer.ui.widgets.config_form import ConfigForm
 from tui_trainer.ui.widgets.plots import MetricPlot
 
@@ -143,12 +145,15 @@ async def test_presets_load_into_the_form_and_the_form_saves_as_one(tmp_path, is
         assert any(v == str(saved) for _, v in preset._options)
 
 
+@pytest.mark.warm
 async def test_start_a_run_and_watch_its_row_and_plots_fill(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.app.ready()
         await fill(pilot, {**QUICK_FORM, "epochs": "2"})
         app.query_one("#run-name", Input).value = "first"
+        # the dashboard's warm launcher (started after the first screen) forks the run
+        await until(pilot, lambda: app.warm is not None and app.warm.ready())
         await pilot.press("f2")
         await until(pilot, lambda: status(tmp_path, 1) == "finished")
         await until(pilot, lambda: cell(app, 1, "status") == "finished")
@@ -164,6 +169,7 @@ async def test_start_a_run_and_watch_its_row_and_plots_fill(tmp_path):
         await pilot.pause()
         await until(pilot, lambda: any("finished" in line
                                        for line in app.query_one("#log").lines))
+        assert WARM_LINE in (tmp_path / "logs" / "run-1.log").read_text()
 
 
 async def test_stop_then_continue(tmp_path):
@@ -463,10 +469,11 @@ async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path)
         assert db_rows(tmp_path, "SELECT 1 FROM studies") == []      # refused, nothing run
         app.query_one("#ab-vary", Input).value = "seed=2 deterministic=off"
         app.query_one("#ab-steps", Input).value = "4"
+        app.query_one("#ab-repeats", Input).value = "1"      # one run each: no intervals
         await pilot.click("#ab-start")
         await until(pilot, lambda: db_rows(tmp_path, "SELECT status FROM studies") ==
                     [("finished",)], timeout=120)
-        await until(pilot, lambda: "finished, 3 of 3 done" in
+        await until(pilot, lambda: "finished, 3 of 3 runs done" in
                     str(app.query_one("#ab-title").render()))
         table = app.query_one("#ab-table", DataTable)
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
@@ -476,7 +483,7 @@ async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path)
         assert all(r[2] != "-" and r[4] != "-" for r in rows)    # samples/s, peak memory
         assert rows[1][1] == "no, from step 0"
         assert "x)" in rows[2][2]
-        assert "finished, 3 of 3 done" in str(app.query_one("#ab-title").render())
+        assert "finished, 3 of 3 runs done" in str(app.query_one("#ab-title").render())
         await pilot.press("ctrl+e")
         await until(pilot, lambda: any("exported" in str(n.message)
                                        for n in app._notifications))
@@ -488,6 +495,37 @@ async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path)
         await pilot.press("enter")
         await pilot.pause()
         assert app.pair == [1, 2]
+
+
+async def test_a_seed_sweep_from_the_dashboard_plots_a_band_and_its_spread(tmp_path):
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
+        await fill(pilot, QUICK_FORM)
+        app.query_one("#tabs").active = "tab-ab"
+        await pilot.pause()
+        app.query_one("#ab-steps", Input).value = "6"
+        app.query_one("#ab-repeats", Input).value = "2"
+        await pilot.click("#ab-sweep")
+        await until(pilot, lambda: db_rows(tmp_path, "SELECT kind, status FROM studies") ==
+                    [("sweep", "finished")], timeout=120)
+        await until(pilot, lambda: "Seed sweep 1" in str(app.query_one("#ab-title").render())
+                    and "2 of 2 runs done" in str(app.query_one("#ab-title").render()))
+        assert db_rows(tmp_path, "SELECT json_extract(config, '$.seed') FROM runs") == \
+            [(1,), (2,)]
+        table = app.query_one("#ab-table", DataTable)
+        assert [str(c.label) for c in table.columns.values()][:2] == ["config", "seeds"]
+        table.focus()
+        table.move_cursor(row=0)
+        await pilot.press("enter")                  # marks the sweep's runs
+        await until(pilot, lambda: app.marked == [1, 2])
+        app.query_one("#tabs").active = "tab-plots"
+        await until(pilot, lambda: [ln.label for ln in app.query_one(
+            "#plot-loss", MetricPlot)._pending] == ["sweep 1 min", "sweep 1 max",
+                                                    "sweep 1 mean"])
+        app.query_one("#tabs").active = "tab-divergence"
+        await until(pilot, lambda: app.panel(DivergencePanel) is not None and "Seed sweep, 2 "
+                    "seeds" in str(app.query_one("#verdict").render()))
 
 
 async def test_a_diverging_run_is_announced_and_shown_diverged(tmp_path):

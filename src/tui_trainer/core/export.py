@@ -157,27 +157,40 @@ def export_study(store: SessionStore, study_id: int, out: Path) -> list[Path]:
     study, rows = table(store, study_id)
     out.mkdir(parents=True, exist_ok=True)
     prefix = f"study-{study_id}"
-    columns = ["position", "variant", "run_id", "status", "steps"]
+    # One row per arm: each figure is the mean over its rounds; with rounds, the ratio's
+    # interval, its verdict and the sd over the rounds too.
+    columns = ["position", "variant", "run_id", "runs", "rounds_done", "status", "steps"]
     for key, _, _ in FIGURES:
-        columns += [key, f"{key}_ratio"]
+        columns += [key, f"{key}_ratio", f"{key}_ratio_low", f"{key}_ratio_high",
+                    f"{key}_verdict", f"{key}_sd"]
     columns += ["memory_kind", "bit_identical_to_base", "first_difference", "note"]
     table_rows = []
     for r in rows:
         row = {"position": r.position, "variant": r.label, "run_id": r.run_id,
-               "status": r.status, "steps": r.steps, "memory_kind": r.memory_kind,
+               "runs": " ".join(str(x) for x in r.runs if x is not None),
+               "rounds_done": r.done, "status": r.status, "steps": r.steps,
+               "memory_kind": r.memory_kind,
                "bit_identical_to_base": r.bit_identical, "first_difference": r.first_difference,
                "note": r.note if r.note else (identity_text(r) if r.status != "finished"
                                               else None)}
         for key, _, _ in FIGURES:
+            interval = (r.intervals or {}).get(key)
             row[key] = getattr(r, key)
             row[f"{key}_ratio"] = (r.ratios or {}).get(key)
+            row[f"{key}_ratio_low"] = interval.low if interval else None
+            row[f"{key}_ratio_high"] = interval.high if interval else None
+            row[f"{key}_verdict"] = (r.verdicts or {}).get(key)
+            row[f"{key}_sd"] = (r.spread or {}).get(key) if r.rounds > 1 else None
         table_rows.append(row)
     written = [_write_csv(out / f"{prefix}-table.csv", table_rows, columns)]
     trained = [r for r in rows if r.run_id is not None]
-    for r in trained:
-        written += export_csv(store, r.run_id, out)
-    labels = {r.run_id: f"{r.label} (run {r.run_id})" for r in trained}
-    _metric_figures(store, [r.run_id for r in trained], labels, prefix, out, written)
+    every = [(r, run_id, i) for r in trained for i, run_id in enumerate(r.runs)
+             if run_id is not None]
+    for _, run_id, _ in every:
+        written += export_csv(store, run_id, out)
+    labels = {run_id: f"{r.label}{f' r{i + 1}' if r.rounds > 1 else ''} (run {run_id})"
+              for r, run_id, i in every}
+    _metric_figures(store, [run_id for _, run_id, _ in every], labels, prefix, out, written)
 
     # Each figure as a ratio to the base: what a knob buys (or costs).
     variants = [r for r in trained if r.position and r.ratios]

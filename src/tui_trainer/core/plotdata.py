@@ -71,13 +71,66 @@ def _line(label: str, xs: list[float], ys: Sequence[Any], colour: int, opts: Plo
     return Line(label, rx, ry, colour, faint)
 
 
-def plot_lines(series: Mapping[int, Any], runs: Sequence[int], configs: Mapping[int, Any],
-               opts: PlotOptions) -> dict[str, list[Line]]:
-    """{panel id: lines} for the runs (in their colour order)."""
+def _band(label: str, per_run: list[dict[float, float]], colour: int, opts: PlotOptions
+          ) -> list[Line]:
+    """Mean line and faint min/max lines over runs, at the x values every run has."""
+    common = sorted(set.intersection(*(set(d) for d in per_run))) if per_run else []
+    mean = [sum(d[x] for d in per_run) / len(per_run) for x in common]
+    return [_line(f"{label} min", common, [min(d[x] for d in per_run) for x in common],
+                  colour, opts, faint=True),
+            _line(f"{label} max", common, [max(d[x] for d in per_run) for x in common],
+                  colour, opts, faint=True),
+            _line(f"{label} mean", common, mean, colour, opts)]
+
+
+def band_lines(series: Sequence[Any], label: str, colour: int, opts: PlotOptions
+               ) -> dict[str, list[Line]]:
+    """A seed sweep's runs as one band per panel: the mean over the seeds and the min-max
+    spread (the loss smoothed per run first, as a single run's line is)."""
     out: dict[str, list[Line]] = {pid: [] for pid, _, _ in PANELS}
+    if not series:
+        return out
+    loss, acc, ev, thr = [], [], [], []
+    for s in series:
+        rows = [r for r in s.steps if isinstance(r.get("loss"), (int, float))]
+        if opts.last and rows:
+            first = rows[-1]["step"] - opts.last
+            rows = [r for r in rows if r["step"] > first]
+        ys = [r["loss"] for r in rows]
+        ys = smooth(ys, opts.smoothing) if opts.smoothing else ys
+        loss.append({r["step"]: y for r, y in zip(rows, ys, strict=True) if y is not None})
+        thr.append({r["step"]: r["samples_per_s"] for r in rows
+                    if isinstance(r.get("samples_per_s"), (int, float))})
+        acc.append({e["step"]: 100 * e["accuracy"] for e in s.evals
+                    if e.get("accuracy") is not None})
+        ev.append({e["step"]: e["loss"] for e in s.evals if e.get("loss") is not None})
+    out["plot-loss"] = _band(label, loss, colour, opts)
+    out["plot-accuracy"] = _band(label, acc, colour, opts)
+    out["plot-eval"] = _band(label, ev, colour, opts)
+    out["plot-throughput"] = _band(label, thr, colour, opts)
+    return out
+
+
+def plot_lines(series: Mapping[int, Any], runs: Sequence[int], configs: Mapping[int, Any],
+               opts: PlotOptions, groups: Sequence[tuple[str, Sequence[int]]] = ()
+               ) -> dict[str, list[Line]]:
+    """{panel id: lines} for the runs (in their colour order). Runs in one of `groups` (a
+    seed sweep: label, its runs) are drawn together as the group's mean and min-max band
+    (on the step axis) instead of one line each."""
+    out: dict[str, list[Line]] = {pid: [] for pid, _, _ in PANELS}
+    banded: set[int] = set()
+    if opts.x == "step":
+        for label, members in groups:
+            got = [series[r] for r in members if r in runs and r in series]
+            if len(got) < 2:
+                continue
+            colour = min(runs.index(r) for r in members if r in runs)
+            for pid, lines in band_lines(got, label, colour, opts).items():
+                out[pid].extend(lines)
+            banded.update(members)
     for i, rid in enumerate(runs):
         s = series.get(rid)
-        if s is None:
+        if s is None or rid in banded:
             continue
         cfg = configs.get(rid) or {}
         rows = s.steps

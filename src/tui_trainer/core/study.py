@@ -68,7 +68,8 @@ def parse_vary(specs: list[str]) -> list[tuple[str, list[Any]]]:
 
 def read_study_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """A study file: a run config (the base) plus an [ab] table with `vary` (a list of
-    "KEY=V1,V2" strings), and optionally `steps`, `repeats` and `name`. Returns (config values, ab)."""
+    "KEY=V1,V2" strings), and optionally `steps`, `repeats` and `name`. Returns (config
+    values, ab)."""
     from .presets import resolve
     p = resolve(path, study=True)
     try:
@@ -470,3 +471,10 @@ def method_text(study: dict[str, Any], rows: list[Row]) -> str:
             f"to the base with a {level:.0%} t-interval; a verdict needs the whole interval "
             "above or below 1. The base shows mean ±sd over its rounds (seed noise for "
             "accuracy and loss).")
+
+
+def sweep_groups(studies: Any) -> list[tuple[str, tuple[int, ...]]]:
+    """(label, run ids) of every seed sweep: the runs a plot draws as one band."""
+    return [(f"sweep {st['id']}", tuple(v["run_id"] for v in st["variants"]
+                                        if v["run_id"] is not None))
+            for st in studies if st["kind"] == "sweep"]

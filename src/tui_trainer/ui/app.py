@@ -452,13 +452,15 @@ class TrainerApp(App[None]):
                     reader.invalidate()
                 snap = reader.tick(req.watched, req.study, req.checks_for)
                 if req.tab == "tab-plots":
-                    key = (req.plotted, req.options,
+                    groups = ab.sweep_groups(snap.studies)
+                    key = (req.plotted, req.options, tuple(groups),
                            tuple(snap.series[r].version for r in req.plotted
                                  if r in snap.series))
                     if key != plot_key:
                         plot_key = key
                         configs = {r.id: r.config for r in snap.runs}
-                        lines = plot_lines(snap.series, req.plotted, configs, req.options)
+                        lines = plot_lines(snap.series, req.plotted, configs, req.options,
+                                           groups)
                 else:
                     plot_key = lines = None
                 # Every snapshot carries the current lines (the same object while nothing
@@ -529,9 +531,13 @@ class TrainerApp(App[None]):
             shown_runs = set(pair or ()) | ({self.cursor_run} if self.cursor_run else set())
             drifts = {r: c for r in sorted(shown_runs) for c in snap.checks.get(r, [])
                       if c.get("kind") == "replicas_drift"}
+            sweep = self.marked_sweep()
             if (div := self.panel(DivergencePanel)) is not None:
-                div.show(pair, self.runs, snap.series, checks,
-                         awaiting=self._await_twin is not None, drifts=drifts)
+                if sweep is not None:
+                    div.show_sweep(sweep[0], sweep[1], self.runs, snap.series)
+                else:
+                    div.show(pair, self.runs, snap.series, checks,
+                             awaiting=self._await_twin is not None, drifts=drifts)
         elif active == "tab-compare":
             if (compare := self.panel(ComparePanel)) is not None:
                 compare.show(self.compared(), self.runs, snap.series)
@@ -570,6 +576,16 @@ class TrainerApp(App[None]):
         if self.marked:
             return self.marked[:len(COLOURS)]
         return [self.cursor_run] if self.cursor_run is not None else []
+
+    def marked_sweep(self) -> tuple[str, list[int]] | None:
+        """The seed sweep whose runs are marked (at least two of them), if one is."""
+        if self.snapshot is None or len(self.marked) < 2:
+            return None
+        for name, members in ab.sweep_groups(self.snapshot.studies):
+            mine = [r for r in self.marked if r in members]
+            if len(mine) >= 2:
+                return name, mine
+        return None
 
     def compared(self) -> list[int]:
         """The pair, or every marked run when more than two are marked."""
@@ -986,6 +1002,14 @@ class TrainerApp(App[None]):
     @on(ABPanel.ExportAsked)
     def _export_study(self) -> None:
         self.action_export()
+
+    @on(ABPanel.SweepChosen)
+    def _sweep_chosen(self, event: ABPanel.SweepChosen) -> None:
+        runs = event.runs[:len(COLOURS)]
+        self.marked, self.pair = list(runs), []
+        self.cursor_run = runs[0]
+        self.notify(f"{event.label}: {len(runs)} runs marked; Plots shows their mean and "
+                    "min-max band, Divergence how the seed-to-seed spread grows")
 
     @on(ABPanel.Paired)
     def _paired(self, event: ABPanel.Paired) -> None:

@@ -52,6 +52,11 @@ class ABPanel(Vertical):
     class ExportAsked(Message):
         pass
 
+    class SweepChosen(Message):
+        def __init__(self, label: str, runs: list[int]) -> None:
+            self.label, self.runs = label, runs
+            super().__init__()
+
     class Paired(Message):
         def __init__(self, base: int, run: int, label: str) -> None:
             self.base, self.run, self.label = base, run, label
@@ -175,6 +180,11 @@ class ABPanel(Vertical):
             return
         rows = self._study["rows"]
         row = rows[int(event.row_key.value)]
+        if self._study["kind"] == "sweep":
+            runs = [r for r in row.runs if r is not None]
+            if len(runs) >= 2:
+                self.post_message(self.SweepChosen(f"sweep {self._study['id']}", runs))
+            return
         base = rows[0].run_id
         if base is None or row.run_id is None or row.run_id == base:
             return

@@ -1,4 +1,5 @@
-"""The Divergence tab: are the pair's runs bit-identical, and if not, from which step and why."""
+"""The Divergence tab: are the pair's runs bit-identical, and if not, from which step and why;
+for a seed sweep's marked runs, how far the seeds spread step by step."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
-from ...core.divergence import divergence
+from ...core.divergence import divergence, seed_spread, spread_text
 from ...core.plotdata import Line
 from ...core.reader import RunRow
 from ...core.repro import divergence_text, replica_text
@@ -31,6 +32,23 @@ class DivergencePanel(Vertical):
         with Horizontal(classes="plot-row"):
             yield MetricPlot("|Δloss| per step", "|Δloss|", id="plot-dloss")
             yield MetricPlot("parameter distance", "L2", id="plot-pdist")
+
+    def show_sweep(self, name: str, members: list[int], runs: dict[int, RunRow],
+                   series: dict) -> None:
+        """Seed noise instead of a pair: how far the sweep's runs spread, step by step."""
+        got = [series[r] for r in members if r in series]
+        key = ("sweep", name, tuple(members), tuple(s.version for s in got))
+        if key == self._key:
+            return
+        self._key = key
+        sp = seed_spread(got)
+        names = ", ".join(label(r, runs) for r in members)
+        self.query_one("#verdict", Static).update(Text(shown_lines(spread_text(sp, names))))
+        self.query_one("#plot-dloss", MetricPlot).show(
+            [Line("loss sd over seeds", sp.steps, sp.loss_sd, 0)], f"{name}: seed spread")
+        self.query_one("#plot-pdist", MetricPlot).show(
+            [Line("distance from centroid", sp.fp_steps, sp.param_spread, 1)],
+            f"{name}: parameter spread")
 
     def show(self, pair: tuple[int, int] | None, runs: dict[int, RunRow], series: dict,
              checks: list[dict[str, Any]], awaiting: bool,
