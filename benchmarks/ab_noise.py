@@ -40,6 +40,9 @@ def study(session: str, base: int, variant: int, steps: int) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+VARY = "eval_batch_size=500"
+
+
 def rounds(n: int, steps: int) -> None:
     from statistics import NormalDist
 
@@ -48,7 +51,7 @@ def rounds(n: int, steps: int) -> None:
     with tempfile.TemporaryDirectory() as session:
         out = subprocess.run(
             [sys.executable, "-m", "tui_trainer", "ab", "--session", session, "--json",
-             "--set", "eval_batch_size=1000", "--vary", "eval_batch_size=500",
+             "--set", "eval_batch_size=1000", "--vary", VARY,
              "--steps", str(steps), "--repeats", str(n)],
             check=True, capture_output=True, text=True).stdout
         study = json.loads(out.strip().splitlines()[-1])

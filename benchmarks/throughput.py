@@ -6,11 +6,14 @@ and data.
 - engine: `tui-trainer`'s loop with the same settings, recording everything into a real
   session store (metrics at log points, fingerprints, a checkpoint, heartbeats).
 - engine-resident: the same engine with `loader = resident`.
-- engine-resident-cl: resident plus `channels_last = true` (experiments/fastest-cpu.toml).
+- engine-resident-cl: resident plus `channels_last = true`.
+- preset-fastest-cpu: the shipped `fastest-cpu` preset as it is (its own batch size, bf16
+  autocast, channels_last, resident data, deterministic), against the same reference.
 
 The three are interleaved (A B C A B C ...) so that drift in the machine's speed hits all
 alike, and the median of the repeats is reported. Goals: engine overhead under 3% of the
-reference; resident at least 3x the reference's samples/s at batch size 256.
+reference; resident at least 3x the reference's samples/s at batch size 256; the
+fastest-cpu preset at least 4x.
 
     python benchmarks/throughput.py [--dataset fashion-mnist] [--batch-size 256]
                                     [--steps 200] [--repeats 3] [--device cpu]
@@ -90,7 +93,12 @@ def main() -> int:
           f"{args.steps} steps x {args.repeats} repeats; device {args.device} "
           f"({torch.get_num_threads()} threads); torch {torch.__version__}", flush=True)
     results: dict[str, list[float]] = {"reference": [], "engine": [], "engine-resident": [],
-                                       "engine-resident-cl": []}
+                                       "engine-resident-cl": [], "preset-fastest-cpu": []}
+    from tui_trainer.core.config import load
+    from tui_trainer.core.presets import resolve
+    preset = load(resolve("fastest-cpu"), [f"dataset={args.dataset}", "eval_every=0",
+                                           "epochs=1000", "checkpoint_every=0",
+                                           f"device={args.device}"])
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
             results["reference"].append(reference(base, device, args.steps))
@@ -100,6 +108,7 @@ def main() -> int:
             results["engine-resident-cl"].append(
                 engine(base.replace(loader="resident", channels_last=True), args.steps,
                        Path(tmp) / f"c{i}"))
+            results["preset-fastest-cpu"].append(engine(preset, args.steps, Path(tmp) / f"p{i}"))
             print("  repeat", i + 1, {k: round(v[-1]) for k, v in results.items()}, flush=True)
     med = {k: statistics.median(v) for k, v in results.items()}
     ref = med["reference"]
@@ -112,6 +121,9 @@ def main() -> int:
           f"{'MET' if overhead < 0.03 else 'NOT MET'}")
     print(f"best resident speed-up: {speedup:.2f}x (goal >= 3x)  -> "
           f"{'MET' if speedup >= 3 else 'NOT MET'}")
+    fastest = med["preset-fastest-cpu"] / ref
+    print(f"fastest-cpu preset (batch {preset.batch_size}, amp {preset.amp}): {fastest:.2f}x "
+          f"the reference (goal >= 4x)  -> {'MET' if fastest >= 4 else 'NOT MET'}")
     if args.json:
         print(json.dumps({"median_samples_per_s": med, "overhead": overhead,
                           "resident_speedup": speedup, "runs": results}))

@@ -34,15 +34,15 @@ Say = Callable[[str], None]
 
 
 def train_child(store: SessionStore, run_id: int, args: list[str], expect_kill: bool = False,
-                children: list | None = None, warm: WarmLauncher | None = None
-                ) -> dict[str, Any] | None:
+                children: list | None = None, warm: WarmLauncher | None = None,
+                env: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Trains run `run_id` with `tui-trainer ARGS --json` in a child process, its progress
     and errors going to the run's log (where the dashboard shows them), and waits. Returns
     the run's summary (also of a run that diverged: that is a result), or None when the
     process was killed as asked."""
     log_path = store.log_path(run_id)
     proc = launch(store.dir, [*args, "--json"], log_path, detach=False, capture=True,
-                  warm=warm)
+                  warm=warm, env=env)
     store.set_launcher(run_id, proc.pid)
     if children is not None:
         children.append(proc)
@@ -173,7 +173,8 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
         # A thread of its own: its own connection (SQLite connections stay in their thread).
         with SessionStore(session, create=False) as own:
             try:
-                train_child(own, run_id, train_args(run_id), children=children, warm=warm)
+                train_child(own, run_id, train_args(run_id), children=children, warm=warm,
+                            env=threads)
             except (BadInput, RuntimeError) as e:
                 if stop["asked"]:
                     return
@@ -191,6 +192,10 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
             if study["status"] == "running":
                 raise BadInput(f"study {study_id} is running already (pid {study['pid']})")
             jobs = jobs or study["spec"].get("jobs", 1)
+            # Runs side by side share the cores out, as torchrun's ranks do: a run with
+            # num_threads = 0 (PyTorch's default: every core) gets cores // jobs threads.
+            threads = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // jobs))} \
+                if jobs > 1 and "OMP_NUM_THREADS" not in os.environ else {}
             store.set_study_status(study_id, "running")
             status, message = "finished", None
             variants = study["variants"]

@@ -159,6 +159,12 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
         os.environ.update(request["env"])
         import numpy as np
         np.random.seed()              # as a fresh interpreter: numpy's global RNG from the OS
+        threads = os.environ.get("OMP_NUM_THREADS", "")
+        if threads.isdigit() and int(threads) > 0:
+            # OpenMP read its thread count when the launcher loaded it; a cold process
+            # would read this one.
+            import torch
+            torch.set_num_threads(int(threads))
         from .cli import main
         args = [str(a) for a in request["args"]]
         sys.argv = ["tui-trainer", *args]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .figures import hashes, identity
+from .stats import mean_sd
 
 # Settings that can change the bits of a run when they differ between two runs.
 BIT_RELEVANT_SETTINGS = (
@@ -125,10 +126,9 @@ def seed_spread(series: Sequence[Any], smoothing: float = 0.8) -> SeedSpread:
     mean, sd, lo, hi = [], [], [], []
     for step in common:
         vals = [d[step] for d in losses]
-        m = sum(vals) / len(vals)
+        m, s, _ = mean_sd(vals)
         mean.append(m)
-        sd.append(math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
-                  if len(vals) > 1 else 0.0)
+        sd.append(s or 0.0)
         lo.append(min(vals))
         hi.append(max(vals))
     sketches = [{r["step"]: r.get("sketch") for r in s.fingerprints} for s in series]
@@ -148,11 +148,9 @@ def seed_spread(series: Sequence[Any], smoothing: float = 0.8) -> SeedSpread:
     ev_common = sorted(set.intersection(*(set(d) for d in accs))) if accs else []
     acc_mean, acc_sd = [], []
     for step in ev_common:
-        vals = [d[step] for d in accs]
-        m = sum(vals) / len(vals)
+        m, s, _ = mean_sd([d[step] for d in accs])
         acc_mean.append(m)
-        acc_sd.append(math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
-                      if len(vals) > 1 else 0.0)
+        acc_sd.append(s or 0.0)
     return SeedSpread(len(series), common, mean, sd, lo, hi, fp_common, spread, ev_common,
                       acc_mean, acc_sd)
 

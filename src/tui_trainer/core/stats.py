@@ -144,16 +144,6 @@ def mean_sd(values: Sequence[float | None]) -> tuple[float | None, float | None,
     return mean, math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)), len(xs)
 
 
-def mean_interval(values: Sequence[float | None], level: float = DEFAULT_LEVEL
-                  ) -> tuple[float | None, float | None]:
-    """The half-width of the `level` t-interval of the mean, with the mean (None, None
-    without values; half-width None with one value)."""
-    mean, sd, n = mean_sd(values)
-    if mean is None or sd is None:
-        return mean, None
-    return mean, t_quantile(0.5 + level / 2.0, n - 1) * sd / math.sqrt(n)
-
-
 def pairs_needed(sd_log: float, effect: float, level: float = DEFAULT_LEVEL,
                  power: float = 0.9) -> int:
     """How many paired rounds make an effect of `effect` (e.g. 1.15) come out with its

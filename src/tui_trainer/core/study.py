@@ -28,7 +28,7 @@ from .text import shown
 DEFAULT_STEPS = 200
 # Rounds of an A/B study: enough for a 15% speed difference to come out of this machine's
 # timing noise (benchmarks/ab_noise.py measures the noise; docs/benchmarks.md).
-DEFAULT_REPEATS = 5
+DEFAULT_REPEATS = 6
 DEFAULT_SEEDS = 5
 # Runs of a study trained at a time: at most one per core.
 MAX_JOBS = os.cpu_count() or 1
@@ -452,8 +452,10 @@ def title_text(study: dict[str, Any], rows: list[Row], status: str | None = None
             + f"{status or study['status']}, {done} of {rounds * len(rows)} runs done")
     jobs = spec.get("jobs", 1)
     if jobs > 1:
-        text += (f"; trained {jobs} at a time, so each run's samples/s is its share of the "
-                 "machine (compare ratios, not absolute speeds)")
+        text += (f"; trained {jobs} at a time, each run with a share of the cores (num_threads "
+                 "= 0 becomes cores / jobs, recorded in its settings): samples/s are shares "
+                 "of the machine and the bits differ from a run trained alone; compare "
+                 "within this study")
     return text
 
 

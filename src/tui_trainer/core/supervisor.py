@@ -269,7 +269,7 @@ class WarmLauncher:
         return True
 
     def spawn(self, args: list[str], stdout: int, stderr: int, detach: bool,
-              out: int | None = None) -> WarmChild | None:
+              env: dict[str, str], out: int | None = None) -> WarmChild | None:
         """Forks `tui-trainer ARGS` with these stdout/stderr; None when the launcher cannot
         (not ready, gone): the caller then starts the run cold."""
         if not self.ready():
@@ -278,9 +278,7 @@ class WarmLauncher:
         try:
             conn.settimeout(10)
             conn.connect(str(self.path))
-            request = {"args": args, "env": {**os.environ, "PYTHONUNBUFFERED": "1",
-                                             **self.env()},
-                       "cwd": os.getcwd(), "detach": detach}
+            request = {"args": args, "env": env, "cwd": os.getcwd(), "detach": detach}
             socket.send_fds(conn, [json.dumps(request).encode()], [stdout, stderr])
             answer = json.loads(conn.recv(4096) or b"{}")
             conn.settimeout(None)
@@ -306,29 +304,30 @@ class WarmLauncher:
 
 
 def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = True,
-           capture: bool = False, warm: WarmLauncher | None = None
-           ) -> subprocess.Popen | WarmChild:
+           capture: bool = False, warm: WarmLauncher | None = None,
+           env: dict[str, str] | None = None) -> subprocess.Popen | WarmChild:
     """The one way a child `tui-trainer` process starts: `python -m tui_trainer ARGS
     --session SESSION`, stdin closed, output appended to `log_path` (with `capture`, stdout
     comes back to the caller and only stderr goes to the log), at a lower CPU priority than
     the dashboard, unbuffered. `detach` puts it in a process session of its own, so it
     outlives the dashboard and a Ctrl-C in the terminal does not reach it. With a ready
     `warm` launcher the process is forked from it (no imports to wait for), else started
-    cold."""
+    cold. `env` adds to the environment the process gets."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     argv = [*args, "--session", str(session)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(warm.env() if warm else {}), **(env or {})}
     if warm is not None and warm.ready():
         with open(log_path, "ab") as log:
             log.write(f"{time.strftime('%H:%M:%S')} {WARM_LINE}\n".encode())
             log.flush()
             if capture:
                 read_end, write_end = os.pipe()
-                child = warm.spawn(argv, write_end, log.fileno(), detach, out=read_end)
+                child = warm.spawn(argv, write_end, log.fileno(), detach, env, out=read_end)
                 os.close(write_end)
                 if child is None:
                     os.close(read_end)
             else:
-                child = warm.spawn(argv, log.fileno(), log.fileno(), detach)
+                child = warm.spawn(argv, log.fileno(), log.fileno(), detach, env)
         if child is not None:
             return child
     # Training runs at a lower CPU priority than the dashboard: with several runs on few
@@ -339,8 +338,7 @@ def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = Tru
             [*nice, sys.executable, "-m", "tui_trainer", *argv],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if capture else log,
             stderr=log if capture else subprocess.STDOUT, text=capture,
-            start_new_session=detach,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(warm.env() if warm else {})})
+            start_new_session=detach, env=env)
 
 
 class Supervisor:
