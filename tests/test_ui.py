@@ -133,7 +133,9 @@ async def test_presets_load_into_the_form_and_the_form_saves_as_one(tmp_path, is
         preset.value = fastest
         await pilot.pause()
         form = app.query_one(ConfigForm)
-        assert form.config().loader == "resident" and form.config().batch_size == 256
+        from tui_trainer.core.config import load
+        shipped = load(fastest)
+        assert form.config() == shipped and shipped.loader == "resident"
         await fill(pilot, {"batch_size": "200"})
         await pilot.click("#save-preset")
         await pilot.pause()

@@ -62,6 +62,20 @@ def test_a_forked_run_is_bit_identical_to_a_cold_one(tmp_path, warm):
     assert statuses == [("finished",)] * 3
 
 
+def test_forked_runs_without_a_seed_draw_their_own(tmp_path, warm):
+    """seed = none: as two cold processes, two forks of one launcher must not start alike
+    (the launcher's RNG state is not handed on)."""
+    with SessionStore(tmp_path) as store:
+        ids = []
+        for _ in range(2):
+            run_id = store.create_run(_config(seed=None, max_steps=3), name="unseeded")
+            assert launch(tmp_path, train_args(run_id), store.log_path(run_id),
+                          warm=warm).wait(timeout=120) == 0
+            ids.append(run_id)
+    a, b = (fingerprints(tmp_path, r) for r in ids)
+    assert a[0] != b[0]                 # different initial weights
+
+
 def test_a_forked_run_killed_reports_its_signal_and_resumes_bit_exact(tmp_path, warm):
     with SessionStore(tmp_path) as store:
         straight = store.create_run(_config(), name="straight")

@@ -9,7 +9,8 @@ environment and working directory, and the file descriptors for its stdout and s
 over the socket, SCM_RIGHTS); the launcher forks, answers the child's pid, and when the child
 ends, its exit status (as Popen gives it: negative for a signal). The child is what a cold
 `python -m tui_trainer ARGS` would be: its own process session (it outlives the dashboard),
-stdin from /dev/null, output unbuffered, numpy reseeded from the OS as at interpreter start;
+stdin from /dev/null, output unbuffered, numpy's and torch's global RNGs seeded from the OS
+as at interpreter start (Python's hash seed alone is the launcher's, shared by its forks);
 tests/test_warm.py checks that a forked run is bit-identical to a cold-started one.
 
 Single-threaded by design (a select loop and SIGCHLD through a wake-up pipe): forking a
@@ -157,13 +158,17 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        # As a fresh interpreter: numpy's and torch's global RNGs from the OS (Python's
+        # `random` reseeds itself after a fork). Without this every forked run with
+        # seed = none would draw the same numbers.
         import numpy as np
-        np.random.seed()              # as a fresh interpreter: numpy's global RNG from the OS
+        import torch
+        np.random.seed()
+        torch.seed()
         threads = os.environ.get("OMP_NUM_THREADS", "")
         if threads.isdigit() and int(threads) > 0:
             # OpenMP read its thread count when the launcher loaded it; a cold process
             # would read this one.
-            import torch
             torch.set_num_threads(int(threads))
         from .cli import main
         args = [str(a) for a in request["args"]]
