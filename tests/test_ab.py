@@ -294,8 +294,17 @@ def test_ab_with_repeats_gives_intervals_from_its_rounds(tmp_path):
         assert (tmp_path / "exports" / f"run-{run_id}-steps.csv").is_file()
 
 
-def test_a_seed_sweep_shows_mean_and_spread(tmp_path):
-    r = tt("sweep", "--session", str(tmp_path), "--json", *sets(*QUICK), "--steps", "6",
+def test_a_seed_sweep_its_table_spread_and_band_come_from_its_runs(tmp_path):
+    """`sweep`: one run per seed, the table's mean and sd, the Divergence tab's seed spread
+    and the Plots tab's band, all from the runs' stored rows."""
+    from types import SimpleNamespace
+
+    from tui_trainer.core.divergence import seed_spread, spread_text
+    from tui_trainer.core.figures import smooth
+    from tui_trainer.core.plotdata import PlotOptions, plot_lines
+    from tui_trainer.core.store import SessionStore
+    from tui_trainer.core.study import sweep_groups
+    r = tt("sweep", "--session", str(tmp_path), "--json", *sets(*QUICK), "--steps", "8",
            "--seeds", "3", "--set", "seed=5")
     assert r.rc == 0, r.err
     study = json.loads(r.out)
@@ -310,20 +319,6 @@ def test_a_seed_sweep_shows_mean_and_spread(tmp_path):
     assert row["spread"]["accuracy"] == pytest.approx(statistics.stdev(accs))
     r = tt("sweep", "--session", str(tmp_path), "--seeds", "1")
     assert r.rc == 2 and "--seeds" in r.err
-
-
-def test_a_sweeps_spread_and_band_come_from_its_runs(tmp_path):
-    """The Divergence tab's seed spread and the Plots tab's band, from a real sweep."""
-    from types import SimpleNamespace
-
-    from tui_trainer.core.divergence import seed_spread, spread_text
-    from tui_trainer.core.figures import smooth
-    from tui_trainer.core.plotdata import PlotOptions, plot_lines
-    from tui_trainer.core.store import SessionStore
-    from tui_trainer.core.study import sweep_groups
-    r = tt("sweep", "--session", str(tmp_path), "--json", *sets(*QUICK), "--steps", "8",
-           "--seeds", "3", "--set", "eval_every=4")
-    assert r.rc == 0, r.err
     with SessionStore(tmp_path, create=False, readonly=True) as store:
         groups = sweep_groups(store.studies())
         assert groups == [("sweep 1", (1, 2, 3))]

@@ -604,11 +604,14 @@ class Trainer:
                     if bar is not None:
                         bar.update(1)
                     self._after_step()
+                    stop_now = self.stop_requested
                     if self.group.active:
                         # Every rank stops at the same step, whichever was asked or diverged.
-                        stop, gone = self.group.agree(self.stop_requested,
-                                                      self.diverged is not None)
-                        self.stop_requested = stop
+                        # The agreed flag decides: a SIGTERM whose handler ran during the
+                        # all-reduce stays requested on its rank and is agreed on next step.
+                        stop_now, gone = self.group.agree(self.stop_requested,
+                                                          self.diverged is not None)
+                        self.stop_requested = self.stop_requested or stop_now
                         if gone and self.diverged is None:
                             self._diverge(self.pos.step, "another rank's parameters became "
                                           f"NaN/inf (noticed at step {self.pos.step})")
@@ -616,7 +619,7 @@ class Trainer:
                         if self.group.active:   # a crash of the launcher: its ranks die with it
                             os.kill(os.getppid(), signal.SIGKILL)
                         os.kill(os.getpid(), signal.SIGKILL)   # a crash, on purpose
-                    if self.stop_requested or self.pos.step >= limit or self.diverged:
+                    if stop_now or self.pos.step >= limit or self.diverged:
                         break
                 else:
                     compute_s += time.perf_counter() - t_data
