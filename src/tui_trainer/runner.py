@@ -206,10 +206,10 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
                 with ThreadPoolExecutor(max_workers=jobs) as pool:
                     for i, v in enumerate(variants):
                         while len(pending) >= jobs and not stop["asked"]:
-                            _, pending = wait(pending, timeout=0.5,
-                                              return_when=FIRST_COMPLETED)
-                        for f in [f for f in pending if f.done()]:
-                            f.result()
+                            done, pending = wait(pending, timeout=0.5,
+                                                 return_when=FIRST_COMPLETED)
+                            for f in done:
+                                f.result()      # a run's thread that failed fails the study
                         if stop["asked"]:
                             break
                         if v["run_id"] is not None and \

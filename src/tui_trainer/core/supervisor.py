@@ -221,8 +221,8 @@ class WarmLauncher:
         """The launcher of the dashboard that started this process, if it is still there;
         else one of this process's own, started now."""
         attach = os.environ.get(cls.ENV)
-        if attach == "0":                 # turned off: every run starts cold
-            return cls(attach=os.devnull + "/none")
+        if attach == "0":                 # turned off: never ready, every run starts cold
+            return cls()
         if attach and Path(attach).exists():
             return cls(attach)
         launcher = cls()
