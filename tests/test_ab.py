@@ -163,7 +163,7 @@ def test_a_stopped_study_stops_its_run_cleanly_and_continues(tmp_path):
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 130, err          # a stopped study, as a stopped run
     assert json.loads(out.strip().splitlines()[-1])["status"] == "stopped"
     assert db_rows(tmp_path, "SELECT status FROM studies") == [("stopped",)]
     # the run in progress stopped with a checkpoint; the variant never started

@@ -61,6 +61,11 @@ def test_run_json_describes_the_run_and_the_store_holds_everything(tmp_path):
     assert {"checkpoint", "eval"} <= kinds
     log = (tmp_path / "logs" / "run-1.log").read_text()
     assert "eval" in log and "finished" in log
+    # Resuming the finished run trains nothing: it still reports the run's evaluation.
+    again = tt("resume", "1", "--session", str(tmp_path))
+    assert again.rc == 0, again.err
+    assert f"eval accuracy {d['eval_accuracy']:.2%}" in again.out, again.out
+    assert f"eval loss {d['eval_loss']:.4f}" in again.out, again.out
 
 
 def test_runs_lists_every_run_with_status_and_figures(tmp_path):
@@ -123,7 +128,8 @@ def test_ctrl_c_to_the_process_group_with_workers_stops_once_and_cleanly(tmp_pat
     wait_for_row(tmp_path, "SELECT 1 FROM runs WHERE step >= 15")
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    # Stopped, not finished: a script tells them apart by the exit status (130, as Ctrl-C).
+    assert proc.returncode == 130, err
     assert json.loads(out.strip().splitlines()[-1])["status"] == "stopped"
     log = (tmp_path / "logs" / "run-1.log").read_text()
     assert log.count("SIGINT: stopping") == 1

@@ -114,7 +114,7 @@ def test_sigterm_stops_cleanly_with_a_checkpoint_and_continues_exactly(tmp_path)
     wait_for_row(tmp_path, "SELECT 1 FROM runs WHERE id = 2 AND step >= 12")
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 130, err          # stopped before its end
     stopped = json.loads(out.strip().splitlines()[-1])
     assert stopped["status"] == "stopped" and 12 <= stopped["steps"] < 80
     assert stopped["checkpoint"].endswith(f"step-{stopped['steps']:08d}.pt")

@@ -205,7 +205,7 @@ def test_two_resumes_of_one_run_one_trains_the_other_is_refused(copy):
     assert winner.poll() is None                   # still training
     winner.send_signal(signal.SIGTERM)
     _, err = winner.communicate(timeout=120)
-    assert winner.returncode == 0, err
+    assert winner.returncode == 130, err        # stopped
     assert db_rows(copy, "SELECT status FROM runs") == [("stopped",)]
 
 

@@ -22,8 +22,8 @@ from .core import figures, machine, supervisor
 from .core import study as study_defaults
 from .core.config import ConfigError
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_NOT_IDENTICAL,
-                          EXIT_OK, EXIT_SESSION, BadInput, CheckpointError, DiskFull, RunBusy,
-                          SessionError, is_disk_full)
+                          EXIT_OK, EXIT_SESSION, EXIT_STOPPED, BadInput, CheckpointError, DiskFull, RunBusy,
+                          SessionError, exit_for, is_disk_full)
 from .core.paths import default_session_dir
 from .core.store import SessionStore
 from .core.text import name_problem, shown, shown_lines
@@ -32,7 +32,9 @@ DEFAULT_AB_STEPS = 200
 
 EXIT_CODES = """exit status: 0 ok, 1 failed (e.g. no space left), 2 bad input, 3 not identical
 (repro), 4 session unusable (damaged, read-only, or the run is trained by another process),
-5 the run diverged (NaN/inf; its rows and last finite checkpoint are kept)"""
+5 the run diverged (NaN/inf; its rows and last finite checkpoint are kept), 130 the run was
+stopped before its end (Ctrl-C or a stop request; it wrote a checkpoint: `resume` continues
+it)"""
 
 
 def _session_dir(args: argparse.Namespace | str | None) -> Path:
@@ -304,7 +306,7 @@ def _num(x: float | None) -> str:
 def _trained(summary: Any, as_json: bool) -> int:
     d = summary.to_dict()
     _print_summary(d, as_json)
-    return EXIT_DIVERGED if d["status"] == "diverged" else EXIT_OK
+    return exit_for(d["status"])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -396,7 +398,7 @@ def _train_group(session: Path, run_id: int, cfg: cfgmod.RunConfig,
              f"(status {run.get('status')}); its log: {session / 'logs'}")
         return EXIT_FAILED
     _print_summary(summary, args.json)
-    return EXIT_DIVERGED if summary["status"] == "diverged" else EXIT_OK
+    return exit_for(summary["status"])
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -441,6 +443,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise
     finally:
         group.close()
+    # A stopped rank exits 0 (torchrun counts any other status as a failure); the launcher
+    # says "stopped" with its own status (_train_group).
     return EXIT_DIVERGED if summary.status == "diverged" else EXIT_OK
 
 
@@ -738,7 +742,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
         for note in study["spec"].get("notes", []):
             print(f"note: {shown(note)}")
     failed = any(r.status == "crashed" for r in rows)
-    return EXIT_FAILED if failed or status == "crashed" else EXIT_OK
+    if failed or status == "crashed":
+        return EXIT_FAILED
+    return EXIT_STOPPED if status == "stopped" else EXIT_OK
 
 
 def cmd_warm(args: argparse.Namespace) -> int:
@@ -796,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except KeyboardInterrupt:
         print("tui-trainer: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_STOPPED
     except Exception as e:  # noqa: BLE001 - the run's log has the traceback
         what = "training failed" if args.command in ("run", "resume", "repro", "ab") \
             else f"{args.command} failed"

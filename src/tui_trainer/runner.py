@@ -24,7 +24,8 @@ from typing import Any, Callable
 from .core import config as cfgmod
 from .core import machine
 from .core.config import ConfigError
-from .core.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, BadInput
+from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, EXIT_STOPPED,
+                          BadInput)
 from .core.repro import verdict
 from .core.store import SessionStore
 from .core.supervisor import (WarmLauncher, WarmChild, launch, resume_args,
@@ -38,7 +39,8 @@ def train_child(store: SessionStore, run_id: int, args: list[str], expect_kill: 
                 env: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Trains run `run_id` with `tui-trainer ARGS --json` in a child process, its progress
     and errors going to the run's log (where the dashboard shows them), and waits. Returns
-    the run's summary (also of a run that diverged: that is a result), or None when the
+    the run's summary (also of a run that diverged or was stopped: that is a result), or
+    None when the
     process was killed as asked."""
     log_path = store.log_path(run_id)
     proc = launch(store.dir, [*args, "--json"], log_path, detach=False, capture=True,
@@ -53,7 +55,7 @@ def train_child(store: SessionStore, run_id: int, args: list[str], expect_kill: 
             children.remove(proc)
     if expect_kill and proc.returncode < 0:
         return None
-    if proc.returncode not in (EXIT_OK, EXIT_DIVERGED):
+    if proc.returncode not in (EXIT_OK, EXIT_DIVERGED, EXIT_STOPPED):
         tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
         message = tail[-1].removeprefix("tui-trainer: ") if tail else ""
         if proc.returncode == EXIT_BAD_INPUT:

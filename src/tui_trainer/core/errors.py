@@ -8,6 +8,9 @@
        run is being trained by another process
     5  diverged: the run's loss or parameters became NaN/inf; every row and the last finite
        checkpoint are kept
+  130  stopped: the run was stopped before its end (Ctrl-C, a stop from the dashboard, a
+       SIGTERM); it wrote a checkpoint and `tui-trainer resume` continues it. 130 is the
+       shell's status for a command ended by Ctrl-C.
 
 Each of these is printed as one line that says what to fix. Core layer: no torch, no textual.
 """
@@ -20,6 +23,12 @@ from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_IDENTICAL, EXIT_SESSION, EXIT_DIVERGED = \
     0, 1, 2, 3, 4, 5
+EXIT_STOPPED = 130
+
+
+def exit_for(status: str) -> int:
+    """The exit status of a training command whose run ended with `status` (a summary's)."""
+    return {"diverged": EXIT_DIVERGED, "stopped": EXIT_STOPPED}.get(status, EXIT_OK)
 
 
 class BadInput(Exception):

@@ -723,12 +723,17 @@ class Trainer:
         figs = figures.figures(self.store.steps(self.run_id),   # the one definition (core)
                                self.store.evals(self.run_id))
         newest = self.store.usable_checkpoints(self.run_id)
+        last_eval = self.last_eval
+        if last_eval is None and figs.eval_step == self.pos.step and figs.accuracy is not None:
+            # Evaluated at this step by the process before (a finished run resumed with
+            # nothing left to train): the recorded evaluation is this run's.
+            last_eval = {"loss": figs.eval_loss, "accuracy": figs.accuracy / 100}
         summary = Summary(
             run_id=self.run_id, name=self.store.run(self.run_id)["name"], status=status,
             steps=self.pos.step, epochs=round(self._epoch_float(), 4),
             final_loss=self.last_loss, train_loss=figs.train_loss,
-            eval_accuracy=self.last_eval["accuracy"] if self.last_eval else None,
-            eval_loss=self.last_eval["loss"] if self.last_eval else None,
+            eval_accuracy=last_eval["accuracy"] if last_eval else None,
+            eval_loss=last_eval["loss"] if last_eval else None,
             samples_per_s=figs.samples_per_s,
             wall_samples_per_s=self.pos.samples / elapsed if elapsed > 0 else None,
             elapsed_s=elapsed,

@@ -167,11 +167,11 @@ class ContinueScreen(ModalScreen[dict | None]):
         with Vertical(classes="dialog", id="continue-box"):
             yield Label(Text(f"Continue run {self.run_id} from its newest checkpoint (it is "
                              f"at step {self.step}). Train until:"))
-            with Horizontal(classes="field-row"):
-                yield Label("epochs", classes="field-name")
+            with Horizontal(classes="dialog-field"):
+                yield Label("epochs", classes="dialog-field-name")
                 yield Input(str(self.epochs), id="continue-epochs", type="integer")
-            with Horizontal(classes="field-row"):
-                yield Label("max_steps (0: none)", classes="field-name")
+            with Horizontal(classes="dialog-field"):
+                yield Label("max_steps (0: none)", classes="dialog-field-name")
                 yield Input(str(self.max_steps), id="continue-max-steps", type="integer")
             yield Label("", id="continue-error")
             with Horizontal(classes="buttons"):

@@ -12,6 +12,7 @@ from typing import Any
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Button, Input, Select, Static
@@ -26,6 +27,27 @@ from .common import plain
 
 def preset_options() -> list[tuple[Any, str]]:
     return [("defaults", "")] + [(plain(p.label), str(p.path)) for p in presets.presets()]
+
+
+class KnobSearch(Input):
+    """The knob search box: typing filters the form (LaunchPanel._search); enter or down asks
+    to go to the first match (`Go`); escape clears the search. It never moves the focus by
+    itself, so every key typed lands in it."""
+
+    BINDINGS = [Binding("down", "go", "First match", show=False),
+                Binding("escape", "clear", "Clear search", show=False)]
+
+    class Go(Message):
+        pass
+
+    def action_go(self) -> None:
+        self.post_message(self.Go())
+
+    async def action_submit(self) -> None:
+        self.post_message(self.Go())
+
+    def action_clear(self) -> None:
+        self.value = ""
 
 
 class LaunchPanel(Vertical):
@@ -52,7 +74,7 @@ class LaunchPanel(Vertical):
         with Horizontal(id="launch-buttons"):
             yield Button("Start (F2)", id="start", variant="success")
             yield Button("Save preset", id="save-preset")
-            yield Input(placeholder="find a knob…", id="knob-search")
+            yield KnobSearch(placeholder="find a knob…", id="knob-search")
         yield Static("machine: checking…", id="machine")
         yield Static("", id="form-status")
         # The form's 38 knobs are mounted once the first screen is drawn (`mount_form`): the
@@ -70,6 +92,9 @@ class LaunchPanel(Vertical):
             self._form_asked = True
             await self.query_one("#form-loading").remove()
             await self.mount(self._form, before=self.query_one("#knob-help"))
+            search = self.query_one("#knob-search", Input).value
+            if search.strip():          # typed before the form was there
+                self._show_matches(search)
 
     @property
     def form(self) -> ConfigForm:
@@ -106,25 +131,40 @@ class LaunchPanel(Vertical):
 
     @on(Input.Changed, "#knob-search")
     def _search(self, event: Input.Changed) -> None:
+        """Filters the form as the user types; the focus stays in the search box."""
         event.stop()
-        key = self.form.jump(event.value)
-        if event.value.strip() and key is None:
-            self.query_one("#knob-help", Static).update(
-                Text(f"no knob matches {shown(event.value, 40)!r}"))
+        self._show_matches(event.value)
 
-    @on(Input.Submitted, "#knob-search")
-    def _search_done(self, event: Input.Submitted) -> None:
+    def _show_matches(self, text: str) -> None:
+        keys = self.form.filter(text)
+        help_line = self.query_one("#knob-help", Static)
+        if not text.strip() or not self.form.ready:
+            help_line.update("")
+        elif not keys:
+            help_line.update(Text(f"no knob matches {shown(text, 40)!r}"))
+        else:
+            more = f"{len(keys)} knobs match; " if len(keys) > 1 else ""
+            help_line.update(Text.assemble(
+                (f"{more}enter or ↓: go to {keys[0]}", "italic"), "\n",
+                self._explanation(keys[0])))
+
+    @on(KnobSearch.Go)
+    def _search_done(self, event: KnobSearch.Go) -> None:
         event.stop()
-        key = self.form.jump(event.value)
-        if key:
-            self.query_one(f"#field-{key}").focus()
+        text = self.query_one("#knob-search", Input).value
+        keys = self.form.filter(text) if text.strip() else []
+        if keys:
+            self.form.focus_knob(keys[0])
+
+    @staticmethod
+    def _explanation(key: str) -> Text:
+        default = C.DEFAULTS.to_dict()[key]
+        return Text.assemble((key, "bold"), f"  ({C.allowed(key)}; default {default})\n",
+                             C.doc(key))
 
     @on(ConfigForm.Focused)
     def _explain(self, event: ConfigForm.Focused) -> None:
-        key = event.key
-        default = C.DEFAULTS.to_dict()[key]
-        self.query_one("#knob-help", Static).update(Text.assemble(
-            (key, "bold"), f"  ({C.allowed(key)}; default {default})\n", C.doc(key)))
+        self.query_one("#knob-help", Static).update(self._explanation(event.key))
 
     @on(ConfigForm.Changed)
     def _form_changed(self, event: ConfigForm.Changed) -> None:

@@ -1,6 +1,7 @@
 """The run config as a form: one line per knob, grouped in collapsible sections; the focused
 knob's explanation shows in the help line under the form; values that differ from the
-default are marked with •; typing in the search box jumps to the first knob that matches.
+default are marked with •; typing in the search box filters the knobs (it never takes the
+focus or writes into a knob); Enter or Down there goes to the first match.
 
 Built from the config's own field table (`core.config`), so the form, `tui-trainer config`
 and the validation rules never disagree. An invalid value is marked at its field with the
@@ -54,6 +55,7 @@ class ConfigForm(VerticalScroll):
         self._names: dict[str, Label] = {}
         self._errors: dict[str, Static] = {}
         self._check_pending = False
+        self.matches: list[str] = list(C.FIELDS)   # the knobs the search shows
         self.ready = False      # its fields are mounted (it may be mounted after first paint)
 
     def compose(self) -> ComposeResult:
@@ -93,21 +95,45 @@ class ConfigForm(VerticalScroll):
         if wid.startswith("field-"):
             self.post_message(self.Focused(wid.removeprefix("field-")))
 
-    def jump(self, text: str) -> str | None:
-        """Focuses the first knob whose name (or else explanation) contains `text`; its
-        group is opened. Returns the knob, or None."""
+    @staticmethod
+    def matching(text: str) -> list[str]:
+        """The knobs a search matches: those whose name contains `text`, or else those whose
+        explanation does, in the form's order."""
         text = text.strip().lower()
-        if not text or not self.ready:
-            return None
-        keys = [k for k in C.FIELDS if text in k.lower()] or \
+        if not text:
+            return list(C.FIELDS)
+        return [k for k in C.FIELDS if text in k.lower()] or \
             [k for k in C.FIELDS if text in C.doc(k).lower()]
-        if not keys:
-            return None
-        key = keys[0]
+
+    def filter(self, text: str) -> list[str]:
+        """Shows only the knobs that match `text` (all of them for an empty one), the first
+        match highlighted, and returns the matches. It never moves the focus and never
+        changes a value: the search box keeps every key typed into it."""
+        keys = self.matching(text) if self.ready else []
+        if not self.ready:
+            return keys
+        found = set(keys) if text.strip() else set(C.FIELDS)
+        for key in C.FIELDS:
+            box = self._boxes[key]
+            box.display = key in found
+            box.set_class(bool(text.strip()) and bool(keys) and key == keys[0], "-match")
+            if key in self._errors:
+                self._errors[key].display = key in found
+        for group in C.GROUPS:
+            section = self.query_one(f"#group-{group}", Collapsible)
+            section.display = any(C.group(k) == group for k in found)
+            if text.strip() and section.display:
+                section.collapsed = False
+        self.matches = keys
+        if keys and text.strip():
+            self.scroll_to_widget(self._boxes[keys[0]], animate=False)
+        return keys
+
+    def focus_knob(self, key: str) -> None:
+        """Moves the focus to a knob's value (its group opened): the user asked for it."""
         self.query_one(f"#group-{C.group(key)}", Collapsible).collapsed = False
-        self.call_after_refresh(self._widgets[key].focus)
-        self.call_after_refresh(self.scroll_to_widget, self._boxes[key])
-        return key
+        self._widgets[key].focus()
+        self.call_after_refresh(self.scroll_to_widget, self._boxes[key], animate=False)
 
     # --- values ----------------------------------------------------------------------------
     def raw_values(self) -> tuple[dict[str, Any], dict[str, str]]:
