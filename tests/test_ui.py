@@ -109,18 +109,72 @@ async def test_every_knob_is_in_the_form_with_its_explanation(tmp_path):
         assert isinstance(form.query_one("#field-amp"), Select)
         assert isinstance(form.query_one("#field-batch_size"), Input)
         assert form.config() == C.DEFAULTS
-        # One line per knob; the focused knob is explained under the form; the search box
-        # jumps to a knob (opening its group); values off their default are marked.
+        # One line per knob; values off their default are marked.
         assert form.query_one("#box-seed").size.height == 1
-        app.query_one("#knob-search", Input).value = "keep_check"
-        await pilot.pause()
-        await pilot.pause()
-        assert app.focused is form.query_one("#field-keep_checkpoints")
-        assert C.doc("keep_checkpoints") in str(app.query_one("#knob-help").render())
         form.query_one("#field-seed", Input).value = "7"
         await pilot.pause()
         assert form.query_one("#box-seed").has_class("-changed")
         assert not form.query_one("#box-lr").has_class("-changed")
+
+
+async def test_the_knob_search_typed_at_human_speed_never_moves_the_focus_or_a_value(tmp_path):
+    """Typed one key at a time with a person's pauses, the search filters the form and the
+    focus stays in the box: no letter lands in a knob, Enter toggles nothing. Enter or Down
+    goes to the first match, and only then do keys reach that knob."""
+    from tui_trainer.core import config as C
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
+        form = app.query_one(ConfigForm)
+        search = app.query_one("#knob-search", Input)
+        help_line = app.query_one("#knob-help")
+
+        async def type_slowly(text: str) -> None:
+            for key in text:
+                await pilot.press(key)
+                await pilot.pause(0.15)        # about a person's pace between keys
+
+        async def clear() -> None:
+            search.focus()
+            await pilot.press("escape")
+            await pilot.pause(0.1)
+
+        def shown_knobs() -> list[str]:
+            return [k for k in C.FIELDS if form.query_one(f"#box-{k}").display]
+
+        for text, first in (("epo", "epochs"), ("lr", "lr"), ("pin_memory", "pin_memory"),
+                            ("num_w", "num_workers"), ("cudnn_bench", "cudnn_benchmark")):
+            await clear()
+            await type_slowly(text)
+            assert app.focused is search and search.value == text, (text, app.focused)
+            assert form.config() == C.DEFAULTS and form.problems == {}, text
+            assert shown_knobs() == form.matching(text) and shown_knobs()[0] == first
+            assert form.query_one(f"#box-{first}").has_class("-match")
+            assert C.doc(first) in str(help_line.render()), text
+        # Enter goes to the first match and toggles nothing; only then does a key reach it.
+        await clear()
+        await type_slowly("pin_memory")
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert app.focused is form.query_one("#field-pin_memory")
+        assert form.config() == C.DEFAULTS
+        assert C.doc("pin_memory") in str(help_line.render())
+        await clear()
+        await type_slowly("num_w")
+        await pilot.press("down")
+        await pilot.pause(0.2)
+        assert app.focused is form.query_one("#field-num_workers")
+        assert "num_workers" in str(help_line.render()).split("\n")[0]
+        await pilot.press("end", "backspace", "2")
+        await pilot.pause(0.2)
+        assert form.config().num_workers == 2 and form.config().num_threads == \
+            C.DEFAULTS.num_threads
+        # A search that matches nothing says so; clearing it shows every knob again.
+        await clear()
+        await type_slowly("zzz")
+        assert shown_knobs() == [] and "no knob matches" in str(help_line.render())
+        await clear()
+        assert shown_knobs() == list(C.FIELDS) and search.value == ""
 
 
 async def test_presets_load_into_the_form_and_the_form_saves_as_one(tmp_path, isolated_home):
