@@ -133,3 +133,16 @@ def test_ctrl_c_to_the_process_group_with_workers_stops_once_and_cleanly(tmp_pat
     assert json.loads(out.strip().splitlines()[-1])["status"] == "stopped"
     log = (tmp_path / "logs" / "run-1.log").read_text()
     assert log.count("SIGINT: stopping") == 1
+
+
+def test_a_misspelt_key_or_command_gets_the_nearest_one_and_internal_commands_stay_hidden():
+    r = tt("config", "--set", "seeed=3")
+    assert r.rc == 2 and "seeed: unknown key; did you mean seed?" in r.err, r.err
+    assert "cudnn_benchmark" not in r.err          # the suggestion, not all 42 keys
+    r = tt("config", "--set", "colour=red")        # nothing near: every key is listed
+    assert r.rc == 2 and "known keys: seed, " in r.err
+    r = tt("rnu")
+    assert r.rc == 2 and "did you mean run?" in r.err, r.err
+    assert "worker" not in r.err and "warm" not in r.err and "resume" in r.err
+    help_text = tt("--help").out
+    assert " repro " in help_text and " worker " not in help_text and " warm " not in help_text

@@ -66,8 +66,27 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+# Commands the tool starts itself: not listed in help or in an unknown command's choices.
+INTERNAL_COMMANDS = ("worker", "warm")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with an unknown command answered by the nearest public command."""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            import difflib
+            public = [c for c in action.choices if c not in INTERNAL_COMMANDS]
+            near = difflib.get_close_matches(value, public, n=1)
+            raise argparse.ArgumentError(
+                action, f"unknown command {value!r}"
+                + (f"; did you mean {near[0]}?" if near else "")
+                + f" (commands: {', '.join(public)})")
+        super()._check_value(action, value)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="tui-trainer", epilog=EXIT_CODES,
         description="Controlled PyTorch training experiments on MNIST: toggle the knobs, "
                     "train, and prove reproducibility. With no command, opens the dashboard.")
@@ -250,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "read-only session)")
     sp.add_argument("--session", metavar="DIR")
     sp.add_argument("--json", action="store_true")
+    # The internal commands stay callable but are listed nowhere.
+    sub._choices_actions = [a for a in sub._choices_actions
+                            if a.dest not in INTERNAL_COMMANDS]
     return p
 
 

@@ -282,10 +282,20 @@ _TRUE = {"true", "on", "yes", "1"}
 _FALSE = {"false", "off", "no", "0"}
 
 
+def unknown_key(key: str) -> ConfigError:
+    """The refusal of a key that is not a knob: the nearest knob first, when one is near."""
+    import difflib
+    near = difflib.get_close_matches(key.lower(), list(FIELDS), n=1, cutoff=0.6)
+    if near:
+        return ConfigError(key, f"unknown key; did you mean {near[0]}? (`tui-trainer config` "
+                                "lists every key)")
+    return ConfigError(key, f"unknown key; known keys: {', '.join(FIELDS)}")
+
+
 def parse_value(key: str, text: str) -> Any:
     """Turns the text of `--set KEY=VALUE` (or a form field) into a typed value."""
     if key not in FIELDS:
-        raise ConfigError(key, f"unknown key; known keys: {', '.join(FIELDS)}")
+        raise unknown_key(key)
     k = kind(key)
     t = text.strip()
     try:
@@ -309,7 +319,7 @@ def parse_value(key: str, text: str) -> Any:
 def check_value(key: str, value: Any) -> Any:
     """Validates one typed value (from TOML or parse_value); returns it normalised."""
     if key not in FIELDS:
-        raise ConfigError(key, f"unknown key; known keys: {', '.join(FIELDS)}")
+        raise unknown_key(key)
     meta = FIELDS[key].metadata
     k = kind(key)
     bad = ConfigError(key, f"must be {allowed(key)}, got {value!r}")
