@@ -204,10 +204,18 @@ def test_t_quantiles_and_intervals_match_the_textbook():
     assert iv.verdict("faster", "slower") == "within noise"      # 0.99 keeps it below 1
     clear = stats.ratio_interval([(100, 115), (100, 117), (100, 113)])
     assert clear.verdict("faster", "slower") == "faster" and clear.low > 1
-    assert stats.ratio_interval([(100, 80), (100, 82)]).verdict("faster", "slower") == "slower"
+    assert stats.ratio_interval([(100, 80), (100, 82), (100, 79)]).verdict(
+        "faster", "slower") == "slower"
+    # Two pairs (one degree of freedom) give no interval and no verdict: the rounds' own
+    # ratios instead, and how many rounds a verdict needs.
+    two = stats.ratio_interval([(100, 80), (100, 125)])
+    assert two.low is None and two.high is None and two.ratios == pytest.approx((0.8, 1.25))
+    assert two.verdict("faster", "slower") == "no verdict: 2 rounds, an interval needs 3 " \
+        "or more"
+    assert two.text() == "1.00x; rounds 0.80 1.25"
     # Missing and non-finite values are left out; one pair gives no interval.
     one = stats.ratio_interval([(100, 110), (None, 3), (float("nan"), 1)])
-    assert one.n == 1 and one.low is None and "no interval" in one.verdict()
+    assert one.n == 1 and one.low is None and "no verdict: 1 round," in one.verdict()
     assert stats.ratio_interval([]) is None
     # More noise needs more rounds for the same effect.
     assert stats.pairs_needed(0.03, 1.15) < stats.pairs_needed(0.06, 1.15) \
@@ -239,10 +247,11 @@ def test_rounds_are_interleaved_with_one_seed_per_round():
         ab.plan(base, [("seed", [2])], 10, repeats=2)
 
 
-def test_ab_with_repeats_gives_intervals_from_its_rounds(tmp_path):
+def test_ab_with_two_rounds_gives_each_rounds_ratio_and_no_interval(tmp_path):
     """Two rounds of base and a variant that cannot change the training (eval_batch_size):
-    every interval is the one the four stored runs give, and the variant's accuracy and
-    loss are within seed noise (identical in each round; the rounds' seeds differ)."""
+    each round's ratio is the one its two stored runs give; two rounds give no interval
+    (one degree of freedom says nothing), and the table, the JSON and the export say how
+    many rounds a verdict needs instead of printing [0.00-40260.93]."""
     from tui_trainer.core import stats
     r = tt("ab", "--session", str(tmp_path), "--json", *sets(*QUICK), "--steps", "6",
            "--vary", "eval_batch_size=100", "--repeats", "2", "--jobs", "2")
@@ -266,29 +275,32 @@ def test_ab_with_repeats_gives_intervals_from_its_rounds(tmp_path):
                  for b, v in zip(base["runs"], variant["runs"], strict=True)]
         iv = stats.ratio_interval(pairs)
         got = variant["intervals"][key]
-        assert (got["ratio"], got["low"], got["high"]) == pytest.approx(
-            (iv.ratio, iv.low, iv.high))
+        assert got["ratio"] == pytest.approx(iv.ratio)
+        assert got["ratios"] == pytest.approx([v / b for b, v in pairs])
+        assert got["low"] is None and got["high"] is None
         assert base[key] == pytest.approx(statistics.mean(per_run[b][key]
                                                           for b in base["runs"]))
-    assert variant["verdicts"]["accuracy"] == "within seed noise"
-    assert variant["intervals"]["accuracy"]["low"] == pytest.approx(1.0)
-    # the printed table of the same study: verdict column and intervals
+    assert variant["intervals"]["accuracy"]["ratios"] == pytest.approx([1.0, 1.0])
+    assert variant["verdicts"]["accuracy"].startswith("no verdict: 2 rounds")
+    # the printed table of the same study: each round's ratio, no interval, the rounds needed
+    r = tt("ab", "--study", "1", "--session", str(tmp_path), "--json")
+    assert json.loads(r.out)["rows"][1]["intervals"] == variant["intervals"]
     r = tt("ab", "--study", "1", "--session", str(tmp_path))
     assert r.rc == 0, r.err
     line = next(x for x in r.out.splitlines() if x.startswith("eval_batch_size=100"))
-    assert "2/2" in line and "accuracy within seed noise" in line and "x [" in line
-    assert "95% t-interval" in r.out and "2 at a time" in r.out
+    assert "2/2" in line and "no verdict: 2 rounds" in line and "; rounds 1.00 1.00" in line
+    assert "x [" not in r.out and "needs 3 rounds or more" in r.out
+    assert "2 at a time" in r.out
     # the export: one row per arm with the interval and verdict, the points of every round
     r = tt("export", "--study", "1", "--session", str(tmp_path), "--json")
     assert r.rc == 0, r.err
     with open(tmp_path / "exports" / "study-1-table.csv", newline="") as f:
         table = list(csv.DictReader(f))
     assert [row["variant"] for row in table] == ["base", "eval_batch_size=100"]
-    got = variant["intervals"]["samples_per_s"]
-    assert (float(table[1]["samples_per_s_ratio_low"]),
-            float(table[1]["samples_per_s_ratio_high"])) == pytest.approx(
-        (got["low"], got["high"]))
-    assert table[1]["accuracy_verdict"] == "within seed noise"
+    assert table[1]["samples_per_s_ratio_low"] == table[1]["samples_per_s_ratio_high"] == ""
+    assert float(table[1]["samples_per_s_ratio"]) == pytest.approx(
+        variant["intervals"]["samples_per_s"]["ratio"])
+    assert table[1]["accuracy_verdict"].startswith("no verdict: 2 rounds")
     assert table[1]["runs"].split() == [str(x) for x in variant["runs"]]
     for run_id, _, _ in runs:
         assert (tmp_path / "exports" / f"run-{run_id}-steps.csv").is_file()

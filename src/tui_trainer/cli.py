@@ -196,8 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a key and the values to try, one variant each (repeatable)")
     sp.add_argument("--repeats", type=int, metavar="N", default=None,
                     help="rounds: how many times each arm trains (default: the study "
-                         f"file's, else {study_defaults.DEFAULT_REPEATS}; 1 = one run each, "
-                         "no interval)")
+                         f"file's, else {study_defaults.DEFAULT_REPEATS}; an interval and a "
+                         "verdict need 3 or more; 1 or 2 show the ratios only)")
     study_args(sp)
 
     sp = sub.add_parser("sweep", help="seed noise: one config trained with N seeds",

@@ -158,11 +158,11 @@ def export_study(store: SessionStore, study_id: int, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     prefix = f"study-{study_id}"
     # One row per arm: each figure is the mean over its rounds; with rounds, the ratio's
-    # interval, its verdict and the sd over the rounds too.
+    # interval (from 3 rounds on), each round's ratio, its verdict and the sd over the rounds.
     columns = ["position", "variant", "run_id", "runs", "rounds_done", "status", "steps"]
     for key, _, _ in FIGURES:
         columns += [key, f"{key}_ratio", f"{key}_ratio_low", f"{key}_ratio_high",
-                    f"{key}_verdict", f"{key}_sd"]
+                    f"{key}_round_ratios", f"{key}_verdict", f"{key}_sd"]
     columns += ["memory_kind", "bit_identical_to_base", "first_difference", "note"]
     table_rows = []
     for r in rows:
@@ -179,6 +179,8 @@ def export_study(store: SessionStore, study_id: int, out: Path) -> list[Path]:
             row[f"{key}_ratio"] = (r.ratios or {}).get(key)
             row[f"{key}_ratio_low"] = interval.low if interval else None
             row[f"{key}_ratio_high"] = interval.high if interval else None
+            row[f"{key}_round_ratios"] = " ".join(f"{x:.6g}" for x in interval.ratios) \
+                if interval else None
             row[f"{key}_verdict"] = (r.verdicts or {}).get(key)
             row[f"{key}_sd"] = (r.spread or {}).get(key) if r.rounds > 1 else None
         table_rows.append(row)

@@ -13,6 +13,10 @@ whole interval lies above 1, "lower" when it lies below, and otherwise within no
 level. The seeds differ from round to round, so for accuracy and loss the spread between
 rounds is seed noise: a variant whose accuracy interval includes 1 is within seed noise.
 
+Below MIN_PAIRS rounds there is no interval and no verdict: with two pairs the t quantile is
+12.7 (one degree of freedom) and the interval spans everything from 0 to thousands, which
+says nothing. The per-round ratios are shown instead.
+
 Core layer: standard library only.
 """
 
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 DEFAULT_LEVEL = 0.95
+MIN_PAIRS = 3       # the fewest rounds that give an interval (two degrees of freedom)
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -94,15 +99,16 @@ def t_quantile(p: float, df: float) -> float:
 class Interval:
     """A ratio (geometric mean of paired ratios) with its confidence interval."""
     ratio: float
-    low: float | None         # None with fewer than two pairs: no interval
+    low: float | None         # None with fewer than MIN_PAIRS pairs: no interval
     high: float | None
     n: int
     level: float
+    ratios: tuple[float, ...] = ()     # each round's ratio, in round order
 
     def verdict(self, up: str = "higher", down: str = "lower",
                 same: str = "within noise") -> str:
         if self.low is None or self.high is None:
-            return "one pair: no interval"
+            return no_interval(self.n)
         if self.low > 1.0:
             return up
         if self.high < 1.0:
@@ -111,6 +117,8 @@ class Interval:
 
     def text(self) -> str:
         if self.low is None or self.high is None:
+            if len(self.ratios) > 1:
+                return f"{self.ratio:.2f}x; rounds {' '.join(f'{r:.2f}' for r in self.ratios)}"
             return f"{self.ratio:.2f}x"
         return f"{self.ratio:.2f}x [{self.low:.2f}-{self.high:.2f}]"
 
@@ -126,11 +134,19 @@ def ratio_interval(pairs: Iterable[tuple[float | None, float | None]],
     if n == 0:
         return None
     mean = sum(logs) / n
-    if n == 1:
-        return Interval(math.exp(mean), None, None, 1, level)
+    ratios = tuple(math.exp(x) for x in logs)
+    if n < MIN_PAIRS:
+        return Interval(math.exp(mean), None, None, n, level, ratios)
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
     half = t_quantile(0.5 + level / 2.0, n - 1) * sd / math.sqrt(n)
-    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, level)
+    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, level,
+                    ratios)
+
+
+def no_interval(n: int) -> str:
+    """What a ratio from too few rounds is, in words."""
+    return (f"no verdict: {n} round{'s' if n != 1 else ''}, an interval needs {MIN_PAIRS} "
+            "or more")
 
 
 def mean_sd(values: Sequence[float | None]) -> tuple[float | None, float | None, int]:

@@ -150,6 +150,9 @@ def plan(base: C.RunConfig, vary: list[tuple[str, list[Any]]], steps: int,
     if len(arms) == 1 and (vary or repeats == 1):
         raise ConfigError("--vary", "every value given is the base's own; nothing to compare"
                           if vary else "give at least one KEY=V1,V2 to vary")
+    if 1 < repeats < S.MIN_PAIRS and len(arms) > 1:
+        notes.append(f"{repeats} rounds give each round's ratio but no interval or verdict: "
+                     f"that needs {S.MIN_PAIRS} rounds or more")
     if repeats > 1 and base_cfg.seed is None:
         notes.append("seed = none: every run draws its own seed, so a round's base and "
                      "variants do not start alike (the intervals are wider)")
@@ -356,7 +359,10 @@ def verdict_text(r: Row) -> str:
     if not r.position:
         return "(base)"
     if not r.verdicts:
-        return "not yet: needs two finished rounds" if r.rounds > 1 else ""
+        return f"not yet: needs {S.MIN_PAIRS} finished rounds" if r.rounds > 1 else ""
+    few = [iv.n for iv in (r.intervals or {}).values() if iv is not None and iv.low is None]
+    if few:
+        return S.no_interval(min(few)) + " (per-round ratios shown)"
     words = []
     for key in ("samples_per_s", "accuracy"):
         if key in r.verdicts:
@@ -468,11 +474,18 @@ def method_text(study: dict[str, Any], rows: list[Row]) -> str:
     if not rows or rows[0].rounds == 1:
         return "(N.NNx) = ratio to the base, from one run each: within noise of each other " \
             "unless far from 1 (use --repeats for an interval)."
-    return (f"{rows[0].rounds} rounds, the arms interleaved; round r trains seed + r in every "
-            f"arm. A variant's (N.NNx [lo-hi]) is the geometric mean of its per-round ratios "
-            f"to the base with a {level:.0%} t-interval; a verdict needs the whole interval "
-            "above or below 1. The base shows mean ±sd over its rounds (seed noise for "
-            "accuracy and loss).")
+    rounds = rows[0].rounds
+    common = (f"{rounds} rounds, the arms interleaved; round r trains seed + r in every arm. ")
+    if rounds < S.MIN_PAIRS:
+        return common + (f"A variant's (N.NNx; rounds a b) is the geometric mean of its "
+                         f"per-round ratios to the base, then each round's ratio: an "
+                         f"interval, and so a verdict, needs {S.MIN_PAIRS} rounds or more "
+                         f"({DEFAULT_REPEATS}, the default, find a 15% difference on this "
+                         "kind of machine). The base shows mean ±sd over its rounds.")
+    return common + (f"A variant's (N.NNx [lo-hi]) is the geometric mean of its per-round "
+                     f"ratios to the base with a {level:.0%} t-interval; a verdict needs the "
+                     "whole interval above or below 1. The base shows mean ±sd over its "
+                     "rounds (seed noise for accuracy and loss).")
 
 
 def sweep_groups(studies: Any) -> list[tuple[str, tuple[int, ...]]]:
