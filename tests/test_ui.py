@@ -386,6 +386,54 @@ async def test_save_as_and_reopen_restore_runs_and_screen_state(tmp_path, isolat
         assert reopened.session_dir == session
 
 
+async def test_a_copy_saved_while_a_run_trains_says_what_it_was_and_never_crashed(
+        tmp_path, isolated_home):
+    """Save as while a run trains: the copy shows the run as it was when copied ("copied",
+    running in the original at step N), never "crashed", also once the original process
+    has ended; the original stays the one place the run is written."""
+    import subprocess
+    import sys
+    session = isolated_home / "sessions" / "orig"
+    base = [x for kv in QUICK for x in ("--set", kv)]
+    live = subprocess.Popen([sys.executable, "-m", "tui_trainer", "run", "--session",
+                             str(session), *base, "--set", "epochs=200"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    copy = isolated_home / "sessions" / "copy"
+    said: list[str] = []
+    try:
+        app = TrainerApp(session, poll=False)
+        notify = app.notify
+        app.notify = lambda message, **kw: (said.append(str(message)),  # type: ignore
+                                            notify(message, **kw))
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.app.ready()
+            await until(pilot, lambda: cell(app, 1, "status") == "running")
+            await pilot.press("ctrl+s")
+            await until(pilot, lambda: bool(app.screen.query("#name-input")))
+            app.screen.query_one("#name-input", Input).value = "copy"
+            await pilot.press("enter")
+            await until(pilot, lambda: app.session_dir == copy
+                        and cell(app, 1, "status") == "copied")
+            assert "running in" in cell(app, 1, "reason")
+            live.terminate()                # the original run stops, in the original
+            assert live.wait(timeout=60) == 130
+            for _ in range(4):
+                await app.poll_now()
+                await pilot.pause(0.1)
+            assert cell(app, 1, "status") == "copied"
+    finally:
+        if live.poll() is None:
+            live.kill()
+            live.wait()
+    assert not [m for m in said if "crashed" in m], said
+    run = SessionStore(copy).run(1)
+    assert run["status"] == "copied" and run["pid"] is None
+    assert f"running in {session} when copied, at step {run['step']}" in \
+        run["summary"]["copied"]
+    assert status(session, 1) == "stopped"
+    assert db_rows(copy, "SELECT kind FROM events WHERE kind = 'copied'") == [("copied",)]
+
+
 async def test_reopening_marks_dead_runs_crashed_and_reattaches_to_live_ones(tmp_path):
     base = [x for kv in QUICK for x in ("--set", kv)]
     killed = tt("run", "--session", str(tmp_path), *base, "--set", "checkpoint_every=3",

@@ -25,7 +25,7 @@ from . import figures as F
 from .store import SessionStore
 
 FULL_EVERY_S = 10.0
-ENDED = ("finished", "stopped", "crashed", "diverged")
+ENDED = ("finished", "stopped", "crashed", "diverged", "copied")
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class RunRow:
     settings: dict[str, Any] | None
     twin_of: int | None
     created: float
-    reason: str | None        # why it crashed or diverged
+    reason: str | None        # why it crashed or diverged, or what it was when copied
     train_loss: float | None
     eval_loss: float | None
     accuracy: float | None    # percent
@@ -213,7 +213,7 @@ class SessionReader:
             id=rid, name=run["name"], status=run["status"], step=run["step"],
             epoch=run["epoch"], config=run["config"] or {}, settings=run["settings"],
             twin_of=run["twin_of"], created=run["created"],
-            reason=summary.get("error") or summary.get("diverged"),
+            reason=summary.get("error") or summary.get("diverged") or summary.get("copied"),
             train_loss=f.train_loss, eval_loss=f.eval_loss, accuracy=f.accuracy,
             samples_per_s=f.samples_per_s, peak_memory_mib=f.peak_memory_mib,
             memory_kind=f.peak_memory[1], elapsed=elapsed,

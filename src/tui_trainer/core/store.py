@@ -40,7 +40,9 @@ STALE_S = 30.0
 
 # diverged: the loss or the parameters became NaN/inf; the rows up to it and the last finite
 # checkpoint are kept.
-STATUSES = ("created", "running", "finished", "stopped", "crashed", "diverged")
+# "copied": a run (or study) that was training in another session when this one was copied
+# from it; it trains on there, and this copy keeps it as it was (it can be continued here).
+STATUSES = ("created", "running", "finished", "stopped", "crashed", "diverged", "copied")
 # Stored for a NaN in a REAL column (SQLite would store NULL, losing "it was NaN"); read back
 # as float("nan"). Infinities are stored as themselves.
 NAN_TEXT = "NaN"
@@ -353,9 +355,41 @@ class SessionStore:
         dest_conn = sqlite3.connect(target / DB_NAME)
         try:
             self._conn.backup(dest_conn)
+            self._mark_copied(dest_conn)
         finally:
             dest_conn.close()
         return target
+
+    def _mark_copied(self, conn: sqlite3.Connection) -> None:
+        """In a copy, runs and studies still training here are not training there: they
+        read 'copied', with what they were and where, instead of turning 'crashed' once
+        their heartbeat (which goes on here) looks stale, and no pid of this session's
+        processes is left in the copy for a Stop to signal."""
+        now = time.time()
+        conn.row_factory = sqlite3.Row
+        with conn:
+            for r in conn.execute("SELECT id, status, step, summary FROM runs WHERE status IN "
+                                  "('running', 'created')").fetchall():
+                what = (f"{r['status'] if r['status'] == 'running' else 'starting'} in "
+                        f"{self.dir} when copied, at step {r['step']}; it trains on there, "
+                        "this copy keeps it as it was (continue it here from its newest "
+                        "checkpoint)")
+                try:
+                    summary = json.loads(r["summary"]) if r["summary"] else {}
+                except ValueError:
+                    summary = {}
+                summary["copied"] = what
+                conn.execute("UPDATE runs SET status = 'copied', pid = NULL, ended = ?, "
+                             "summary = ? WHERE id = ?", (now, json.dumps(summary), r["id"]))
+                conn.execute("INSERT INTO events (run_id, t, step, kind, message) "
+                             "VALUES (?, ?, ?, ?, ?)", (r["id"], now, r["step"], "copied", what))
+            tables = {t for (t,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "studies" in tables:
+                conn.execute("UPDATE studies SET status = 'copied', pid = NULL, ended = ?, "
+                             "message = ? WHERE status IN ('running', 'created')",
+                             (now, f"running in {self.dir} when copied; it goes on there "
+                                   "(continue it here to train the rest)"))
 
     def meta(self, key: str) -> str | None:
         rows = self._q("SELECT value FROM meta WHERE key = ?", (key,))

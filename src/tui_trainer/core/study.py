@@ -244,7 +244,7 @@ class Row:
 
 
 def _arm_status(statuses: list[str]) -> str:
-    for status in ("running", "starting", "crashed", "stopped", "queued"):
+    for status in ("running", "starting", "crashed", "copied", "stopped", "queued"):
         if status in statuses:
             return status
     if statuses and all(s == "skipped" for s in statuses):

@@ -66,8 +66,8 @@ LAZY_PANELS = (DivergencePanel, ComparePanel, ABPanel, LogPanel)
 W = TypeVar("W")
 STATE_SAVE_S = 0.5      # the screen state is written at most twice a second
 POLL_S = 0.5            # the session is read, and the visible tab redrawn, twice a second
-SEVERITY = {"finished": "information", "stopped": "information", "crashed": "error",
-            "diverged": "warning"}
+SEVERITY = {"finished": "information", "stopped": "information", "copied": "information",
+            "crashed": "error", "diverged": "warning"}
 
 
 @dataclass(frozen=True)
@@ -1095,14 +1095,22 @@ class TrainerApp(App[None]):
                 return
             target = Path(name).expanduser() if "/" in name else sessions_dir() / name
             live = [r.id for r in self.runs.values() if r.live]
+            # The screen as it is now goes into the copy: a state write still waiting for
+            # its timer would otherwise miss it (the copy reopened on another tab).
+            state = json.dumps(self._state())
+
+            def copy(store: SessionStore, _: Supervisor) -> Path:
+                if not self.writer.readonly:
+                    store.set_meta("ui_state", state)
+                return store.copy_to(target)
 
             def copied(new: Path) -> None:
                 self.switch_session(new)
-                note = (f"; {len(live)} run(s) still training write to the original"
-                        if live else "")
+                note = (f"; {len(live)} run(s) still training go on in the original, "
+                        "shown here as copied" if live else "")
                 self.notify(f"session saved as {new}{note}")
 
-            self._write(lambda s, _: s.copy_to(target), copied, "not saved")
+            self._write(copy, copied, "not saved")
 
         self.push_screen(NameScreen("Save this session as (a name, or a path):",
                                     f"{self.session_dir.name}-copy"), save)
