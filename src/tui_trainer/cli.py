@@ -19,6 +19,8 @@ from typing import Any
 from . import __version__, runner
 from .core import config as cfgmod
 from .core import figures, machine, supervisor
+from .core.columns import fit
+from .core.reader import reason_of
 from .core import study as study_defaults
 from .core.config import ConfigError
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_NOT_IDENTICAL,
@@ -575,7 +577,7 @@ def run_rows(store: SessionStore) -> list[dict[str, Any]]:
         checkpoints = store.usable_checkpoints(run["id"])
         rows.append({
             "run_id": run["id"], "name": run["name"], "status": run["status"],
-            "reason": summary.get("error") or summary.get("diverged"),
+            "reason": reason_of(summary),
             "steps": run["step"], "epochs": run["epoch"],
             "train_loss": f["train_loss"], "eval_loss": f["eval_loss"],
             "eval_accuracy": None if f["accuracy"] is None else f["accuracy"] / 100,
@@ -611,10 +613,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
             figures.fmt(r["samples_per_s"], "samples_per_s"),
             r["dataset"] or "-", time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    # Cut to the terminal by importance: id, name, status, step, accuracy, loss, speed, ...
+    fitted = fit(widths, (0, 1, 2, 3, 7, 5, 8, 6, 4, 9, 10), _terminal_width())
     for row in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        print("  ".join(row[i].ljust(widths[i]) for i in fitted.shown).rstrip())
+    if fitted.left_out:
+        print(f"({', '.join(header[i] for i in fitted.left_out)} left out to fit the "
+              "terminal; --json has every field)")
     for r in rows:
-        if r["status"] in ("crashed", "diverged") and r["reason"]:
+        if r["status"] in ("crashed", "diverged", "copied") and r["reason"]:
             print(f"run {r['run_id']} {r['status']}: {shown(r['reason'], 300)}")
     return EXIT_OK
 
@@ -757,12 +764,20 @@ def cmd_ab(args: argparse.Namespace) -> int:
              "jobs": study["spec"].get("jobs", 1), "vary": study["spec"]["vary"],
              "notes": study["spec"].get("notes", []), "rows": [r.to_dict() for r in rows]})))
     else:
-        print(ab.title_text(study, rows, status))
-        print("\n".join(ab.format_table(rows, sweep=study["kind"] == "sweep")))
-        print(figures.EXPLAINED + " data wait: total time the loop waited for batches. "
-              + ab.method_text(study, rows))
+        width = _terminal_width()
+
+        def para(text: str) -> str:      # prose wraps at words, tables are fitted
+            import textwrap
+            return textwrap.fill(text, width, break_on_hyphens=False) if width else text
+
+        print(para(ab.title_text(study, rows, status)))
+        print("\n".join(line if i <= len(rows) else para(line) for i, line in
+                        enumerate(ab.format_table(rows, sweep=study["kind"] == "sweep",
+                                                  width=width))))
+        print(para(figures.EXPLAINED + " data wait: total time the loop waited for batches. "
+                   + ab.method_text(study, rows)))
         for note in study["spec"].get("notes", []):
-            print(f"note: {shown(note)}")
+            print(para(f"note: {shown(note)}"))
     failed = any(r.status == "crashed" for r in rows)
     if failed or status == "crashed":
         return EXIT_FAILED
@@ -794,6 +809,15 @@ EXIT_FOR: tuple[tuple[type[Exception], int, str], ...] = (
     (ExportFailed, EXIT_FAILED, ""),
 )
 EXPECTED = tuple(kind for kind, _, _ in EXIT_FOR)
+
+
+def _terminal_width() -> int | None:
+    """The width tables are fitted to: the terminal's (or $COLUMNS), none when the output
+    goes to a pipe or file (the whole table, as `ls` does)."""
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        return None
+    import shutil
+    return shutil.get_terminal_size().columns
 
 
 def _say(message: str) -> None:

@@ -28,6 +28,11 @@ FULL_EVERY_S = 10.0
 ENDED = ("finished", "stopped", "crashed", "diverged", "copied")
 
 
+def reason_of(summary: dict[str, Any]) -> str | None:
+    """Why a run ended as it did (crashed, diverged), or what it was when copied."""
+    return summary.get("error") or summary.get("diverged") or summary.get("copied")
+
+
 @dataclass(frozen=True)
 class RunRow:
     """One run as the run table shows it."""
@@ -213,7 +218,7 @@ class SessionReader:
             id=rid, name=run["name"], status=run["status"], step=run["step"],
             epoch=run["epoch"], config=run["config"] or {}, settings=run["settings"],
             twin_of=run["twin_of"], created=run["created"],
-            reason=summary.get("error") or summary.get("diverged") or summary.get("copied"),
+            reason=reason_of(summary),
             train_loss=f.train_loss, eval_loss=f.eval_loss, accuracy=f.accuracy,
             samples_per_s=f.samples_per_s, peak_memory_mib=f.peak_memory_mib,
             memory_kind=f.peak_memory[1], elapsed=elapsed,

@@ -410,15 +410,57 @@ def row_cells(r: Row, sweep: bool = False) -> list[str]:
     return cells
 
 
-def format_table(rows: list[Row], sweep: bool = False) -> list[str]:
-    """The table as aligned text lines."""
-    heads = headings(rows[0].rounds if rows else 1, sweep)
-    lines = [list(heads)] + [row_cells(r, sweep) for r in rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(heads))]
-    figures = range(2, 2 + len(FIGURES))
-    return ["  ".join(c.rjust(w) if i in figures else c.ljust(w)
-                      for i, (c, w) in enumerate(zip(line, widths, strict=True))).rstrip()
-            for line in lines]
+# The figures from the most to the least asked for: what a narrow table keeps.
+FIGURE_PRIORITY = ("samples_per_s", "accuracy", "eval_loss", "train_loss", "peak_memory_mib",
+                   "data_wait_s")
+
+
+def display_order(n: int, rounds: int, sweep: bool = False) -> list[int]:
+    """Indices into headings(rounds, sweep) in the order a table shows them, which is also
+    the order of importance: the name, the verdict and bit-identity (never scrolled out of
+    sight), the figures (speed and accuracy first), the runs column last."""
+    keys = [k for k, _, _ in FIGURES]
+    figures = [2 + keys.index(k) for k in FIGURE_PRIORITY]
+    if sweep:
+        return [0, *figures, 1]
+    if rounds == 1:
+        return [0, n - 1, *figures, 1]
+    return [0, n - 2, n - 1, *figures, 1]
+
+
+def format_table(rows: list[Row], sweep: bool = False, width: int | None = None) -> list[str]:
+    """The table as aligned text lines, its columns in display order. With `width`, only
+    the columns that fit it, by importance, and a last line naming those left out."""
+    from .columns import fit
+    from .columns import cut
+    rounds = rows[0].rounds if rows else 1
+    heads = headings(rounds, sweep)
+    order = display_order(len(heads), rounds, sweep)
+    cells = []
+    for r in rows:
+        c = row_cells(r, sweep)
+        if r.note and not sweep:            # the whole note goes under the table
+            c[-1] = "not run (see below)" if r.status == "skipped" else \
+                f"{c[-1][:24]}… (see below)"
+        cells.append(c)
+    lines = [[heads[i] for i in order]] + [[c[i] for i in order] for c in cells]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(order))]
+    identity = None if sweep else order.index(len(heads) - 1)   # free text: cut to fit
+    fitted = fit(widths, range(len(order)), width, stretch=identity)
+    if fitted.stretch_width is not None:
+        widths[identity] = fitted.stretch_width
+        for line in lines:
+            line[identity] = cut(line[identity], fitted.stretch_width)
+    figures = {j for j, i in enumerate(order) if 2 <= i < 2 + len(FIGURES)}
+    out = ["  ".join(line[j].rjust(widths[j]) if j in figures else line[j].ljust(widths[j])
+                     for j in fitted.shown).rstrip()
+           for line in lines]
+    out += [f"{r.label}: {shown(r.note)}" for r in rows if r.note and not sweep]
+    if fitted.left_out:
+        out.append(f"({len(fitted.left_out)} column(s) left out to fit {width} columns: "
+                   f"{', '.join(lines[0][j] for j in fitted.left_out)}; --json or "
+                   "`export --study` has them all)")
+    return out
 
 
 def identity_text(r: Row) -> str:

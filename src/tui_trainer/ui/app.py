@@ -132,7 +132,11 @@ class TrainerApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "tui-trainer"
 
+    # The footer shows these in this order and cuts what does not fit: the way to the rest
+    # (F1 help, F9 the form, and the palette on the right) comes first.
     BINDINGS = [
+        Binding("f1", "help", "Help"),
+        Binding("f9", "toggle_form", "Form"),
         Binding("f2", "start", "Start"),
         Binding("f3", "stop", "Stop"),
         Binding("f4", "continue_run", "Continue"),
@@ -140,11 +144,9 @@ class TrainerApp(App[None]):
         Binding("f6", "compare", "Compare"),
         Binding("f7", "verdict", "Verdict"),
         Binding("f8", "resume_check", "Resume check"),
-        Binding("f9", "toggle_form", "Form"),
         Binding("ctrl+e", "export", "Export"),
         Binding("ctrl+s", "save_as", "Save as"),
         Binding("ctrl+o", "open_session", "Open"),
-        Binding("f1", "help", "Help"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
@@ -209,7 +211,7 @@ class TrainerApp(App[None]):
                                        ("Compare", "tab-compare"), ("A/B", "tab-ab"),
                                        ("Log", "tab-log")):
                         yield TabPane(title, id=tab)
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         # The first tick and the saved state are read at once, in two threads; the state,

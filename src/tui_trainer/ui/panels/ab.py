@@ -19,14 +19,6 @@ from .common import plain
 
 
 
-def order(n: int, rounds: int) -> list[int]:
-    """Column order: the verdict and bit-identity right after the variant's name, so they
-    do not scroll out of sight; the run column last."""
-    if rounds == 1:
-        return [0, n - 1, *range(2, n - 1), 1]
-    return [0, n - 2, n - 1, *range(2, n - 2), 1]
-
-
 class ABPanel(Vertical):
     class StartAsked(Message):
         """Run a study: vary is empty for a seed sweep (the rounds are its seeds)."""
@@ -126,8 +118,7 @@ class ABPanel(Vertical):
         table.clear(columns=True)
         sweep = study["kind"] == "sweep"
         heads = ab.headings(rows[0].rounds if rows else 1, sweep)
-        cols = list(range(len(heads))) if sweep else \
-            order(len(heads), rows[0].rounds if rows else 1)
+        cols = ab.display_order(len(heads), rows[0].rounds if rows else 1, sweep)
         table.add_columns(*(heads[i] for i in cols))
         for r in rows:
             cells = ab.row_cells(r, sweep)

@@ -74,7 +74,7 @@ class LaunchPanel(Vertical):
         with Horizontal(id="launch-buttons"):
             yield Button("Start (F2)", id="start", variant="success")
             yield Button("Save preset", id="save-preset")
-            yield KnobSearch(placeholder="find a knob…", id="knob-search")
+        yield KnobSearch(placeholder="find a knob… (enter: go to it)", id="knob-search")
         yield Static("machine: checking…", id="machine")
         yield Static("", id="form-status")
         # The form's 38 knobs are mounted once the first screen is drawn (`mount_form`): the

@@ -1,0 +1,47 @@
+"""Tables fit the width at hand: the column rule (core.columns) and the command line's
+tables in an 80-column terminal."""
+
+from __future__ import annotations
+
+from conftest import tt
+from tui_trainer.core.columns import cut, fit
+
+
+def test_columns_are_taken_by_importance_and_shown_in_their_own_order():
+    widths = [8, 20, 10, 10, 30]
+    f = fit(widths, [0, 3, 1, 2, 4], 45)
+    assert f.shown == [0, 1, 3] and f.left_out == [2, 4]          # 8+2+10+2+20 = 42
+    assert fit(widths, [0, 1], None).shown == [0, 1, 2, 3, 4]     # no width: everything
+    # A free-text column takes what is left, cut, rather than pushing everything out.
+    f = fit(widths, [0, 4, 2], 40, stretch=4)
+    assert f.shown == [0, 4] and f.stretch_width == 30
+    f = fit(widths, [0, 4, 2], 30, stretch=4)
+    assert f.shown == [0, 4] and f.stretch_width == 20
+    assert fit(widths, [0, 4], 15, stretch=4).shown == [0]         # under 12 cells: left out
+    assert cut("not identical, from step 50", 10) == "not ident…"
+    assert cut("short", 10) == "short"
+
+
+def test_cli_tables_fit_an_80_column_terminal_and_pipes_get_them_whole(tmp_path, monkeypatch):
+    from test_snapshots import _fill
+    _fill(tmp_path)
+    monkeypatch.setenv("COLUMNS", "80")
+    r = tt("ab", "--study", "1", "--session", str(tmp_path))
+    assert r.rc == 0, r.err
+    lines = r.out.splitlines()
+    assert all(len(line) <= 80 for line in lines), [len(x) for x in lines]
+    head = lines[1]
+    assert head.startswith("variant   bit-identical to base") and "samples/s" in head \
+        and "accuracy %" in head
+    assert "left out to fit 80 columns: train loss" in r.out
+    assert "amp=fp16: not possible on this machine" in r.out       # the note, whole
+    runs = tt("runs", "--session", str(tmp_path))
+    assert all(len(line) <= 80 for line in runs.out.splitlines())
+    monkeypatch.setenv("COLUMNS", "40")
+    runs = tt("runs", "--session", str(tmp_path))
+    assert runs.out.splitlines()[0].split() == ["id", "name", "status", "step", "acc"]
+    assert "left out to fit the terminal" in runs.out
+    monkeypatch.delenv("COLUMNS")                   # a pipe: the whole table, as `ls`
+    whole = tt("ab", "--study", "1", "--session", str(tmp_path)).out.splitlines()[1]
+    assert whole.endswith("data wait s  run")
+    assert "left out" not in tt("ab", "--study", "1", "--session", str(tmp_path)).out
