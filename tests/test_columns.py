@@ -44,4 +44,4 @@ def test_cli_tables_fit_an_80_column_terminal_and_pipes_get_them_whole(tmp_path,
     monkeypatch.delenv("COLUMNS")                   # a pipe: the whole table, as `ls`
     whole = tt("ab", "--study", "1", "--session", str(tmp_path)).out.splitlines()[1]
     assert whole.endswith("data wait s  run")
-    assert "left out" not in tt("ab", "--study", "1", "--session", str(tmp_path)).out
+    assert "left out to fit" not in tt("ab", "--study", "1", "--session", str(tmp_path)).out
