@@ -421,8 +421,8 @@ def display_order(n: int, rounds: int, sweep: bool = False) -> list[int]:
     sight), the figures (speed and accuracy first), the runs column last."""
     keys = [k for k, _, _ in FIGURES]
     figures = [2 + keys.index(k) for k in FIGURE_PRIORITY]
-    if sweep:
-        return [0, *figures, 1]
+    if sweep:                   # the seeds column is short: it stays beside the config
+        return [0, 1, *figures]
     if rounds == 1:
         return [0, n - 1, *figures, 1]
     return [0, n - 2, n - 1, *figures, 1]

@@ -199,10 +199,10 @@ class TrainerApp(App[None]):
             with Vertical(id="right"):
                 yield RunTable(id="runs")
                 with Horizontal(id="run-actions"):
-                    yield Button("Stop (F3)", id="stop", variant="warning")
-                    yield Button("Continue (F4)", id="continue")
-                    yield Button("Repeat (F5)", id="repeat")
-                    yield Button("Compare (F6)", id="compare")
+                    yield Button("Stop (F3)", id="stop", variant="warning", compact=True)
+                    yield Button("Continue (F4)", id="continue", compact=True)
+                    yield Button("Repeat (F5)", id="repeat", compact=True)
+                    yield Button("Compare (F6)", id="compare", compact=True)
                 with TabbedContent(id="tabs"):
                     with TabPane("Plots", id="tab-plots"):
                         yield PlotsPanel(id="plots-panel")
@@ -549,10 +549,25 @@ class TrainerApp(App[None]):
 
     def _announce(self, snap: Snapshot) -> None:
         """A notification when a run seen training ends: finished, stopped, crashed (with
-        the reason) or diverged (with the step)."""
+        the reason) or diverged (with the step). A study's runs are announced once, by the
+        study's end (a toast per run would cover the table that shows them), unless one
+        crashes or diverges."""
+        in_study = {v["run_id"] for st in snap.studies for v in st.get("variants", ())
+                    if v.get("run_id") is not None}
+        for st in snap.studies:
+            key = -st["id"]             # studies share the dict, under negative keys
+            before, now = self._statuses.get(key), st["status"]
+            self._statuses[key] = now
+            if before == "running" and now != "running":
+                what = "seed sweep" if st["kind"] == "sweep" else "A/B study"
+                self.notify(f"{what} {st['id']} ({st['name']}) {now}: its table is in the "
+                            "A/B tab", severity="error" if now == "crashed" else
+                            "information")
         for run in snap.runs:
             before, now = self._statuses.get(run.id), run.status
             self._statuses[run.id] = now
+            if run.id in in_study and now in ("finished", "stopped"):
+                continue
             if before in ("created", "running") and now in ENDED:
                 self.notify(f"run {run.id} ({run.name}) {now} at step {run.step}"
                             + (f": {run.reason}" if run.reason else ""),
@@ -815,8 +830,16 @@ class TrainerApp(App[None]):
             self.notify(f"the form holds run {run.id}'s config: change what you like, F2")
 
     def action_toggle_form(self) -> None:
-        left = self.query_one("#left")
-        left.display = not left.display
+        """The form beside the panels; on a small terminal a drawer over the whole width
+        (F9 opens it with the focus in the knob search, F9 again closes it)."""
+        if self.has_class("-small"):
+            self.toggle_class("-form-open")
+            if self.has_class("-form-open"):
+                self.query_one("#knob-search").focus()
+            else:
+                self.query_one(RunTable).focus()
+        else:
+            self.toggle_class("-form-hidden")
 
     def _checkable(self) -> Any:
         """The run under the cursor, when it can be checked (it has trained and stopped)."""

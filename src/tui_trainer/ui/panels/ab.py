@@ -8,9 +8,9 @@ from typing import Any
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.widgets import Button, DataTable, Input, Select, Static
+from textual.widgets import Button, DataTable, Input, Label, Select, Static
 
 from ...core import presets
 from ...core import study as ab
@@ -61,27 +61,33 @@ class ABPanel(Vertical):
         self._study: dict[str, Any] | None = None
 
     def compose(self) -> ComposeResult:
+        # One line per bar (compact widgets): at 80x24 the table keeps most of the tab.
         with Horizontal(classes="ab-bar"):
             yield Select([(p.label, str(p.path)) for p in presets.studies()],
-                         prompt="ready study", id="ab-file")
-            yield Input(placeholder="vary: KEY=V1,V2 KEY=V1 ...", id="ab-vary")
-            yield Input(str(ab.DEFAULT_STEPS), placeholder="steps", id="ab-steps",
-                        type="integer", tooltip="optimizer steps of every run")
-            yield Input(str(ab.DEFAULT_REPEATS), placeholder="rounds", id="ab-repeats",
-                        type="integer", tooltip="rounds (A/B) or seeds (sweep): each arm "
-                        "trains this many times, interleaved, round r with seed + r")
-            yield Button("Run study", id="ab-start", variant="success")
-            yield Button("Seed sweep", id="ab-sweep",
+                         prompt="ready study", id="ab-file", compact=True)
+            yield Input(placeholder="vary: KEY=V1,V2 KEY=V1 ...", id="ab-vary", compact=True)
+        with Horizontal(classes="ab-bar"):
+            yield Label("steps", classes="ab-label")
+            yield Input(str(ab.DEFAULT_STEPS), id="ab-steps", type="integer", compact=True,
+                        tooltip="optimizer steps of every run")
+            yield Label("rounds", classes="ab-label")
+            yield Input(str(ab.DEFAULT_REPEATS), id="ab-repeats", type="integer",
+                        compact=True, tooltip="rounds (A/B) or seeds (sweep): each arm "
+                        "trains this many times, interleaved, round r with seed + r; an "
+                        "interval and a verdict need 3 or more")
+            yield Button("Run study", id="ab-start", variant="success", compact=True)
+            yield Button("Seed sweep", id="ab-sweep", compact=True,
                          tooltip="the form's config once per seed (as many as rounds)")
         with Horizontal(classes="ab-bar"):
-            yield Select([], prompt="study", id="ab-study")
-            yield Button("Stop study", id="ab-stop", variant="warning")
-            yield Button("Export (ctrl+e)", id="ab-export")
-        yield Static("The base is the form's config; each variant changes one key. Every "
-                     "arm trains once per round, the rounds interleaved; each ratio gets a "
-                     "confidence interval and a verdict. Seed sweep: the form's config once "
-                     "per seed.", id="ab-title")
-        yield DataTable(id="ab-table", cursor_type="row", zebra_stripes=True)
+            yield Select([], prompt="study", id="ab-study", compact=True)
+            yield Button("Stop study", id="ab-stop", variant="warning", compact=True)
+            yield Button("Export (ctrl+e)", id="ab-export", compact=True)
+        with VerticalScroll(id="ab-body"):
+            yield Static("The base is the form's config; each variant changes one key. Every "
+                         "arm trains once per round, the rounds interleaved; each ratio gets "
+                         "a confidence interval and a verdict. Seed sweep: the form's config "
+                         "once per seed.", id="ab-title")
+            yield DataTable(id="ab-table", cursor_type="row", zebra_stripes=True)
 
     def set_spec(self, vary: list[str], steps: int | None, repeats: int | None = None) -> None:
         self.query_one("#ab-vary", Input).value = " ".join(vary)

@@ -68,13 +68,15 @@ class LaunchPanel(Vertical):
             super().__init__()
 
     def compose(self) -> ComposeResult:
+        # Compact widgets, one line each: the form keeps the height (a drawer at 80x24).
         with Horizontal(id="launch-bar"):
-            yield Select(preset_options(), prompt="preset", id="preset")
-            yield Input(placeholder="run name (optional)", id="run-name")
+            yield Select(preset_options(), prompt="preset", id="preset", compact=True)
+            yield Input(placeholder="run name (optional)", id="run-name", compact=True)
         with Horizontal(id="launch-buttons"):
-            yield Button("Start (F2)", id="start", variant="success")
-            yield Button("Save preset", id="save-preset")
-        yield KnobSearch(placeholder="find a knob… (enter: go to it)", id="knob-search")
+            yield Button("Start (F2)", id="start", variant="success", compact=True)
+            yield Button("Save preset", id="save-preset", compact=True)
+            yield KnobSearch(placeholder="find a knob… (enter: go to it)", id="knob-search",
+                             compact=True)
         yield Static("machine: checking…", id="machine")
         yield Static("", id="form-status")
         # The form's 38 knobs are mounted once the first screen is drawn (`mount_form`): the

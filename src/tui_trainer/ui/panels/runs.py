@@ -2,7 +2,7 @@
 
 Keys (while the table has focus): space marks a run (marked runs are plotted together and
 the last two form the pair), / filters, s sorts by the next column (S reverses), c shows the
-config columns, h hides the run (H shows hidden runs), r renames, n edits notes, t tags,
+config columns, a shows every column (a narrow table keeps the most important ones), h hides the run (H shows hidden runs), r renames, n edits notes, t tags,
 delete deletes (asks first). Every request goes to the app as a message; the table never
 touches the session itself.
 """
@@ -18,6 +18,7 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from ...core import figures as F
+from ...core.columns import cut, fit
 from ...core.reader import RunRow
 from .common import plain
 
@@ -30,6 +31,10 @@ BASE_COLUMNS = (("mark", " "), ("id", "id"), ("name", "name"), ("status", "statu
 CONFIG_COLUMNS = ("seed", "batch_size", "lr", "loader", "deterministic", "amp", "num_threads",
                   "device")
 SORTABLE = ("id", "name", "status", "step", "loss", "eval", "acc", "sps", "mem", "elapsed")
+# What a narrow table keeps, most important first (core.columns.fit); "why it ended" takes
+# what is left, cut; `a` shows every column (←/→ scroll).
+PRIORITY = ("mark", "id", "name", "status", "step", "loss", "acc", "reason", "sps", "tags",
+            "eval", "elapsed", "mem", "progress", "epoch")
 BAR = 8
 
 
@@ -94,6 +99,7 @@ class View:
     reverse: bool = False
     show_hidden: bool = False
     config_columns: bool = False
+    all_columns: bool = False       # every column, scrolled sideways, instead of what fits
 
 
 class RunTable(DataTable):
@@ -103,6 +109,7 @@ class RunTable(DataTable):
         Binding("s", "sort", "Sort", show=False),
         Binding("S", "sort_reverse", "Sort reversed", show=False),
         Binding("c", "config_columns", "Config columns", show=False),
+        Binding("a", "all_columns", "All columns", show=False),
         Binding("h", "hide", "Hide", show=False),
         Binding("H", "show_hidden", "Show hidden", show=False),
         Binding("r", "ask('rename')", "Rename", show=False),
@@ -141,22 +148,25 @@ class RunTable(DataTable):
         self._starting: frozenset[int] = frozenset()
         self._shown_key: Any = None
         self._columns_key: Any = None
+        self._reason_width: int | None = None
 
     # --- drawing ---------------------------------------------------------------------------
     def show(self, rows: tuple[RunRow, ...], marked: list[int], cursor: int | None,
              starting: frozenset[int] = frozenset()) -> None:
         """Draws the rows (only the cells that changed)."""
         key = (rows, tuple(marked), starting, self.view.filter, self.view.sort,
-               self.view.reverse, self.view.show_hidden, self.view.config_columns)
+               self.view.reverse, self.view.show_hidden, self.view.config_columns,
+               self.view.all_columns, self.size.width)
         if key == self._shown_key:
             self._follow(cursor)
             return
         self._shown_key = key
         self._rows, self._marked, self._starting = rows, tuple(marked), starting
-        self._ensure_columns()
         visible = [r for r in rows if (self.view.show_hidden or not r.hidden or r.id in marked)
                    and matches(r, self.view.filter)]
         visible.sort(key=lambda r: sort_key(r, self.view.sort), reverse=self.view.reverse)
+        every = {r.id: self._all_cells(r) for r in visible}
+        self._ensure_columns(self._fit(every))
         order = [str(r.id) for r in visible]
         current = [str(k.value) for k in self.rows]
         columns = [str(c.value) for c in self.columns]
@@ -164,10 +174,10 @@ class RunTable(DataTable):
             # Rows appear, go or move: rebuild (keeps the cursor on its run).
             self.clear()
             for r in visible:
-                self.add_row(*self._cells(r, columns), key=str(r.id))
+                self.add_row(*self._pick(every[r.id], columns), key=str(r.id))
         else:
             for r in visible:
-                new = self._cells(r, columns)
+                new = self._pick(every[r.id], columns)
                 for col, value in zip(columns, new, strict=True):
                     if self.get_cell(str(r.id), col) != value:
                         # Widths are measured again only when a value outgrows its column
@@ -176,18 +186,50 @@ class RunTable(DataTable):
                         self.update_cell(str(r.id), col, value, update_width=wider)
         self._follow(cursor)
 
-    def _cells(self, r: RunRow, columns: list[str]) -> list[Text]:
+    def _all_cells(self, r: RunRow) -> dict[str, Text]:
         status = "starting" if r.status == "created" and r.id in self._starting else r.status
         if r.hidden:
             status += " (hidden)"
         c = cells(r, r.id in self._marked, status)
         for key in CONFIG_COLUMNS:
             c[f"cfg:{key}"] = plain(r.config.get(key, "-"), 20)
-        return [c[k] for k in columns]
+        return c
 
-    def _ensure_columns(self) -> None:
+    def _pick(self, c: dict[str, Text], columns: list[str]) -> list[Text]:
+        out = [c[k] for k in columns]
+        if "reason" in columns and self._reason_width is not None:
+            i = columns.index("reason")
+            if out[i].cell_len > self._reason_width:
+                out[i] = plain(cut(out[i].plain, self._reason_width), None)
+        return out
+
+    def _fit(self, every: dict[int, dict[str, Text]]) -> list[tuple[str, str]]:
+        """The columns that fit the table's width, by importance (the config columns, when
+        asked for with `c`, right after the status); all of them with `a`."""
         want = list(BASE_COLUMNS) + ([(f"cfg:{k}", k) for k in CONFIG_COLUMNS]
                                      if self.view.config_columns else [])
+        self._reason_width = None
+        width = self.size.width - 1         # the vertical scrollbar's cell
+        if self.view.all_columns or width <= 1:
+            return want
+        keys = [k for k, _ in want]
+        priority = list(PRIORITY)
+        if self.view.config_columns:
+            at = priority.index("status") + 1
+            priority[at:at] = [f"cfg:{k}" for k in CONFIG_COLUMNS]
+        widths = [max([len(heading) + 2] + [c[k].cell_len for c in every.values()])
+                  for k, heading in want]
+        fitted = fit(widths, [keys.index(k) for k in priority if k in keys], width, gap=2,
+                     stretch=keys.index("reason"), min_stretch=16)
+        if fitted.stretch_width is not None:
+            self._reason_width = fitted.stretch_width
+        return [want[i] for i in fitted.shown]
+
+    def on_resize(self) -> None:
+        if self._rows:      # columns chosen again for the new width
+            self.show(self._rows, list(self._marked), self.current(), self._starting)
+
+    def _ensure_columns(self, want: list[tuple[str, str]]) -> None:
         key = tuple(k for k, _ in want)
         if key == self._columns_key:
             return
@@ -245,6 +287,10 @@ class RunTable(DataTable):
 
     def action_config_columns(self) -> None:
         self.view.config_columns = not self.view.config_columns
+        self._changed()
+
+    def action_all_columns(self) -> None:
+        self.view.all_columns = not self.view.all_columns
         self._changed()
 
     def action_show_hidden(self) -> None:

@@ -95,8 +95,8 @@ class MetricPlot(PlotextPlot):
         self._built_key = key
         self._latest = next(self._asked)
         self._build(self._latest, list(self._pending), self._note, self.xlabel,
-                    ("log10 " if self.log_y else "") + self.ylabel, w, h,
-                    self._get_plotext_theme_name(self.app.theme))
+                    self.ylabel + (" (log scale)" if self.log_y else ""), w, h,
+                    self._get_plotext_theme_name(self.app.theme), self.log_y)
 
     @property
     def drawn(self) -> bool:
@@ -109,11 +109,12 @@ class MetricPlot(PlotextPlot):
 
     @work(thread=True, group="plot-build")
     def _build(self, seq: int, lines: list[Line], note: str, xlabel: str, ylabel: str,
-               width: int, height: int, theme: str) -> None:
+               width: int, height: int, theme: str, log_y: bool = False) -> None:
         with BUILDING:
             if seq != self._latest:
                 return                          # a newer build was asked for meanwhile
-            canvas = Text.from_ansi(chart(lines, note, xlabel, ylabel, width, height, theme))
+            canvas = Text.from_ansi(chart(lines, note, xlabel, ylabel, width, height, theme,
+                                          log_y))
         self.app.call_from_thread(self._set_canvas, seq, canvas)
 
     def _set_canvas(self, seq: int, canvas: Text) -> None:
@@ -126,14 +127,34 @@ class MetricPlot(PlotextPlot):
         return self._canvas if self._canvas is not None else Text("…")
 
 
+def _number(v: float) -> str:
+    return f"{v:.3g}" if 1e-3 <= abs(v) < 1e5 or v == 0 else f"{v:.1e}"
+
+
+def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """Ticks for a log10 axis spanning lo..hi (in log10 units), labelled in the data's own
+    units: 1, 2 and 5 times the powers of ten inside the range (its ends when fewer than two
+    fall inside)."""
+    values = [m * 10.0 ** d for d in range(math.floor(lo), math.ceil(hi) + 1)
+              for m in (1, 2, 5)]
+    inside = [v for v in values if lo - 1e-9 <= math.log10(v) <= hi + 1e-9]
+    if len(inside) > 6:
+        inside = [v for v in inside if f"{v:.0e}".startswith("1")] or inside
+    if len(inside) < 2:
+        inside = sorted({10.0 ** lo, *inside, 10.0 ** hi})
+    return [math.log10(v) for v in inside], [_number(v) for v in inside]
+
+
 def chart(lines: Sequence[Line], note: str, xlabel: str, ylabel: str, width: int,
-          height: int, theme: str) -> str:
-    """The plotext chart of `lines` at width x height, as ANSI text (any thread)."""
+          height: int, theme: str, log_y: bool = False) -> str:
+    """The plotext chart of `lines` at width x height, as ANSI text (any thread). With log_y
+    the lines hold log10 values and the ticks are labelled in the data's units."""
     plt = Plot()
     plt.plotsize(width, height)
     plt._set_size(width, height)
     plt.theme(theme)
     drawn = 0
+    ys: list[float] = []
     for line in lines:
         pts = [(x, y) for x, y in zip(line.xs, line.ys, strict=True)
                if isinstance(y, (int, float)) and math.isfinite(y)]
@@ -142,6 +163,15 @@ def chart(lines: Sequence[Line], note: str, xlabel: str, ylabel: str, width: int
             plt.plot([p[0] for p in pts], [p[1] for p in pts], label=line.label,
                      color=colour, marker="dot" if line.faint else "braille")
             drawn += 1
+            ys += [p[1] for p in pts]
+    if ys and min(ys) == max(ys):
+        # A constant (two identical runs' |Δloss| is 0 throughout): one tick, on the line,
+        # instead of plotext's -1..1 whose nearest tick reads 0.33.
+        c = ys[0]
+        plt.ylim(c, c + 1) if c >= 0 else plt.ylim(c - 1, c)
+        plt.yticks([c], [_number(10 ** c if log_y else c)])
+    elif ys and log_y:
+        plt.yticks(*log_ticks(min(ys), max(ys)))
     plt.xlabel(xlabel)
     plt.ylabel(ylabel)
     plt.title(note if drawn else "no data yet")
