@@ -131,6 +131,7 @@ class Writer:
 class TrainerApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "tui-trainer"
+    SCREENS = {"help": HelpScreen}      # made once, shown again on every F1
 
     # The footer shows these in this order and cuts what does not fit: the way to the rest
     # (F1 help, F9 the form, and the palette on the right) comes first.
@@ -1079,7 +1080,7 @@ class TrainerApp(App[None]):
                               timeout=12)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.push_screen("help")
 
     def switch_session(self, directory: Path) -> None:
         try:

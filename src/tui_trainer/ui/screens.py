@@ -9,69 +9,110 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal, Vertical
+from rich.console import Group
+from rich.table import Table
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Markdown, OptionList
+from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ..core.paths import sessions_dir
 from ..core.store import DB_NAME, SessionError, SessionStore
 from ..core.text import shown
 
-HELP = """\
-# tui-trainer
+# The help, as data: drawn once into one widget (a Markdown document of widgets cost the
+# dashboard a third of a second on every F1).
+HELP_INTRO = ("Configure a run on the left (F9 shows or hides the form), start it, and watch "
+              "it on the right. Every run trains in a process of its own and writes into the "
+              "session; quitting never loses anything. Press escape (or F1) to close this "
+              "help; ctrl+p finds every action by name.")
+HELP_KEYS = (
+    ("F2", "start a run with the form's config"),
+    ("F3", "stop the run under the cursor (it finishes its step and writes a checkpoint)"),
+    ("F4", "continue the run under the cursor from its newest good checkpoint (with none, "
+           "offers to train it again from step 0); epochs and max_steps changed in the form "
+           "apply"),
+    ("F5", "repeat: start a twin with the same config, paired with it for divergence"),
+    ("F6", "compare the pair: two marked runs, or a run and its twin"),
+    ("F7", "determinism verdict: train a twin of the run under the cursor and say whether the "
+           "two are bit-identical, and if not, from which step and why"),
+    ("F8", "resume check: kill a twin of the run at a step you choose, resume it from its "
+           "checkpoint, and compare it with the run"),
+    ("F9", "show or hide the form (on a small terminal, a drawer over the whole width)"),
+    ("ctrl+e", "export PNG figures and CSVs (every point) of the marked runs, the pair, or "
+               "the A/B study shown, into the session's exports/"),
+    ("ctrl+s", "save the session as a new one"),
+    ("ctrl+o", "open another session"),
+    ("ctrl+p", "command palette: every action by name"),
+    ("F1", "this help"),
+    ("ctrl+q", "quit (asks what to do with runs still training)"),
+    ("run table", "space marks a run (plots, the pair), / filters, s sorts (S reverses), "
+                  "c config columns, a every column (a narrow table shows the most important "
+                  "ones; ←/→ scroll), h hides (H shows hidden), r renames, n notes, t tags, "
+                  "delete deletes"),
+    ("knob search", "typing filters the form's knobs; enter or ↓ goes to the first match, "
+                    "escape clears"),
+    ("plots", "m smoothing, x the x axis, l log scale, w all steps or the last ones, 1-8 one "
+              "panel alone"),
+)
+HELP_PANELS = (
+    ("Plots", "loss (raw and smoothed), throughput, memory (the process's resident memory; "
+              "GPU memory on CUDA), time waiting for data against time computing, evaluation "
+              "accuracy, learning rate, for the marked runs (or the run under the cursor)."),
+    ("Divergence", "for the pair, |Δloss| per step, the distance between their parameters "
+                   "(estimated from a 256-number sketch of all parameters), whether the "
+                   "parameter hashes are still identical and the first step where they "
+                   "differ."),
+    ("Compare", "the configs' differences (effective settings that can break bit-equality "
+                "are marked ⚠), the loss curves overlaid, and a summary with the ratio of B "
+                "to A."),
+    ("A/B", "the price of each knob: the form's config is the base, each KEY=V1,V2 in the "
+            "vary field adds one variant per value (or pick a ready study); every arm trains "
+            "once per round and the table gives samples/s, data wait, peak memory, loss and "
+            "accuracy as ratios to the base (with an interval and a verdict from 3 rounds "
+            "on), and whether each variant is bit-identical to the base (enter on a row pairs "
+            "it with the base)."),
+    ("Log", "what the run's process printed, tracebacks included."),
+)
+HELP_STATUSES = ("created, starting, running, finished, stopped (F3: it wrote a checkpoint), "
+                 "crashed (its process failed or died: the reason is in the notification, the "
+                 "Log tab and `tui-trainer runs`), diverged (the loss or the parameters became "
+                 "NaN/inf: every row is kept and the newest checkpoint is the last finite one), "
+                 "copied (training in another session when this one was copied from it: this "
+                 "copy keeps it as it was). A read-only session opens for viewing and export "
+                 "only.")
+_HELP: Group | None = None
 
-Configure a run on the left, start it, and watch it on the right. Every run trains in a
-process of its own and writes into the session; quitting never loses anything.
 
-| key | action |
-| --- | --- |
-| **F2** | start a run with the form's config |
-| **F3** | stop the run under the cursor (it finishes its step and writes a checkpoint) |
-| **F4** | continue the run under the cursor from its newest good checkpoint (with none, offers to train it again from step 0); epochs and max_steps changed in the form apply |
-| **F5** | repeat: start a twin with the same config, paired with it for divergence |
-| **F6** | compare the pair: two marked runs, or a run and its twin |
-| **F7** | determinism verdict: train a twin of the run under the cursor and say whether the two are bit-identical, and if not, from which step and why |
-| **F8** | resume check: kill a twin of the run at a step you choose, resume it from its checkpoint, and compare it with the run |
-| **ctrl+e** | export PNG figures and CSVs (every point) of the marked runs, the pair, or the A/B study shown, into the session's exports/ |
-| **space** | (in the run table) mark / unmark a run for the plots and the pair |
-| **ctrl+s** | save the session as a new one |
-| **ctrl+o** | open another session |
-| **ctrl+p** | command palette: every action by name |
-| **F1** | this help |
-| **ctrl+q** | quit (asks what to do with runs still training) |
-
-**Panels.** *Plots*: loss (raw and smoothed), throughput, memory (the process's resident
-memory; GPU memory on CUDA), time waiting for data against time computing, evaluation
-accuracy, learning rate, for the marked runs (or the run under the cursor). *Divergence*:
-for the pair, |Δloss| per step, the distance between their parameters (estimated from a
-256-number sketch of all parameters), whether the parameter hashes are still identical and
-the first step where they differ. *Compare*: the configs' differences (effective settings
-that can break bit-equality are marked ⚠), the loss curves overlaid, and a summary with the
-ratio of B to A. *A/B*: the price of each knob: the form's config is the base, each
-`KEY=V1,V2` in the vary field adds one variant per value (or pick a ready study); the runs
-train one after the other and the table gives samples/s, data wait, peak memory, final loss
-and accuracy, each with its ratio to the base, and whether each variant is bit-identical to
-the base (enter on a row pairs it with the base). *Log*: what the run's process printed,
-tracebacks included.
-
-**Statuses.** *created*, *starting*, *running*, *finished*, *stopped* (F3: it wrote a
-checkpoint), *crashed* (its process failed or died: the reason is in the notification, the
-Log tab and `tui-trainer runs`), *diverged* (the loss or the parameters became NaN/inf: every
-row is kept and the newest checkpoint is the last finite one). A read-only session opens for
-viewing and export only.
-
-Press **escape** to close this help.
-"""
+def help_renderable() -> Group:
+    """The help as one renderable, built once."""
+    global _HELP
+    if _HELP is None:
+        tables = []
+        for rows in (HELP_KEYS, HELP_PANELS):
+            table = Table(box=None, show_header=False, expand=True, padding=(0, 1))
+            table.add_column(style="bold", no_wrap=True)
+            table.add_column(ratio=1)
+            for key, what in rows:
+                table.add_row(key, what)
+            tables.append(table)
+        _HELP = Group(Text("tui-trainer", style="bold"), Text(HELP_INTRO), Text(""),
+                      Text("Keys", style="bold underline"), tables[0], Text(""),
+                      Text("Panels", style="bold underline"), tables[1], Text(""),
+                      Text("Statuses", style="bold underline"), Text(HELP_STATUSES))
+    return _HELP
 
 
 class HelpScreen(ModalScreen[None]):
+    """Installed once (TrainerApp.SCREENS): every F1 shows the same screen again."""
+
     BINDINGS = [Binding("escape,f1,q", "dismiss", "Close")]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box", classes="dialog"):
-            yield Markdown(HELP)
-            yield Button("Close", id="help-close", variant="primary")
+            with VerticalScroll(id="help-text"):
+                yield Static(help_renderable())
+            yield Button("Close", id="help-close", variant="primary", compact=True)
 
     @on(Button.Pressed, "#help-close")
     def _close(self) -> None:
