@@ -242,7 +242,7 @@ def test_escape_sequences_in_names_never_reach_a_real_terminal(hostile, isolated
             time.sleep(0.3)
         screen = tmux("capture-pane", "-p")
         assert "Start (F2)" in screen
-        assert "[@click=app.quit]quit[/]" in screen                 # shown as text
+        assert "[@click=app.quit]quit[/]" in screen, screen         # shown as text
         time.sleep(1.0)
         assert "PWNED" not in tmux("display-message", "-p", "#{pane_title}")
         tmux("kill-server")

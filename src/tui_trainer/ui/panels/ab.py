@@ -15,7 +15,7 @@ from textual.widgets import Button, DataTable, Input, Label, Select, Static
 from ...core import presets
 from ...core import study as ab
 from ...core.text import shown, shown_lines
-from .common import plain
+from .common import Table, plain
 
 
 
@@ -87,7 +87,7 @@ class ABPanel(Vertical):
                          "arm trains once per round, the rounds interleaved; each ratio gets "
                          "a confidence interval and a verdict. Seed sweep: the form's config "
                          "once per seed.", id="ab-title")
-            yield DataTable(id="ab-table", cursor_type="row", zebra_stripes=True)
+            yield Table(id="ab-table", cursor_type="row", zebra_stripes=True)
 
     def set_spec(self, vary: list[str], steps: int | None, repeats: int | None = None) -> None:
         self.query_one("#ab-vary", Input).value = " ".join(vary)

@@ -16,7 +16,7 @@ from ...core.figures import smooth
 from ...core.plotdata import Line
 from ...core.reader import RunRow
 from ..widgets.plots import MetricPlot
-from .common import label, plain
+from .common import Table, label, plain
 
 LETTERS = "ABCDEFGH"
 SUMMARY = ("train_loss", "eval_loss", "accuracy", "samples_per_s", "peak_memory_mib", "wall_s")
@@ -67,8 +67,8 @@ class ComparePanel(Vertical):
     def compose(self) -> ComposeResult:
         yield Static("", id="compare-title")
         with Horizontal(id="compare-tables"):
-            yield DataTable(id="compare-config", cursor_type="row")
-            yield DataTable(id="compare-summary", cursor_type="row")
+            yield Table(id="compare-config", cursor_type="row")
+            yield Table(id="compare-summary", cursor_type="row")
         yield MetricPlot("train loss (smoothed)", "loss", id="plot-compare")
 
     def show(self, ids: list[int], runs: dict[int, RunRow], series: dict) -> None:

@@ -20,7 +20,7 @@ from textual.widgets import DataTable
 from ...core import figures as F
 from ...core.columns import cut, fit
 from ...core.reader import RunRow
-from .common import plain
+from .common import Table, plain
 
 BASE_COLUMNS = (("mark", " "), ("id", "id"), ("name", "name"), ("status", "status"),
                 ("progress", "progress"), ("step", "step"), ("epoch", "epoch"),
@@ -102,7 +102,7 @@ class View:
     all_columns: bool = False       # every column, scrolled sideways, instead of what fits
 
 
-class RunTable(DataTable):
+class RunTable(Table):
     BINDINGS = [
         Binding("space", "mark", "Mark", show=False),
         Binding("slash", "filter", "Filter", show=False),
