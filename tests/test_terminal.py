@@ -27,14 +27,14 @@ class Terminal:
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True,
                               text=True, check=True).stdout
 
-    def start_app(self) -> None:
+    def start_app(self, size: tuple[int, int] = (200, 55)) -> None:
         # COLUMNS/LINES can reach tmux from the test run (80x24) and would win over the
         # pane's real size in shutil.get_terminal_size().
         cmd = (f"env -u COLUMNS -u LINES TUI_TRAINER_HOME={shlex.quote(str(self.home))} "
                f"TUI_TRAINER_OFFLINE=1 "
                f"{shlex.quote(sys.executable)} -m tui_trainer --session "
                f"{shlex.quote(str(self.session))}")
-        self.tmux("new-session", "-d", "-x", "200", "-y", "55", cmd)
+        self.tmux("new-session", "-d", "-x", str(size[0]), "-y", str(size[1]), cmd)
 
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p")
@@ -83,5 +83,42 @@ def test_start_a_run_in_a_real_terminal_then_reopen_the_session(tmp_path, isolat
         term.start_app()
         text = term.wait_for(lambda t: _run_row(t) is not None)
         assert _run_row(text)[2] == "finished"
+    finally:
+        term.kill()
+
+
+def test_every_tab_is_usable_in_an_80x24_terminal(tmp_path, isolated_home):
+    """At 80x24: the footer keeps the way to the rest (F1, F9, the palette); ctrl+t walks
+    every tab and each shows its main content; F9 opens the form as a drawer; F1 the help."""
+    from test_snapshots import _fill
+    session = tmp_path / "session"
+    session.mkdir()
+    _fill(session, tab="tab-plots")
+    (session / "logs").mkdir(exist_ok=True)
+    (session / "logs" / "run-2.log").write_text("epoch 1/2 done\nhello from run 2\n")
+    term = Terminal(isolated_home, session)
+    try:
+        term.start_app(size=(80, 24))
+        text = term.wait_for(lambda t: "train loss (raw faint" in t and "seed-2" in t
+                             and "^p palette" in t)
+        footer = text.rstrip("\n").splitlines()[-1]
+        assert "f1 Help" in footer and "f9 Form" in footer and "^p palette" in footer
+        for tab, content in (("Divergence", ("|Δloss| per step", "not identical")),
+                             ("Compare", ("B/A", "samples/s (training)", "0.95x")),
+                             ("A/B", ("bit-identical to base", "seed=2", "accuracy %")),
+                             ("Log", ("hello from run 2",)),
+                             ("Plots", ("train loss (raw faint",))):
+            term.tmux("send-keys", "C-t")
+            text = term.wait_for(lambda t, c=content: all(x in t for x in c), timeout=30)
+            assert all(len(line) <= 80 for line in text.splitlines()), tab
+        term.tmux("send-keys", "F9")            # the form, over the whole width
+        text = term.wait_for(lambda t: "find a knob" in t and "deterministic" in t, 30)
+        assert "seed-2" not in text
+        term.tmux("send-keys", "F9")
+        term.wait_for(lambda t: "seed-2" in t and "find a knob" not in t, 30)
+        term.tmux("send-keys", "F1")
+        term.wait_for(lambda t: "ctrl+p finds every action" in t, 30)
+        term.tmux("send-keys", "Escape")
+        term.wait_for(lambda t: "ctrl+p finds every action" not in t and "seed-2" in t, 30)
     finally:
         term.kill()

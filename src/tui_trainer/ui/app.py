@@ -63,6 +63,8 @@ LAZY_TABS: dict[str, Callable[[], Any]] = {
     "tab-log": lambda: LogPanel(id="log"),
 }
 LAZY_PANELS = (DivergencePanel, ComparePanel, ABPanel, LogPanel)
+TABS = (("tab-plots", "Plots"), ("tab-divergence", "Divergence"), ("tab-compare", "Compare"),
+        ("tab-ab", "A/B"), ("tab-log", "Log"))
 W = TypeVar("W")
 STATE_SAVE_S = 0.5      # the screen state is written at most twice a second
 POLL_S = 0.5            # the session is read, and the visible tab redrawn, twice a second
@@ -149,6 +151,9 @@ class TrainerApp(App[None]):
         Binding("ctrl+s", "save_as", "Save as"),
         Binding("ctrl+o", "open_session", "Open"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        # The next tab from anywhere (no text box uses ctrl+t; alt+digits do not arrive as
+        # such from every terminal); the palette names each tab too.
+        Binding("ctrl+t", "next_tab", "Next tab", show=False),
     ]
 
     marked: var[list[int]] = var(list)
@@ -208,9 +213,7 @@ class TrainerApp(App[None]):
                     with TabPane("Plots", id="tab-plots"):
                         yield PlotsPanel(id="plots-panel")
                     # The other tabs' panels are mounted when first shown (_show_tab).
-                    for title, tab in (("Divergence", "tab-divergence"),
-                                       ("Compare", "tab-compare"), ("A/B", "tab-ab"),
-                                       ("Log", "tab-log")):
+                    for tab, title in TABS[1:]:
                         yield TabPane(title, id=tab)
         yield Footer(compact=True)
 
@@ -250,6 +253,8 @@ class TrainerApp(App[None]):
                  self.action_open_session),
                 ("Show or hide the form", "The form as a drawer (F9)",
                  self.action_toggle_form),
+                *((f"{title} tab", f"Show the {title} tab (ctrl+t: the next tab)",
+                   lambda tab=tab: self.action_show_tab(tab)) for tab, title in TABS),
                 ("Help", "Keys and panels", self.action_help)):
             yield SystemCommand(title, help_text, action)
 
@@ -829,6 +834,13 @@ class TrainerApp(App[None]):
         if run is not None:
             self.query_one(LaunchPanel).set_config(run.config)
             self.notify(f"the form holds run {run.id}'s config: change what you like, F2")
+
+    def action_show_tab(self, tab: str) -> None:
+        self._tabs().active = tab
+
+    def action_next_tab(self) -> None:
+        tabs = [t for t, _ in TABS]
+        self.action_show_tab(tabs[(tabs.index(self._tabs().active) + 1) % len(tabs)])
 
     def action_toggle_form(self) -> None:
         """The form beside the panels; on a small terminal a drawer over the whole width

@@ -39,6 +39,7 @@ HELP_KEYS = (
     ("F8", "resume check: kill a twin of the run at a step you choose, resume it from its "
            "checkpoint, and compare it with the run"),
     ("F9", "show or hide the form (on a small terminal, a drawer over the whole width)"),
+    ("ctrl+t", "the next tab: Plots, Divergence, Compare, A/B, Log (the palette names each)"),
     ("ctrl+e", "export PNG figures and CSVs (every point) of the marked runs, the pair, or "
                "the A/B study shown, into the session's exports/"),
     ("ctrl+s", "save the session as a new one"),
