@@ -51,9 +51,31 @@ def warm_up() -> None:
     from .engine import checkpoint, data, distributed, models, reproducibility, train  # noqa
 
 
+def _leave(target: Path) -> None:
+    """Ends the launcher, its socket and its folder removed: the dashboard (or study) that
+    made the folder may have died without closing it (a terminal closed: SIGHUP), and
+    nothing is left behind in /tmp. Only the launcher's own files go; rmdir removes the
+    folder only when nothing else is in it."""
+    for name in (target.name, target.name + ".binding", "launcher.log"):
+        try:
+            (target.parent / name).unlink()
+        except OSError:
+            pass
+    try:
+        target.parent.rmdir()
+    except OSError:
+        pass
+    os._exit(0)
+
+
 def serve(path: str) -> int:
     from .engine.distributed import die_with_parent
-    die_with_parent()                 # it ends with the dashboard (or study) that started it
+    # It ends with the dashboard (or study) that started it, and cleans up after itself; a
+    # child forked a moment ago ends as SIGTERM's default would end it.
+    me = os.getpid()
+    signal.signal(signal.SIGTERM, lambda *_: _leave(Path(path)) if os.getpid() == me
+                  else os._exit(128 + signal.SIGTERM))
+    die_with_parent(signal.SIGTERM)
     warm_up()
     if _threads() > 1:
         print(f"tui-trainer warm: {_threads()} threads after importing torch; forking is not "
@@ -144,6 +166,7 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)    # the launcher's clean-up is not its
         if request.get("detach", True):
             os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)

@@ -28,17 +28,18 @@ import torch.distributed as dist
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """A rank dies with its launcher (Linux): a SIGKILLed agent must not leave ranks training
-    on their own, still writing to the session."""
+    on their own, still writing to the session. `sig` is the signal it gets then (SIGTERM
+    for a process that has something to clean up)."""
     if not sys.platform.startswith("linux"):
         return
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
     except (OSError, AttributeError):
         return
     if os.getppid() == 1:                     # the launcher died before prctl took effect
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), sig)
 
 
 def under_torchrun() -> bool:
