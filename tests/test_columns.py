@@ -22,26 +22,54 @@ def test_columns_are_taken_by_importance_and_shown_in_their_own_order():
     assert cut("short", 10) == "short"
 
 
-def test_cli_tables_fit_an_80_column_terminal_and_pipes_get_them_whole(tmp_path, monkeypatch):
+def in_terminal(columns: int, *args: str) -> str:
+    """`tui-trainer ARGS` with its output on a real terminal (a pty) `columns` wide."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen([sys.executable, "-m", "tui_trainer", *args], stdout=slave,
+                            stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:                 # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    return out.decode().replace("\r\n", "\n")
+
+
+def test_cli_tables_fit_an_80_column_terminal_and_pipes_get_them_whole(tmp_path,
+                                                                          monkeypatch):
     from test_snapshots import _fill
     _fill(tmp_path)
-    monkeypatch.setenv("COLUMNS", "80")
-    r = tt("ab", "--study", "1", "--session", str(tmp_path))
-    assert r.rc == 0, r.err
-    lines = r.out.splitlines()
+    out = in_terminal(80, "ab", "--study", "1", "--session", str(tmp_path))
+    lines = out.splitlines()
     assert all(len(line) <= 80 for line in lines), [len(x) for x in lines]
     head = lines[1]
     assert head.startswith("variant   bit-identical to base") and "samples/s" in head \
         and "accuracy %" in head
-    assert "left out to fit 80 columns: train loss" in r.out
-    assert "amp=fp16: not possible on this machine" in r.out       # the note, whole
-    runs = tt("runs", "--session", str(tmp_path))
-    assert all(len(line) <= 80 for line in runs.out.splitlines())
-    monkeypatch.setenv("COLUMNS", "40")
-    runs = tt("runs", "--session", str(tmp_path))
-    assert runs.out.splitlines()[0].split() == ["id", "name", "status", "step", "acc"]
-    assert "left out to fit the terminal" in runs.out
-    monkeypatch.delenv("COLUMNS")                   # a pipe: the whole table, as `ls`
-    whole = tt("ab", "--study", "1", "--session", str(tmp_path)).out.splitlines()[1]
-    assert whole.endswith("data wait s  run")
-    assert "left out to fit" not in tt("ab", "--study", "1", "--session", str(tmp_path)).out
+    assert "left out to fit 80 columns: train loss" in out
+    assert "amp=fp16: not possible on this machine" in out          # the note, whole
+    runs = in_terminal(80, "runs", "--session", str(tmp_path))
+    assert all(len(line) <= 80 for line in runs.splitlines())
+    runs = in_terminal(40, "runs", "--session", str(tmp_path))
+    assert runs.splitlines()[0].split() == ["id", "name", "status", "step", "acc"]
+    assert "left out to fit the terminal" in runs
+    # A pipe gets the whole table, as `git` does (also with $COLUMNS set by someone).
+    monkeypatch.setenv("COLUMNS", "80")
+    whole = tt("ab", "--study", "1", "--session", str(tmp_path))
+    assert whole.out.splitlines()[1].endswith("data wait s  run")
+    assert "left out to fit" not in whole.out

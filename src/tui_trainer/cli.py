@@ -812,9 +812,9 @@ EXPECTED = tuple(kind for kind, _, _ in EXIT_FOR)
 
 
 def _terminal_width() -> int | None:
-    """The width tables are fitted to: the terminal's (or $COLUMNS), none when the output
-    goes to a pipe or file (the whole table, as `ls` does)."""
-    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+    """The width tables are fitted to: the terminal's, none when the output goes to a pipe
+    or file (the whole table, as `git` does)."""
+    if not sys.stdout.isatty():
         return None
     import shutil
     return shutil.get_terminal_size().columns
