@@ -112,6 +112,15 @@ def test_main_screen_with_two_runs(snap_compare, tmp_path, tab, size):
         if not pilot.app.has_class("-small"):
             pilot.app.action_toggle_form()
         await _settle(pilot)
+        if tab == "tab-log":            # the log is tailed by the polling thread: its lines
+            from textual.widgets import Log
+            for _ in range(200):
+                log = pilot.app.query(Log)
+                if log and "epoch 2/2 done" in "\n".join(log.first().lines):
+                    break
+                await pilot.app.poll_now()
+                await pilot.pause(0.05)
+            await pilot.pause(0.2)
 
     assert snap_compare(_app(tmp_path), terminal_size=SIZES[size], run_before=panels_wide)
 
