@@ -562,6 +562,10 @@ async def test_resume_check_action_shows_the_verdict_in_the_divergence_panel(tmp
 
 async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
+    said: list[str] = []
+    notify = app.notify
+    app.notify = lambda message, **kw: (said.append(str(message)),  # type: ignore
+                                        notify(message, **kw))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.app.ready()
         await fill(pilot, QUICK_FORM)
@@ -575,8 +579,13 @@ async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path)
         app.query_one("#ab-steps", Input).value = "4"
         app.query_one("#ab-repeats", Input).value = "1"      # one run each: no intervals
         await pilot.click("#ab-start")
-        await until(pilot, lambda: db_rows(tmp_path, "SELECT status FROM studies") ==
-                    [("finished",)], timeout=120)
+        try:
+            await until(pilot, lambda: db_rows(tmp_path, "SELECT status FROM studies") ==
+                        [("finished",)], timeout=120)
+        except AssertionError:
+            raise AssertionError(f"studies {db_rows(tmp_path, 'SELECT * FROM studies')}, runs "
+                                 f"{db_rows(tmp_path, 'SELECT id, status FROM runs')}, said "
+                                 f"{said}") from None
         await until(pilot, lambda: "finished, 3 of 3 runs done" in
                     str(app.query_one("#ab-title").render()))
         table = app.query_one("#ab-table", DataTable)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -67,6 +67,7 @@ TABS = (("tab-plots", "Plots"), ("tab-divergence", "Divergence"), ("tab-compare"
         ("tab-ab", "A/B"), ("tab-log", "Log"))
 W = TypeVar("W")
 STATE_SAVE_S = 0.5      # the screen state is written at most twice a second
+INPUT_QUIET_S = 0.4     # charts are built this long after the last key, not while keys come
 POLL_S = 0.5            # the session is read, and the visible tab redrawn, twice a second
 SEVERITY = {"finished": "information", "stopped": "information", "copied": "information",
             "crashed": "error", "diverged": "warning"}
@@ -99,6 +100,24 @@ class LogLines(Message):
     def __init__(self, run_id: int | None, reset: bool, lines: list[str]) -> None:
         self.run_id, self.reset, self.lines = run_id, reset, lines
         super().__init__()
+
+
+class StableFooter(Footer):
+    """Textual's footer, composed again only when the keys it shows change. It rebuilds its
+    keys whenever a screen's bindings are announced, also when a dialog closes and the
+    dashboard's keys are the same as before: a dozen widgets mounted and styled on every
+    escape (tens of milliseconds, more while runs train)."""
+
+    _shown: tuple = ()
+
+    def bindings_changed(self, screen: Screen) -> None:
+        if screen is self.screen and self._bindings_ready:
+            shown = tuple((b.key, b.description, enabled)
+                          for _, b, enabled, _ in screen.active_bindings.values() if b.show)
+            if shown == self._shown:
+                return
+            self._shown = shown
+        super().bindings_changed(screen)
 
 
 class Writer:
@@ -187,6 +206,8 @@ class TrainerApp(App[None]):
         self._req = Request()
         self._invalidate = False        # the next tick re-reads the runs table
         self._lines: dict | None = None  # the plot lines drawn last
+        self.last_input = 0.0           # monotonic time of the last key or mouse press
+        self._log_again = False         # the Log tab missed lines: tail its log from the start
         self._set_title()
 
     @property
@@ -215,13 +236,24 @@ class TrainerApp(App[None]):
                     # The other tabs' panels are mounted when first shown (_show_tab).
                     for tab, title in TABS[1:]:
                         yield TabPane(title, id=tab)
-        yield Footer(compact=True)
+        yield StableFooter(compact=True)
 
     def on_mount(self) -> None:
         # The first tick and the saved state are read at once, in two threads; the state,
         # once applied, tells the poller what else to read.
         self._start_poller()
         self._load_state()
+
+    async def on_event(self, event: Any) -> None:
+        if isinstance(event, (events.Key, events.MouseDown, events.MouseScrollDown,
+                              events.MouseScrollUp)):
+            self.last_input = time.monotonic()   # background drawing waits (input_quiet)
+        await super().on_event(event)
+
+    def input_quiet(self, seconds: float = INPUT_QUIET_S) -> float:
+        """How much longer background work should wait for the user: the screen answers a
+        key first, the charts (pure Python, sharing the GIL) are built after."""
+        return max(0.0, self.last_input + seconds - time.monotonic())
 
     def on_resize(self) -> None:
         # A small terminal gets the form as a drawer (F9) and the plots one at a time.
@@ -448,6 +480,11 @@ class TrainerApp(App[None]):
                     if not woke and not self.poll_enabled:
                         continue
                 first = False
+                # The session's read and the plot lines (Python, sharing the GIL with the
+                # UI thread) wait for a pause in the user's keys, half a second at most.
+                deadline = time.monotonic() + 0.5
+                while time.monotonic() < deadline and (quiet := self.input_quiet()) > 0:
+                    time.sleep(min(quiet, 0.05))
                 self._seq += 1
                 seq = self._seq
                 req = self._req
@@ -475,6 +512,9 @@ class TrainerApp(App[None]):
                 # changed): a snapshot that replaces an unhandled one loses nothing.
                 self.post_message(Polled(snap, lines, seq))
                 if req.tab == "tab-log":
+                    if self._log_again:     # the panel missed lines: read it all again
+                        self._log_again = False
+                        tail.path = None
                     reset, new = tail.read(store.log_path(req.log_run)
                                            if req.log_run is not None else None)
                     if reset or new:
@@ -527,6 +567,11 @@ class TrainerApp(App[None]):
         log = self.panel(LogPanel)
         if message.run_id == self.cursor_run and log is not None:
             log.show(message.reset, message.lines)
+        elif log is None:
+            # The tab's panel is not mounted yet (it mounts when first shown): the tail has
+            # moved past these lines, so the next tick reads the log from its start.
+            self._log_again = True
+            self._wake.set()
 
     def _draw(self) -> None:
         snap = self.snapshot

@@ -86,6 +86,9 @@ class MetricPlot(PlotextPlot):
         if key == self._built_key or w < 8 or h < 4:
             return
         wait = self._last_build + MIN_BUILD_S - time.monotonic()
+        quiet = getattr(self.app, "input_quiet", lambda: 0.0)()
+        if quiet > 0 and self._canvas is not None:
+            wait = max(wait, quiet)     # the user is typing: the screen answers first
         if wait > 0:            # streaming: at most one build a second; the newest wins
             if not self._timer_set:
                 self._timer_set = True
@@ -110,6 +113,12 @@ class MetricPlot(PlotextPlot):
     @work(thread=True, group="plot-build")
     def _build(self, seq: int, lines: list[Line], note: str, xlabel: str, ylabel: str,
                width: int, height: int, theme: str, log_y: bool = False) -> None:
+        # A key just came: the UI thread answers it before a build takes turns with it for
+        # the GIL (bounded: a chart is never held back more than a second).
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and \
+                (quiet := getattr(self.app, "input_quiet", lambda: 0.0)()) > 0:
+            time.sleep(min(quiet, 0.05))
         with BUILDING:
             if seq != self._latest:
                 return                          # a newer build was asked for meanwhile
