@@ -24,8 +24,8 @@ from .core.reader import reason_of
 from .core import study as study_defaults
 from .core.config import ConfigError
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_NOT_IDENTICAL,
-                          EXIT_OK, EXIT_SESSION, EXIT_STOPPED, BadInput, CheckpointError, DiskFull, RunBusy,
-                          SessionError, exit_for, is_disk_full)
+                          EXIT_OK, EXIT_SESSION, EXIT_STOPPED, BadInput, CheckpointError,
+                          DiskFull, RunBusy, SessionError, exit_for, is_disk_full)
 from .core.paths import default_session_dir
 from .core.store import SessionStore
 from .core.text import name_problem, shown, shown_lines

@@ -2,8 +2,9 @@
 
 Keys (while the table has focus): space marks a run (marked runs are plotted together and
 the last two form the pair), / filters, s sorts by the next column (S reverses), c shows the
-config columns, a shows every column (a narrow table keeps the most important ones), h hides the run (H shows hidden runs), r renames, n edits notes, t tags,
-delete deletes (asks first). Every request goes to the app as a message; the table never
+config columns, a shows every column (a narrow table keeps the most important ones), h
+hides the run (H shows hidden runs), r renames, n edits notes, t tags, delete deletes (asks
+first). Every request goes to the app as a message; the table never
 touches the session itself.
 """
 
