@@ -100,3 +100,18 @@ def in_private_mount(script: str, timeout: float = 300) -> subprocess.CompletedP
     return subprocess.run(["unshare", "-rm", "bash", "-uc", script], capture_output=True,
                           text=True, timeout=timeout,
                           env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"})
+
+
+async def click(pilot, selector: str, timeout: float = 30.0) -> None:
+    """Clicks a widget once it is on the screen and laid out: on a loaded machine a dialog
+    or a tab's panel is mounted a moment before it has a place, and a click at an empty
+    region lands nowhere (the A/B and quit tests failed so)."""
+    import time
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = pilot.app.screen.query(selector)
+        if found and found.first().region.area > 0:
+            assert await pilot.click(selector), f"the click on {selector} did not land"
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"{selector} never showed")

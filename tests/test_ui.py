@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Input, Select, Checkbox
 
-from conftest import QUICK, db_rows, tt
+from conftest import QUICK, click, db_rows, tt
 from tui_trainer.core import machine
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import WARM_LINE
@@ -191,7 +191,7 @@ async def test_presets_load_into_the_form_and_the_form_saves_as_one(tmp_path, is
         shipped = load(fastest)
         assert form.config() == shipped and shipped.loader == "resident"
         await fill(pilot, {"batch_size": "200"})
-        await pilot.click("#save-preset")
+        await click(pilot, "#save-preset")
         await pilot.pause()
         app.screen.query_one("#name-input", Input).value = "mine"
         await pilot.press("enter")
@@ -246,7 +246,7 @@ async def test_stop_then_continue(tmp_path):
         await until(pilot, lambda: app.screen.__class__.__name__ == "ContinueScreen")
         assert app.screen.query_one("#continue-epochs", Input).value == "200"
         app.screen.query_one("#continue-max-steps", Input).value = str(stopped_at + 6)
-        await pilot.click("#continue-ok")
+        await click(pilot, "#continue-ok")
         await until(pilot, lambda: status(tmp_path, 1) == "finished")
         assert db_rows(tmp_path, "SELECT step FROM runs")[0][0] == stopped_at + 6
         kinds = [k for (k,) in db_rows(tmp_path, "SELECT kind FROM events ORDER BY id")]
@@ -457,7 +457,7 @@ async def test_reopening_marks_dead_runs_crashed_and_reattaches_to_live_ones(tmp
             await pilot.press("ctrl+q")
             await pilot.pause()
             assert app.screen.query_one("#quit-leave")
-            await pilot.click("#quit-leave")
+            await click(pilot, "#quit-leave")
             await pilot.pause()
         assert live.poll() is None and status(tmp_path, 2) == "running"
     finally:
@@ -475,7 +475,7 @@ async def test_quit_with_runs_training_can_stop_them(tmp_path):
         await until(pilot, lambda: status(tmp_path, 1) == "running")
         await pilot.press("ctrl+q")
         await pilot.pause()
-        await pilot.click("#quit-stop")
+        await click(pilot, "#quit-stop")
         await pilot.pause()
     deadline = time.time() + 60
     while status(tmp_path, 1) == "running" and time.time() < deadline:
@@ -572,13 +572,13 @@ async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path)
         app.query_one("#tabs").active = "tab-ab"
         await pilot.pause()
         app.query_one("#ab-vary", Input).value = "batch_size=oops"
-        await pilot.click("#ab-start")
+        await click(pilot, "#ab-start")
         await pilot.pause()
         assert db_rows(tmp_path, "SELECT 1 FROM studies") == []      # refused, nothing run
         app.query_one("#ab-vary", Input).value = "seed=2 deterministic=off"
         app.query_one("#ab-steps", Input).value = "4"
         app.query_one("#ab-repeats", Input).value = "1"      # one run each: no intervals
-        await pilot.click("#ab-start")
+        await click(pilot, "#ab-start")
         try:
             await until(pilot, lambda: db_rows(tmp_path, "SELECT status FROM studies") ==
                         [("finished",)], timeout=120)
@@ -619,7 +619,7 @@ async def test_a_seed_sweep_from_the_dashboard_plots_a_band_and_its_spread(tmp_p
         await pilot.pause()
         app.query_one("#ab-steps", Input).value = "6"
         app.query_one("#ab-repeats", Input).value = "2"
-        await pilot.click("#ab-sweep")
+        await click(pilot, "#ab-sweep")
         await until(pilot, lambda: db_rows(tmp_path, "SELECT kind, status FROM studies") ==
                     [("sweep", "finished")], timeout=120)
         await until(pilot, lambda: "Seed sweep 1" in str(app.query_one("#ab-title").render())
@@ -671,7 +671,7 @@ async def test_continue_without_a_checkpoint_offers_a_restart_from_step_0(tmp_pa
         await pilot.press("f4")
         await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
         assert "no checkpoint to continue from" in str(app.screen.query_one("Label").render())
-        await pilot.click("#confirm-yes")
+        await click(pilot, "#confirm-yes")
         await until(pilot, lambda: status(tmp_path, rid) == "finished")
         assert db_rows(tmp_path, "SELECT step FROM runs") == [(4,)]
         kinds = [k for (k,) in db_rows(tmp_path, "SELECT kind FROM events ORDER BY id")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from textual.widgets import DataTable, Input
 
+from conftest import click
 from tui_trainer.core import config as C
 from tui_trainer.core.store import SessionStore
 from tui_trainer.ui.app import TrainerApp
@@ -78,7 +79,7 @@ async def test_rename_tag_filter_hide_sort_and_delete_runs(tmp_path):
         await pilot.pause()
         await pilot.press("delete")
         await pilot.pause()
-        await pilot.click("#confirm-yes")
+        await click(pilot, "#confirm-yes")
         for _ in range(10):
             await app.poll_now()
             await pilot.pause()
