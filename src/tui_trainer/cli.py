@@ -459,6 +459,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                                events=[tuple(e) for e in payload["events"]],
                                kill_at_step=args.kill_at_step, group=group,
                                sampler_seed=payload["sampler_seed"])
+        group.settle()                  # the ranks tear the group down together
     except (ConfigError, CheckpointError) as e:
         if group.lead:
             with SessionStore(session, create=False) as store:

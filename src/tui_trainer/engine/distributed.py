@@ -114,6 +114,18 @@ class Group:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def settle(self, timeout_s: float = 120.0) -> None:
+        """Every rank meets here before the group is torn down: a rank that destroyed its
+        gloo group while rank 0 was still evaluating aborted now and then at exit
+        ("terminate called without an active exception", SIGABRT). Bounded: a peer that is
+        gone or late by more than `timeout_s` is let go, the run's result stands."""
+        if self.active and dist.is_initialized():
+            from datetime import timedelta
+            try:
+                dist.monitored_barrier(timeout=timedelta(seconds=timeout_s))
+            except RuntimeError:
+                pass
+
     def close(self) -> None:
         if self.active and dist.is_initialized():
             dist.destroy_process_group()
