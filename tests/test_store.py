@@ -108,3 +108,23 @@ def test_processes_opening_one_new_session_at_once_all_succeed(tmp_path):
         errors = [p.communicate(timeout=60)[1] for p in procs]
         assert all(p.returncode == 0 for p in procs), errors
         assert len(SessionStore(session).runs()) == 6
+
+
+def test_a_copy_marks_only_live_runs_copied_and_dead_ones_read_crashed_there_too(tmp_path):
+    """Save as: a run whose process lives goes into the copy as 'copied' (what it was,
+    where); one whose process is gone stays what it is, so the copy reads it crashed, as
+    the original does. Nothing in the copy points at the original's processes."""
+    orig = tmp_path / "orig"
+    SessionStore(orig).close()
+    code = ("import sys; from tui_trainer.core.store import SessionStore\n"
+            "SessionStore(sys.argv[1]).create_run({}, name='orphan')\n")
+    subprocess.run([sys.executable, "-c", code, str(orig)], check=True)   # its creator ends
+    with SessionStore(orig) as s:
+        live = s.create_run({}, name="live")       # created by this process, which lives
+        assert s.run(1)["status"] == "crashed" and s.run(live)["status"] == "created"
+        s.copy_to(tmp_path / "copy")
+    with SessionStore(tmp_path / "copy", create=False) as c:
+        assert c.run(1)["status"] == "crashed"
+        copied = c.run(live)
+        assert copied["status"] == "copied" and copied["pid"] is None
+        assert f"starting in {orig} when copied, at step 0" in copied["summary"]["copied"]

@@ -364,12 +364,15 @@ class SessionStore:
         """In a copy, runs and studies still training here are not training there: they
         read 'copied', with what they were and where, instead of turning 'crashed' once
         their heartbeat (which goes on here) looks stale, and no pid of this session's
-        processes is left in the copy for a Stop to signal."""
+        processes is left in the copy for a Stop to signal. A run or study whose process is
+        already gone is left as it is: it reads crashed in the copy as it does here."""
         now = time.time()
         conn.row_factory = sqlite3.Row
         with conn:
-            for r in conn.execute("SELECT id, status, step, summary FROM runs WHERE status IN "
+            for r in conn.execute("SELECT * FROM runs WHERE status IN "
                                   "('running', 'created')").fetchall():
+                if self._dead_reason(dict(r)) is not None:
+                    continue
                 what = (f"{r['status'] if r['status'] == 'running' else 'starting'} in "
                         f"{self.dir} when copied, at step {r['step']}; it trains on there, "
                         "this copy keeps it as it was (continue it here from its newest "
@@ -386,10 +389,14 @@ class SessionStore:
             tables = {t for (t,) in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
             if "studies" in tables:
-                conn.execute("UPDATE studies SET status = 'copied', pid = NULL, ended = ?, "
-                             "message = ? WHERE status IN ('running', 'created')",
-                             (now, f"running in {self.dir} when copied; it goes on there "
-                                   "(continue it here to train the rest)"))
+                for st in conn.execute("SELECT id, pid, pid_started FROM studies WHERE "
+                                       "status = 'running'").fetchall():
+                    if process_alive(st["pid"], st["pid_started"]):
+                        conn.execute(
+                            "UPDATE studies SET status = 'copied', pid = NULL, ended = ?, "
+                            "message = ? WHERE id = ?",
+                            (now, f"running in {self.dir} when copied; it goes on there "
+                                  "(continue it here to train the rest)", st["id"]))
 
     def meta(self, key: str) -> str | None:
         rows = self._q("SELECT value FROM meta WHERE key = ?", (key,))
