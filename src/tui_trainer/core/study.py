@@ -21,6 +21,7 @@ from typing import Any, Callable
 from . import config as C
 from . import figures as F
 from . import stats as S
+from .columns import cut, fit
 from .config import ConfigError
 from .store import SessionStore
 from .text import shown
@@ -395,8 +396,9 @@ def figure_cell(r: Row, key: str) -> str:
     return cell
 
 
-def row_cells(r: Row, sweep: bool = False) -> list[str]:
-    """A row as text cells under headings(rounds, sweep)."""
+def row_cells(r: Row, sweep: bool = False, note_at: str | None = None) -> list[str]:
+    """A row as text cells under headings(rounds, sweep). With `note_at` ("above", "below")
+    a variant's note is shown there, whole, and its cell points to it."""
     if r.rounds == 1:
         run = "-" if r.run_id is None else str(r.run_id)
     else:
@@ -406,7 +408,11 @@ def row_cells(r: Row, sweep: bool = False) -> list[str]:
         return cells
     if r.rounds > 1:
         cells.append(verdict_text(r))
-    cells.append(identity_text(r))
+    identity = identity_text(r)
+    if r.note and note_at:
+        identity = f"not run (see {note_at})" if r.status == "skipped" else \
+            f"{identity[:24]}… (see {note_at})"
+    cells.append(identity)
     return cells
 
 
@@ -431,18 +437,10 @@ def display_order(n: int, rounds: int, sweep: bool = False) -> list[int]:
 def format_table(rows: list[Row], sweep: bool = False, width: int | None = None) -> list[str]:
     """The table as aligned text lines, its columns in display order. With `width`, only
     the columns that fit it, by importance, and a last line naming those left out."""
-    from .columns import fit
-    from .columns import cut
     rounds = rows[0].rounds if rows else 1
     heads = headings(rounds, sweep)
     order = display_order(len(heads), rounds, sweep)
-    cells = []
-    for r in rows:
-        c = row_cells(r, sweep)
-        if r.note and not sweep:            # the whole note goes under the table
-            c[-1] = "not run (see below)" if r.status == "skipped" else \
-                f"{c[-1][:24]}… (see below)"
-        cells.append(c)
+    cells = [row_cells(r, sweep, note_at="below") for r in rows]   # notes under the table
     lines = [[heads[i] for i in order]] + [[c[i] for i in order] for c in cells]
     widths = [max(len(line[i]) for line in lines) for i in range(len(order))]
     identity = None if sweep else order.index(len(heads) - 1)   # free text: cut to fit
@@ -517,7 +515,7 @@ def method_text(study: dict[str, Any], rows: list[Row]) -> str:
         return "(N.NNx) = ratio to the base, from one run each: within noise of each other " \
             "unless far from 1 (use --repeats for an interval)."
     rounds = rows[0].rounds
-    common = (f"{rounds} rounds, the arms interleaved; round r trains seed + r in every arm. ")
+    common = f"{rounds} rounds, the arms interleaved; round r trains seed + r in every arm. "
     if rounds < S.MIN_PAIRS:
         return common + (f"A variant's (N.NNx; rounds a b) is the geometric mean of its "
                          f"per-round ratios to the base, then each round's ratio: an "

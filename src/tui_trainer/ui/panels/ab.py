@@ -127,10 +127,7 @@ class ABPanel(Vertical):
         cols = ab.display_order(len(heads), rows[0].rounds if rows else 1, sweep)
         table.add_columns(*(heads[i] for i in cols))
         for r in rows:
-            cells = ab.row_cells(r, sweep)
-            if r.note and not sweep:         # the whole note is under the title
-                cells[-1] = "not run (see above)" if r.status == "skipped" else \
-                    f"{cells[-1][:24]}… (see above)"
+            cells = ab.row_cells(r, sweep, note_at="above")   # the notes are in the title
             table.add_row(*(plain(cells[i], 60) for i in cols), key=str(r.position))
         if cursor < table.row_count:
             table.move_cursor(row=cursor)

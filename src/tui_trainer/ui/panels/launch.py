@@ -154,9 +154,8 @@ class LaunchPanel(Vertical):
     def _search_done(self, event: KnobSearch.Go) -> None:
         event.stop()
         text = self.query_one("#knob-search", Input).value
-        keys = self.form.filter(text) if text.strip() else []
-        if keys:
-            self.form.focus_knob(keys[0])
+        if text.strip() and self.form.matches:      # filtered as it was typed
+            self.form.focus_knob(self.form.matches[0])
 
     @staticmethod
     def _explanation(key: str) -> Text:

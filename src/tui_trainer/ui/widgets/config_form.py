@@ -109,10 +109,10 @@ class ConfigForm(VerticalScroll):
         """Shows only the knobs that match `text` (all of them for an empty one), the first
         match highlighted, and returns the matches. It never moves the focus and never
         changes a value: the search box keeps every key typed into it."""
-        keys = self.matching(text) if self.ready else []
         if not self.ready:
-            return keys
-        found = set(keys) if text.strip() else set(C.FIELDS)
+            return []
+        keys = self.matching(text)
+        found = set(keys)
         for key in C.FIELDS:
             box = self._boxes[key]
             box.display = key in found
@@ -219,6 +219,7 @@ class ConfigForm(VerticalScroll):
                 else:
                     error = self._errors[key] = Static(text, classes="field-error",
                                                        id=f"error-{key}")
+                    error.display = box.display        # hidden with its knob by a search
                     box.parent.mount(error, after=box)
             elif error is not None:
                 del self._errors[key]
