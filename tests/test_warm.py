@@ -15,8 +15,8 @@ import pytest
 from conftest import QUICK, db_rows, fingerprints, sets, tt
 from tui_trainer.core import config as C
 from tui_trainer.core.store import SessionStore
-from tui_trainer.core.supervisor import (WARM_LINE, WarmChild, WarmLauncher, launch,
-                                         train_args)
+from tui_trainer.core.supervisor import (NICENESS, WARM_LINE, WarmChild, WarmLauncher,
+                                         launch, train_args)
 
 CFG = {**{k: C.parse_value(k, v) for k, v in (p.split("=") for p in QUICK)},
        "max_steps": 12, "checkpoint_every": 4}
@@ -35,6 +35,22 @@ def _config(**over) -> dict:
     return C.from_dict({**C.DEFAULTS.to_dict(), **CFG, **over}).to_dict()
 
 
+def _wait(condition, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _group_nice(pid: int) -> int | None:
+    """The nice value of the live process's autogroup; None where the kernel has none."""
+    if not Path("/proc/self/autogroup").exists():
+        return None
+    return int(Path(f"/proc/{pid}/autogroup").read_text().split("nice")[1])
+
+
 def test_a_forked_run_is_bit_identical_to_a_cold_one(tmp_path, warm):
     with SessionStore(tmp_path) as store:
         ids = {}
@@ -44,12 +60,13 @@ def test_a_forked_run_is_bit_identical_to_a_cold_one(tmp_path, warm):
             proc = launch(tmp_path, train_args(run_id), store.log_path(run_id),
                           warm=None if how == "cold" else warm)
             assert isinstance(proc, WarmChild) == (how != "cold")
-            if how == "warm":
-                # its own process session (it outlives the dashboard), forked by the launcher
-                deadline = time.monotonic() + 5      # setsid() is the child's first act
-                while os.getsid(proc.pid) != proc.pid and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                assert os.getsid(proc.pid) == proc.pid
+            if how != "warm-again":
+                # its own process session (it outlives the dashboard), and its session's
+                # scheduling group yields to the dashboard as the process does
+                assert _wait(lambda: os.getsid(proc.pid) == proc.pid)
+                assert _wait(lambda: _group_nice(proc.pid) in (None, NICENESS)), \
+                    f"autogroup nice {_group_nice(proc.pid)}, the process's {NICENESS}"
+            if how == "warm":       # forked by the launcher
                 assert int(Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1]
                            .split()[1]) == warm._proc.pid
             assert proc.wait(timeout=120) == 0

@@ -840,6 +840,7 @@ def main(argv: list[str] | None = None) -> int:
         except SessionError as e:
             _say(str(e))
             return EXIT_SESSION
+    supervisor.yield_to_dashboard()
     try:
         return COMMANDS[args.command](args)
     except EXPECTED as e:
