@@ -45,6 +45,7 @@ from ..core.reader import ENDED, SessionReader, Snapshot
 from ..core.store import SessionError, SessionStore
 from ..core.supervisor import Supervisor, WarmLauncher
 from ..core.text import name_problem, shown, shown_lines
+from . import heap
 from .panels.ab import ABPanel
 from .panels.common import COLOURS, label
 from .panels.compare import ComparePanel
@@ -180,6 +181,16 @@ class TrainerApp(App[None]):
     cursor_run: var[int | None] = var(None)
     study_shown: var[int | None] = var(None)
     tab: var[str] = var("tab-plots")
+
+    def get_driver_class(self) -> type:
+        """Textual's driver for this terminal; on Linux and macOS the one that decides a lone
+        Escape within ESCDELAY (ui/driver.py)."""
+        chosen = super().get_driver_class()
+        from textual.drivers.linux_driver import LinuxDriver
+        if chosen is LinuxDriver:
+            from .driver import Driver
+            return Driver
+        return chosen
 
     def __init__(self, session_dir: Path | None = None, poll: bool = True) -> None:
         super().__init__()
@@ -531,7 +542,7 @@ class TrainerApp(App[None]):
         if self._restoring:
             return      # drawn once the saved state (cursor, marks) is applied: a tick then
         if self.snapshot is None:       # the first screen is drawn: then the form, and
-            self.call_after_refresh(self.query_one(LaunchPanel).mount_form)
+            self.call_after_refresh(self._mount_form)
             self._probe_machine()       # what this machine can run (a child process)
             if self.warm is not None:
                 self.warm.start()       # a Popen: the imports happen in that process
@@ -1234,7 +1245,21 @@ class TrainerApp(App[None]):
 
         self.push_screen(QuitScreen(live), decided)
 
+    async def _mount_form(self) -> None:
+        await self.query_one(LaunchPanel).mount_form()
+        # The whole screen is built: its objects leave the cycle collector's walks (ui/heap),
+        # now and every TIDY_EVERY_S, each time once no key came for QUIET_S.
+        self._heap_due = 0.0
+        self.call_after_refresh(self._tidy_heap)
+        self.set_interval(heap.QUIET_S, self._tidy_heap)
+
+    def _tidy_heap(self) -> None:
+        if time.monotonic() >= self._heap_due and not self.input_quiet(heap.QUIET_S):
+            heap.tidy()
+            self._heap_due = time.monotonic() + heap.TIDY_EVERY_S
+
     def on_unmount(self) -> None:
+        heap.release()
         self.workers.cancel_group(self, "poll")
         self._wake.set()
         if self.warm is not None:       # runs it forked go on: they are sessions of their own
