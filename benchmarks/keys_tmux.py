@@ -3,7 +3,8 @@ tmux) to its effect on the screen, with nothing training and with four runs trai
 
 Measured, each from `tmux send-keys` to the first `capture-pane` that shows the effect:
 - F1: the help dialog is on the screen (and escape: it is gone again);
-- a character typed into the run name box: it is on the screen.
+- a character typed into the run name box: it is on the screen;
+- ctrl+t, the next tab: the tab's content is on the screen.
 
 The four runs are started from the dashboard (F2 four times), as a user does, so they train
 the way the dashboard launches them (forked from its warm launcher, at its CPU priority).
@@ -11,7 +12,7 @@ The screen is polled every few milliseconds; a poll costs a tmux client process,
 figures include that resolution (about 5-10 ms). Goals (issue 18): with four runs training,
 every key's visible effect within 150 ms at p95, typed characters within 50 ms at p95.
 
-    python benchmarks/keys_tmux.py [--size 200x60] [--repeats 30]
+    python benchmarks/keys_tmux.py [--size 200x60] [--repeats 30] [--samples FILE.json]
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ import time
 from pathlib import Path
 
 SESSION = "keys-bench"
+# The tabs in ctrl+t's order, each with text only it shows (None: the Log tab has none).
+TAB_MARKS = [("Plots", "train loss (raw faint"), ("Divergence", "|Δloss| per step"),
+             ("Compare", "train loss (smoothed)"), ("A/B", "Run study"), ("Log", None)]
 KEY_GOAL_MS, CHAR_GOAL_MS = 150.0, 50.0
 
 
@@ -66,7 +70,7 @@ def pct(values: list[float], q: float) -> float:
 
 def measure(repeats: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"F1 help opens": [], "escape closes it": [],
-                                   "typed character": []}
+                                   "typed character": [], "ctrl+t next tab": []}
     for _ in range(repeats):
         time.sleep(0.15)
         tmux("send-keys", "-t", SESSION, "F1")
@@ -90,6 +94,18 @@ def measure(repeats: int) -> dict[str, list[float]]:
                                                "the character"))
     for _ in typed:
         tmux("send-keys", "-t", SESSION, "BSpace")
+    # ctrl+t, the next tab, round the five tabs from Plots: each tab's frame titles on the
+    # screen (its charts follow once the keys stop, by design). The Log tab has no fixed
+    # text: the key that leaves it is measured, not the one that reaches it.
+    wait_for(lambda s: TAB_MARKS[0][1] in s, 20, "the Plots tab")
+    while len(out["ctrl+t next tab"]) < repeats:
+        for tab, mark in TAB_MARKS[1:] + TAB_MARKS[:1]:
+            time.sleep(0.15)
+            tmux("send-keys", "-t", SESSION, "C-t")
+            if mark is None:
+                time.sleep(0.3)
+                continue
+            out["ctrl+t next tab"].append(wait_for(lambda s, m=mark: m in s, 20, tab))
     return out
 
 
@@ -98,6 +114,7 @@ def main() -> int:
     ap.add_argument("--size", default="200x60")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--epochs", type=int, default=60, help="of each training run")
+    ap.add_argument("--samples", type=Path, help="write every sample (ms) to this JSON file")
     args = ap.parse_args()
     if shutil.which("tmux") is None:
         print("tmux is needed (apt-get install tmux)")
@@ -155,6 +172,10 @@ def main() -> int:
                   f"{statistics.median(b):13.0f}{pct(b, 0.95):13.0f}   goal p95 <= {goal:.0f}"
                   f" ms: {'met' if met else 'NOT met'}")
         print(f"runs still training at the end: {still}")
+        if args.samples:
+            args.samples.write_text(json.dumps(
+                {when: {k: [round(x * 1000, 1) for x in v] for k, v in got.items()}
+                 for when, got in (("idle", idle), ("busy", busy))}, indent=1))
         return 0 if ok else 1
     finally:
         tmux("send-keys", "-t", SESSION, "C-q")
