@@ -1247,14 +1247,16 @@ class TrainerApp(App[None]):
 
     async def _mount_form(self) -> None:
         await self.query_one(LaunchPanel).mount_form()
-        # The whole screen is built: its objects leave the cycle collector's walks (ui/heap),
-        # now and every TIDY_EVERY_S, each time once no key came for QUIET_S.
+        # The whole screen is built: from now on the cycle collector's full walks happen
+        # here (ui/heap), every TIDY_EVERY_S once no key came for QUIET_S.
         self._heap_due = 0.0
         self.call_after_refresh(self._tidy_heap)
         self.set_interval(heap.QUIET_S, self._tidy_heap)
 
     def _tidy_heap(self) -> None:
-        if time.monotonic() >= self._heap_due and not self.input_quiet(heap.QUIET_S):
+        now = time.monotonic()
+        overdue = now >= self._heap_due + heap.MAX_DELAY_S
+        if now >= self._heap_due and (overdue or not self.input_quiet(heap.QUIET_S)):
             heap.tidy()
             self._heap_due = time.monotonic() + heap.TIDY_EVERY_S
 

@@ -1,31 +1,54 @@
 """Python's cycle collector, kept away from the keys.
 
-The dashboard holds about 200,000 Python objects (widgets, styles, cached lines of text). A
-full collection of the cycle collector walks all of them with the UI thread stopped: 55 to
-77 ms, every few seconds while the screen changes (measured in tmux, issue 18), and a key
-pressed then waited for it on top of its own work. Once the first screen and the form are
-up, `tidy` collects and freezes the heap (`gc.freeze`: the collector leaves those objects
-alone), so the collections Python starts by itself walk only what came since. Frozen
-objects that die later are still freed by their reference counts; a cycle among them waits
-for the next tidy, which runs every TIDY_EVERY_S when no key came for QUIET_S, and unfreezes,
-collects and freezes again (once a minute or two, while the user is not typing).
+The dashboard holds about 200,000 Python objects (widgets, styles, cached lines of text),
+and with runs training it makes and drops thousands more a second as it draws and reads the
+session. Python's full collections walk all of them with the UI thread stopped: 55 to
+270 ms every 2 to 3 s while four runs trained, and a key pressed then waited for it on top
+of its own work (measured in tmux with gc.callbacks, issue 18). So, once the first screen
+and the form are up, the app calls `tidy` every TIDY_EVERY_S once no key came for QUIET_S
+(and after MAX_DELAY_S whatever the keys do):
+- it collects what came since the last tidy and freezes what is left (`gc.freeze`: later
+  collections leave those objects alone), so each walk is a few seconds' worth of objects;
+- every UNFREEZE_EVERY_S it first unfreezes everything, so that cycles which died after
+  they were frozen are freed too;
+- Python's own full collections are put off (the third threshold raised); the young
+  generations are still collected as usual, in a few ms, and most objects die by their
+  reference counts anyway.
 """
 
 from __future__ import annotations
 
 import gc
+import time
 
-TIDY_EVERY_S = 90.0
-QUIET_S = 2.0
+TIDY_EVERY_S = 5.0
+QUIET_S = 1.0
+MAX_DELAY_S = 60.0          # a tidy waits at most this long for a pause in the keys
+UNFREEZE_EVERY_S = 60.0
+FULL_RARELY = 1_000_000     # gen1 collections before Python would start a full one itself
+
+_default: tuple[int, ...] | None = None
+_unfrozen_at = 0.0
 
 
 def tidy() -> None:
-    gc.unfreeze()
+    global _default, _unfrozen_at
+    if _default is None:
+        _default = gc.get_threshold()
+        gc.set_threshold(_default[0], _default[1], FULL_RARELY)
+    if time.monotonic() >= _unfrozen_at + UNFREEZE_EVERY_S:
+        gc.unfreeze()
+        _unfrozen_at = time.monotonic()
     gc.collect()
     gc.freeze()
 
 
 def release() -> None:
-    """The app is gone: its objects are the collector's again (tests run many apps in one
-    process)."""
+    """The app is gone: its objects are the collector's again, on Python's own schedule
+    (tests run many apps in one process)."""
+    global _default, _unfrozen_at
     gc.unfreeze()
+    _unfrozen_at = 0.0
+    if _default is not None:
+        gc.set_threshold(*_default)
+        _default = None
