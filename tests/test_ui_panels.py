@@ -134,3 +134,30 @@ async def test_charts_are_built_only_while_in_view(tmp_path):
         await settle()
         assert plots["plot-grad"].in_view
         assert plots["plot-grad"]._canvas is not None
+
+
+async def test_a_table_keeps_only_the_cells_it_draws_now():
+    """panels/common.Table: DataTable keyed what it drew by an update count and kept up to
+    10,000 cells of older counts that are never drawn again; with four runs training the run
+    table's dead cells made Python's full collections take 100-270 ms (issue 18)."""
+    from textual.app import App
+
+    from tui_trainer.ui.panels.common import Table
+
+    class One(App):
+        def compose(self):
+            yield Table(id="t")
+
+    app = One()
+    async with app.run_test(size=(100, 30)) as pilot:
+        table = app.query_one(Table)
+        table.add_columns("a", "b", "c")
+        rows = [table.add_row(i, i, i) for i in range(10)]
+        await pilot.pause()
+        for step in range(60):              # a cell of every row changes, twice a second
+            for r in rows:
+                table.update_cell(r, table.ordered_columns[1].key, step % 10)
+            await pilot.pause()
+        assert "3  9  3" in "".join(s.text for s in table.render_line(4))     # row 3
+        assert 0 < len(table._cell_render_cache) <= 4 * 10 * 3     # this draw's cells
+        assert len(table._line_cache) <= 2 * 30

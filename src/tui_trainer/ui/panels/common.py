@@ -43,3 +43,24 @@ class Table(DataTable):
         super()._update_dimensions(new_rows)
         self._update_count += 1
         self.refresh()
+
+    # DataTable keys the lines and cells it drew by its update count, and keeps up to
+    # 10,000 cells and 1,000 lines of them: entries of an older count are never used again
+    # but stayed until evicted. With four runs training, the run table's cells change twice
+    # a second and these dead entries (each a list of Segments) grew by 3,000 objects a
+    # second, until Python's full collections took 100-270 ms, a key waiting behind each
+    # (issue 18, measured with gc.callbacks). When the count moves on, they go.
+    _DRAWN = ("_row_render_cache", "_cell_render_cache", "_row_renderable_cache",
+              "_line_cache", "_offset_cache", "_ordered_row_cache")
+
+    @property
+    def _update_count(self) -> int:
+        return self.__count
+
+    @_update_count.setter
+    def _update_count(self, value: int) -> None:
+        self.__count = value
+        for name in self._DRAWN:
+            cache = self.__dict__.get(name)
+            if cache is not None:
+                cache.clear()
