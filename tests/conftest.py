@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +40,11 @@ COLD_DASHBOARD = ("test_ui", "test_snapshots", "test_terminal")
 def isolated_home(tmp_path_factory, monkeypatch, request):
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("TUI_TRAINER_HOME", str(home))
+    # Launcher sockets in a runtime folder of the test's own (short: a socket path has about
+    # 100 bytes), looked at by the tests and removed after them.
+    runtime = tempfile.mkdtemp(prefix="ttrun-")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+    request.addfinalizer(lambda: shutil.rmtree(runtime, ignore_errors=True))
     monkeypatch.setenv("TUI_TRAINER_OFFLINE", "1")
     if request.module.__name__.startswith(COLD_DASHBOARD) \
             and request.node.get_closest_marker("warm") is None:

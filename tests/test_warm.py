@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -108,12 +107,11 @@ def test_a_forked_run_killed_reports_its_signal_and_resumes_bit_exact(tmp_path, 
     assert fingerprints(tmp_path, killed) == fingerprints(tmp_path, straight)
 
 
-def test_a_study_forks_its_runs_and_stops_cleanly(tmp_path, monkeypatch):
+def test_a_study_forks_its_runs_and_stops_cleanly(tmp_path):
     """`ab` starts a launcher of its own: every run's log says it was forked, the launcher
-    is gone afterwards, and the variant is bit-identical where it should be."""
-    import tempfile
-    mine = tempfile.mkdtemp(prefix="tw-")       # short: a socket path has ~100 bytes
-    monkeypatch.setenv("TMPDIR", mine)
+    is gone afterwards with its folder, and the variant is bit-identical where it should
+    be."""
+    runtime = os.environ["XDG_RUNTIME_DIR"]         # the test's own (conftest)
     r = tt("ab", "--session", str(tmp_path), "--json", *sets(*QUICK), "--steps", "4",
            "--vary", "eval_batch_size=100", "--repeats", "2")
     assert r.rc == 0, r.err
@@ -121,11 +119,8 @@ def test_a_study_forks_its_runs_and_stops_cleanly(tmp_path, monkeypatch):
     assert rows[1]["bit_identical"] is True and rows[1]["done"] == 2
     for (run_id,) in db_rows(tmp_path, "SELECT id FROM runs"):
         assert WARM_LINE in (tmp_path / "logs" / f"run-{run_id}.log").read_text()
-    deadline = time.monotonic() + 10
-    while _launchers(mine) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _launchers(mine) and not list(Path(mine).glob("tui-trainer-warm-*"))
-    shutil.rmtree(mine)
+    assert _wait(lambda: not _launchers(runtime))
+    assert not list(Path(runtime).glob("tui-trainer/warm-*"))
 
 
 def test_warm_starts_can_be_turned_off(tmp_path, monkeypatch):
@@ -149,3 +144,155 @@ def _launchers(under: str) -> set[int]:
             if b"warm" in cmd and any(c.startswith(under.encode()) for c in cmd):
                 out.add(int(proc.name))
     return out
+
+
+# --- what the launcher and its clients trust (issue 19) -------------------------------------
+
+def _fake_launcher(folder: Path, answer) -> tuple[Path, list]:
+    """A socket that answers every request with `answer` (a launcher that is not ours, or
+    lies); returns its path and what it received."""
+    import socket
+    import threading
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / "launcher.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server.bind(str(path))
+    server.listen(4)
+    got: list = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 4)
+            got.append(data)
+            for fd in fds:
+                os.close(fd)
+            conn.send(answer if isinstance(answer, bytes) else json.dumps(answer).encode())
+            conn.close()
+    threading.Thread(target=serve, daemon=True).start()
+    return path, got
+
+
+def _spawn_into(launcher: WarmLauncher, log: Path):
+    with open(log, "ab") as f:
+        return launcher.spawn(["runs"], f.fileno(), f.fileno(), True, {"SECRET": "x"})
+
+
+@pytest.mark.parametrize("answer", [{"pid": 1}, {"pid": "12"}, {"pid": True}, [], b"\xff",
+                                    {"pid": os.getpid()}, {"error": "no"}])
+def test_a_launcher_answer_is_believed_only_for_its_own_child(tmp_path, answer):
+    """A pid that is not the launcher's child (pid 1, this test, nonsense) is never
+    recorded, waited on or signalled: the run starts cold and its log says why."""
+    path, got = _fake_launcher(tmp_path / "run", answer)
+    log = tmp_path / "run.log"
+    assert _spawn_into(WarmLauncher(str(path)), log) is None
+    assert len(got) == 1 and "not used" in log.read_text()
+    assert WARM_LINE not in log.read_text()
+
+
+def test_nothing_is_sent_to_a_socket_in_a_folder_open_to_others(tmp_path):
+    path, got = _fake_launcher(tmp_path / "open", {"pid": 1})
+    (tmp_path / "open").chmod(0o755)
+    log = tmp_path / "run.log"
+    assert _spawn_into(WarmLauncher(str(path)), log) is None
+    assert got == [] and "open to other users" in log.read_text()
+
+
+def test_a_peer_of_another_user_is_refused(tmp_path):
+    """SO_PEERCRED: the check is fed another uid, as a socket of another user would be."""
+    import socket
+
+    from tui_trainer.core import trust
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with a, b:
+        assert trust.check_peer(a) == os.getpid()
+        with pytest.raises(trust.Untrusted, match="runs as uid"):
+            trust.check_peer(a, uid=os.getuid() + 1)
+
+
+def _fds(pid: int) -> list[str]:
+    out = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            out.append(os.readlink(fd))
+        except OSError:
+            pass
+    return out
+
+
+def test_silent_and_bad_clients_neither_block_nor_leak(tmp_path, warm):
+    """A client that connects and says nothing blocks no one; 40 bad requests with
+    descriptors leave no descriptor open; a forked run holds none of the launcher's."""
+    import socket
+    launcher = warm._proc.pid
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    silent.connect(str(warm.path))
+    before = len(_fds(launcher))
+    for _ in range(40):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as bad, \
+                open(tmp_path / "x", "ab") as f:
+            bad.connect(str(warm.path))
+            socket.send_fds(bad, [b"{not json"], [f.fileno(), f.fileno()])
+            bad.recv(4096)
+    assert _wait(lambda: len(_fds(launcher)) <= before)
+    with SessionStore(tmp_path) as store:
+        run_id = store.create_run(_config(max_steps=40), name="beside a silent client")
+        t0 = time.monotonic()
+        proc = launch(tmp_path, train_args(run_id), store.log_path(run_id), warm=warm)
+        assert isinstance(proc, WarmChild) and time.monotonic() - t0 < 4
+        assert _wait(lambda: WARM_LINE in store.log_path(run_id).read_text())
+        held = _fds(proc.pid)
+        assert not any("eventpoll" in h for h in held), held
+        assert sum("socket:" in h for h in held) == 0, held
+        assert proc.wait(timeout=120) == 0
+    silent.close()
+
+
+def test_a_run_outlives_its_launcher_without_a_false_failure(tmp_path, warm):
+    """The launcher dies while its run trains: waiting does not spin, and the run's outcome
+    is what it recorded, not the launcher's missing exit status."""
+    from tui_trainer.runner import train_child
+    with SessionStore(tmp_path) as store:
+        run_id = store.create_run(_config(max_steps=60), name="orphaned")
+        import threading
+        result: dict = {}
+        t = threading.Thread(target=lambda: result.update(
+            s=train_child(store.__class__(tmp_path), run_id, train_args(run_id), warm=warm)))
+        t.start()
+        assert _wait(lambda: store.run(run_id)["status"] == "running", 60)
+        os.kill(warm._proc.pid, signal.SIGKILL)
+        cpu = time.process_time()
+        t.join(120)
+        assert not t.is_alive() and result["s"]["status"] == "finished"
+        assert time.process_time() - cpu < 1.0      # waited, did not spin
+        assert store.run(run_id)["status"] == "finished"
+
+
+def test_stale_launcher_folders_are_swept(tmp_path):
+    import subprocess
+
+    from tui_trainer.core import trust
+    base = trust.runtime_base()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = base / "warm-stale"
+    stale.mkdir(mode=0o700)
+    (stale / "owner.pid").write_text(f"{dead.pid} 1\n")
+    live = base / "warm-live"
+    live.mkdir(mode=0o700)
+    (live / "owner.pid").write_text(f"{os.getpid()} {trust.start_time(os.getpid())}\n")
+    young = base / "warm-young"             # starting: no pid written yet
+    young.mkdir(mode=0o700)
+    assert trust.sweep_stale(base) == [stale]
+    assert live.exists() and young.exists() and not stale.exists()
+
+
+def test_warm_refuses_a_path_where_something_is(tmp_path):
+    victim = tmp_path / "notes.txt"
+    victim.write_text("keep me")
+    r = tt("warm", str(victim))
+    assert r.rc == 2 and "exists" in r.err
+    assert victim.read_text() == "keep me"

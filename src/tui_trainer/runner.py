@@ -28,7 +28,7 @@ from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, 
                           BadInput)
 from .core.repro import verdict
 from .core.store import SessionStore
-from .core.supervisor import (WarmLauncher, WarmChild, launch, resume_args,
+from .core.supervisor import (UNKNOWN_EXIT, WarmChild, WarmLauncher, launch, resume_args,
                               torchrun_args, train_args)
 
 Say = Callable[[str], None]
@@ -55,6 +55,14 @@ def train_child(store: SessionStore, run_id: int, args: list[str], expect_kill: 
             children.remove(proc)
     if expect_kill and proc.returncode < 0:
         return None
+    if proc.returncode == UNKNOWN_EXIT and out and \
+            store.run(run_id)["status"] in ("finished", "diverged", "stopped"):
+        # The launcher that forked it went away first (its exit status is not known): the
+        # run's outcome is what the run recorded, and its summary came on its stdout.
+        try:
+            return json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            pass
     if proc.returncode not in (EXIT_OK, EXIT_DIVERGED, EXIT_STOPPED):
         tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
         message = tail[-1].removeprefix("tui-trainer: ") if tail else ""

@@ -27,11 +27,17 @@ import selectors
 import signal
 import socket
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+from .core.supervisor import WARM_LINE
+from .core.trust import Untrusted, check_peer
+
 MAX_REQUEST = 1 << 20
+MAX_PENDING = 32        # connections whose request is not read yet
+REQUEST_S = 5.0         # how long a connection may take to send its request
 
 
 def _threads() -> int:
@@ -56,7 +62,7 @@ def _leave(target: Path) -> None:
     made the folder may have died without closing it (a terminal closed: SIGHUP), and
     nothing is left behind in /tmp. Only the launcher's own files go; rmdir removes the
     folder only when nothing else is in it."""
-    for name in (target.name, target.name + ".binding", "launcher.log"):
+    for name in (target.name, target.name + ".binding", "launcher.log", "owner.pid"):
         try:
             (target.parent / name).unlink()
         except OSError:
@@ -70,10 +76,16 @@ def _leave(target: Path) -> None:
 
 def serve(path: str) -> int:
     from .engine.distributed import die_with_parent
+    target = Path(path)
+    if os.path.lexists(target):
+        # It makes its own socket; a file (or anything) already there is not replaced.
+        print(f"tui-trainer warm: {target} exists; the launcher makes its socket itself, at "
+              "a path where nothing is", file=sys.stderr)
+        return 2
     # It ends with the dashboard (or study) that started it, and cleans up after itself; a
     # child forked a moment ago ends as SIGTERM's default would end it.
     me = os.getpid()
-    signal.signal(signal.SIGTERM, lambda *_: _leave(Path(path)) if os.getpid() == me
+    signal.signal(signal.SIGTERM, lambda *_: _leave(target) if os.getpid() == me
                   else os._exit(128 + signal.SIGTERM))
     die_with_parent(signal.SIGTERM)
     warm_up()
@@ -81,7 +93,6 @@ def serve(path: str) -> int:
         print(f"tui-trainer warm: {_threads()} threads after importing torch; forking is not "
               "safe, runs start cold", file=sys.stderr)
         return 1
-    target = Path(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     partial = target.with_name(target.name + ".binding")
     sock.bind(str(partial))
@@ -92,26 +103,121 @@ def serve(path: str) -> int:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    waiting: dict[int, socket.socket] = {}
-    sel = selectors.DefaultSelector()
-    sel.register(sock, selectors.EVENT_READ)
-    sel.register(wake_r, selectors.EVENT_READ)
-    while True:
-        for key, _ in sel.select():
-            if key.fileobj is sock:
-                conn, _ = sock.accept()
-                pid = _handle(conn, keep=(sock, wake_r, wake_w))
-                if pid is not None:
-                    waiting[pid] = conn
-                else:
-                    conn.close()
-            else:
-                try:
-                    while os.read(wake_r, 512):
+    Launcher(sock, wake_r, wake_w).loop()
+    return 0
+
+
+class Launcher:
+    """The select loop. A connection is first `pending` (its request not read yet: at most
+    MAX_PENDING of them, each dropped after REQUEST_S, so a silent client blocks nobody),
+    then `waiting` for the exit of the child forked for it. Every descriptor a request
+    passed is closed here, whatever became of the request; a forked child keeps none of the
+    launcher's own (its socket, the selector, the other clients' connections)."""
+
+    def __init__(self, sock: socket.socket, wake_r: int, wake_w: int) -> None:
+        self.sock, self.wake_r, self.wake_w = sock, wake_r, wake_w
+        self.pending: dict[socket.socket, float] = {}
+        self.waiting: dict[int, socket.socket] = {}
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(sock, selectors.EVENT_READ)
+        self.sel.register(wake_r, selectors.EVENT_READ)
+
+    def loop(self) -> None:
+        while True:
+            for key, _ in self.sel.select(timeout=1.0):
+                if key.fileobj is self.sock:
+                    self._accept()
+                elif key.fileobj == self.wake_r:
+                    try:
+                        while os.read(self.wake_r, 512):
+                            pass
+                    except BlockingIOError:
                         pass
-                except BlockingIOError:
-                    pass
-        _reap(waiting)
+                else:
+                    conn = key.fileobj
+                    self.sel.unregister(conn)
+                    del self.pending[conn]
+                    pid = self._handle(conn)
+                    if pid is not None:
+                        self.waiting[pid] = conn
+                    else:
+                        conn.close()
+            now = time.monotonic()
+            for conn, deadline in list(self.pending.items()):
+                if now > deadline:           # connected and said nothing: dropped
+                    self._drop(conn)
+            _reap(self.waiting)
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self.sock.accept()
+        except OSError:
+            return
+        try:
+            check_peer(conn)                 # only this user's processes are served
+        except (OSError, Untrusted):
+            conn.close()
+            return
+        if len(self.pending) >= MAX_PENDING:
+            conn.close()
+            return
+        self.pending[conn] = time.monotonic() + REQUEST_S
+        self.sel.register(conn, selectors.EVENT_READ)
+
+    def _drop(self, conn: socket.socket) -> None:
+        self.sel.unregister(conn)
+        del self.pending[conn]
+        conn.close()
+
+    def _handle(self, conn: socket.socket) -> int | None:
+        fds: list[int] = []
+        try:
+            conn.setblocking(False)
+            data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 2)
+            request = _valid(json.loads(data))
+            if len(fds) != 2:
+                raise ValueError("a request passes two file descriptors (stdout, stderr)")
+        except (OSError, ValueError, TypeError) as e:
+            for fd in fds:
+                os.close(fd)
+            try:
+                conn.send(json.dumps({"error": str(e)[:200]}).encode())
+            except OSError:
+                pass
+            return None
+        pid = os.fork()
+        if pid == 0:
+            # The child keeps nothing of the launcher's: its socket, the selector's epoll
+            # descriptor, the wake-up pipe, every other client's connection.
+            self.sel.close()
+            for thing in (self.sock, *self.pending, *self.waiting.values()):
+                thing.close()
+            for fd in (self.wake_r, self.wake_w):
+                os.close(fd)
+            conn.close()
+            _child(request, fds)          # never returns
+        for fd in fds:
+            os.close(fd)
+        try:
+            conn.send(json.dumps({"pid": pid}).encode())
+        except OSError:
+            pass
+        return pid
+
+
+def _valid(request: Any) -> dict[str, Any]:
+    """A request's shape, checked before anything is forked for it."""
+    if not isinstance(request, dict):
+        raise ValueError("a request is a JSON object")
+    args, env, cwd = request.get("args"), request.get("env"), request.get("cwd")
+    if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
+        raise ValueError("args: a list of strings")
+    if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                          for k, v in env.items())):
+        raise ValueError("env: an object of strings")
+    if not isinstance(cwd, str) or not isinstance(request.get("detach", True), bool):
+        raise ValueError("cwd: a string; detach: true or false")
+    return request
 
 
 def _reap(waiting: dict[int, socket.socket]) -> None:
@@ -131,36 +237,6 @@ def _reap(waiting: dict[int, socket.socket]) -> None:
             conn.close()
 
 
-def _handle(conn: socket.socket, keep: tuple[Any, ...]) -> int | None:
-    try:
-        data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 2)
-        request = json.loads(data)
-        if len(fds) != 2:
-            raise ValueError("a request passes two file descriptors (stdout, stderr)")
-    except (OSError, ValueError) as e:
-        try:
-            conn.send(json.dumps({"error": str(e)}).encode())
-        except OSError:
-            pass
-        return None
-    pid = os.fork()
-    if pid == 0:
-        for thing in keep:
-            try:
-                thing.close() if hasattr(thing, "close") else os.close(thing)
-            except OSError:
-                pass
-        conn.close()
-        _child(request, fds)          # never returns
-    for fd in fds:
-        os.close(fd)
-    try:
-        conn.send(json.dumps({"pid": pid}).encode())
-    except OSError:
-        pass
-    return pid
-
-
 def _child(request: dict[str, Any], fds: list[int]) -> None:
     code = 1
     try:
@@ -176,6 +252,8 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
         for fd in (null, *fds):
             if fd > 2:
                 os.close(fd)
+        # Said by the forked process itself: a run that started cold never says it.
+        os.write(2, f"{time.strftime('%H:%M:%S')} {WARM_LINE}\n".encode())
         sys.stdout.reconfigure(line_buffering=True, write_through=True)
         sys.stderr.reconfigure(line_buffering=True, write_through=True)
         os.chdir(request["cwd"])

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import trust
 from .store import SessionStore
 
 NICENESS = 10
@@ -157,14 +158,19 @@ def torchrun_args(nproc: int, nnodes: int, endpoint: str, worker: list[str], log
 class WarmChild:
     """A run forked by the warm launcher, used like the subprocess.Popen of a cold start:
     pid, poll, wait, send_signal, communicate. Its exit status comes over the socket (the
-    launcher is its parent); should the launcher be gone, the process is watched by pid."""
+    launcher is its parent); should the launcher be gone, the process is watched by its pid
+    and start time (a reused pid is never taken for it, nor signalled)."""
 
-    def __init__(self, pid: int, conn: socket.socket, out: int | None) -> None:
-        self.pid, self._conn, self._out = pid, conn, out
+    def __init__(self, pid: int, conn: socket.socket, out: int | None,
+                 started: int | None = None) -> None:
+        self.pid, self._conn, self._out, self._started = pid, conn, out, started
         self.returncode: int | None = None
 
+    def _alive(self) -> bool:
+        return trust.same_process(self.pid, self._started)
+
     def _read(self, timeout: float | None) -> None:
-        if self.returncode is not None:
+        if self.returncode is not None or self._conn.fileno() < 0:
             return
         ready, _, _ = select.select([self._conn], [], [], timeout)
         if not ready:
@@ -173,17 +179,19 @@ class WarmChild:
             data = self._conn.recv(4096)
         except OSError:
             data = b""
-        if data:
-            self.returncode = int(json.loads(data)["exit"])
-        elif not _alive(self.pid):
-            self.returncode = UNKNOWN_EXIT       # the launcher went away before it
-        else:
-            return
-        self._conn.close()
+        self._conn.close()          # an answer, or the launcher went away: no more to read
+        try:
+            code = json.loads(data)["exit"] if data else None
+        except (ValueError, TypeError, KeyError):
+            code = None
+        if isinstance(code, int) and not isinstance(code, bool):
+            self.returncode = code
+        elif not self._alive():
+            self.returncode = UNKNOWN_EXIT      # gone, and nobody can say how
 
     def poll(self) -> int | None:
         self._read(0)
-        if self.returncode is None and self._conn.fileno() < 0 and not _alive(self.pid):
+        if self.returncode is None and self._conn.fileno() < 0 and not self._alive():
             self.returncode = UNKNOWN_EXIT
         return self.returncode
 
@@ -196,11 +204,11 @@ class WarmChild:
             if self._conn.fileno() >= 0:
                 self._read(0.5 if left is None else min(0.5, left))
             else:
-                time.sleep(0.1)
+                time.sleep(0.1 if left is None else min(0.1, left))
         return self.returncode  # type: ignore[return-value]
 
     def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
+        if self.poll() is None and self._alive():
             try:
                 os.kill(self.pid, sig)
             except ProcessLookupError:
@@ -227,20 +235,6 @@ UNKNOWN_EXIT = 255
 WARM_LINE = "forked from the warm launcher (torch imported already)"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:                                  # a zombie of ours is not alive
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 class WarmLauncher:
     """A `tui-trainer warm` process (tui_trainer/warm.py) that has imported torch once and
     forks each run; started by the dashboard when it opens, and by a study for its runs.
@@ -261,8 +255,12 @@ class WarmLauncher:
         attach = os.environ.get(cls.ENV)
         if attach == "0":                 # turned off: never ready, every run starts cold
             return cls()
-        if attach and Path(attach).exists():
-            return cls(attach)
+        if attach:
+            try:
+                trust.check_socket(Path(attach))      # ours and private, or not used
+                return cls(attach)
+            except (OSError, trust.Untrusted):
+                pass
         launcher = cls()
         launcher.start()
         return launcher
@@ -278,9 +276,17 @@ class WarmLauncher:
         return {self.ENV: str(self.path)} if self.path is not None else {}
 
     def start(self) -> None:
+        """Starts the launcher, its socket in a folder of its own in this user's private
+        runtime folder (core/trust.py); folders of launchers that died unannounced (a
+        killed dashboard) are swept first. Runs start cold when that folder is not ours."""
         if self._proc is not None or self._attached is not None:
             return
-        self._dir = Path(tempfile.mkdtemp(prefix="tui-trainer-warm-"))   # mode 0700
+        try:
+            base = trust.runtime_base()
+        except trust.Untrusted:
+            return
+        trust.sweep_stale(base)
+        self._dir = Path(tempfile.mkdtemp(prefix=trust.WARM_PREFIX, dir=base))   # 0700
         nice = [shutil.which("nice") or "", "-n", str(NICENESS)] if shutil.which("nice") else []
         # numpy's OpenBLAS starts a thread pool when imported: one thread here keeps the
         # launcher single-threaded, so that it can fork (training does not use numpy's BLAS;
@@ -290,6 +296,9 @@ class WarmLauncher:
                 [*nice, sys.executable, "-m", "tui_trainer", "warm", str(self.path)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                 start_new_session=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+        # Whose folder this is: a later sweep removes it once that process is gone.
+        (self._dir / "owner.pid").write_text(
+            f"{self._proc.pid} {trust.start_time(self._proc.pid) or 0}\n")
 
     def ready(self) -> bool:
         if self._attached is not None:
@@ -310,23 +319,29 @@ class WarmLauncher:
               env: dict[str, str], out: int | None = None) -> WarmChild | None:
         """Forks `tui-trainer ARGS` with these stdout/stderr; None when the launcher cannot
         (not ready, gone): the caller then starts the run cold."""
-        if not self.ready():
+        if not self.ready() or self.path is None:
             return None
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
+            # Nothing (the environment, the log descriptors) goes to a socket or a process
+            # that is not this user's own (core/trust.py); every answer is checked.
+            trust.check_socket(self.path)
             conn.settimeout(10)
             conn.connect(str(self.path))
+            launcher = trust.check_peer(conn)
             request = {"args": args, "env": env, "cwd": os.getcwd(), "detach": detach}
             socket.send_fds(conn, [json.dumps(request).encode()], [stdout, stderr])
-            answer = json.loads(conn.recv(4096) or b"{}")
+            pid, started = trust.check_child(json.loads(conn.recv(4096) or b"{}"), launcher)
             conn.settimeout(None)
-        except (OSError, ValueError):
+        except (OSError, ValueError, trust.Untrusted) as e:
             conn.close()
+            try:        # into the run's log, where its cold start follows
+                os.write(stderr, f"tui-trainer: the warm launcher was not used ({e}); "
+                                 "starting cold\n".encode(errors="replace"))
+            except OSError:
+                pass
             return None
-        if "pid" not in answer:
-            conn.close()
-            return None
-        return WarmChild(int(answer["pid"]), conn, out)
+        return WarmChild(pid, conn, out, started)
 
     def close(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -356,8 +371,6 @@ def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = Tru
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(warm.env() if warm else {}), **(env or {})}
     if warm is not None and warm.ready():
         with open(log_path, "ab") as log:
-            log.write(f"{time.strftime('%H:%M:%S')} {WARM_LINE}\n".encode())
-            log.flush()
             if capture:
                 read_end, write_end = os.pipe()
                 child = warm.spawn(argv, write_end, log.fileno(), detach, env, out=read_end)
