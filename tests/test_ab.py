@@ -13,6 +13,7 @@ from PIL import Image
 
 from conftest import QUICK, db_rows, fingerprints, sets, tt
 from tui_trainer.core.export import FIG_DPI, FIG_SIZE_IN
+from tui_trainer.core.store import SessionStore
 
 STUDIES = sorted((Path(__file__).parent.parent / "experiments" / "ab").glob("*.toml"))
 FIGURES = ("samples_per_s", "data_wait_s", "peak_memory_mib", "train_loss", "eval_loss",
@@ -306,6 +307,17 @@ def test_ab_with_two_rounds_gives_each_rounds_ratio_and_no_interval(tmp_path):
     assert table[1]["runs"].split() == [str(x) for x in variant["runs"]]
     for run_id, _, _ in runs:
         assert (tmp_path / "exports" / f"run-{run_id}-steps.csv").is_file()
+    # Had the variant crashed after its steps, the steps it recorded still match the base's:
+    # that is no bit-identity (it read "crashed, yes (in every round)").
+    import sqlite3
+
+    from tui_trainer.core import study as S
+    with sqlite3.connect(tmp_path / "session.sqlite") as db:
+        db.execute("UPDATE runs SET status = 'crashed' WHERE id IN (?, ?)", variant["runs"])
+    with SessionStore(tmp_path) as store:
+        _, (_, crashed) = S.table(store, 1)
+    assert crashed.status == "crashed" and crashed.bit_identical is None
+    assert S.identity_text(crashed) == "crashed, not known (it did not finish)"
 
 
 def test_a_seed_sweep_its_table_spread_and_band_come_from_its_runs(tmp_path):

@@ -306,7 +306,7 @@ def table(store: SessionStore, study_id: int,
         if row is base:
             row.bit_identical = True
             continue
-        same, first_diff, compared = True, None, 0
+        same, first_diff, compared, unfinished = True, None, 0, False
         for rnd in range(repeats):
             a, b = grid[0][rnd], grid[arm][rnd]
             if a is None or b is None or a[0]["run_id"] is None or b[0]["run_id"] is None:
@@ -315,12 +315,14 @@ def table(store: SessionStore, study_id: int,
             if ident.identical is None:
                 continue
             compared += 1
+            # The steps a crashed run recorded can match; "identical" needs whole runs.
+            unfinished |= not (_finished(a) and _finished(b))
             if not ident.identical:
                 same = False
                 if ident.first_difference is not None:
                     first_diff = ident.first_difference if first_diff is None else \
                         min(first_diff, ident.first_difference)
-        row.bit_identical = same if compared else None
+        row.bit_identical = (None if same and unfinished else same) if compared else None
         row.first_difference = first_diff
         if repeats > 1:
             row.intervals, row.verdicts = {}, {}
@@ -472,6 +474,8 @@ def identity_text(r: Row) -> str:
         prefix = ""
     if r.position == 0:
         return prefix + "(base)"
+    if prefix and r.bit_identical is None:
+        return prefix + "not known (it did not finish)"
     what = F.Identity(r.bit_identical, [], r.first_difference, None).text()
     return prefix + (what if r.rounds == 1 else f"{what} (in every round)"
                      if r.bit_identical else what)
