@@ -163,3 +163,19 @@ def test_two_launcher_agents_over_loopback(straight, tmp_path):
     assert node1.returncode == 0, err1
     assert "ended cleanly" in out1
     assert fingerprints(tmp_path, 1) == reference
+
+
+@pytest.mark.parametrize("torchrun_env", [False, True])
+def test_worker_by_hand_is_refused_and_changes_nothing(tmp_path, monkeypatch, torchrun_env):
+    """`worker` outside a torchrun group it belongs to (by hand; even with torchrun's
+    variables set) would retrain the run from step 0 with any --set: refused, exit 2."""
+    with SessionStore(tmp_path) as store:
+        run_id = store.create_run(C.DEFAULTS.to_dict(), name="done")
+        store.end_run(run_id, "finished", {"steps": 40})
+    if torchrun_env:
+        for key, value in (("TORCHELASTIC_RUN_ID", "x"), ("RANK", "0"), ("WORLD_SIZE", "1")):
+            monkeypatch.setenv(key, value)
+    before = db_rows(tmp_path, "SELECT status, config, summary FROM runs")
+    r = tt("worker", "--session", str(tmp_path), "--run-id", str(run_id), "--set", "lr=5")
+    assert r.rc == 2 and "not run by hand" in r.err
+    assert db_rows(tmp_path, "SELECT status, config, summary FROM runs") == before

@@ -430,6 +430,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     session) reads the run and its checkpoint and hands them to every rank; only it
     records anything. Prints nothing on stdout: the launcher prints the run's summary."""
     from .engine.distributed import die_with_parent, join_group
+    _check_rank_of_a_group()
     die_with_parent()
     sys.stdout = sys.stderr
     group = join_group()
@@ -471,6 +472,21 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # A stopped rank exits 0 (torchrun counts any other status as a failure); the launcher
     # says "stopped" with its own status (_train_group).
     return EXIT_DIVERGED if summary.status == "diverged" else EXIT_OK
+
+
+def _check_rank_of_a_group() -> None:
+    """`worker` is one rank of a data-parallel run: torchrun started it, inside the process
+    that trains the run (`run`, `resume` or `join`, torchrun's agent). Run by hand it would
+    train the run again from step 0, past every check of `resume`: refused."""
+    from .engine.distributed import under_torchrun
+    try:
+        parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        parent = []
+    if not under_torchrun() or not any(b"tui_trainer" in part for part in parent[:3]):
+        raise BadInput("`worker` is one process of a data-parallel run, started by torchrun "
+                       "inside the run's own process; it is not run by hand (use `run`, "
+                       "`resume` or `join`)")
 
 
 def _worker_payload(args: argparse.Namespace) -> dict[str, Any]:
