@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import statistics
 from pathlib import Path
 
@@ -126,19 +127,33 @@ def test_ab_prints_a_table_with_ratios(tmp_path):
     (["--vary", "lr=0.1", "--repeats", "0"], "--repeats"),
     (["--vary", "lr=0.1", "--level", "1.2"], "--level"),
     (["--vary", "lr=0.1", "--jobs", "0"], "--jobs"),
+    (["--vary", "lr=0.1", "--repeats", "100000000"], "--repeats"),
+    (["--vary", "lr=0.1", "--name", os.fsdecode(b"a\xffb")], "--name"),    # not UTF-8
 ])
 def test_bad_ab_input_exits_2_before_training(tmp_path, args, key):
-    r = tt("ab", "--session", str(tmp_path), *args)
+    r = tt("ab", "--session", str(tmp_path / "s"), *args)
     assert r.rc == 2
     assert key in r.err and r.err.count("\n") == 1
-    assert not (tmp_path / "session.sqlite").exists()
+    assert not (tmp_path / "s").exists()
 
 
-def test_a_bad_study_file_names_the_field(tmp_path):
+def test_a_sweep_of_too_many_seeds_is_refused(tmp_path):
+    r = tt("sweep", "--session", str(tmp_path / "s"), "--seeds", "100000000", timeout=60)
+    assert r.rc == 2 and "--seeds: must be at most" in r.err
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("ab, key", [('vary = "amp=bf16"', "ab.vary"),
+                                     ('vary = ["lr=0.1"]\nname = 5', "ab.name"),
+                                     ('vary = ["lr=0.1"]\nname = ["x"]', "ab.name"),
+                                     ('vary = ["lr=0.1"]\nabout = 1.5', "ab.about"),
+                                     ('vary = ["lr=0.1"]\nrepeats = 100000000', "ab.repeats")])
+def test_a_bad_study_file_names_the_field(tmp_path, ab, key):
     bad = tmp_path / "study.toml"
-    bad.write_text('seed = 1\n[ab]\nvary = "amp=bf16"\n')
-    r = tt("ab", "--session", str(tmp_path / "s"), "--config", str(bad))
-    assert r.rc == 2 and "ab.vary" in r.err
+    bad.write_text(f"seed = 1\n[ab]\n{ab}\n")
+    r = tt("ab", "--session", str(tmp_path / "s"), "--config", str(bad), timeout=60)
+    assert r.rc == 2 and key in r.err, r.err
+    assert not (tmp_path / "s").exists()
 
 
 @pytest.mark.parametrize("study", STUDIES, ids=[s.stem for s in STUDIES])

@@ -24,7 +24,7 @@ from . import stats as S
 from .columns import cut, fit
 from .config import ConfigError
 from .store import SessionStore
-from .text import shown
+from .text import name_problem, shown
 
 DEFAULT_STEPS = 200
 # Rounds of an A/B study: enough for a 15% speed difference to come out of this machine's
@@ -33,6 +33,7 @@ DEFAULT_REPEATS = 6
 DEFAULT_SEEDS = 5
 # Runs of a study trained at a time: at most one per core.
 MAX_JOBS = os.cpu_count() or 1
+MAX_ROUNDS = 1000       # rounds of a study, seeds of a sweep: each is a whole run per arm
 
 # (key, heading, format) of each figure in the table; ratio_of marks those with a ratio.
 # (key, heading, format) of each figure in the table, every one as defined in core.figures.
@@ -95,8 +96,15 @@ def read_study_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise ConfigError("ab.steps", f"must be an integer >= 1, got {steps!r}")
     repeats = ab.get("repeats")
     if repeats is not None and (not isinstance(repeats, int) or isinstance(repeats, bool)
-                                or repeats < 1):
-        raise ConfigError("ab.repeats", f"must be an integer >= 1, got {repeats!r}")
+                                or not 1 <= repeats <= MAX_ROUNDS):
+        raise ConfigError("ab.repeats", f"must be an integer from 1 to {MAX_ROUNDS}, "
+                          f"got {repeats!r}")
+    for key in ("name", "about"):
+        value = ab.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"ab.{key}", f"must be a string, got {value!r}"[:200])
+    if isinstance(ab.get("name"), str) and (problem := name_problem(ab["name"])):
+        raise ConfigError("ab.name", problem)
     for key, value in data.items():
         if isinstance(value, dict):
             raise ConfigError(key, "tables other than [ab] are not used; keys are flat")
@@ -186,6 +194,9 @@ def prepare(base: C.RunConfig, vary: list[tuple[str, list[Any]]], steps: int, *,
     kind = "ab" if vary else "sweep"
     if kind == "sweep" and repeats < 2:
         raise ConfigError("--seeds", f"a seed sweep needs at least 2 seeds, got {repeats}")
+    if repeats > MAX_ROUNDS:
+        raise ConfigError("--seeds" if kind == "sweep" else "--repeats",
+                          f"must be at most {MAX_ROUNDS}, got {repeats}")
     if not 1 <= jobs <= MAX_JOBS:
         raise ConfigError("--jobs", f"must be 1 to {MAX_JOBS} (the cores of this machine), "
                           f"got {jobs}")

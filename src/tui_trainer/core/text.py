@@ -54,6 +54,11 @@ def name_problem(name: str) -> str | None:
         return "must not be empty"
     if len(name) > NAME_MAX:
         return f"must be at most {NAME_MAX} characters, got {len(name)}"
+    # Bytes that are not UTF-8 reach Python's argv as lone surrogates: no text can hold them.
+    odd = next((ch for ch in name if 0xD800 <= ord(ch) <= 0xDFFF), None)
+    if odd is not None:
+        byte = f"0x{ord(odd) - 0xDC00:02x}" if ord(odd) >= 0xDC80 else f"U+{ord(odd):04X}"
+        return f"must be UTF-8 text (found the byte {byte}, which is not)"
     bad = next((ch for ch in name if is_unsafe(ch)), None)
     if bad is not None:
         return (f"must not contain control characters (found {_escaped(bad)}); "
