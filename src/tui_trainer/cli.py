@@ -857,6 +857,7 @@ def main(argv: list[str] | None = None) -> int:
             _say(str(e))
             return EXIT_SESSION
     supervisor.yield_to_dashboard()
+    supervisor.watch_owner()
     try:
         return COMMANDS[args.command](args)
     except EXPECTED as e:

@@ -28,8 +28,8 @@ from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, 
                           BadInput)
 from .core.repro import verdict
 from .core.store import SessionStore
-from .core.supervisor import (UNKNOWN_EXIT, WarmChild, WarmLauncher, launch, resume_args,
-                              torchrun_args, train_args)
+from .core.supervisor import (UNKNOWN_EXIT, WarmChild, WarmLauncher, launch, owner_env,
+                              resume_args, torchrun_args, train_args)
 
 Say = Callable[[str], None]
 
@@ -43,8 +43,9 @@ def train_child(store: SessionStore, run_id: int, args: list[str], expect_kill: 
     None when the
     process was killed as asked."""
     log_path = store.log_path(run_id)
+    # It ends with this process, even killed (core.supervisor.watch_owner).
     proc = launch(store.dir, [*args, "--json"], log_path, detach=False, capture=True,
-                  warm=warm, env=env)
+                  warm=warm, env={**(env or {}), **owner_env()})
     store.set_launcher(run_id, proc.pid)
     if children is not None:
         children.append(proc)
@@ -159,6 +160,31 @@ def device_refusal(config: dict[str, Any]) -> str | None:
     return None if found is None else str(found)
 
 
+ORPHAN_WAIT_S = 60.0
+
+
+def _stop_orphans(store: SessionStore, study: dict[str, Any], say: Say) -> None:
+    """A study continued after its process died (SIGKILL) may find one of its runs still
+    training (it stops itself once it sees its owner gone, core.supervisor.watch_owner):
+    it is stopped, and waited for, before anything is timed beside it."""
+    live = [r for r in (store.run(v["run_id"]) for v in study["variants"]
+                        if v["run_id"] is not None) if store.is_live(r)]
+    for run in live:
+        say(f"ab: run {run['id']} of this study still trains (its study process died); "
+            "stopping it first")
+        try:
+            os.kill(run["pid"], signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + ORPHAN_WAIT_S
+    while live and time.monotonic() < deadline:
+        time.sleep(0.2)
+        live = [r for r in live if store.is_live(store.run(r["id"]))]
+    if live:
+        raise BadInput(f"run {live[0]['id']} of this study (pid {live[0]['pid']}) still "
+                       f"trains after {ORPHAN_WAIT_S:.0f} s; stop it, then continue the study")
+
+
 def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -> str:
     """Trains a study's runs in their planned order (rounds interleaved), `jobs` at a time
     (default: as planned, else one); a run already finished is kept (so a stopped or crashed
@@ -206,6 +232,7 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
             # num_threads = 0 (PyTorch's default: every core) gets cores // jobs threads.
             threads = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // jobs))} \
                 if jobs > 1 and "OMP_NUM_THREADS" not in os.environ else {}
+            _stop_orphans(store, study, say)
             store.set_study_status(study_id, "running")
             status, message = "finished", None
             variants = study["variants"]

@@ -67,6 +67,36 @@ def yield_to_dashboard() -> None:
     threading.Thread(target=apply, name="autogroup-nice", daemon=True).start()
 
 
+OWNER_ENV = "TUI_TRAINER_OWNER"     # "PID START": the process whose end ends this one
+
+
+def owner_env() -> dict[str, str]:
+    """For a child that must not outlive this process (a study's or a check's run)."""
+    return {OWNER_ENV: f"{os.getpid()} {trust.start_time(os.getpid()) or 0}"}
+
+
+def watch_owner(poll_s: float = 0.5) -> None:
+    """In a child started with `owner_env`: once that owner is gone (a study killed with
+    SIGKILL: its runs, forked by a launcher or started cold, would train on as orphans, and
+    a continued study would time its next run beside them), this process gets SIGTERM and
+    stops as asked, with its checkpoint. A daemon thread; nothing without the variable."""
+    value = os.environ.pop(OWNER_ENV, "")
+    try:
+        pid, started = (int(x) for x in value.split())
+    except ValueError:
+        return
+
+    def watch() -> None:
+        while trust.same_process(pid, started or None):
+            time.sleep(poll_s)
+        print(f"tui-trainer: the process that started this run (pid {pid}) has ended; "
+              "stopping", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    import threading
+    threading.Thread(target=watch, name="owner-watch", daemon=True).start()
+
+
 def _terminate(pid: int | None) -> bool:
     """SIGTERM: the process finishes its step, writes a checkpoint and exits."""
     if not pid:
