@@ -179,3 +179,24 @@ def test_worker_by_hand_is_refused_and_changes_nothing(tmp_path, monkeypatch, to
     r = tt("worker", "--session", str(tmp_path), "--run-id", str(run_id), "--set", "lr=5")
     assert r.rc == 2 and "not run by hand" in r.err
     assert db_rows(tmp_path, "SELECT status, config, summary FROM runs") == before
+
+
+def test_a_failed_rank_explains_itself_with_its_last_words(tmp_path):
+    """The stored reason of a rank's failure carries the last lines it wrote to stderr, from
+    its newest launch, where torchrun keeps them (an abort's message included)."""
+    import os as _os
+
+    from tui_trainer.engine.distributed import STDERR_TAIL_CHARS, stderr_tail
+    old = tmp_path / "a1" / "attempt_0" / "1" / "stderr.log"
+    new = tmp_path / "b2" / "attempt_0" / "1" / "stderr.log"
+    for path, text in ((old, "an earlier launch\n"),
+                       (new, "step 3\n\nterminate called without an active exception\n"
+                             "tui-trainer: no space left on device\n")):
+        path.parent.mkdir(parents=True)
+        path.write_text(text)
+    _os.utime(old, (1, 1))
+    assert stderr_tail(tmp_path, 1) == ("step 3 | terminate called without an active "
+                                        "exception | tui-trainer: no space left on device")
+    assert stderr_tail(tmp_path, 0) == ""
+    new.write_text("x" * 5000 + "\n")
+    assert len(stderr_tail(tmp_path, 1)) == STDERR_TAIL_CHARS + 1

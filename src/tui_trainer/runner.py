@@ -312,7 +312,7 @@ def train_group(session: Path | None, run_id: int | None, cfg: cfgmod.RunConfig,
     """Trains a data-parallel run: this process becomes torchrun's agent for this machine's
     nproc ranks, waits for them, and (on node 0, with the session) stores the run crashed
     naming the rank that failed, if one did. Imports torch (torchrun is PyTorch's)."""
-    from .engine.distributed import launch_group, root_cause
+    from .engine.distributed import launch_group, root_cause, stderr_tail
     if session is not None and run_id is not None:
         with SessionStore(session, create=False) as store:
             log_path, log_dir = store.log_path(run_id), store.logs_dir / f"run-{run_id}-ranks"
@@ -333,21 +333,26 @@ def train_group(session: Path | None, run_id: int | None, cfg: cfgmod.RunConfig,
     print(line, file=sys.stderr, flush=True)
     if log_file is not None:
         print(line, file=log_file)
+    cause, said = None, ""
     try:
         failures, stopped_by = launch_group(argv, log_file)
+        cause = root_cause(failures)
+        if cause is not None:               # in its own words, before its logs may go
+            said = stderr_tail(log_dir, cause.local_rank)
     finally:
         if log_file is not None:
             log_file.close()
         if session is None:                  # `join`: the ranks' streams were shown already
             import shutil
             shutil.rmtree(log_dir, ignore_errors=True)
-    cause = root_cause(failures)
     refused = bool(failures) and all(f.exitcode in (EXIT_BAD_INPUT, EXIT_SESSION)
                                         for f in failures)
     reason = None
     if cause is not None:
         reason = cause.describe() + (
             "; the other ranks were stopped" if len(failures) > 1 or cfg.nproc > 1 else "")
+        if said:
+            reason += f"; its last words: {said}"
     run = None
     if session is not None and run_id is not None:
         with SessionStore(session, create=False) as store:

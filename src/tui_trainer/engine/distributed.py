@@ -20,6 +20,7 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 import torch
@@ -171,6 +172,29 @@ class RankFailure:
         how = (f"was killed by {self.signal}" if self.signal
                else f"exited with status {self.exitcode}")
         return f"rank {self.rank} (pid {self.pid} on {self.host}) {how}"
+
+
+STDERR_TAIL_LINES = 4
+STDERR_TAIL_CHARS = 600
+
+
+def stderr_tail(log_dir: Path, local_rank: int) -> str:
+    """The last lines a rank wrote to stderr in its newest launch (torchrun keeps them in
+    LOG_DIR/<run>/attempt_N/<local rank>/stderr.log): why it failed in its own words, a
+    native abort's message included. Empty when there are none."""
+    files = [f for f in log_dir.glob(f"*/attempt_*/{local_rank}/stderr.log") if f.is_file()]
+    if not files:
+        return ""
+    newest = max(files, key=lambda f: f.stat().st_mtime)
+    try:
+        with open(newest, "rb") as f:
+            f.seek(max(0, newest.stat().st_size - 16384))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    tail = " | ".join(lines[-STDERR_TAIL_LINES:])
+    return tail if len(tail) <= STDERR_TAIL_CHARS else "…" + tail[-STDERR_TAIL_CHARS:]
 
 
 def root_cause(failures: list[RankFailure]) -> RankFailure | None:
