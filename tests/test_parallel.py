@@ -200,3 +200,28 @@ def test_a_failed_rank_explains_itself_with_its_last_words(tmp_path):
     assert stderr_tail(tmp_path, 0) == ""
     new.write_text("x" * 5000 + "\n")
     assert len(stderr_tail(tmp_path, 1)) == STDERR_TAIL_CHARS + 1
+
+
+@pytest.mark.parametrize("endpoint, key", [("127.0.0.1:99999", "PORT must be 1 to 65535"),
+                                           ("no-such-host.invalid:29400", "not a host")])
+def test_join_refuses_an_endpoint_it_cannot_use(endpoint, key):
+    r = tt("join", endpoint, "--nnodes", "2", "--nproc", "1", "--node-rank", "1", timeout=60)
+    assert r.rc == 2 and key in r.err and r.err.count("\n") == 1
+
+
+def test_join_with_no_node_0_says_what_it_waits_for_and_gives_up(tmp_path):
+    """Nothing listens at the endpoint: one line says what is waited for, a bounded wait,
+    one line says why it gave up (no C++ frames), and nothing is left in /tmp."""
+    import tempfile
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    before = set(Path(tempfile.gettempdir()).glob("tui-trainer-join-*"))
+    t0 = time.monotonic()
+    r = tt("join", f"127.0.0.1:{port}", "--nnodes", "2", "--nproc", "1", "--node-rank", "1",
+           "--timeout", "3", timeout=120)
+    assert r.rc == 1 and time.monotonic() - t0 < 90
+    lines = r.err.strip().splitlines()
+    assert "waiting for node 0" in lines[0] and "at most 3 s" in lines[0]
+    assert "did not meet" in lines[-1] and len(lines) <= 4, r.err
+    assert set(Path(tempfile.gettempdir()).glob("tui-trainer-join-*")) == before

@@ -253,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "(the run's nproc)")
     sp.add_argument("--node-rank", type=int, required=True, metavar="R",
                     help="this machine's number, 1 to nnodes - 1")
+    sp.add_argument("--timeout", type=int, default=supervisor.RENDEZVOUS_S, metavar="S",
+                    help="how long to wait for node 0 and the other nodes (default "
+                         f"{supervisor.RENDEZVOUS_S} s)")
 
     sp = sub.add_parser("worker", help="one process of a data-parallel run (torchrun starts "
                         "it; not for direct use)")
@@ -516,11 +519,37 @@ def cmd_join(args: argparse.Namespace) -> int:
     if not 1 <= args.node_rank < args.nnodes:
         raise ConfigError("--node-rank", f"must be 1 to {args.nnodes - 1} (node 0 is the "
                           f"machine holding the session), got {args.node_rank}")
+    if not 1 <= args.timeout <= 86400:
+        raise ConfigError("--timeout", f"must be 1 to 86400 seconds, got {args.timeout}")
     cfg = cfgmod.from_dict({"nproc": args.nproc, "nnodes": args.nnodes,
                             "rdzv_endpoint": args.endpoint, "batch_size": args.nproc
                             * args.nnodes})
-    result = runner.train_group(None, None, cfg, supervisor.worker_args(None, None),
-                                node_rank=args.node_rank)
+    host, port = args.endpoint.rsplit(":", 1)
+    import socket
+    try:
+        socket.getaddrinfo(host.strip("[]"), int(port))
+    except (OSError, UnicodeError) as e:
+        raise ConfigError("HOST:PORT", f"{host!r} is not a host this machine can find "
+                          f"({getattr(e, 'strerror', None) or e})") from None
+    # PyTorch's store client logs every failed connection attempt with its C++ frames (200+
+    # lines while node 0 is not there yet); what is waited for is said here, once. Quiet
+    # in this process only: the level is read when torch loads, and the ranks it starts
+    # get the environment as it was.
+    before = os.environ.get("TORCH_CPP_LOG_LEVEL")
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
+    import torch  # noqa: F401
+    if before is None:
+        del os.environ["TORCH_CPP_LOG_LEVEL"]
+    else:
+        os.environ["TORCH_CPP_LOG_LEVEL"] = before
+    print(f"node {args.node_rank}: waiting for node 0 at {args.endpoint} and the other "
+          f"nodes (at most {args.timeout} s) ...", file=sys.stderr, flush=True)
+    try:
+        result = runner.train_group(None, None, cfg, supervisor.worker_args(None, None),
+                                    node_rank=args.node_rank, rendezvous_s=args.timeout)
+    except runner.RendezvousFailed as e:
+        _say(f"join: {e}")
+        return EXIT_FAILED
     if result.failures:
         _say(f"join failed: {result.reason}")
         return EXIT_FAILED

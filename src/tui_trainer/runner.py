@@ -28,8 +28,8 @@ from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, 
                           BadInput)
 from .core.repro import verdict
 from .core.store import SessionStore
-from .core.supervisor import (UNKNOWN_EXIT, WarmChild, WarmLauncher, launch, owner_env,
-                              resume_args, torchrun_args, train_args)
+from .core.supervisor import (RENDEZVOUS_S, UNKNOWN_EXIT, WarmChild, WarmLauncher, launch,
+                              owner_env, resume_args, torchrun_args, train_args)
 
 Say = Callable[[str], None]
 
@@ -307,8 +307,13 @@ class GroupResult:
     signal: str | None                # the signal that stopped the launcher, if one did
 
 
+class RendezvousFailed(Exception):
+    """The nodes of a run did not all meet (node 0 not there, unreachable, too slow)."""
+
+
 def train_group(session: Path | None, run_id: int | None, cfg: cfgmod.RunConfig,
-                worker: list[str], node_rank: int = 0) -> GroupResult:
+                worker: list[str], node_rank: int = 0,
+                rendezvous_s: int = RENDEZVOUS_S) -> GroupResult:
     """Trains a data-parallel run: this process becomes torchrun's agent for this machine's
     nproc ranks, waits for them, and (on node 0, with the session) stores the run crashed
     naming the rank that failed, if one did. Imports torch (torchrun is PyTorch's)."""
@@ -323,7 +328,8 @@ def train_group(session: Path | None, run_id: int | None, cfg: cfgmod.RunConfig,
     # this machine's cores are shared out instead (the rank's num_threads is recorded).
     if cfg.num_threads == 0 and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cfg.nproc))
-    argv = torchrun_args(cfg.nproc, cfg.nnodes, cfg.rdzv_endpoint, worker, log_dir, node_rank)
+    argv = torchrun_args(cfg.nproc, cfg.nnodes, cfg.rdzv_endpoint, worker, log_dir, node_rank,
+                         rendezvous_s)
     log_file = None
     if log_path is not None and not _same_file(sys.stderr, log_path):
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -335,7 +341,16 @@ def train_group(session: Path | None, run_id: int | None, cfg: cfgmod.RunConfig,
         print(line, file=log_file)
     cause, said = None, ""
     try:
-        failures, stopped_by = launch_group(argv, log_file)
+        try:
+            failures, stopped_by = launch_group(argv, log_file)
+        except (RuntimeError, TimeoutError, OSError) as e:
+            if cfg.nnodes < 2:
+                raise
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            raise RendezvousFailed(
+                f"the {cfg.nnodes} nodes did not meet at {cfg.rdzv_endpoint} within "
+                f"{rendezvous_s} s (is the run started on node 0, with this endpoint, and "
+                f"can this machine reach it?): {first}") from None
         cause = root_cause(failures)
         if cause is not None:               # in its own words, before its logs may go
             said = stderr_tail(log_dir, cause.local_rank)

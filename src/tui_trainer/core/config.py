@@ -383,6 +383,9 @@ def check_combination(cfg: RunConfig) -> None:
     if cfg.rdzv_endpoint and not _ENDPOINT_RE.match(cfg.rdzv_endpoint):
         raise ConfigError("rdzv_endpoint", f"must be HOST:PORT or empty; got "
                           f"{cfg.rdzv_endpoint!r}")
+    if cfg.rdzv_endpoint and not 1 <= int(cfg.rdzv_endpoint.rsplit(":", 1)[1]) <= 65535:
+        raise ConfigError("rdzv_endpoint", "its PORT must be 1 to 65535; got "
+                          f"{cfg.rdzv_endpoint!r}")
     if world > 1 and re.match(r"^cuda:\d+$", cfg.device):
         raise ConfigError("device", "must be cuda or auto with nproc x nnodes > 1: each "
                           f"process takes the GPU of its local rank; got {cfg.device!r}")

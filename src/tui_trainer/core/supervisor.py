@@ -167,8 +167,11 @@ def worker_args(session: Path | None, run_id: int | None, *, checkpoint: Path | 
     return args
 
 
+RENDEZVOUS_S = 300     # how long the nodes of a run wait for one another
+
+
 def torchrun_args(nproc: int, nnodes: int, endpoint: str, worker: list[str], log_dir: Path,
-                  node_rank: int = 0) -> list[str]:
+                  node_rank: int = 0, rendezvous_s: int = RENDEZVOUS_S) -> list[str]:
     """torchrun's command line for one data-parallel run: nproc processes here; on one
     machine a standalone rendezvous on a free port, across machines a static one at
     `endpoint` on node 0 (node ranks fixed, so rank 0 is on the machine with the session).
@@ -181,7 +184,7 @@ def torchrun_args(nproc: int, nnodes: int, endpoint: str, worker: list[str], log
         args.append("--standalone")
     else:
         args += ["--rdzv-backend", "static", "--rdzv-endpoint", endpoint,
-                 "--node-rank", str(node_rank)]
+                 "--node-rank", str(node_rank), "--rdzv-conf", f"timeout={rendezvous_s}"]
     return args + ["-m", "tui_trainer", *worker]
 
 
