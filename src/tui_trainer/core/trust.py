@@ -123,7 +123,13 @@ def check_child(answer: object, launcher_pid: int) -> tuple[int, int | None]:
     pid = answer.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1:
         raise Untrusted(f"the launcher answered pid {str(pid)[:40]!r}")
-    if parent_of(pid) != launcher_pid or not owned(pid):
+    parent = parent_of(pid)
+    if parent is None:
+        # Gone already: a child that failed at once, reaped by the launcher (whose peer
+        # check passed) before this read /proc. Its exit status follows on the socket;
+        # starting the run again cold would run it twice.
+        return pid, None
+    if parent != launcher_pid or not owned(pid):
         raise Untrusted(f"pid {pid} is not a process the launcher (pid {launcher_pid}) "
                         "started for this user")
     return pid, start_time(pid)
