@@ -266,6 +266,13 @@ class TrainerApp(App[None]):
         key first, the charts (pure Python, sharing the GIL) are built after."""
         return max(0.0, self.last_input + seconds - time.monotonic())
 
+    def wait_for_quiet(self, limit: float) -> None:
+        """In a worker thread: waits while keys come (input_quiet), `limit` seconds at most,
+        so that Python work sharing the GIL with the UI thread comes after the key's answer."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline and (quiet := self.input_quiet()) > 0:
+            time.sleep(min(quiet, 0.05))
+
     def on_resize(self) -> None:
         # A small terminal gets the form as a drawer (F9) and the plots one at a time.
         small = self.size.width < 120 or self.size.height < 30
@@ -491,11 +498,8 @@ class TrainerApp(App[None]):
                     if not woke and not self.poll_enabled:
                         continue
                 first = False
-                # The session's read and the plot lines (Python, sharing the GIL with the
-                # UI thread) wait for a pause in the user's keys, half a second at most.
-                deadline = time.monotonic() + 0.5
-                while time.monotonic() < deadline and (quiet := self.input_quiet()) > 0:
-                    time.sleep(min(quiet, 0.05))
+                # The session's read and the plot lines wait for a pause in the keys.
+                self.wait_for_quiet(0.5)
                 self._seq += 1
                 seq = self._seq
                 req = self._req

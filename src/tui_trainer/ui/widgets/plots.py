@@ -115,10 +115,9 @@ class MetricPlot(PlotextPlot):
                width: int, height: int, theme: str, log_y: bool = False) -> None:
         # A key just came: the UI thread answers it before a build takes turns with it for
         # the GIL (bounded: a chart is never held back more than a second).
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline and \
-                (quiet := getattr(self.app, "input_quiet", lambda: 0.0)()) > 0:
-            time.sleep(min(quiet, 0.05))
+        wait_for_quiet = getattr(self.app, "wait_for_quiet", None)
+        if wait_for_quiet is not None:
+            wait_for_quiet(1.0)
         with BUILDING:
             if seq != self._latest:
                 return                          # a newer build was asked for meanwhile
