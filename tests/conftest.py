@@ -85,15 +85,23 @@ def fingerprints(session: Path, run_id: int) -> dict[int, str]:
                                  "ORDER BY step", (run_id,)))
 
 
+def wait_until(condition, timeout: float = 60) -> bool:
+    """Polls `condition()` until it holds (True) or `timeout` seconds pass (False): a wait
+    for a condition with a generous bound, never a fixed time."""
+    import time
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def wait_for_row(session: Path, sql: str, timeout: float = 120) -> None:
     """Polls the session until `sql` returns a row (the training process is that far)."""
-    import time
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if (session / "session.sqlite").exists() and db_rows(session, sql):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for: {sql}")
+    if not wait_until(lambda: (session / "session.sqlite").exists()
+                      and bool(db_rows(session, sql)), timeout):
+        raise AssertionError(f"timed out waiting for: {sql}")
 
 
 def in_private_mount(script: str, timeout: float = 300) -> subprocess.CompletedProcess:

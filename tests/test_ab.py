@@ -199,18 +199,14 @@ def test_a_killed_study_leaves_no_run_training_and_continues_alone(tmp_path):
     """SIGKILL of `ab`: its run in flight (forked by ab's own launcher) stops itself with a
     checkpoint instead of training on as an orphan, and `ab --study 1` then trains each arm
     with nothing of the study beside it."""
-    import time
-
     from conftest import tt_popen, wait_for_row
     proc = tt_popen("ab", "--session", str(tmp_path), *sets(*QUICK), "--vary", "seed=2",
                     "--steps", "120", "--json", "--repeats", "1")
     wait_for_row(tmp_path, "SELECT 1 FROM runs WHERE id = 1 AND step >= 10")
     proc.kill()
     proc.communicate(timeout=60)
-    deadline = time.monotonic() + 60           # the orphan sees its owner gone and stops
-    while time.monotonic() < deadline and \
-            db_rows(tmp_path, "SELECT status FROM runs WHERE id = 1") == [("running",)]:
-        time.sleep(0.2)
+    # the orphan sees its owner gone and stops
+    wait_for_row(tmp_path, "SELECT 1 FROM runs WHERE id = 1 AND status != 'running'")
     assert db_rows(tmp_path, "SELECT status FROM runs WHERE id = 1") == [("stopped",)]
     step = db_rows(tmp_path, "SELECT step FROM runs WHERE id = 1")[0][0]
     assert step < 120

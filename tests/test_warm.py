@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, db_rows, fingerprints, sets, tt
+from conftest import QUICK, db_rows, fingerprints, sets, tt, wait_until
 from tui_trainer.core import config as C
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import (NICENESS, WARM_LINE, WarmChild, WarmLauncher,
@@ -34,15 +34,6 @@ def _config(**over) -> dict:
     return C.from_dict({**C.DEFAULTS.to_dict(), **CFG, **over}).to_dict()
 
 
-def _wait(condition, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 def _group_nice(pid: int) -> int | None:
     """The nice value of the live process's autogroup; None where the kernel has none."""
     if not Path("/proc/self/autogroup").exists():
@@ -62,8 +53,8 @@ def test_a_forked_run_is_bit_identical_to_a_cold_one(tmp_path, warm):
             if how != "warm-again":
                 # its own process session (it outlives the dashboard), and its session's
                 # scheduling group yields to the dashboard as the process does
-                assert _wait(lambda: os.getsid(proc.pid) == proc.pid)
-                assert _wait(lambda: _group_nice(proc.pid) in (None, NICENESS)), \
+                assert wait_until(lambda: os.getsid(proc.pid) == proc.pid)
+                assert wait_until(lambda: _group_nice(proc.pid) in (None, NICENESS)), \
                     f"autogroup nice {_group_nice(proc.pid)}, the process's {NICENESS}"
             if how == "warm":       # forked by the launcher
                 assert int(Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1]
@@ -119,7 +110,7 @@ def test_a_study_forks_its_runs_and_stops_cleanly(tmp_path):
     assert rows[1]["bit_identical"] is True and rows[1]["done"] == 2
     for (run_id,) in db_rows(tmp_path, "SELECT id FROM runs"):
         assert WARM_LINE in (tmp_path / "logs" / f"run-{run_id}.log").read_text()
-    assert _wait(lambda: not _launchers(runtime))
+    assert wait_until(lambda: not _launchers(runtime))
     assert not list(Path(runtime).glob("tui-trainer/warm-*"))
 
 
@@ -237,13 +228,13 @@ def test_silent_and_bad_clients_neither_block_nor_leak(tmp_path, warm):
             bad.connect(str(warm.path))
             socket.send_fds(bad, [b"{not json"], [f.fileno(), f.fileno()])
             bad.recv(4096)
-    assert _wait(lambda: len(_fds(launcher)) <= before)
+    assert wait_until(lambda: len(_fds(launcher)) <= before)
     with SessionStore(tmp_path) as store:
         run_id = store.create_run(_config(max_steps=40), name="beside a silent client")
         t0 = time.monotonic()
         proc = launch(tmp_path, train_args(run_id), store.log_path(run_id), warm=warm)
         assert isinstance(proc, WarmChild) and time.monotonic() - t0 < 4
-        assert _wait(lambda: WARM_LINE in store.log_path(run_id).read_text())
+        assert wait_until(lambda: WARM_LINE in store.log_path(run_id).read_text())
         held = _fds(proc.pid)
         assert not any("eventpoll" in h for h in held), held
         assert sum("socket:" in h for h in held) == 0, held
@@ -262,7 +253,7 @@ def test_a_run_outlives_its_launcher_without_a_false_failure(tmp_path, warm):
         t = threading.Thread(target=lambda: result.update(
             s=train_child(store.__class__(tmp_path), run_id, train_args(run_id), warm=warm)))
         t.start()
-        assert _wait(lambda: store.run(run_id)["status"] == "running", 60)
+        assert wait_until(lambda: store.run(run_id)["status"] == "running")
         os.kill(warm._proc.pid, signal.SIGKILL)
         cpu = time.process_time()
         t.join(120)
