@@ -200,6 +200,12 @@ def test_a_failed_rank_explains_itself_with_its_last_words(tmp_path):
     assert stderr_tail(tmp_path, 0) == ""
     new.write_text("x" * 5000 + "\n")
     assert len(stderr_tail(tmp_path, 1)) == STDERR_TAIL_CHARS + 1
+    outside = tmp_path.parent / f"{tmp_path.name}-secret"
+    outside.write_text("a secret outside the session\n")
+    link = tmp_path / "c3" / "attempt_0" / "2" / "stderr.log"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(outside)                # a hostile session's link leading out
+    assert stderr_tail(tmp_path, 2) == ""
 
 
 @pytest.mark.parametrize("endpoint, key", [("127.0.0.1:99999", "PORT must be 1 to 65535"),

@@ -182,7 +182,9 @@ def stderr_tail(log_dir: Path, local_rank: int) -> str:
     """The last lines a rank wrote to stderr in its newest launch (torchrun keeps them in
     LOG_DIR/<run>/attempt_N/<local rank>/stderr.log): why it failed in its own words, a
     native abort's message included. Empty when there are none."""
-    files = [f for f in log_dir.glob(f"*/attempt_*/{local_rank}/stderr.log") if f.is_file()]
+    home = log_dir.resolve()
+    files = [f for f in log_dir.glob(f"*/attempt_*/{local_rank}/stderr.log")
+             if f.is_file() and f.resolve().is_relative_to(home)]   # a link out is not read
     if not files:
         return ""
     newest = max(files, key=lambda f: f.stat().st_mtime)
