@@ -28,8 +28,8 @@ from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, 
                           BadInput)
 from .core.repro import verdict
 from .core.store import SessionStore
-from .core.supervisor import (RENDEZVOUS_S, UNKNOWN_EXIT, WarmChild, WarmLauncher, launch,
-                              owner_env, resume_args, torchrun_args, train_args)
+from .core.supervisor import (RENDEZVOUS_S, UNKNOWN_EXIT, Supervisor, WarmChild, WarmLauncher,
+                              launch, owner_env, resume_args, torchrun_args, train_args)
 
 Say = Callable[[str], None]
 
@@ -172,10 +172,7 @@ def _stop_orphans(store: SessionStore, study: dict[str, Any], say: Say) -> None:
     for run in live:
         say(f"ab: run {run['id']} of this study still trains (its study process died); "
             "stopping it first")
-        try:
-            os.kill(run["pid"], signal.SIGTERM)
-        except OSError:
-            pass
+        Supervisor(store).stop(run["id"])
     deadline = time.monotonic() + ORPHAN_WAIT_S
     while live and time.monotonic() < deadline:
         time.sleep(0.2)
