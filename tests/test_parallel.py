@@ -14,9 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import QUICK, db_rows, fingerprints, sets, tt, tt_popen, wait_for_row
+from conftest import QUICK, db_rows, fingerprints, sets, tt, tt_popen, wait_for_row, wait_until
 from tui_trainer.core import config as C
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.store import HEARTBEAT_S, SessionStore
 from tui_trainer.core.supervisor import Supervisor
 
 # 650 digits over 2 ranks: 325 each, 11 batches of 32 an epoch (a padded last one), 4 epochs.
@@ -215,6 +215,12 @@ def test_join_refuses_an_endpoint_it_cannot_use(endpoint, key):
     assert r.rc == 2 and key in r.err and r.err.count("\n") == 1
 
 
+def test_join_refuses_a_collective_timeout_out_of_range():
+    r = tt("join", "127.0.0.1:29400", "--nnodes", "2", "--nproc", "1", "--node-rank", "1",
+           "--dist-timeout", "5", timeout=60)
+    assert r.rc == 2 and "dist_timeout" in r.err and "10" in r.err
+
+
 def test_join_with_no_node_0_says_what_it_waits_for_and_gives_up(tmp_path):
     """Nothing listens at the endpoint: one line says what is waited for, a bounded wait,
     one line says why it gave up (no C++ frames), and nothing is left in /tmp."""
@@ -231,3 +237,67 @@ def test_join_with_no_node_0_says_what_it_waits_for_and_gives_up(tmp_path):
     assert "waiting for node 0" in lines[0] and "at most 3 s" in lines[0]
     assert "did not meet" in lines[-1] and len(lines) <= 4, r.err
     assert set(Path(tempfile.gettempdir()).glob("tui-trainer-join-*")) == before
+
+
+def _ranks(agent_pid: int) -> dict[str, psutil.Process]:
+    return {p.environ().get("RANK"): p for p in psutil.Process(agent_pid).children()}
+
+
+def test_a_hung_rank_ends_the_run_after_dist_timeout_naming_the_hang(tmp_path):
+    """A rank that stops answering (SIGSTOP) holds its peers in the gradients' all-reduce:
+    while it hangs the run's process beats but its step does not move (what reads stalled);
+    after dist_timeout the waiting rank gives up and the run is crashed saying the group
+    hung, not "exited with status 1"; every process ends."""
+    proc = tt_popen("run", "--session", str(tmp_path), "--json",
+                    *sets(*PARALLEL, "epochs=400", "dist_timeout=15"))
+    wait_for_row(tmp_path, "SELECT 1 FROM steps WHERE run_id = 1 AND step >= 6")
+    ranks = _ranks(proc.pid)
+    ranks["1"].suspend()
+
+    def beating_but_not_moving() -> bool:        # two beats or more since the step moved
+        (beat, moved, status), = db_rows(tmp_path, "SELECT heartbeat, progressed, status "
+                                                   "FROM runs WHERE id = 1")
+        return status == "running" and beat - moved >= 2 * HEARTBEAT_S
+    assert wait_until(beating_but_not_moving, timeout=60)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 1
+    run = SessionStore(tmp_path, create=False, readonly=True).run(1)
+    assert run["status"] == "crashed"
+    assert "the group hung: rank 0 waited 15 s (dist_timeout)" in run["summary"]["error"]
+    assert "Timed out waiting 15000ms" in run["summary"]["error"]
+    assert "group hung" in err.strip().splitlines()[-1]
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+                   for p in ranks.values())
+
+
+def test_stop_ends_a_group_stuck_in_a_collective_within_its_grace(straight, tmp_path):
+    """Stop on a run whose rank hangs (SIGSTOP), with a collective timeout far away: the
+    rank 0 that Stop used to signal waits in the all-reduce and never sees it. Stop goes to
+    the run's torchrun agent, which passes it to every rank and kills those still there
+    STOP_GRACE_S later: the run ends in seconds, stored as stopped by force with an event,
+    and continues from its checkpoint to the same bits."""
+    from tui_trainer.core.supervisor import STOP_GRACE_S
+    _, reference = straight
+    with SessionStore(tmp_path) as store:
+        sup = Supervisor(store)
+        run_id = sup.start(C.load(overrides=[*PARALLEL, "epochs=40",
+                                             "dist_timeout=3600"]).to_dict())
+        wait_for_row(tmp_path, "SELECT 1 FROM steps WHERE run_id = 1 AND step >= 6")
+        agent = psutil.Process(store.run(run_id)["pid"]).parent()
+        ranks = _ranks(agent.pid)
+        ranks["1"].suspend()
+        assert sup.stop(run_id)
+        asked = time.monotonic()
+        assert wait_until(lambda: not sup.children(), timeout=STOP_GRACE_S + 90)
+        took = time.monotonic() - asked
+        sup.reap()
+        run = store.run(run_id)
+        assert run["status"] == "crashed", (run, took)
+        assert run["summary"]["error"].startswith(f"stopped by force at step {run['step']}")
+        assert [e["kind"] for e in store.events(run_id)][-1] == "stop_forced"
+        assert not any(p.is_running() for p in [agent, *ranks.values()])
+        sup.resume(run_id, {"epochs": 4})
+        assert wait_until(lambda: not sup.children(), timeout=180)
+        sup.reap()
+        assert store.run(run_id)["status"] == "finished"
+    assert fingerprints(tmp_path, run_id) == reference

@@ -128,3 +128,68 @@ def test_a_copy_marks_only_live_runs_copied_and_dead_ones_read_crashed_there_too
         copied = c.run(live)
         assert copied["status"] == "copied" and copied["pid"] is None
         assert f"starting in {orig} when copied, at step 0" in copied["summary"]["copied"]
+
+
+def test_a_live_run_whose_step_does_not_move_reads_stalled(tmp_path):
+    """A process that beats but does not train (a data-parallel rank hung, the others in a
+    collective waiting for it) reads stalled once its step has not moved for STALL_S: in
+    the store, the run table's row and `runs`; a beat that saw the step move clears it."""
+    from conftest import tt
+    from tui_trainer.core.reader import SessionReader
+    from tui_trainer.core.store import STALL_S
+    from tui_trainer.ui.panels.runs import cells
+    store = SessionStore(tmp_path)
+    rid = store.create_run({"nproc": 2, "dist_timeout": 300}, name="group")
+    store.claim(rid)                        # this process: alive, beating
+    store.set_progress(rid, 412, 1.5)
+    assert store.run(rid)["stalled_s"] is None
+    store.heartbeat(rid, progressed=time.time() - STALL_S - 15)
+    run = store.run(rid)
+    assert run["status"] == "running" and run["stalled_s"] >= STALL_S + 15
+    reader = SessionReader(SessionStore(tmp_path, readonly=True))
+    reader.tick()
+    got = reader.rows[rid]
+    assert got.live and got.stalled_s >= STALL_S + 15
+    assert "no step for 1:15" in got.reason and "dist_timeout (300 s)" in got.reason
+    assert cells(got, False, "stalled")["status"].plain == "stalled"
+    r = tt("runs", "--session", str(tmp_path), "--json")
+    (listed,) = r.json
+    assert listed["status"] == "stalled" and listed["stalled_s"] >= STALL_S + 15
+    text = tt("runs", "--session", str(tmp_path)).out
+    assert f"run {rid} stalled: no step for" in text and "at step 412" in text
+    store.heartbeat(rid, progressed=time.time())            # it moved again
+    assert store.run(rid)["stalled_s"] is None
+    # A run whose process is gone is not stalled but crashed, whatever its progress says.
+    store.end_run(rid, "finished", {})
+    assert store.run(rid)["stalled_s"] is None
+
+
+def test_a_session_from_before_the_progress_column_is_read_and_brought_up(tmp_path):
+    """Sessions written before runs.progressed existed: a read-only open reads them as
+    they are (no stalled reading), a writable open adds the column, even two at once."""
+    import sqlite3
+    store = SessionStore(tmp_path)
+    rid = store.create_run({}, name="old")
+    store.close()
+    conn = sqlite3.connect(tmp_path / "session.sqlite")
+    conn.execute("ALTER TABLE runs DROP COLUMN progressed")
+    conn.commit()
+    conn.close()
+    old = SessionStore(tmp_path, readonly=True)
+    assert old.run(rid)["stalled_s"] is None and "progressed" not in old.run(rid)
+    errors: list[BaseException] = []
+
+    def open_writable() -> None:
+        try:
+            SessionStore(tmp_path).close()
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+    threads = [threading.Thread(target=open_writable) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    store = SessionStore(tmp_path)
+    store.claim(rid)
+    assert store.run(rid)["progressed"] is not None

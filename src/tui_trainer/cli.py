@@ -20,7 +20,7 @@ from . import __version__, runner
 from .core import config as cfgmod
 from .core import figures, machine, supervisor
 from .core.columns import fit
-from .core.reader import reason_of
+from .core.reader import reason_of, shown_status, stall_note
 from .core import study as study_defaults
 from .core.config import ConfigError
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_NOT_IDENTICAL,
@@ -256,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--timeout", type=int, default=supervisor.RENDEZVOUS_S, metavar="S",
                     help="how long to wait for node 0 and the other nodes (default "
                          f"{supervisor.RENDEZVOUS_S} s)")
+    sp.add_argument("--dist-timeout", type=int, default=cfgmod.RunConfig().dist_timeout,
+                    metavar="S", help="the run's dist_timeout: how long this machine's "
+                    "processes wait for the others in one collective (default "
+                    f"{cfgmod.RunConfig().dist_timeout} s)")
 
     sp = sub.add_parser("worker", help="one process of a data-parallel run (torchrun starts "
                         "it; not for direct use)")
@@ -265,6 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--set", dest="sets", action="append", default=[])
     sp.add_argument("--events", default="[]")
     sp.add_argument("--kill-at-step", type=int)
+    sp.add_argument("--dist-timeout", type=int, default=cfgmod.RunConfig().dist_timeout,
+                    metavar="S")
 
     sp = sub.add_parser("warm", help="the warm launcher: imports torch once and forks each "
                         "run (the dashboard and studies start it; not for direct use)")
@@ -414,10 +420,10 @@ def _train_group(session: Path, run_id: int, cfg: cfgmod.RunConfig,
     """Launches the run's ranks through torchrun, waits, and says how the run ended."""
     result = runner.train_group(session, run_id, cfg, worker)
     run = result.run or {}
-    if result.failures:
+    if result.failures or result.reason:
         if result.refused:
             return max(f.exitcode for f in result.failures)   # the ranks said why
-        _say(f"training failed: {result.reason}")
+        _say(f"training failed: {result.reason}")              # or was stopped by force
         return EXIT_FAILED
     summary = run.get("summary") or {}
     if "status" not in summary:
@@ -436,7 +442,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     _check_rank_of_a_group()
     die_with_parent()
     sys.stdout = sys.stderr
-    group = join_group()
+    group = join_group(args.dist_timeout)
     payload: dict[str, Any] | None = None
     if group.lead:
         try:
@@ -523,7 +529,7 @@ def cmd_join(args: argparse.Namespace) -> int:
         raise ConfigError("--timeout", f"must be 1 to 86400 seconds, got {args.timeout}")
     cfg = cfgmod.from_dict({"nproc": args.nproc, "nnodes": args.nnodes,
                             "rdzv_endpoint": args.endpoint, "batch_size": args.nproc
-                            * args.nnodes})
+                            * args.nnodes, "dist_timeout": args.dist_timeout})
     host, port = args.endpoint.rsplit(":", 1)
     import socket
     try:
@@ -622,8 +628,8 @@ def run_rows(store: SessionStore) -> list[dict[str, Any]]:
         f = figures.run_figures(store, run["id"])
         checkpoints = store.usable_checkpoints(run["id"])
         rows.append({
-            "run_id": run["id"], "name": run["name"], "status": run["status"],
-            "reason": reason_of(summary),
+            "run_id": run["id"], "name": run["name"], "status": shown_status(run),
+            "reason": stall_note(run) or reason_of(summary), "stalled_s": run["stalled_s"],
             "steps": run["step"], "epochs": run["epoch"],
             "train_loss": f["train_loss"], "eval_loss": f["eval_loss"],
             "eval_accuracy": None if f["accuracy"] is None else f["accuracy"] / 100,
@@ -667,7 +673,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(f"({', '.join(header[i] for i in fitted.left_out)} left out to fit the "
               "terminal; --json has every field)")
     for r in rows:
-        if r["status"] in ("crashed", "diverged", "copied") and r["reason"]:
+        if r["status"] in ("crashed", "diverged", "copied", "stalled") and r["reason"]:
             print(f"run {r['run_id']} {r['status']}: {shown(r['reason'], 300)}")
     return EXIT_OK
 

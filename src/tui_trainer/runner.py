@@ -28,8 +28,9 @@ from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, 
                           BadInput)
 from .core.repro import verdict
 from .core.store import SessionStore
-from .core.supervisor import (RENDEZVOUS_S, UNKNOWN_EXIT, Supervisor, WarmChild, WarmLauncher,
-                              launch, owner_env, resume_args, torchrun_args, train_args)
+from .core.supervisor import (RENDEZVOUS_S, STOP_GRACE_S, UNKNOWN_EXIT, Supervisor, WarmChild,
+                              WarmLauncher, launch, owner_env, resume_args, torchrun_args,
+                              train_args)
 
 Say = Callable[[str], None]
 
@@ -314,7 +315,7 @@ def train_group(session: Path | None, run_id: int | None, cfg: cfgmod.RunConfig,
     """Trains a data-parallel run: this process becomes torchrun's agent for this machine's
     nproc ranks, waits for them, and (on node 0, with the session) stores the run crashed
     naming the rank that failed, if one did. Imports torch (torchrun is PyTorch's)."""
-    from .engine.distributed import launch_group, root_cause, stderr_tail
+    from .engine.distributed import failure_reason, launch_group
     if session is not None and run_id is not None:
         with SessionStore(session, create=False) as store:
             log_path, log_dir = store.log_path(run_id), store.logs_dir / f"run-{run_id}-ranks"
@@ -325,6 +326,7 @@ def train_group(session: Path | None, run_id: int | None, cfg: cfgmod.RunConfig,
     # this machine's cores are shared out instead (the rank's num_threads is recorded).
     if cfg.num_threads == 0 and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cfg.nproc))
+    worker = [*worker, "--dist-timeout", str(cfg.dist_timeout)]
     argv = torchrun_args(cfg.nproc, cfg.nnodes, cfg.rdzv_endpoint, worker, log_dir, node_rank,
                          rendezvous_s)
     log_file = None
@@ -336,7 +338,6 @@ def train_group(session: Path | None, run_id: int | None, cfg: cfgmod.RunConfig,
     print(line, file=sys.stderr, flush=True)
     if log_file is not None:
         print(line, file=log_file)
-    cause, said = None, ""
     try:
         try:
             failures, stopped_by = launch_group(argv, log_file)
@@ -348,9 +349,8 @@ def train_group(session: Path | None, run_id: int | None, cfg: cfgmod.RunConfig,
                 f"the {cfg.nnodes} nodes did not meet at {cfg.rdzv_endpoint} within "
                 f"{rendezvous_s} s (is the run started on node 0, with this endpoint, and "
                 f"can this machine reach it?): {first}") from None
-        cause = root_cause(failures)
-        if cause is not None:               # in its own words, before its logs may go
-            said = stderr_tail(log_dir, cause.local_rank)
+        # In the failed rank's own words, before its logs may go.
+        reason = failure_reason(failures, log_dir, cfg.nproc, cfg.dist_timeout)
     finally:
         if log_file is not None:
             log_file.close()
@@ -359,18 +359,23 @@ def train_group(session: Path | None, run_id: int | None, cfg: cfgmod.RunConfig,
             shutil.rmtree(log_dir, ignore_errors=True)
     refused = bool(failures) and all(f.exitcode in (EXIT_BAD_INPUT, EXIT_SESSION)
                                         for f in failures)
-    reason = None
-    if cause is not None:
-        reason = cause.describe() + (
-            "; the other ranks were stopped" if len(failures) > 1 or cfg.nproc > 1 else "")
-        if said:
-            reason += f"; its last words: {said}"
     run = None
     if session is not None and run_id is not None:
         with SessionStore(session, create=False) as store:
             if reason is not None and not refused:
                 store.group_failed(run_id, reason,
                                    {"failures": [asdict(f) for f in failures]})
+            run = store.run(run_id)
+            if reason is None and stopped_by is not None and \
+                    run["stored_status"] in ("created", "running"):
+                # Asked to stop, the ranks were still there STOP_GRACE_S later (stuck in a
+                # collective, or slower than that): torchrun killed them.
+                reason = (f"stopped by force at step {run['step']}: its processes had not "
+                          f"stopped {STOP_GRACE_S} s after being asked to ({stopped_by}; a "
+                          "process waiting in a collective for a hung one never sees the "
+                          "signal) and were killed; continue it from its newest checkpoint")
+                store.group_failed(run_id, reason, {"signal": stopped_by},
+                                   kind="stop_forced")
             run = store.run(run_id)
     return GroupResult(run=run, failures=failures, reason=reason, refused=refused,
                        signal=stopped_by)

@@ -21,9 +21,10 @@ from typing import Any
 
 # Keys that may change when a run is continued: they only say how long to train.
 TRAINING_LENGTH_KEYS = ("epochs", "max_steps")
-# Keys that may also change when a run is continued: where its processes meet, not what they
-# compute (the machines of a multi-node run may be others the next time).
-LAUNCH_KEYS = ("rdzv_endpoint",)
+# Keys that may also change when a run is continued: where its processes meet and how long
+# they wait for one another, not what they compute (the machines of a multi-node run may be
+# others the next time).
+LAUNCH_KEYS = ("rdzv_endpoint", "dist_timeout")
 
 GROUPS = {
     "reproducibility": "Reproducibility: seeds and deterministic algorithms",
@@ -191,6 +192,12 @@ class RunConfig:
     dist_backend: str = knob(
         "auto", "The collective backend: auto picks nccl on CUDA and gloo on the CPU; gloo "
         "works on both, nccl needs CUDA.", "parallel", choices=("auto", "gloo", "nccl"))
+    dist_timeout: int = knob(
+        300, "Seconds a process waits for the others in one collective (the gradients' "
+        "all-reduce, a barrier) before the run fails saying so: a hung or stopped process "
+        "ends the run instead of holding it forever (PyTorch's own default is 30 minutes). "
+        "Keep it above the longest step, evaluation or checkpoint write.", "parallel",
+        lo=10, hi=86400)
 
     # --- bookkeeping -----------------------------------------------------------------------
     device: str = knob(

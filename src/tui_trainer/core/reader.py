@@ -33,6 +33,32 @@ def reason_of(summary: dict[str, Any]) -> str | None:
     return summary.get("error") or summary.get("diverged") or summary.get("copied")
 
 
+def shown_status(run: dict[str, Any]) -> str:
+    """A run's status as the table and `runs` say it: a live run whose step has not moved
+    for STALL_S (store.stalled_s) reads stalled."""
+    return "stalled" if run.get("stalled_s") else run["status"]
+
+
+def stall_note(run: dict[str, Any]) -> str | None:
+    """What a stalled run's reading says: how long, where, and what ends it."""
+    idle = run.get("stalled_s")
+    if not idle:
+        return None
+    config = run.get("config") or {}
+    try:
+        parallel = int(config.get("nproc", 1)) * int(config.get("nnodes", 1)) > 1
+    except (TypeError, ValueError):       # a damaged session's config
+        parallel = False
+    if parallel:
+        why = ("a process of its group may be hung or stopped, the others waiting for it in "
+               f"a collective; they give up after dist_timeout ({config.get('dist_timeout')} "
+               "s)")
+    else:
+        why = "its loop is stuck (a data-loader worker, a long operation)"
+    return (f"no step for {F.duration(idle)} (at step {run['step']}) though its process "
+            f"beats: {why}. Stop ends it")
+
+
 @dataclass(frozen=True)
 class RunRow:
     """One run as the run table shows it."""
@@ -45,7 +71,8 @@ class RunRow:
     settings: dict[str, Any] | None
     twin_of: int | None
     created: float
-    reason: str | None        # why it crashed or diverged, or what it was when copied
+    reason: str | None        # why it crashed or diverged, what it was when copied, or why
+    #                           it reads stalled
     train_loss: float | None
     eval_loss: float | None
     accuracy: float | None    # percent
@@ -59,6 +86,7 @@ class RunRow:
     tags: tuple[str, ...] = ()
     hidden: bool = False
     dataset: str | None = None
+    stalled_s: float | None = None   # a live run's step has not moved for this long
 
     @property
     def live(self) -> bool:
@@ -218,7 +246,7 @@ class SessionReader:
             id=rid, name=run["name"], status=run["status"], step=run["step"],
             epoch=run["epoch"], config=run["config"] or {}, settings=run["settings"],
             twin_of=run["twin_of"], created=run["created"],
-            reason=reason_of(summary),
+            reason=stall_note(run) or reason_of(summary), stalled_s=run.get("stalled_s"),
             train_loss=f.train_loss, eval_loss=f.eval_loss, accuracy=f.accuracy,
             samples_per_s=f.samples_per_s, peak_memory_mib=f.peak_memory_mib,
             memory_kind=f.peak_memory[1], elapsed=elapsed,

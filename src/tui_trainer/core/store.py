@@ -37,6 +37,9 @@ APP_ID = "tui-trainer session"
 # process beats every HEARTBEAT_S from a thread of its own, so a slow step does not starve it).
 HEARTBEAT_S = 2.0
 STALE_S = 30.0
+# A live run (fresh heartbeat) whose step has not moved for this long reads as stalled: a
+# data-parallel rank hung or stopped, a collective waiting for it (see dist_timeout).
+STALL_S = 60.0
 
 # diverged: the loss or the parameters became NaN/inf; the rows up to it and the last finite
 # checkpoint are kept.
@@ -64,7 +67,7 @@ CREATE TABLE IF NOT EXISTS runs (
     heartbeat REAL, started REAL, ended REAL,
     fingerprint TEXT, dataset TEXT,
     step INTEGER NOT NULL DEFAULT 0, epoch REAL NOT NULL DEFAULT 0,
-    summary TEXT, twin_of INTEGER
+    summary TEXT, twin_of INTEGER, progressed REAL
 );
 CREATE TABLE IF NOT EXISTS steps (
     id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id), t REAL NOT NULL,
@@ -110,6 +113,10 @@ CREATE TABLE IF NOT EXISTS run_labels (
 # Tables added after schema 1 shipped: a writable open creates them when missing; a
 # read-only open of an older session reads them as empty.
 OPTIONAL_TABLES = frozenset({"studies", "study_runs", "run_labels"})
+# Columns added since, the same way: {table: {column: its type}}. runs.progressed is when the
+# training process last saw its step move (its heartbeat thread writes it): a live run whose
+# step has not moved for STALL_S reads as stalled.
+OPTIONAL_COLUMNS = {"runs": {"progressed": "REAL"}}
 
 
 def process_start_time(pid: int) -> float | None:
@@ -238,8 +245,17 @@ class SessionStore:
                 if missing:                 # a session from before these tables
                     with _tx(conn):
                         for stmt in _SCHEMA.split(";"):
-                            if any(f"EXISTS {t} " in stmt for t in missing):
+                            if any(f"EXISTS {t} " in stmt for t in missing
+                                   if isinstance(t, str)):
                                 conn.execute(stmt)
+                        for table, column in sorted(m for m in missing
+                                                    if isinstance(m, tuple)):
+                            have = {r[1] for r in conn.execute(
+                                f"PRAGMA table_info('{table}')")}    # another opener's?
+                            if column not in have:
+                                kind = OPTIONAL_COLUMNS[table][column]
+                                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} "
+                                             f"{kind}")
                 conn.execute("PRAGMA synchronous = NORMAL")
                 conn.execute("PRAGMA foreign_keys = ON")
             else:
@@ -275,7 +291,8 @@ class SessionStore:
     def _check(self, conn: sqlite3.Connection) -> set[str]:
         """Checks that the database is a tui-trainer session this version can use: the marker,
         the schema version, every table and column it needs, SQLite's own structural check.
-        Returns the optional tables (added after schema 1) that are missing."""
+        Returns the optional tables (added after schema 1) that are missing, and the optional
+        columns that are missing as (table, column)."""
         tables = {r[0] for r in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
         where = self.db_path
@@ -295,20 +312,23 @@ class SessionStore:
             raise SessionError(f"{where} was written by a newer tui-trainer "
                                f"(schema {version}; this one reads {SCHEMA_VERSION})")
         optional = OPTIONAL_TABLES
+        missing_columns: set[tuple[str, str]] = set()
         for table, columns in _expected_columns().items():
             if table not in tables:
                 if table in optional:
                     continue
                 raise SessionError(f"{where} is damaged: its table '{table}' is missing")
             have = {r[1] for r in conn.execute(f"PRAGMA table_info('{table}')")}
-            lacking = sorted(columns - have)
+            optional_columns = set(OPTIONAL_COLUMNS.get(table, {}))
+            missing_columns.update((table, c) for c in optional_columns - have)
+            lacking = sorted(columns - have - optional_columns)
             if lacking:
                 raise SessionError(f"{where} is damaged: table '{table}' lacks the column(s) "
                                    f"{', '.join(lacking)}")
         check = conn.execute("PRAGMA quick_check").fetchone()[0] if self.verify else "ok"
         if check != "ok":
             raise SessionError(f"{where} is damaged: SQLite's check says {check}")
-        return set(optional - tables)
+        return set(optional - tables) | missing_columns
 
     def close(self) -> None:
         self._conn.close()
@@ -445,12 +465,16 @@ class SessionStore:
                               f"{run['host']} (running since {since}); one process trains a "
                               "run at a time. Stop it first, or wait for it to end")
             c.execute("UPDATE runs SET status = 'running', pid = ?, pid_started = ?, host = ?, "
-                      "heartbeat = ?, started = COALESCE(started, ?), ended = NULL WHERE id = ?",
-                      (pid, process_start_time(pid), socket.gethostname(), now, now, run_id))
+                      "heartbeat = ?, progressed = ?, started = COALESCE(started, ?), "
+                      "ended = NULL WHERE id = ?",
+                      (pid, process_start_time(pid), socket.gethostname(), now, now, now,
+                       run_id))
 
-    def heartbeat(self, run_id: int) -> None:
+    def heartbeat(self, run_id: int, progressed: float | None = None) -> None:
+        """The training process is alive; `progressed`: when it last saw its step move."""
         with self.transaction() as c:
-            c.execute("UPDATE runs SET heartbeat = ? WHERE id = ?", (time.time(), run_id))
+            c.execute("UPDATE runs SET heartbeat = ?, progressed = COALESCE(?, progressed) "
+                      "WHERE id = ?", (time.time(), progressed, run_id))
 
     def set_progress(self, run_id: int, step: int, epoch: float) -> None:
         with self.transaction() as c:
@@ -490,7 +514,18 @@ class SessionStore:
         if dead is not None:
             run["status"] = "crashed"
             run["summary"] = {**(run["summary"] or {}), "error": dead}
+        run["stalled_s"] = self._stalled_for(run)
         return run
+
+    def _stalled_for(self, run: dict[str, Any]) -> float | None:
+        """How long a live run's step has not moved, when that is STALL_S or more (its
+        process beats, but does not train); else None."""
+        progressed = run.get("progressed")
+        if run["status"] != "running" or not isinstance(progressed, (int, float)) \
+                or isinstance(progressed, bool):
+            return None
+        idle = time.time() - progressed
+        return idle if idle >= STALL_S else None
 
     def _dead_reason(self, run: dict[str, Any]) -> str | None:
         """Why a run that says 'created' or 'running' has no live process, or None."""
@@ -557,11 +592,13 @@ class SessionStore:
             self._reconcile_studies()
         return dead
 
-    def group_failed(self, run_id: int, reason: str, data: dict[str, Any]) -> None:
+    def group_failed(self, run_id: int, reason: str, data: dict[str, Any],
+                     kind: str = "failure") -> None:
         """A data-parallel run whose rank died: its launcher, once every rank has ended,
         stores it crashed with the rank that took the group down (the lead may have stored
         a consequence first, e.g. its all-reduce losing a peer). A run that had already
-        ended well keeps its status; the failure is recorded either way."""
+        ended well keeps its status; the failure is recorded either way (an event of
+        `kind`: failure, or stop_forced for ranks killed after a Stop they did not see)."""
         with self.transaction() as c:
             row = c.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
@@ -575,8 +612,9 @@ class SessionStore:
                           "summary = ? WHERE id = ?", (time.time(), json.dumps(summary), run_id))
             c.execute("INSERT INTO events (run_id, t, step, kind, message, data) "
                       "VALUES (?, ?, ?, ?, ?, ?)",
-                      (run_id, time.time(), row["step"], "failure",
-                       f"training failed: {reason}", json.dumps(data)))
+                      (run_id, time.time(), row["step"], kind,
+                       f"training failed: {reason}" if kind == "failure" else reason,
+                       json.dumps(data)))
 
     # --- what the user says about runs: names, notes, tags, hidden; deleting ---------------
     def rename_run(self, run_id: int, name: str) -> None:

@@ -108,6 +108,26 @@ def _terminate(pid: int | None) -> bool:
     return True
 
 
+def stop_target(run: dict[str, Any]) -> int:
+    """The process that Stop signals for a live run: the run's own process; for a
+    data-parallel run, torchrun's agent that started its ranks on this machine (the parent
+    of rank 0, which the session names, when it is ours). The agent passes SIGTERM to every
+    rank (they agree on a step, checkpoint and end) and kills those that have not ended
+    STOP_GRACE_S later, so a group stuck in a collective ends too. Rank 0 itself when
+    there is no such agent (its launcher gone)."""
+    pid = run["pid"]
+    config = run.get("config") or {}
+    try:
+        parallel = int(config.get("nproc", 1)) * int(config.get("nnodes", 1)) > 1
+    except (TypeError, ValueError):
+        parallel = False
+    if parallel and run.get("host") == socket.gethostname():
+        agent = trust.parent_of(pid)
+        if agent is not None and agent > 1 and agent != os.getpid() and trust.owned(agent):
+            return agent
+    return pid
+
+
 def exit_text(code: int) -> str:
     if code < 0:
         try:
@@ -168,6 +188,10 @@ def worker_args(session: Path | None, run_id: int | None, *, checkpoint: Path | 
 
 
 RENDEZVOUS_S = 300     # how long the nodes of a run wait for one another
+# How long a data-parallel run's processes have to stop with their checkpoint once asked
+# (Stop, a signal to its launcher); torchrun kills the ones still there after it: a rank
+# waiting in a collective for a hung peer never gets to see the signal.
+STOP_GRACE_S = 15
 
 
 def torchrun_args(nproc: int, nnodes: int, endpoint: str, worker: list[str], log_dir: Path,
@@ -178,7 +202,7 @@ def torchrun_args(nproc: int, nnodes: int, endpoint: str, worker: list[str], log
     Every rank's output is labelled [rank N] and kept per rank under `log_dir`; no restarts
     (a failed rank ends the run, which is then continued from its checkpoint)."""
     args = ["--nproc-per-node", str(nproc), "--nnodes", str(nnodes), "--max-restarts", "0",
-            "--tee", "3", "--log-dir", str(log_dir),
+            "--shutdown-timeout", str(STOP_GRACE_S), "--tee", "3", "--log-dir", str(log_dir),
             "--log-line-prefix-template", "[rank ${rank}] "]
     if nnodes == 1 and not endpoint:
         args.append("--standalone")
@@ -488,9 +512,10 @@ class Supervisor:
         self._spawn_run(run_id, resume_args(run_id, overrides, restart))
 
     def stop(self, run_id: int) -> bool:
-        """Asks a live run to stop: it finishes its step and writes a checkpoint."""
+        """Asks a live run to stop: it finishes its step and writes a checkpoint. A
+        data-parallel run is asked through its launcher (see stop_target)."""
         run = self.store.run(run_id)
-        return self.store.is_live(run) and _terminate(run["pid"])
+        return self.store.is_live(run) and _terminate(stop_target(run))
 
     def live_runs(self) -> list[int]:
         """Runs training now, including ones this dashboard launched that are still starting."""

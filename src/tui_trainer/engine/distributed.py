@@ -20,6 +20,7 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -56,6 +57,7 @@ class Group:
     backend: str | None = None          # the backend of the gradients' all-reduce
     ddp_group: Any = None               # the process group DDP uses (None: the default)
     node_rank: int = 0
+    timeout_s: float = 300.0            # the longest wait in one collective (dist_timeout)
 
     @property
     def lead(self) -> bool:
@@ -121,7 +123,6 @@ class Group:
         ("terminate called without an active exception", SIGABRT). Bounded: a peer that is
         gone or late by more than `timeout_s` is let go, the run's result stands."""
         if self.active and dist.is_initialized():
-            from datetime import timedelta
             try:
                 dist.monitored_barrier(timeout=timedelta(seconds=timeout_s))
             except RuntimeError:
@@ -132,18 +133,21 @@ class Group:
             dist.destroy_process_group()
 
 
-def join_group() -> Group:
+def join_group(timeout_s: float) -> Group:
     """The process group of a rank started by torchrun (gloo for the control messages, which
-    are small CPU tensors and objects); a plain Group outside torchrun."""
+    are small CPU tensors and objects); a plain Group outside torchrun. `timeout_s` bounds
+    every collective (the run's dist_timeout): a rank that waits longer for a peer (hung,
+    stopped, gone) fails with "Timed out waiting" instead of waiting on."""
     if not under_torchrun():
         return Group()
     world = int(os.environ["WORLD_SIZE"])
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    group = Group(rank=rank, world=world, local_rank=local_rank,
+                  node_rank=int(os.environ.get("GROUP_RANK", "0")), timeout_s=timeout_s)
     if world > 1:
-        dist.init_process_group("gloo")
-    return Group(rank=rank, world=world, local_rank=local_rank,
-                 node_rank=int(os.environ.get("GROUP_RANK", "0")))
+        dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+    return group
 
 
 def use_backend(group: Group, wanted: str, device: torch.device) -> None:
@@ -154,7 +158,8 @@ def use_backend(group: Group, wanted: str, device: torch.device) -> None:
     backend = wanted if wanted != "auto" else ("nccl" if device.type == "cuda" else "gloo")
     group.backend = backend
     if backend == "nccl":
-        group.ddp_group = dist.new_group(backend="nccl")
+        group.ddp_group = dist.new_group(backend="nccl",
+                                         timeout=timedelta(seconds=group.timeout_s))
 
 
 # --- the launcher ------------------------------------------------------------------------------
@@ -194,7 +199,8 @@ def stderr_tail(log_dir: Path, local_rank: int) -> str:
             text = f.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    # Python's carets under a traceback's line say nothing here.
+    lines = [line.strip() for line in text.splitlines() if line.strip(" \t^~")]
     tail = " | ".join(lines[-STDERR_TAIL_LINES:])
     return tail if len(tail) <= STDERR_TAIL_CHARS else "…" + tail[-STDERR_TAIL_CHARS:]
 
@@ -207,6 +213,36 @@ def root_cause(failures: list[RankFailure]) -> RankFailure | None:
         return None
     killed = [f for f in failures if f.signal and f.signal not in ("SIGTERM", "SIGINT")]
     return (killed or failures)[0]
+
+
+# What gloo says when a collective waited dist_timeout for a peer.
+TIMED_OUT = "Timed out waiting"
+
+
+def failure_reason(failures: list[RankFailure], log_dir: Path, nproc: int,
+                   dist_timeout: int) -> str | None:
+    """Why a group failed, in words, from how its ranks ended and their last lines on
+    stderr: the rank that took it down, or, when a rank gave up waiting in a collective,
+    that the group hung (the rank that did not answer may well have been killed after)."""
+    cause = root_cause(failures)
+    if cause is None:
+        return None
+    said = stderr_tail(log_dir, cause.local_rank)
+    if TIMED_OUT not in said:
+        for f in failures:
+            words = stderr_tail(log_dir, f.local_rank) if f is not cause else ""
+            if TIMED_OUT in words:
+                cause, said = f, words
+                break
+    if TIMED_OUT in said:
+        others = [f.describe() for f in failures if f is not cause]
+        gloo = said[said.index(TIMED_OUT):].split(" | ")[0]
+        return (f"the group hung: rank {cause.rank} waited {dist_timeout} s (dist_timeout) "
+                f"in a collective for a rank that did not answer, and gave up (gloo: {gloo})"
+                + (f"; then {', '.join(others)}" if others else ""))
+    reason = cause.describe() + (
+        "; the other ranks were stopped" if len(failures) > 1 or nproc > 1 else "")
+    return reason + (f"; its last words: {said}" if said else "")
 
 
 class _Tee:

@@ -18,7 +18,7 @@ import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 import psutil
 import torch
@@ -136,18 +136,24 @@ class RunLog:
 
 class _Heartbeat(threading.Thread):
     """Beats from its own thread and its own connection, so a long step, an evaluation or
-    torch.compile never makes a live run look dead."""
+    torch.compile never makes a live run look dead. Each beat also says when the step (read
+    from `position`, the loop's own counter) last moved: a run that beats but does not
+    train (a data-parallel rank hung, its peers waiting in a collective) reads as stalled."""
 
-    def __init__(self, session_dir: Path, run_id: int):
+    def __init__(self, session_dir: Path, run_id: int, position: Callable[[], int]):
         super().__init__(daemon=True, name="heartbeat")
-        self.session_dir, self.run_id = session_dir, run_id
+        self.session_dir, self.run_id, self.position = session_dir, run_id, position
         self.halt = threading.Event()
 
     def run(self) -> None:
         store = SessionStore(self.session_dir, create=False, verify=False)  # checked already
+        seen, moved = self.position(), time.time()
         try:
             while not self.halt.wait(HEARTBEAT_S):
-                store.heartbeat(self.run_id)
+                step = self.position()
+                if step != seen:
+                    seen, moved = step, time.time()
+                store.heartbeat(self.run_id, moved)
         finally:
             store.close()
 
@@ -833,7 +839,7 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
     trainer.log(f"run {run_id} on {trainer.settings['device']} "
                 f"({trainer.settings['device_name']}){processes}, data: "
                 f"{trainer.loaders.info.description}")
-    heartbeat = _Heartbeat(store.dir, run_id)
+    heartbeat = _Heartbeat(store.dir, run_id, lambda: trainer.pos.step)
     heartbeat.start()
     restore = _listen(trainer)
     try:

@@ -64,7 +64,7 @@ def cells(row: RunRow, marked: bool, status: str) -> dict[str, Text]:
         "reason": row.reason or "",
     }
     out = {k: plain(v, 80 if k == "reason" else 40) for k, v in texts.items()}
-    if status in ("crashed", "diverged"):
+    if status in ("crashed", "diverged", "stalled"):
         out["status"].stylize("bold red" if status == "crashed" else "bold yellow")
     return out
 
@@ -82,7 +82,8 @@ def sort_key(row: RunRow, column: str) -> Any:
 def matches(row: RunRow, text: str) -> bool:
     """The filter: every word must appear in the name, status, tags, notes or a config
     value (`key=value` words match that config key)."""
-    hay = " ".join([row.name, row.status, " ".join(row.tags), row.notes, str(row.id)]).lower()
+    hay = " ".join([row.name, row.status, "stalled" if row.stalled_s else "",
+                    " ".join(row.tags), row.notes, str(row.id)]).lower()
     for word in text.lower().split():
         if "=" in word:
             key, _, want = word.partition("=")
@@ -188,7 +189,8 @@ class RunTable(Table):
         self._follow(cursor)
 
     def _all_cells(self, r: RunRow) -> dict[str, Text]:
-        status = "starting" if r.status == "created" and r.id in self._starting else r.status
+        status = "starting" if r.status == "created" and r.id in self._starting else \
+            "stalled" if r.stalled_s else r.status
         if r.hidden:
             status += " (hidden)"
         c = cells(r, r.id in self._marked, status)
