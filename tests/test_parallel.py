@@ -14,7 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import QUICK, db_rows, fingerprints, sets, tt, tt_popen, wait_for_row, wait_until
+from conftest import (QUICK, db_rows, fingerprints, in_private_mount, sets, tt, tt_popen,
+                      wait_for_row, wait_until)
 from tui_trainer.core import config as C
 from tui_trainer.core.store import HEARTBEAT_S, SessionStore
 from tui_trainer.core.supervisor import Supervisor
@@ -301,3 +302,38 @@ def test_stop_ends_a_group_stuck_in_a_collective_within_its_grace(straight, tmp_
         sup.reap()
         assert store.run(run_id)["status"] == "finished"
     assert fingerprints(tmp_path, run_id) == reference
+
+
+def test_a_full_disk_mid_checkpoint_is_told_in_one_line_and_resumes_exactly(straight,
+                                                                            tmp_path):
+    """No space left while rank 0 writes a checkpoint: the stored and printed reason says
+    so (not only "exited with status 1"), no rank prints a Python traceback (rank 1 says in
+    one line that another rank ended first), nothing written before is lost, and the run
+    continues after space is freed to the same bits as one never interrupted."""
+    _, reference = straight
+    disk = tmp_path / "disk"
+    p = in_private_mount(f"""
+        mkdir -p {disk}
+        mount -t tmpfs -o size=900k tmpfs {disk}
+        python -m tui_trainer run --session {disk}/s --json \
+            {' '.join(sets(*PARALLEL, 'keep_checkpoints=100'))} > {tmp_path}/run.json \
+            2> {tmp_path}/run.err || echo "run rc=$?"
+        mount -o remount,size=64m {disk}
+        python -m tui_trainer resume 1 --session {disk}/s --json > {tmp_path}/resume.json \
+            2> {tmp_path}/resume.err || echo "resume rc=$?"
+        cp -a {disk}/s {tmp_path}/after
+    """)
+    err = (tmp_path / "run.err").read_text()
+    assert "run rc=1" in p.stdout, p.stdout + p.stderr + err
+    assert "Traceback" not in err, err
+    assert "[rank 1]" in err and "another rank ended first" in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("tui-trainer: training failed: rank 0") and \
+        "its last words: no space left on device while writing" in last, last
+    run = SessionStore(tmp_path / "after", create=False, readonly=True).run(1)
+    failures = [e for e in SessionStore(tmp_path / "after", create=False, readonly=True)
+                .events(1) if e["kind"] == "failure"]
+    assert any("no space left on device" in e["message"] and "rank 0" in e["message"]
+               for e in failures), failures
+    assert "resume rc=" not in p.stdout, (tmp_path / "resume.err").read_text()
+    assert run["status"] == "finished" and fingerprints(tmp_path / "after", 1) == reference

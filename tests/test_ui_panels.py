@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 from textual.widgets import DataTable, Input
 
 from conftest import click
@@ -161,3 +163,41 @@ async def test_a_table_keeps_only_the_cells_it_draws_now():
         assert "3  9  3" in "".join(s.text for s in table.render_line(4))     # row 3
         assert 0 < len(table._cell_render_cache) <= 4 * 10 * 3     # this draw's cells
         assert len(table._line_cache) <= 2 * 30
+
+
+async def test_a_run_that_beats_but_does_not_move_reads_stalled_in_the_table(tmp_path):
+    """A live run (claimed by this process, beating) whose step has not moved for STALL_S:
+    the table's status says stalled, the why column for how long and what ends it; the
+    filter finds it by that word. Once a beat sees its step move, it reads running."""
+    import time
+
+    from tui_trainer.core.store import STALL_S
+    _session(tmp_path, n=1)
+    store = SessionStore(tmp_path)
+    rid = store.create_run(C.DEFAULTS.replace(nproc=2, batch_size=64).to_dict(), name="g")
+    store.claim(rid)
+    store.set_progress(rid, 412, 1.5)
+    store.heartbeat(rid, progressed=time.time() - STALL_S - 5)
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
+        await app.poll_now()
+        await pilot.pause()
+        table = app.query_one("#runs", DataTable)
+        assert str(table.get_cell(str(rid), "status")) == "stalled"
+        why = str(table.get_cell(str(rid), "reason"))
+        assert re.match(r"no step for 1:\d\d \(at step 412\)", why), why
+        assert str(table.get_cell("1", "status")) == "finished"
+        table.focus()
+        await pilot.press("slash")
+        await _answer(pilot, "stalled")
+        assert _ids(app) == [str(rid)]
+        store.heartbeat(rid, progressed=time.time())
+        await pilot.press("slash")
+        await _answer(pilot, "*")
+        for _ in range(5):
+            await app.poll_now()
+            await pilot.pause()
+        assert str(table.get_cell(str(rid), "status")) == "running"
+    store.end_run(rid, "stopped", {})
+    store.close()

@@ -217,6 +217,30 @@ def root_cause(failures: list[RankFailure]) -> RankFailure | None:
 
 # What gloo says when a collective waited dist_timeout for a peer.
 TIMED_OUT = "Timed out waiting"
+# What it says when the rank at the other end of a connection is gone.
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+def peer_lost(e: BaseException) -> str | None:
+    """What a rank says, in one line instead of a traceback, when a collective failed
+    because of another rank: it ended first (the cause is in its own words), or it did not
+    answer within dist_timeout. None for any other failure."""
+    if not isinstance(e, RuntimeError):          # gloo's errors (DistBackendError) are
+        return None
+    text = str(e)
+    if TIMED_OUT in text:
+        return ("gave up waiting for another rank: "
+                + text[text.index(TIMED_OUT):].splitlines()[0])
+    if any(words in text for words in PEER_GONE):
+        return "another rank ended first (its connection closed); its own output says why"
+    return None
+
+
+def _own_words(said: str) -> str:
+    """A rank's last lines, or only the last when that is tui-trainer's one-line message
+    (the whole explanation, e.g. a full disk)."""
+    last = said.rsplit(" | ", 1)[-1]
+    return last.removeprefix("tui-trainer: ") if last.startswith("tui-trainer: ") else said
 
 
 def failure_reason(failures: list[RankFailure], log_dir: Path, nproc: int,
@@ -227,7 +251,7 @@ def failure_reason(failures: list[RankFailure], log_dir: Path, nproc: int,
     cause = root_cause(failures)
     if cause is None:
         return None
-    said = stderr_tail(log_dir, cause.local_rank)
+    said = _own_words(stderr_tail(log_dir, cause.local_rank))
     if TIMED_OUT not in said:
         for f in failures:
             words = stderr_tail(log_dir, f.local_rank) if f is not cause else ""

@@ -32,7 +32,7 @@ from ..core.errors import CheckpointError, DiskFull, is_disk_full
 from ..core.store import HEARTBEAT_S, BatchedWriter, SessionStore
 from .checkpoint import fault_point, save_checkpoint, sweep
 from .data import Loaders, make_loaders
-from .distributed import Group, use_backend
+from .distributed import Group, peer_lost, use_backend
 from .models import build_model
 from .reproducibility import (ParamSketch, apply_knobs, capture_rng, check_device_knobs,
                               effective_settings, param_fingerprint, resolve_device, restore_rng)
@@ -120,9 +120,9 @@ class RunLog:
 
     def to_file(self, message: str) -> None:
         """Only into the log file (a traceback of an expected failure: the user gets one
-        line, the log keeps the details)."""
+        line, the log keeps the details). Nothing without one (rank 0 of a data-parallel
+        run, whose stderr is the terminal's too: the failure event keeps the traceback)."""
         if self._file is None:
-            self(message)
             return
         try:
             self._file.write(f"{time.strftime('%H:%M:%S')} {message}\n")
@@ -850,11 +850,15 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
         tb = traceback.format_exc()
         if is_disk_full(e) and not isinstance(e, DiskFull):
             e = DiskFull(getattr(e, "filename", None) or store.dir)
-        if isinstance(e, DiskFull):
+        consequence = peer_lost(e) if group.active else None
+        if isinstance(e, DiskFull) or consequence:
             trainer.log.to_file(tb.rstrip())
         else:
             trainer.log(tb.rstrip())
-        reason = str(e) if isinstance(e, DiskFull) else f"{type(e).__name__}: {e}"
+        if consequence:
+            trainer.log(f"stopping: {consequence}")
+        reason = str(e) if isinstance(e, DiskFull) else consequence or \
+            f"{type(e).__name__}: {e}"
         try:
             # Keep what was measured up to the failure, and how far it got.
             trainer.writer.progress(trainer.pos.step, trainer._epoch_float())
@@ -869,6 +873,8 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
             pass
         if isinstance(e, DiskFull):
             raise e from None
+        if consequence:
+            raise SystemExit(1) from None
         raise
     finally:
         restore()
@@ -917,9 +923,14 @@ def _train_rank(trainer: Trainer, run_id: int, echo: TextIO | None) -> Summary:
     restore = _listen(trainer)
     try:
         return trainer.train()
-    except BaseException:
-        trainer.log(traceback.format_exc().rstrip())
-        raise
+    except BaseException as e:
+        consequence = peer_lost(e)
+        if consequence is None:
+            trainer.log(traceback.format_exc().rstrip())
+            raise
+        # Another rank ended first (its own words say why): one line, no traceback.
+        trainer.log(f"stopping: {consequence}")
+        raise SystemExit(1) from None
     finally:
         restore()
         trainer.log.close()
