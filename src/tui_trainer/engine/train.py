@@ -1,8 +1,17 @@
 """The training process: one run, start to end (or to a stop, a crash, or a kill).
 
-The loop reads like pytorch/examples' mnist/main.py with each knob as a named step; what it
-adds is bookkeeping: metrics into the session store at log points only (every `.item()` is
-a device sync), parameter fingerprints, checkpoints that allow bit-exact resume.
+`Trainer.train` is the loop, one iteration per optimizer step:
+
+    for batch in self.steps():        # epochs, the resume's fast-forward, an epoch's end
+        done = self.step(batch)       # forward, backward, optimizer, with the knobs applied
+        self.record(done)             # rows at log points, fingerprints, checkpoints
+        if status := self.should_stop():
+            break
+
+`step` is the whole computation of a step and nothing else: replaying a step from a restored
+state runs this same code. What the loop adds to pytorch/examples' mnist/main.py is
+bookkeeping: metrics into the session store at log points only (every `.item()` is a device
+sync), parameter fingerprints, checkpoints that allow bit-exact resume.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
 import psutil
 import torch
@@ -44,6 +53,37 @@ class Position:
     batch: int = 0            # batches of this epoch consumed
     step: int = 0             # optimizer steps in all
     samples: int = 0          # training samples seen in all
+
+
+@dataclass
+class Step:
+    """One optimizer step's micro-batches, `size` of them (grad_accum_steps, fewer at the
+    end of an epoch), fetched as the step uses them."""
+    size: int
+    micro_batches: Iterator[Any]
+
+
+@dataclass
+class StepDone:
+    loss: torch.Tensor                  # the step's loss, on the device (no sync)
+    grad_norm: torch.Tensor | None      # at log points, or with gradient clipping
+
+
+@dataclass
+class Clock:
+    """Where the steps' time went since the last log point: waiting for data, and the rest
+    (copy, forward, backward, optimizer). Recording is in neither."""
+    since: float = 0.0
+    samples: int = 0
+    data_s: float = 0.0
+    compute_s: float = 0.0
+
+    def lap(self, samples: int) -> tuple[float, int, float, float]:
+        """(seconds, samples, data seconds, compute seconds) since the last lap; restarts."""
+        now = time.perf_counter()
+        out = (now - self.since, samples - self.samples, self.data_s, self.compute_s)
+        self.since, self.samples, self.data_s, self.compute_s = now, samples, 0.0, 0.0
+        return out
 
 
 @dataclass
@@ -209,12 +249,18 @@ class Trainer:
         self._positioned = False
         # (step, what) once the loss or the parameters are NaN/inf: the run ends "diverged".
         self.diverged: tuple[int, str] | None = None
+        self.limit = cfg.max_steps or math.inf
+        self.clock = Clock()
+        self.bar: Any = None
+        self.writer: BatchedWriter | None = None
+        self.t_start = time.perf_counter()
 
     def attach(self, store: SessionStore | None, run_id: int, echo: TextIO | None) -> None:
         """Ties the trainer to its run: the lead to the store and the run's log file, any
         other rank of a data-parallel run to nothing but its stderr."""
         self.store = store
         self.run_id = run_id
+        self.writer = BatchedWriter(store, run_id) if store is not None else None
         if store is None:
             self.log = RunLog(None, echo)
         elif self.group.active:
@@ -287,6 +333,8 @@ class Trainer:
         self.eval_forward = self.forward      # evaluation never goes through DDP
         self.ddp: DistributedDataParallel | None = None
         self.non_blocking = cfg.non_blocking and self.cuda
+        # The first step whose loss is NaN/inf (-1: none yet), on the device.
+        self.first_bad_step = torch.full((), -1, dtype=torch.long, device=self.device)
         self.process = psutil.Process()
         self.rng_first_epoch: dict[str, Any] | None = None
         self.rng_epoch_start: dict[str, Any] | None = None
@@ -545,112 +593,146 @@ class Trainer:
 
     # --- the loop --------------------------------------------------------------------------
     def train(self) -> Summary:
-        cfg = self.cfg
-        limit = cfg.max_steps or math.inf
-        accum = cfg.grad_accum_steps
-        self.writer = BatchedWriter(self.store, self.run_id) if self.lead else None
+        """One iteration, one optimizer step: its batches, the step, what is kept of it, and
+        whether the run ends there."""
+        self._begin()
+        status = None
+        for batch in self.steps():
+            done = self.step(batch)
+            self.record(done)
+            if status := self.should_stop():
+                break
+        if self.bar is not None:
+            self.bar.close()
+            self.log.bar = None
+        return self._finish(status or "finished")
+
+    def _begin(self) -> None:
         self.t_start = time.perf_counter()
-        world = self.group.world
         if self.resume_state is not None:
             self.log(f"resuming run {self.run_id} from step {self.pos.step} "
                      f"(epoch {self.pos.epoch}, batch {self.pos.batch})")
-        bar = self._progress_bar()
-        status = "finished"
-        last_log_t, last_log_samples = time.perf_counter(), self.pos.samples
-        data_s = compute_s = 0.0
-        norm: torch.Tensor | None = None
-        # The first step whose loss is NaN/inf, kept on the device (no sync per step).
-        self.first_bad_step = torch.full((), -1, dtype=torch.long, device=self.device)
+        self.bar = self._progress_bar()
+        self.clock.lap(self.pos.samples)
         self.model.train()
         if self.resume_state is None:
             self.record_fingerprint()     # step 0: were the two runs even initialised alike?
             # A crash before the first periodic checkpoint can still be continued (exactly).
             self.write_checkpoint()
-        while self.pos.epoch < cfg.epochs and self.pos.step < limit:
+
+    def steps(self) -> Iterator[Step]:
+        """The optimizer steps left to train, each as its micro-batches. Owns the epochs:
+        each epoch's data (its shard, set_epoch), the resume's fast-forward to the batch of
+        the checkpoint (_epoch_iterator), and an epoch's end: the scheduler, the evaluation,
+        the epoch's checkpoint. Leaving the loop early leaves the epoch unfinished, as a
+        checkpoint of that moment records it."""
+        cfg = self.cfg
+        while self.pos.epoch < cfg.epochs and self.pos.step < self.limit:
             it = self._epoch_iterator()
-            micro = 0
-            step_loss = torch.zeros((), device=self.device)
-            t_prev = time.perf_counter()
-            for x, y in it:
-                t_data = time.perf_counter()
-                data_s += t_data - t_prev
-                x = x.to(self.device, non_blocking=self.non_blocking)
-                y = y.to(self.device, non_blocking=self.non_blocking)
-                if cfg.channels_last:
-                    x = x.contiguous(memory_format=torch.channels_last)
-                last_micro = micro + 1 == accum or self.pos.batch + 1 == self.batches_per_epoch
-                # DDP all-reduces the gradients in backward: only once per optimizer step.
-                sync = nullcontext() if self.ddp is None or last_micro else self.ddp.no_sync()
-                with sync:
-                    with self._autocast():          # the forward pass only, as before
-                        loss = F.nll_loss(self.forward(x), y) / accum
-                    self.scaler.scale(loss).backward()
-                step_loss += loss.detach()
-                micro += 1
-                self.pos.batch += 1
-                self.pos.samples += len(y) * world      # every rank takes as many samples
-                if micro == accum or self.pos.batch == self.batches_per_epoch:
-                    log_now = (self.pos.step + 1) % cfg.log_every == 0
-                    norm = self._optimizer_step(log_now)
-                    micro = 0
-                    self.pos.step += 1
-                    self.first_bad_step = torch.where(
-                        (self.first_bad_step < 0) & ~torch.isfinite(step_loss),
-                        self.pos.step, self.first_bad_step)
-                    compute_s += time.perf_counter() - t_data
-                    if log_now or self.pos.step >= limit:
-                        now = time.perf_counter()
-                        self._log_step(step_loss, norm, now - last_log_t,
-                                       self.pos.samples - last_log_samples, data_s, compute_s)
-                        last_log_t, last_log_samples = now, self.pos.samples
-                        data_s = compute_s = 0.0
-                        if bar is not None:
-                            bar.set_postfix(loss=f"{self.last_loss:.4f}", refresh=False)
-                    step_loss = torch.zeros((), device=self.device)
-                    if bar is not None:
-                        bar.update(1)
-                    self._after_step()
-                    stop_now = self.stop_requested
-                    if self.group.active:
-                        # Every rank stops at the same step, whichever was asked or diverged.
-                        # The agreed flag decides: a SIGTERM whose handler ran during the
-                        # all-reduce stays requested on its rank and is agreed on next step.
-                        stop_now, gone = self.group.agree(self.stop_requested,
-                                                          self.diverged is not None)
-                        self.stop_requested = self.stop_requested or stop_now
-                        if gone and self.diverged is None:
-                            self._diverge(self.pos.step, "another rank's parameters became "
-                                          f"NaN/inf (noticed at step {self.pos.step})")
-                    if self.kill_at_step is not None and self.pos.step >= self.kill_at_step:
-                        if self.group.active:   # a crash of the launcher: its ranks die with it
-                            os.kill(os.getppid(), signal.SIGKILL)
-                        os.kill(os.getpid(), signal.SIGKILL)   # a crash, on purpose
-                    if stop_now or self.pos.step >= limit or self.diverged:
-                        break
-                else:
-                    compute_s += time.perf_counter() - t_data
-                t_prev = time.perf_counter()
-            else:
-                # The epoch ran to its end.
-                self.pos.epoch += 1
-                self.pos.batch = 0
-                self.scheduler.step()
-                if cfg.eval_every and self.pos.epoch % cfg.eval_every == 0:
-                    self.evaluate()
-                if cfg.checkpoint_every == 0 and self.pos.epoch < cfg.epochs \
-                        and self.pos.step < limit:
-                    self.write_checkpoint()
-                self.log(f"epoch {self.pos.epoch}/{cfg.epochs} done at step {self.pos.step}")
-                continue
-            if self.diverged:
-                status = "diverged"
-            elif self.stop_requested:
-                status = "stopped"
-            break
-        if bar is not None:
-            bar.close()
-            self.log.bar = None
-        return self._finish(status)
+            while (first := self._next_batch(it)) is not None:
+                size = min(cfg.grad_accum_steps, self.batches_per_epoch - self.pos.batch)
+                yield Step(size, self._rest_of_step(first, it, size))
+            self._end_epoch()
+
+    def _next_batch(self, it: Iterator[Any]) -> Any:
+        """The loader's next batch (None at the epoch's end); waiting for it is data time."""
+        t = time.perf_counter()
+        batch = next(it, None)
+        self.clock.data_s += time.perf_counter() - t
+        return batch
+
+    def _rest_of_step(self, first: Any, it: Iterator[Any], size: int) -> Iterator[Any]:
+        """A step's micro-batches, each fetched only when the step is ready for it: data
+        loading and computing draw their random numbers in one order, the training's."""
+        yield first
+        for _ in range(size - 1):
+            batch = self._next_batch(it)
+            if batch is None:
+                return
+            yield batch
+
+    def _end_epoch(self) -> None:
+        cfg = self.cfg
+        self.pos.epoch += 1
+        self.pos.batch = 0
+        self.scheduler.step()
+        if cfg.eval_every and self.pos.epoch % cfg.eval_every == 0:
+            self.evaluate()
+        if cfg.checkpoint_every == 0 and self.pos.epoch < cfg.epochs \
+                and self.pos.step < self.limit:
+            self.write_checkpoint()
+        self.log(f"epoch {self.pos.epoch}/{cfg.epochs} done at step {self.pos.step}")
+
+    def step(self, batch: Step) -> StepDone:
+        """One optimizer step with the knobs applied: each micro-batch copied to the device
+        (non_blocking, channels_last), forward under autocast, backward through the loss
+        scaler, DDP's gradient all-reduce on the last micro-batch only; then the optimizer
+        (gradient clipping, the norm at log points). Callable on its own from a restored
+        state: replaying step N runs this same code."""
+        cfg = self.cfg
+        t, data_before = time.perf_counter(), self.clock.data_s
+        step_loss = torch.zeros((), device=self.device)
+        for k, (x, y) in enumerate(batch.micro_batches):
+            x = x.to(self.device, non_blocking=self.non_blocking)
+            y = y.to(self.device, non_blocking=self.non_blocking)
+            if cfg.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            last = k + 1 == batch.size
+            sync = nullcontext() if self.ddp is None or last else self.ddp.no_sync()
+            with sync:
+                with self._autocast():          # the forward pass only
+                    loss = F.nll_loss(self.forward(x), y) / cfg.grad_accum_steps
+                self.scaler.scale(loss).backward()
+            step_loss += loss.detach()
+            self.pos.batch += 1
+            self.pos.samples += len(y) * self.group.world   # every rank takes as many
+        norm = self._optimizer_step(want_norm=(self.pos.step + 1) % cfg.log_every == 0)
+        self.pos.step += 1
+        # The first step whose loss is NaN/inf, kept on the device (no sync per step).
+        self.first_bad_step = torch.where(
+            (self.first_bad_step < 0) & ~torch.isfinite(step_loss),
+            self.pos.step, self.first_bad_step)
+        self.clock.compute_s += time.perf_counter() - t - (self.clock.data_s - data_before)
+        return StepDone(step_loss, norm)
+
+    def record(self, done: StepDone) -> None:
+        """What is kept of a step: a row at log points (the loss's one sync), fingerprints
+        and checkpoints when due, the run's progress."""
+        if self.pos.step % self.cfg.log_every == 0 or self.pos.step >= self.limit:
+            self._log_step(done.loss, done.grad_norm)
+            if self.bar is not None:
+                self.bar.set_postfix(loss=f"{self.last_loss:.4f}", refresh=False)
+        if self.bar is not None:
+            self.bar.update(1)
+        cfg, step = self.cfg, self.pos.step
+        if cfg.fingerprint_every and step % cfg.fingerprint_every == 0:
+            self.record_fingerprint()
+        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+            self.write_checkpoint()
+        if self.writer is not None:
+            self.writer.progress(step, self._epoch_float())
+            self.writer.maybe_flush()
+
+    def should_stop(self) -> str | None:
+        """How the run ends after this step ("stopped", "diverged", "finished"), or None to
+        go on. Every rank of a data-parallel run stops at the same step, whichever was asked
+        or diverged: the agreed flag decides (a SIGTERM whose handler ran during the
+        all-reduce stays requested on its rank and is agreed on next step)."""
+        stop_now = self.stop_requested
+        if self.group.active:
+            stop_now, gone = self.group.agree(self.stop_requested, self.diverged is not None)
+            self.stop_requested = self.stop_requested or stop_now
+            if gone and self.diverged is None:
+                self._diverge(self.pos.step, "another rank's parameters became NaN/inf "
+                              f"(noticed at step {self.pos.step})")
+        if self.kill_at_step is not None and self.pos.step >= self.kill_at_step:
+            if self.group.active:         # a crash of the launcher: its ranks die with it
+                os.kill(os.getppid(), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)        # a crash, on purpose
+        if not (stop_now or self.pos.step >= self.limit or self.diverged):
+            return None
+        return "diverged" if self.diverged else "stopped" if self.stop_requested \
+            else "finished"
 
     def _optimizer_step(self, want_norm: bool) -> torch.Tensor | None:
         cfg = self.cfg
@@ -667,11 +749,11 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 
-    def _log_step(self, step_loss: torch.Tensor, norm: torch.Tensor | None, dt: float,
-                  samples: int, data_s: float, compute_s: float) -> None:
+    def _log_step(self, step_loss: torch.Tensor, norm: torch.Tensor | None) -> None:
         # The loss of a data-parallel step is the mean over the ranks (each rank's is the
         # mean of its shard); the gradient norm is already of the averaged gradients.
         self.last_loss = self.group.mean(step_loss).item()   # the sync of a log point
+        dt, samples, data_s, compute_s = self.clock.lap(self.pos.samples)
         memory = self._memory()
         per_rank = self.group.gather(memory)
         if self.lead:
@@ -692,17 +774,6 @@ class Trainer:
                    "data_s": data_s, "compute_s": compute_s, **memory}
             self.writer.step(row)
         self._check_finite()
-
-    def _after_step(self) -> None:
-        cfg = self.cfg
-        step = self.pos.step
-        if cfg.fingerprint_every and step % cfg.fingerprint_every == 0:
-            self.record_fingerprint()
-        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-            self.write_checkpoint()
-        if self.writer is not None:
-            self.writer.progress(step, self._epoch_float())
-            self.writer.maybe_flush()
 
     def _finish(self, status: str) -> Summary:
         cfg = self.cfg
