@@ -59,8 +59,94 @@ def sets(*pairs: str) -> list[str]:
     return out
 
 
+# One warm launcher per test process (tui_trainer/warm.py, the one the dashboard uses): `tt`
+# forks each command from it, the real CLI in a real process, without the ~5 s of importing
+# torch that a cold `python -m tui_trainer` spends. TT_COLD=1 starts every command cold.
+_forker: dict[str, object] = {}
+
+
+def _warm():
+    """The test process's launcher once it is ready; None (commands start cold) when it
+    cannot be had. Started at the first `tt`, in a runtime folder of its own."""
+    from tui_trainer.core.supervisor import WarmLauncher
+    if os.environ.get("TT_COLD") == "1":
+        return None
+    if "launcher" not in _forker:
+        runtime = tempfile.mkdtemp(prefix="ttwarm-")
+        saved = os.environ.get("XDG_RUNTIME_DIR")
+        os.environ["XDG_RUNTIME_DIR"] = runtime
+        try:
+            launcher = WarmLauncher()
+            launcher.start()
+        finally:
+            if saved is None:
+                del os.environ["XDG_RUNTIME_DIR"]
+            else:
+                os.environ["XDG_RUNTIME_DIR"] = saved
+        _forker.update(launcher=launcher, runtime=runtime)
+    launcher = _forker["launcher"]
+    return launcher if launcher.wait_ready(120) else None
+
+
+def pytest_sessionfinish(session, exitstatus):
+    launcher = _forker.pop("launcher", None)
+    if launcher is not None:
+        launcher.close()
+        shutil.rmtree(_forker.pop("runtime"), ignore_errors=True)
+
+
+def _read_all(fds: list[int], deadline: float) -> list[bytes] | None:
+    """Everything written to these pipes until every writer closed them; None at the
+    deadline."""
+    import selectors
+    import time
+    chunks: dict[int, list[bytes]] = {fd: [] for fd in fds}
+    with selectors.DefaultSelector() as sel:
+        for fd in fds:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            for key, _ in sel.select(min(left, 1.0)):
+                data = os.read(key.fd, 65536)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    sel.unregister(key.fd)
+    return [b"".join(chunks[fd]) for fd in fds]
+
+
 def tt(*args: str, timeout: float = 300) -> Result:
-    """Runs `python -m tui_trainer ARGS` and returns its exit status and output."""
+    """Runs `tui-trainer ARGS` in a process of its own (forked by the test process's warm
+    launcher, else `python -m tui_trainer` cold) and returns its exit status and output."""
+    import time
+    from tui_trainer.core.supervisor import WARM_LINE
+    launcher = _warm()
+    if launcher is not None:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            child = launcher.spawn(list(args), out_w, err_w, detach=False,
+                                   env=os.environ.copy())
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        if child is not None:
+            try:
+                got = _read_all([out_r, err_r], time.monotonic() + timeout)
+            finally:
+                os.close(out_r)
+                os.close(err_r)
+            if got is None:
+                child.kill()
+                raise subprocess.TimeoutExpired(["tui-trainer", *args], timeout)
+            rc = child.wait(timeout=60)
+            out, err = (b.decode("utf-8", errors="replace") for b in got)
+            first, _, rest = err.partition("\n")
+            return Result(rc, out, rest if first.endswith(WARM_LINE) else err)
+        os.close(out_r)
+        os.close(err_r)
     proc = subprocess.run([sys.executable, "-m", "tui_trainer", *args], capture_output=True,
                           text=True, timeout=timeout, env=os.environ.copy())
     return Result(proc.returncode, proc.stdout, proc.stderr)

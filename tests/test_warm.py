@@ -287,3 +287,19 @@ def test_warm_refuses_a_path_where_something_is(tmp_path):
     r = tt("warm", str(victim))
     assert r.rc == 2 and "exists" in r.err
     assert victim.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("args", [["worker", "--run-id", "1"], ["warm", "/tmp/x.sock"],
+                                  ["--session", "s", "join", "127.0.0.1:29400"]])
+def test_a_rank_a_launcher_or_a_join_is_never_forked(tmp_path, warm, args):
+    """`worker` forked by the launcher would pass for a rank of a group (its parent is a
+    tui-trainer process), and `join` cannot quieten torch's C++ logging in a fork: the
+    launcher refuses them, the client says why and starts them cold."""
+    err_r, err_w = os.pipe()
+    with open(os.devnull, "wb") as null:
+        child = warm.spawn(args, null.fileno(), err_w, detach=False, env=dict(os.environ))
+    os.close(err_w)
+    with os.fdopen(err_r, "rb") as f:
+        said = f.read().decode()
+    assert child is None
+    assert "is not forked by the warm launcher" in said and "starting cold" in said

@@ -205,6 +205,20 @@ class Launcher:
         return pid
 
 
+# Commands that are never forked from here: a rank (torchrun starts it, and `worker` refuses
+# to run except as a child of its group's agent), a launcher, and `join` (it quietens
+# torch's C++ logging before importing torch, which a fork cannot do).
+NOT_FORKED = ("worker", "warm", "join")
+
+
+def _command(args: list[str]) -> str | None:
+    """The command of a command line (after the top-level --session DIR)."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        i += 2 if args[i] == "--session" else 1
+    return args[i] if i < len(args) else None
+
+
 def _valid(request: Any) -> dict[str, Any]:
     """A request's shape, checked before anything is forked for it."""
     if not isinstance(request, dict):
@@ -212,6 +226,9 @@ def _valid(request: Any) -> dict[str, Any]:
     args, env, cwd = request.get("args"), request.get("env"), request.get("cwd")
     if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
         raise ValueError("args: a list of strings")
+    if _command(args) in NOT_FORKED:
+        raise ValueError(f"`{_command(args)}` is not forked by the warm launcher; start it "
+                         "as a process of its own")
     if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str)
                                           for k, v in env.items())):
         raise ValueError("env: an object of strings")

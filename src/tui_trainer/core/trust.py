@@ -26,6 +26,7 @@ from pathlib import Path
 import platformdirs
 
 from .paths import APP
+from .text import shown
 
 WARM_PREFIX = "warm-"
 LEGACY_PREFIX = "tui-trainer-warm-"     # folders of launchers before they moved here
@@ -120,6 +121,8 @@ def check_child(answer: object, launcher_pid: int) -> tuple[int, int | None]:
     that process is the launcher's child and ours. Returns (pid, start time)."""
     if not isinstance(answer, dict):
         raise Untrusted(f"the launcher answered {str(answer)[:80]!r}, not a pid")
+    if "pid" not in answer and isinstance(answer.get("error"), str):
+        raise Untrusted(f"the launcher refused: {shown(answer['error'], 200)}")
     pid = answer.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1:
         raise Untrusted(f"the launcher answered pid {str(pid)[:40]!r}")
