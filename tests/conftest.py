@@ -127,8 +127,10 @@ def tt(*args: str, timeout: float = 300) -> Result:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            child = launcher.spawn(list(args), out_w, err_w, detach=False,
-                                   env=os.environ.copy())
+            # Commands that start runs of their own (ab, repro, sweep) fork them from this
+            # launcher too, as when the dashboard starts them, unless the test says otherwise.
+            env = {launcher.ENV: str(launcher.path), **os.environ}
+            child = launcher.spawn(list(args), out_w, err_w, detach=False, env=env)
         finally:
             os.close(out_w)
             os.close(err_w)
