@@ -132,7 +132,7 @@ def _launchers(under: str) -> set[int]:
                 cmd = (proc / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"warm" in cmd and any(c.startswith(under.encode()) for c in cmd):
+            if b"tui_trainer.warm" in cmd and any(c.startswith(under.encode()) for c in cmd):
                 out.add(int(proc.name))
     return out
 
@@ -282,16 +282,30 @@ def test_stale_launcher_folders_are_swept(tmp_path):
 
 
 def test_warm_refuses_a_path_where_something_is(tmp_path):
+    import subprocess
+    import sys
     victim = tmp_path / "notes.txt"
     victim.write_text("keep me")
-    r = tt("warm", str(victim))
-    assert r.rc == 2 and "exists" in r.err
+    r = subprocess.run([sys.executable, "-m", "tui_trainer.warm", str(victim)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "exists" in r.stderr
     assert victim.read_text() == "keep me"
 
 
-@pytest.mark.parametrize("args", [["worker", "--run-id", "1"], ["warm", "/tmp/x.sock"],
+def test_the_launcher_is_no_command_of_the_cli_and_the_cli_does_not_import_it():
+    """warm.py runs the CLI in its forks; the CLI does not import warm.py (no circle)."""
+    import subprocess
+    import sys
+    code = ("import sys, tui_trainer.cli, tui_trainer.runner; "
+            "print('tui_trainer.warm' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120).stdout.strip() == "False"
+    assert tt("warm", "x.sock").rc == 2
+
+
+@pytest.mark.parametrize("args", [["worker", "--run-id", "1"],
                                   ["--session", "s", "join", "127.0.0.1:29400"]])
-def test_a_rank_a_launcher_or_a_join_is_never_forked(tmp_path, warm, args):
+def test_a_rank_or_a_join_is_never_forked(tmp_path, warm, args):
     """`worker` forked by the launcher would pass for a rank of a group (its parent is a
     tui-trainer process), and `join` cannot quieten torch's C++ logging in a fork: the
     launcher refuses them, the client says why and starts them cold."""

@@ -69,7 +69,7 @@ def _json_safe(value: Any) -> Any:
 
 
 # Commands the tool starts itself: not listed in help or in an unknown command's choices.
-INTERNAL_COMMANDS = ("worker", "warm")
+INTERNAL_COMMANDS = ("worker",)
 
 
 class Parser(argparse.ArgumentParser):
@@ -271,10 +271,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--kill-at-step", type=int)
     sp.add_argument("--dist-timeout", type=int, default=cfgmod.RunConfig().dist_timeout,
                     metavar="S")
-
-    sp = sub.add_parser("warm", help="the warm launcher: imports torch once and forks each "
-                        "run (the dashboard and studies start it; not for direct use)")
-    sp.add_argument("socket", help="the Unix socket to listen on")
 
     sp = sub.add_parser("runs", help="list a session's runs (reads only; works on a "
                                      "read-only session)")
@@ -836,15 +832,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
     return EXIT_STOPPED if status == "stopped" else EXIT_OK
 
 
-def cmd_warm(args: argparse.Namespace) -> int:
-    from .warm import serve
-    return serve(args.socket)
-
-
 COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": cmd_runs,
             "repro": cmd_repro, "export": cmd_export, "ab": cmd_ab, "sweep": cmd_ab,
-            "machine": cmd_machine, "join": cmd_join, "worker": cmd_worker,
-            "warm": cmd_warm}
+            "machine": cmd_machine, "join": cmd_join, "worker": cmd_worker}
 
 
 class ExportFailed(Exception):

@@ -2,7 +2,8 @@
 and forks a ready process for each run, so a run's first step comes within a second of
 Start instead of after five seconds of imports.
 
-`tui-trainer warm SOCKET` (started by core.supervisor.WarmLauncher, never by hand) imports
+`python -m tui_trainer.warm SOCKET` (started by core.supervisor.WarmLauncher, never by
+hand; not a command of the CLI, which this module uses and which does not import it) imports
 what training needs, without running any torch op (no thread pool, no CUDA: a fork after
 either is unsafe), then listens on a Unix socket. A request carries a command line, its
 environment and working directory, and the file descriptors for its stdout and stderr (passed
@@ -79,7 +80,7 @@ def serve(path: str) -> int:
     target = Path(path)
     if os.path.lexists(target):
         # It makes its own socket; a file (or anything) already there is not replaced.
-        print(f"tui-trainer warm: {target} exists; the launcher makes its socket itself, at "
+        print(f"tui_trainer.warm: {target} exists; the launcher makes its socket itself, at "
               "a path where nothing is", file=sys.stderr)
         return 2
     # It ends with the dashboard (or study) that started it, and cleans up after itself; a
@@ -90,7 +91,7 @@ def serve(path: str) -> int:
     die_with_parent(signal.SIGTERM)
     warm_up()
     if _threads() > 1:
-        print(f"tui-trainer warm: {_threads()} threads after importing torch; forking is not "
+        print(f"tui_trainer.warm: {_threads()} threads after importing torch; forking is not "
               "safe, runs start cold", file=sys.stderr)
         return 1
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -206,9 +207,9 @@ class Launcher:
 
 
 # Commands that are never forked from here: a rank (torchrun starts it, and `worker` refuses
-# to run except as a child of its group's agent), a launcher, and `join` (it quietens
+# to run except as a child of its group's agent), and `join` (it quietens
 # torch's C++ logging before importing torch, which a fork cannot do).
-NOT_FORKED = ("worker", "warm", "join")
+NOT_FORKED = ("worker", "join")
 
 
 def _command(args: list[str]) -> str | None:
@@ -305,3 +306,16 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code if isinstance(code, int) else 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m tui_trainer.warm",
+                                     description="The warm launcher (started by the dashboard "
+                                     "and by studies; not for direct use).")
+    parser.add_argument("socket", help="the Unix socket to listen on (made here)")
+    return serve(parser.parse_args(argv).socket)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -293,7 +293,7 @@ WARM_LINE = "forked from the warm launcher (torch imported already)"
 
 
 class WarmLauncher:
-    """A `tui-trainer warm` process (tui_trainer/warm.py) that has imported torch once and
+    """A `python -m tui_trainer.warm` process (tui_trainer/warm.py) that has imported torch once and
     forks each run; started by the dashboard when it opens, and by a study for its runs.
     Until it is ready (about as long as one cold start) or if it fails, runs start cold."""
 
@@ -350,7 +350,7 @@ class WarmLauncher:
         # each run gets the environment it was asked with).
         with open(self._dir / "launcher.log", "ab") as log:
             self._proc = subprocess.Popen(
-                [*nice, sys.executable, "-m", "tui_trainer", "warm", str(self.path)],
+                [*nice, sys.executable, "-m", "tui_trainer.warm", str(self.path)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                 start_new_session=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
         # Whose folder this is: a later sweep removes it once that process is gone.
