@@ -170,6 +170,7 @@ def test_ready_studies_run_as_they_are(tmp_path, study):
 
 
 
+@pytest.mark.slow
 def test_a_stopped_study_stops_its_run_cleanly_and_continues(tmp_path):
     import signal
     import time
@@ -195,6 +196,7 @@ def test_a_stopped_study_stops_its_run_cleanly_and_continues(tmp_path):
         [("base", "finished", 200), ("seed=2", "finished", 200)]
 
 
+@pytest.mark.slow
 def test_a_killed_study_leaves_no_run_training_and_continues_alone(tmp_path):
     """SIGKILL of `ab`: its run in flight (forked by ab's own launcher) stops itself with a
     checkpoint instead of training on as an orphan, and `ab --study 1` then trains each arm
@@ -289,6 +291,7 @@ def test_rounds_are_interleaved_with_one_seed_per_round():
         ab.plan(base, [("seed", [2])], 10, repeats=2)
 
 
+@pytest.mark.slow
 def test_ab_with_two_rounds_gives_each_rounds_ratio_and_no_interval(tmp_path):
     """Two rounds of base and a variant that cannot change the training (eval_batch_size):
     each round's ratio is the one its two stored runs give; two rounds give no interval

@@ -106,6 +106,7 @@ def test_resume_after_external_sigkill_while_training(tmp_path):
     assert resumed.json["param_sha256"] == straight.json["param_sha256"]
 
 
+@pytest.mark.slow
 def test_sigterm_stops_cleanly_with_a_checkpoint_and_continues_exactly(tmp_path):
     extra = ["epochs=8", "checkpoint_every=0"]
     straight = _run(tmp_path, *extra)

@@ -116,6 +116,7 @@ def test_one_rank_killed_ends_the_run_as_crashed_naming_it(straight, tmp_path):
     assert r.json["steps"] == 44 and fingerprints(tmp_path, 1) == reference
 
 
+@pytest.mark.slow
 def test_stop_and_continue_through_the_supervisor(straight, tmp_path):
     """As the dashboard does it: Start, Stop (SIGTERM to the run's process: every rank stops
     at the same step, one checkpoint), Continue, to the same bits."""
@@ -244,6 +245,7 @@ def _ranks(agent_pid: int) -> dict[str, psutil.Process]:
     return {p.environ().get("RANK"): p for p in psutil.Process(agent_pid).children()}
 
 
+@pytest.mark.slow
 def test_a_hung_rank_ends_the_run_after_dist_timeout_naming_the_hang(tmp_path):
     """A rank that stops answering (SIGSTOP) holds its peers in the gradients' all-reduce:
     while it hangs the run's process beats but its step does not move (what reads stalled);
@@ -276,6 +278,7 @@ def test_a_hung_rank_ends_the_run_after_dist_timeout_naming_the_hang(tmp_path):
                    for p in ranks.values())
 
 
+@pytest.mark.slow
 def test_stop_ends_a_group_stuck_in_a_collective_within_its_grace(straight, tmp_path):
     """Stop on a run whose rank hangs (SIGSTOP), with a collective timeout far away: the
     rank 0 that Stop used to signal waits in the all-reduce and never sees it. Stop goes to

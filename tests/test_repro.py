@@ -63,6 +63,7 @@ def test_another_thread_count_changes_the_bits_on_this_machine(tmp_path):
     assert any(e.startswith("num_threads differs") for e in v.explanations)
 
 
+@pytest.mark.slow
 def test_resume_check_mid_epoch_is_identical(tmp_path):
     r = tt("repro", "--session", str(tmp_path), "--json", "--resume-at", "14",
            *sets(*SHORT, "epochs=3", "num_workers=2", "augment=numpy"))
@@ -88,6 +89,7 @@ def test_bad_repro_input_exits_2_before_training(tmp_path, args, key):
     assert not (tmp_path / "session.sqlite").exists()
 
 
+@pytest.mark.slow
 def test_repro_of_a_run_in_the_session_repeat_and_resume(tmp_path):
     """The dashboard's verdict actions: check a run already trained, with a twin."""
     assert tt("run", "--session", str(tmp_path), *sets(*SHORT)).rc == 0

@@ -65,6 +65,7 @@ def _run_row(text: str) -> list[str] | None:
     return None
 
 
+@pytest.mark.slow
 def test_start_a_run_in_a_real_terminal_then_reopen_the_session(tmp_path, isolated_home):
     session = tmp_path / "session"
     term = Terminal(isolated_home, session)

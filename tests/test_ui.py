@@ -148,6 +148,7 @@ async def test_the_cycle_collector_walks_the_heap_only_between_keys(tmp_path):
     assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
 
 
+@pytest.mark.slow
 async def test_the_knob_search_typed_at_human_speed_never_moves_the_focus_or_a_value(tmp_path):
     """Typed one key at a time with a person's pauses, the search filters the form and the
     focus stays in the box: no letter lands in a knob, Enter toggles nothing. Enter or Down
@@ -593,6 +594,7 @@ async def test_resume_check_action_shows_the_verdict_in_the_divergence_panel(tmp
             [("run-1-resumed-at-5", "finished")]
 
 
+@pytest.mark.slow
 async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
     said: list[str] = []
