@@ -328,10 +328,6 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
     print(f"checkpoint {summary['checkpoint']}")
 
 
-def _num(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4f}"
-
-
 def _trained(summary: Any, as_json: bool) -> int:
     d = summary.to_dict()
     _print_summary(d, as_json)
@@ -725,9 +721,9 @@ def _print_verdict(r: dict[str, Any]) -> None:
     if rows:
         print("how it grows:   step   |Δloss|   parameter distance")
         for row in rows[:: max(1, len(rows) // 10)]:
-            dist = row["param_distance"]
-            print(f"            {row['step']:>7}   {_num(row['loss_delta'])}   "
-                  f"{'-' if dist is None else f'{dist:.4g}'}")
+            print(f"            {row['step']:>7}   "
+                  f"{figures.fmt(row['loss_delta'], 'train_loss')}   "    # a loss's digits
+                  f"{figures.fmt(row['param_distance'], 'param_distance')}")
     print("settings that can explain it:")
     for reason in r["explanations"] or ["none of the known causes applies to these runs"]:
         print(f"  - {reason}")

@@ -38,10 +38,11 @@ from torch.nn.parallel import DistributedDataParallel
 from ..core import figures
 from ..core.config import ConfigError, RunConfig
 from ..core.errors import CheckpointError, DiskFull, is_disk_full
-from ..core.store import HEARTBEAT_S, BatchedWriter, SessionStore
-from .checkpoint import fault_point, save_checkpoint, sweep
+from ..core.store import HEARTBEAT_S, SessionStore
+from .checkpoint import sweep
 from .data import Loaders, make_loaders
 from .distributed import Group, peer_lost, use_backend
+from .recorder import Recorder
 from .models import build_model
 from .reproducibility import (ParamSketch, apply_knobs, capture_rng, check_device_knobs,
                               effective_settings, param_fingerprint, resolve_device, restore_rng)
@@ -227,7 +228,6 @@ class Trainer:
         # A data-parallel run: this process's rank; only the lead (rank 0) touches the store.
         self.group = group or Group()
         self.lead = self.group.lead
-        self.store: SessionStore | None = None
         if checkpoint is not None and "sampler" in checkpoint:
             sampler_seed = int(checkpoint["sampler"]["seed"])
         self.sampler_seed = sampler_seed if sampler_seed is not None else (cfg.seed or 0)
@@ -252,15 +252,14 @@ class Trainer:
         self.limit = cfg.max_steps or math.inf
         self.clock = Clock()
         self.bar: Any = None
-        self.writer: BatchedWriter | None = None
+        self.recorder = Recorder(None, 0)     # attach() gives the lead its session's
         self.t_start = time.perf_counter()
 
     def attach(self, store: SessionStore | None, run_id: int, echo: TextIO | None) -> None:
         """Ties the trainer to its run: the lead to the store and the run's log file, any
         other rank of a data-parallel run to nothing but its stderr."""
-        self.store = store
         self.run_id = run_id
-        self.writer = BatchedWriter(store, run_id) if store is not None else None
+        self.recorder = Recorder(store, run_id)
         if store is None:
             self.log = RunLog(None, echo)
         elif self.group.active:
@@ -393,13 +392,8 @@ class Trainer:
         mine = {"rng": self._rng(), "rng_epoch_start": self.rng_epoch_start,
                 "rng_first_epoch": self.rng_first_epoch}
         ranks = self.group.gather(mine)
-        if not self.lead:
-            self.last_checkpoint_step = self.pos.step
-            return
-        assert self.store is not None and ranks is not None
         p = self.pos
-        path = self.store.checkpoint_dir(self.run_id) / f"step-{p.step:08d}.pt"
-        save_checkpoint(path, {
+        path = self.recorder.checkpoint(p.step, p.epoch, p.batch, lambda: {
             "run_id": self.run_id, "config": self.cfg.to_dict(),
             "step": p.step, "epoch": p.epoch, "batch_in_epoch": p.batch,
             "samples_seen": p.samples, "elapsed": self.elapsed(),
@@ -412,67 +406,47 @@ class Trainer:
             "world_size": self.group.world,
             **({"ranks": ranks, "sampler": {"seed": self.sampler_seed, "epoch": p.epoch}}
                if self.group.active else {}),
-        })
-        fault_point("file-in-place")
-        self.writer.flush()
-        self.store.add_checkpoint(self.run_id, p.step, p.epoch, p.batch, path)
+        }, keep=self.cfg.keep_checkpoints)
         self.last_checkpoint, self.last_checkpoint_step = path, p.step
-        fault_point("recorded")
-        # Unlisted first, deleted second: a kill in between leaves an unlisted file (swept
-        # when the run next starts), never a listed checkpoint without its file.
-        for old in self.store.usable_checkpoints(self.run_id)[self.cfg.keep_checkpoints:]:
-            self.store.mark_checkpoint_removed(old["id"])
-            fault_point("unlisted")
-            Path(old["path"]).unlink(missing_ok=True)
 
     def record_fingerprint(self) -> None:
         """A hash of the parameters. In a data-parallel run every rank hashes its replica and
         the lead compares them: replicas that drift apart are recorded (`replicas_drift`)."""
         step = self.pos.step
         sha, l2 = param_fingerprint(self.model)
-        shas = self.group.gather(sha)
-        if not self.lead:
-            self.last_fingerprint = (step, sha)
-            if not math.isfinite(l2) and self.diverged is None:
-                self.diverged = (step, f"the parameters hold NaN/inf at step {step}")
-            return
-        assert self.store is not None and shas is not None
-        differ = [r for r, other in enumerate(shas) if other != sha]
+        shas = self.group.gather(sha)             # every rank's, on the lead; else None
+        differ = [r for r, other in enumerate(shas or ()) if other != sha]
         if differ and self.replicas_drift_at is None:
             self.replicas_drift_at = step
-            self.store.add_event(
-                self.run_id, "replicas_drift",
+            self.recorder.event(
+                "replicas_drift",
                 f"the replicas drifted apart: at step {step} the parameters of rank(s) "
                 f"{', '.join(map(str, differ))} differ from rank 0's (DDP keeps them equal "
                 "only while every rank applies the same averaged gradients)", step=step,
                 data={"ranks": differ, "sha256": shas})
-        if self.resume_state is not None:
-            # Steps past the checkpoint were recorded before the stop: an exact resume
-            # must reproduce their hashes.
-            before = self.store.fingerprint_at(self.run_id, step)
-            if before is not None:
-                if before == sha:
-                    self.resume_matches += 1
-                else:
-                    self.resume_mismatches += 1
-                    self.store.add_event(self.run_id, "resume_mismatch",
-                                         f"after resuming, the parameters at step {step} differ "
-                                         "from those recorded before the stop", step=step,
-                                         data={"before": before, "after": sha})
-        self.writer.fingerprint({"step": step, "sha256": sha, "l2": l2,
-                                 "sketch": self.sketch(self.model)})
+        # Steps past a resumed run's checkpoint were recorded before the stop: an exact
+        # resume reproduces their hashes.
+        before = self.recorder.fingerprint_at(step) if self.resume_state is not None else None
+        if before is not None and before == sha:
+            self.resume_matches += 1
+        elif before is not None:
+            self.resume_mismatches += 1
+            self.recorder.event("resume_mismatch", f"after resuming, the parameters at step "
+                                f"{step} differ from those recorded before the stop",
+                                step=step, data={"before": before, "after": sha})
+        if self.sketch is not None:               # the lead's: it is what gets recorded
+            self.recorder.fingerprint({"step": step, "sha256": sha, "l2": l2,
+                                       "sketch": self.sketch(self.model)})
         self.last_fingerprint = (step, sha)
         if not math.isfinite(l2) and self.diverged is None:
             self._diverge(step, f"the parameters hold NaN/inf at step {step}")
 
     def _diverge(self, step: int, what: str) -> None:
         self.diverged = (step, what)
-        if not self.lead:
-            return
-        assert self.store is not None
-        self.log(f"diverged: {what}; every row so far is kept, and the newest checkpoint "
-                 "stays the last finite one")
-        self.store.add_event(self.run_id, "diverged", what, step=step)
+        if self.recorder.keeps:
+            self.log(f"diverged: {what}; every row so far is kept, and the newest checkpoint "
+                     "stays the last finite one")
+        self.recorder.event("diverged", what, step=step)
 
     def _check_finite(self, parameters: bool = False) -> bool:
         """True once the run has diverged. Reads the device-side flag of the first step
@@ -509,7 +483,6 @@ class Trainer:
         if not self.lead:
             self.last_eval_step = self.pos.step
             return
-        assert self.store is not None
         self.model.eval()
         total_loss = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
@@ -528,11 +501,10 @@ class Trainer:
         loss, acc = total_loss.item() / max(n, 1), correct.item() / max(n, 1)
         self.last_eval = {"loss": loss, "accuracy": acc}
         self.last_eval_step = self.pos.step
-        self.writer.eval({"step": self.pos.step, "epoch": self._epoch_float(),
-                          "loss": loss, "accuracy": acc})
-        self.store.add_event(self.run_id, "eval", f"evaluation at step {self.pos.step}: "
-                             f"loss {loss:.4f}, accuracy {acc:.2%}", step=self.pos.step,
-                             data=self.last_eval)
+        self.recorder.evaluation({"step": self.pos.step, "epoch": self._epoch_float(),
+                                  "loss": loss, "accuracy": acc},
+                                 f"evaluation at step {self.pos.step}: loss {loss:.4f}, "
+                                 f"accuracy {acc:.2%}")
         self.log(f"eval  step {self.pos.step:>6}  epoch {self._epoch_float():.2f}  "
                  f"loss {loss:.4f}  accuracy {acc:.2%}")
 
@@ -709,9 +681,7 @@ class Trainer:
             self.record_fingerprint()
         if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
             self.write_checkpoint()
-        if self.writer is not None:
-            self.writer.progress(step, self._epoch_float())
-            self.writer.maybe_flush()
+        self.recorder.progress(step, self._epoch_float())
 
     def should_stop(self) -> str | None:
         """How the run ends after this step ("stopped", "diverged", "finished"), or None to
@@ -756,8 +726,7 @@ class Trainer:
         dt, samples, data_s, compute_s = self.clock.lap(self.pos.samples)
         memory = self._memory()
         per_rank = self.group.gather(memory)
-        if self.lead:
-            assert self.writer is not None and per_rank is not None
+        if per_rank is not None:        # on the lead
             if self.group.active:       # each rank's peak; the row: the most loaded rank
                 for rank, m in enumerate(per_rank):
                     peak = self.rank_peaks.setdefault(rank, {})
@@ -772,7 +741,7 @@ class Trainer:
                    "grad_norm": norm.item() if norm is not None else None,
                    "samples_per_s": samples / dt if dt > 0 else None,
                    "data_s": data_s, "compute_s": compute_s, **memory}
-            self.writer.step(row)
+            self.recorder.row(row)
         self._check_finite()
 
     def _finish(self, status: str) -> Summary:
@@ -786,27 +755,23 @@ class Trainer:
             self.evaluate()
         if self.last_checkpoint_step != self.pos.step:
             self.write_checkpoint()
-        if not self.lead:
+        if not self.recorder.keeps:   # another rank: the lead's summary is the run's
             return Summary(run_id=self.run_id, name="", status=status, steps=self.pos.step,
                            epochs=self._epoch_float(), final_loss=self.last_loss,
                            train_loss=None, eval_accuracy=None, eval_loss=None,
                            samples_per_s=None, wall_samples_per_s=None,
                            elapsed_s=self.elapsed(), param_sha256=None, checkpoint=None,
                            dataset=self.loaders.info.name, device=str(self.device))
-        assert self.store is not None and self.writer is not None
-        self.writer.progress(self.pos.step, self._epoch_float())
-        self.writer.flush()
+        self.recorder.progress(self.pos.step, self._epoch_float(), flush=True)
         elapsed = self.elapsed()
-        figs = figures.figures(self.store.steps(self.run_id),   # the one definition (core)
-                               self.store.evals(self.run_id))
-        newest = self.store.usable_checkpoints(self.run_id)
+        figs = self.recorder.figures()
         last_eval = self.last_eval
         if last_eval is None and figs.eval_step == self.pos.step and figs.accuracy is not None:
             # Evaluated at this step by the process before (a finished run resumed with
             # nothing left to train): the recorded evaluation is this run's.
             last_eval = {"loss": figs.eval_loss, "accuracy": figs.accuracy / 100}
         summary = Summary(
-            run_id=self.run_id, name=self.store.run(self.run_id)["name"], status=status,
+            run_id=self.run_id, name=self.recorder.name(), status=status,
             steps=self.pos.step, epochs=round(self._epoch_float(), 4),
             final_loss=self.last_loss, train_loss=figs.train_loss,
             eval_accuracy=last_eval["accuracy"] if last_eval else None,
@@ -815,7 +780,7 @@ class Trainer:
             wall_samples_per_s=self.pos.samples / elapsed if elapsed > 0 else None,
             elapsed_s=elapsed,
             param_sha256=self.last_fingerprint[1] if self.last_fingerprint else None,
-            checkpoint=newest[0]["path"] if newest else None,
+            checkpoint=self.recorder.newest_checkpoint(),
             dataset=self.loaders.info.name, device=str(self.device),
             figures=figs.state())
         if self.group.active:
@@ -830,15 +795,19 @@ class Trainer:
             summary.resume_fingerprints_differed = self.resume_mismatches
             if self.resume_matches or self.resume_mismatches:
                 verdict = "exact" if not self.resume_mismatches else "NOT exact"
-                self.store.add_event(
-                    self.run_id, "resume_check",
+                self.recorder.event(
+                    "resume_check",
                     f"resume {verdict}: {self.resume_matches} parameter hashes recorded before "
                     f"the stop were reproduced, {self.resume_mismatches} differed",
                     data={"matched": self.resume_matches, "differed": self.resume_mismatches})
+        fmt = figures.fmt              # the one way figures are written
+        accuracy = "-" if summary.eval_accuracy is None else \
+            fmt(summary.eval_accuracy * 100, "accuracy") + "%"
         self.log(f"{status}: {self.pos.step} steps, train loss (smoothed) "
-                 f"{_fmt(summary.train_loss)}, eval loss {_fmt(summary.eval_loss)}, eval "
-                 f"accuracy {_fmt(summary.eval_accuracy, '.2%')}, "
-                 f"{_fmt(summary.samples_per_s, ',.0f')} samples/s (training)")
+                 f"{fmt(summary.train_loss, 'train_loss')}, eval loss "
+                 f"{fmt(summary.eval_loss, 'eval_loss')}, eval accuracy "
+                 f"{accuracy}, "
+                 f"{fmt(summary.samples_per_s, 'samples_per_s')} samples/s (training)")
         return summary
 
     def _progress_bar(self) -> Any:
@@ -854,10 +823,6 @@ class Trainer:
                    dynamic_ncols=True, mininterval=0.25, leave=True)
         self.log.bar = bar
         return bar
-
-
-def _fmt(value: float | None, spec: str = ".4f") -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
@@ -932,8 +897,7 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
             f"{type(e).__name__}: {e}"
         try:
             # Keep what was measured up to the failure, and how far it got.
-            trainer.writer.progress(trainer.pos.step, trainer._epoch_float())
-            trainer.writer.flush()
+            trainer.recorder.progress(trainer.pos.step, trainer._epoch_float(), flush=True)
         except Exception:  # noqa: BLE001 - the store itself may be what failed
             pass
         try:

@@ -1,0 +1,96 @@
+"""What a training process keeps of its run in the session: metric rows, evaluations,
+parameter fingerprints, events, checkpoints and its progress.
+
+Rank 0 (the lead, the one process of a run that opens the session) has a Recorder on the
+store; every other rank of a data-parallel run has one on nothing (`Recorder(None, ...)`),
+which keeps nothing and reads nothing back. The loop calls it the same way on every rank.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from ..core import figures
+from ..core.store import BatchedWriter, SessionStore
+from .checkpoint import fault_point, save_checkpoint
+
+
+class Recorder:
+    def __init__(self, store: SessionStore | None, run_id: int):
+        self.store, self.run_id = store, run_id
+        self.writer = BatchedWriter(store, run_id) if store is not None else None
+
+    @property
+    def keeps(self) -> bool:
+        """True on the lead: what is given to it is written to the session."""
+        return self.store is not None
+
+    # --- writing -------------------------------------------------------------------------
+    def row(self, row: dict[str, Any]) -> None:
+        if self.writer is not None:
+            self.writer.step(row)
+
+    def evaluation(self, row: dict[str, Any], message: str) -> None:
+        if self.writer is not None and self.store is not None:
+            self.writer.eval(row)
+            self.store.add_event(self.run_id, "eval", message, step=row["step"],
+                                 data={"loss": row["loss"], "accuracy": row["accuracy"]})
+
+    def fingerprint(self, row: dict[str, Any]) -> None:
+        if self.writer is not None:
+            self.writer.fingerprint(row)
+
+    def event(self, kind: str, message: str, step: int | None = None,
+              data: dict[str, Any] | None = None) -> None:
+        if self.store is not None:
+            self.store.add_event(self.run_id, kind, message, step=step, data=data)
+
+    def progress(self, step: int, epoch: float, flush: bool = False) -> None:
+        """How far the run is (the dashboard's progress); written at most once a second
+        with the rows, or now with `flush`."""
+        if self.writer is not None:
+            self.writer.progress(step, epoch)
+            if flush:
+                self.writer.flush()
+            else:
+                self.writer.maybe_flush()
+
+    def checkpoint(self, step: int, epoch: int, batch: int, state: Callable[[], dict[str, Any]],
+                   keep: int) -> Path | None:
+        """Writes `state()` as the checkpoint of `step` and records it, then removes the
+        oldest beyond `keep`: unlisted first, deleted second, so a kill in between leaves an
+        unlisted file (swept when the run next starts), never a listed checkpoint without
+        its file. `state` is called only here, on the lead. Returns the file."""
+        if self.store is None or self.writer is None:
+            return None
+        path = self.store.checkpoint_dir(self.run_id) / f"step-{step:08d}.pt"
+        save_checkpoint(path, state())
+        fault_point("file-in-place")
+        self.writer.flush()
+        self.store.add_checkpoint(self.run_id, step, epoch, batch, path)
+        fault_point("recorded")
+        for old in self.store.usable_checkpoints(self.run_id)[keep:]:
+            self.store.mark_checkpoint_removed(old["id"])
+            fault_point("unlisted")
+            Path(old["path"]).unlink(missing_ok=True)
+        return path
+
+    # --- reading back (the lead's summary, an exact resume's check) ------------------------
+    def fingerprint_at(self, step: int) -> str | None:
+        """The hash recorded at `step` before this process (a resumed run's earlier one)."""
+        return self.store.fingerprint_at(self.run_id, step) if self.store is not None else None
+
+    def figures(self) -> figures.Figures:
+        """The run's figures from every row it recorded (core.figures, the one definition)."""
+        assert self.store is not None
+        return figures.figures(self.store.steps(self.run_id), self.store.evals(self.run_id))
+
+    def newest_checkpoint(self) -> str | None:
+        assert self.store is not None
+        newest = self.store.usable_checkpoints(self.run_id)
+        return newest[0]["path"] if newest else None
+
+    def name(self) -> str:
+        assert self.store is not None
+        return self.store.run(self.run_id)["name"]
