@@ -30,6 +30,14 @@ def _ids(app) -> list[str]:
     return [str(k.value) for k in app.query_one("#runs", DataTable).rows]
 
 
+async def _table(pilot) -> DataTable:
+    """The run table once the app is up and has read the session."""
+    await pilot.app.ready()
+    await pilot.app.poll_now()
+    await pilot.pause()
+    return pilot.app.query_one("#runs", DataTable)
+
+
 async def _answer(pilot, text: str) -> None:
     await pilot.pause()
     app = pilot.app
@@ -44,10 +52,7 @@ async def test_rename_tag_filter_hide_sort_and_delete_runs(tmp_path):
     _session(tmp_path)
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.app.ready()
-        await app.poll_now()
-        await pilot.pause()
-        table = app.query_one("#runs", DataTable)
+        table = await _table(pilot)
         table.focus()
         assert _ids(app) == ["1", "2", "3"]
         await pilot.press("r")
@@ -180,10 +185,7 @@ async def test_a_run_that_beats_but_does_not_move_reads_stalled_in_the_table(tmp
     store.heartbeat(rid, progressed=time.time() - STALL_S - 5)
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.app.ready()
-        await app.poll_now()
-        await pilot.pause()
-        table = app.query_one("#runs", DataTable)
+        table = await _table(pilot)
         assert str(table.get_cell(str(rid), "status")) == "stalled"
         why = str(table.get_cell(str(rid), "reason"))
         assert re.match(r"no step for 1:\d\d \(at step 412\)", why), why
