@@ -10,7 +10,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from . import figures as F
+from . import figures
 from .divergence import divergence
 from .store import SessionStore
 
@@ -106,7 +106,7 @@ def export_summary(store: SessionStore, run_ids: list[int], out: Path) -> Path:
     for r in run_ids:
         run = store.run(r)
         rows.append({"run_id": r, "name": run["name"], "status": run["status"],
-                     **F.run_figures(store, r)})
+                     **figures.run_figures(store, r)})
     return _write_csv(out / f"runs-{'-'.join(map(str, run_ids))}-summary.csv", rows,
                       ["run_id", "name", "status", "steps", *keys])
 

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import figures as F
+from . import figures
 from .store import SessionStore
 
 FULL_EVERY_S = 10.0
@@ -55,7 +55,7 @@ def stall_note(run: dict[str, Any]) -> str | None:
                "s)")
     else:
         why = "its loop is stuck (a data-loader worker, a long operation)"
-    return (f"no step for {F.duration(idle)} (at step {run['step']}) though its process "
+    return (f"no step for {figures.duration(idle)} (at step {run['step']}) though its process "
             f"beats: {why}. Stop ends it")
 
 
@@ -134,7 +134,7 @@ class SessionReader:
     def __init__(self, store: SessionStore):
         self.store = store
         self.cursors = {"steps": 0, "evals": 0, "fingerprints": 0}
-        self.figures: dict[int, F.Figures] = {}
+        self.figures: dict[int, figures.Figures] = {}
         self.series: dict[int, RunSeries] = {}
         self.hashes: dict[int, dict[int, str]] = {}     # read when asked for (hashes_of)
         self._seeded_upto: dict[int, dict[str, int]] = {}
@@ -240,7 +240,7 @@ class SessionReader:
         summary = run["summary"] or {}
         elapsed = summary.get("elapsed_s") if run["status"] in ENDED else None
         elapsed = elapsed if elapsed is not None else f.elapsed
-        progress, eta = F.progress(run["config"] or {}, run["step"], run["epoch"], f.elapsed)
+        progress, eta = figures.progress(run["config"] or {}, run["step"], run["epoch"], f.elapsed)
         labels = self._labels.get(rid, {})
         return RunRow(
             id=rid, name=run["name"], status=run["status"], step=run["step"],
@@ -254,25 +254,25 @@ class SessionReader:
             notes=labels.get("notes", ""), tags=tuple(labels.get("tags", ())),
             hidden=labels.get("hidden", False), dataset=run["dataset"])
 
-    def _seed_figures(self, run: dict[str, Any]) -> F.Figures:
+    def _seed_figures(self, run: dict[str, Any]) -> figures.Figures:
         """A run seen for the first time: an ended run's figures from its summary (written by
         the engine with the same core.figures), else from every row it has so far (indexed
         reads of that run, once); later rows come through the tick."""
         state = (run.get("summary") or {}).get("figures")
         if run.get("status") in ENDED and state and state.get("steps") == run.get("step"):
-            return F.Figures.restore(state)
+            return figures.Figures.restore(state)
         return self._figures_from_rows(run["id"])
 
-    def _figures_from_rows(self, rid: int) -> F.Figures:
+    def _figures_from_rows(self, rid: int) -> figures.Figures:
         steps, evals = self.store.steps(rid), self.store.evals(rid)
         self._seeded_upto[rid] = {"steps": max((r["id"] for r in steps), default=0),
                                   "evals": max((r["id"] for r in evals), default=0)}
-        return F.figures(steps, evals)
+        return figures.figures(steps, evals)
 
     def hashes_of(self, rid: int) -> dict[int, str]:
         """A run's parameter hashes by step, read when first asked for."""
         if rid not in self.hashes:
-            self.hashes[rid] = F.hashes(self.store.fingerprints(rid))
+            self.hashes[rid] = figures.hashes(self.store.fingerprints(rid))
         return self.hashes[rid]
 
     # --- metric rows ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import config as C
-from . import figures as F
+from . import figures
 from . import stats as S
 from .columns import cut, fit
 from .config import ConfigError
@@ -37,12 +37,12 @@ MAX_ROUNDS = 1000       # rounds of a study, seeds of a sweep: each is a whole r
 
 # (key, heading, format) of each figure in the table; ratio_of marks those with a ratio.
 # (key, heading, format) of each figure in the table, every one as defined in core.figures.
-FIGURES = (("samples_per_s", "samples/s", F.FORMATS["samples_per_s"]),
-           ("data_wait_s", "data wait s", F.FORMATS["data_wait_s"]),
-           ("peak_memory_mib", "peak mem MiB", F.FORMATS["peak_memory_mib"]),
-           ("train_loss", "train loss", F.FORMATS["train_loss"]),
-           ("eval_loss", "eval loss", F.FORMATS["eval_loss"]),
-           ("accuracy", "accuracy %", F.FORMATS["accuracy"]))
+FIGURES = (("samples_per_s", "samples/s", figures.FORMATS["samples_per_s"]),
+           ("data_wait_s", "data wait s", figures.FORMATS["data_wait_s"]),
+           ("peak_memory_mib", "peak mem MiB", figures.FORMATS["peak_memory_mib"]),
+           ("train_loss", "train loss", figures.FORMATS["train_loss"]),
+           ("eval_loss", "eval loss", figures.FORMATS["eval_loss"]),
+           ("accuracy", "accuracy %", figures.FORMATS["accuracy"]))
 
 
 def parse_vary(specs: list[str]) -> list[tuple[str, list[Any]]]:
@@ -272,8 +272,8 @@ def table(store: SessionStore, study_id: int,
     running). The figures and parameter hashes of its runs come from the store, or from
     `figures_of` / `hashes_of` where the caller keeps them already (the dashboard's
     reader)."""
-    figures_of = figures_of or (lambda r: F.run_figures(store, r))
-    hashes_of = hashes_of or (lambda r: F.hashes(store.fingerprints(r)))
+    figures_of = figures_of or (lambda r: figures.run_figures(store, r))
+    hashes_of = hashes_of or (lambda r: figures.hashes(store.fingerprints(r)))
     study = store.study(study_id)
     spec = study["spec"]
     level = spec.get("level", S.DEFAULT_LEVEL)
@@ -312,7 +312,7 @@ def table(store: SessionStore, study_id: int,
     for arm, row in enumerate(rows):
         if base is None or row.run_id is None:
             continue
-        row.ratios = {key: F.ratio(getattr(row, key), getattr(base, key))
+        row.ratios = {key: figures.ratio(getattr(row, key), getattr(base, key))
                       for key, _, _ in FIGURES}
         if row is base:
             row.bit_identical = True
@@ -322,7 +322,7 @@ def table(store: SessionStore, study_id: int,
             a, b = grid[0][rnd], grid[arm][rnd]
             if a is None or b is None or a[0]["run_id"] is None or b[0]["run_id"] is None:
                 continue
-            ident = F.identity(hashes_of(a[0]["run_id"]), hashes_of(b[0]["run_id"]))
+            ident = figures.identity(hashes_of(a[0]["run_id"]), hashes_of(b[0]["run_id"]))
             if ident.identical is None:
                 continue
             compared += 1
@@ -356,12 +356,12 @@ def _finished(cell: tuple[dict[str, Any], dict[str, Any] | None] | None) -> bool
 
 
 def headings(repeats: int = 1, sweep: bool = False) -> tuple[str, ...]:
-    figures = tuple(h for _, h, _ in FIGURES)
+    shown = tuple(h for _, h, _ in FIGURES)
     if sweep:
-        return ("config", "seeds") + figures
+        return ("config", "seeds") + shown
     if repeats == 1:
-        return ("variant", "run") + figures + ("bit-identical to base",)
-    return ("variant", "runs") + figures + ("verdict", "bit-identical to base")
+        return ("variant", "run") + shown + ("bit-identical to base",)
+    return ("variant", "runs") + shown + ("verdict", "bit-identical to base")
 
 
 HEADINGS = headings(1)
@@ -394,12 +394,12 @@ def figure_cell(r: Row, key: str) -> str:
     """A figure with its ratio to the base; in rounds also the ratio's interval (a
     variant) or the spread between rounds (the base: mean ± sd)."""
     value = getattr(r, key)
-    cell = F.fmt(value, key)
+    cell = figures.fmt(value, key)
     if value is None:
         return cell
     if r.rounds > 1 and not r.position:
         sd = (r.spread or {}).get(key)
-        return cell + (f" ±{F.fmt(sd, key)}" if sd is not None else "")
+        return cell + (f" ±{figures.fmt(sd, key)}" if sd is not None else "")
     interval = (r.intervals or {}).get(key)
     if interval is not None:
         return f"{cell} ({interval.text()})"
@@ -439,12 +439,12 @@ def display_order(n: int, rounds: int, sweep: bool = False) -> list[int]:
     the order of importance: the name, the verdict and bit-identity (never scrolled out of
     sight), the figures (speed and accuracy first), the runs column last."""
     keys = [k for k, _, _ in FIGURES]
-    figures = [2 + keys.index(k) for k in FIGURE_PRIORITY]
+    shown = [2 + keys.index(k) for k in FIGURE_PRIORITY]
     if sweep:                   # the seeds column is short: it stays beside the config
-        return [0, 1, *figures]
+        return [0, 1, *shown]
     if rounds == 1:
-        return [0, n - 1, *figures, 1]
-    return [0, n - 2, n - 1, *figures, 1]
+        return [0, n - 1, *shown, 1]
+    return [0, n - 2, n - 1, *shown, 1]
 
 
 def format_table(rows: list[Row], sweep: bool = False, width: int | None = None) -> list[str]:
@@ -487,7 +487,7 @@ def identity_text(r: Row) -> str:
         return prefix + "(base)"
     if prefix and r.bit_identical is None:
         return prefix + "not known (it did not finish)"
-    what = F.Identity(r.bit_identical, [], r.first_difference, None).text()
+    what = figures.Identity(r.bit_identical, [], r.first_difference, None).text()
     return prefix + (what if r.rounds == 1 else f"{what} (in every round)"
                      if r.bit_identical else what)
 

@@ -7,7 +7,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ...core import figures as F
+from ...core import figures
 from ...core.text import shown
 
 # Each run keeps one colour in every panel (plotext colour names).
@@ -21,7 +21,7 @@ def plain(text: object, limit: int | None = 60) -> Text:
 
 
 def fig(value: Any, key: str) -> str:
-    return F.fmt(value, key)
+    return figures.fmt(value, key)
 
 
 def label(rid: int, runs: dict[int, Any]) -> str:

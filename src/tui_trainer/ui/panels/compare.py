@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Static
 
-from ...core import figures as F
+from ...core import figures
 from ...core.divergence import BIT_RELEVANT_SETTINGS
 from ...core.figures import smooth
 from ...core.plotdata import Line
@@ -27,8 +27,8 @@ def summary_rows(runs: list[RunRow]) -> list[list[str]]:
     out = []
     for key in SUMMARY:
         values = [_value(r, key) for r in runs]
-        ratios = [F.ratio(v, values[0]) for v in values[1:]]
-        out.append([F.LABELS[key], *(F.fmt(v, key) for v in values),
+        ratios = [figures.ratio(v, values[0]) for v in values[1:]]
+        out.append([figures.LABELS[key], *(figures.fmt(v, key) for v in values),
                     *("-" if q is None else f"{q:.2f}x" for q in ratios)])
     return out
 

@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
 
-from ...core import figures as F
+from ...core import figures
 from ...core.columns import cut, fit
 from ...core.reader import RunRow
 from .common import Table, plain
@@ -44,7 +44,7 @@ def progress_text(row: RunRow) -> str:
         return "-"
     filled = int(round(row.progress * BAR))
     bar = "█" * filled + "░" * (BAR - filled)
-    eta = f" {F.duration(row.eta_s)} left" if row.eta_s is not None and row.status == \
+    eta = f" {figures.duration(row.eta_s)} left" if row.eta_s is not None and row.status == \
         "running" else ""
     return f"{bar} {row.progress:4.0%}{eta}"
 
@@ -54,13 +54,13 @@ def cells(row: RunRow, marked: bool, status: str) -> dict[str, Text]:
     texts = {
         "mark": "●" if marked else "", "id": str(row.id), "name": row.name,
         "status": status, "progress": progress_text(row), "step": str(row.step),
-        "epoch": f"{row.epoch:.2f}", "loss": F.fmt(row.train_loss, "train_loss"),
-        "eval": F.fmt(row.eval_loss, "eval_loss"),
+        "epoch": f"{row.epoch:.2f}", "loss": figures.fmt(row.train_loss, "train_loss"),
+        "eval": figures.fmt(row.eval_loss, "eval_loss"),
         "acc": "-" if row.accuracy is None else f"{row.accuracy:.2f}%",
-        "sps": F.fmt(row.samples_per_s, "samples_per_s"),
-        "mem": F.fmt(row.peak_memory_mib, "peak_memory_mib")
+        "sps": figures.fmt(row.samples_per_s, "samples_per_s"),
+        "mem": figures.fmt(row.peak_memory_mib, "peak_memory_mib")
         + ("" if row.memory_kind in (None, "RSS") else f" {row.memory_kind}"),
-        "elapsed": F.duration(row.elapsed), "tags": " ".join(row.tags),
+        "elapsed": figures.duration(row.elapsed), "tags": " ".join(row.tags),
         "reason": row.reason or "",
     }
     out = {k: plain(v, 80 if k == "reason" else 40) for k, v in texts.items()}
