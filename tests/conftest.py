@@ -181,7 +181,7 @@ def wait_until(condition, timeout: float = 60) -> bool:
     while not condition():
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.02)
+        time.sleep(0.05)              # a poll, not a wait: the condition decides
     return True
 
 

@@ -152,6 +152,10 @@ def test_a_live_run_whose_step_does_not_move_reads_stalled(tmp_path):
     assert got.live and got.stalled_s >= STALL_S + 15
     assert "no step for 1:15" in got.reason and "dist_timeout (300 s)" in got.reason
     assert cells(got, False, "stalled")["status"].plain == "stalled"
+    from tui_trainer.core.reader import stall_note
+    older = {"stalled_s": 75.0, "step": 3, "config": {"nproc": 2}}    # before dist_timeout
+    assert "dist_timeout (300 s)" in stall_note(older)
+    assert "dist_timeout" not in stall_note({**older, "config": {"nproc": "x"}})
     r = tt("runs", "--session", str(tmp_path), "--json")
     (listed,) = r.json
     assert listed["status"] == "stalled" and listed["stalled_s"] >= STALL_S + 15

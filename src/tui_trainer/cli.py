@@ -620,7 +620,8 @@ def run_rows(store: SessionStore) -> list[dict[str, Any]]:
         f = figures.run_figures(store, run["id"])
         checkpoints = store.usable_checkpoints(run["id"])
         rows.append({
-            "run_id": run["id"], "name": run["name"], "status": shown_status(run),
+            "run_id": run["id"], "name": run["name"],
+            "status": shown_status(run["status"], run["stalled_s"]),
             "reason": stall_note(run) or reason_of(summary), "stalled_s": run["stalled_s"],
             "steps": run["step"], "epochs": run["epoch"],
             "train_loss": f["train_loss"], "eval_loss": f["eval_loss"],

@@ -418,6 +418,15 @@ def validate_all(values: dict[str, Any]) -> dict[str, str]:
     return problems
 
 
+def world_size(values: dict[str, Any]) -> int:
+    """Processes a stored config trains with (nproc x nnodes); 1 when its values are not
+    numbers (a damaged session's config is read, never trusted)."""
+    try:
+        return int(values.get("nproc", 1)) * int(values.get("nnodes", 1))
+    except (TypeError, ValueError):
+        return 1
+
+
 def from_dict(values: dict[str, Any]) -> RunConfig:
     """A validated RunConfig from a (possibly partial) mapping; raises the first ConfigError."""
     clean = {key: check_value(key, value) for key, value in values.items()}

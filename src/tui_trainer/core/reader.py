@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import figures
+from .config import DEFAULTS, world_size
 from .store import SessionStore
 
 FULL_EVERY_S = 10.0
@@ -33,10 +34,10 @@ def reason_of(summary: dict[str, Any]) -> str | None:
     return summary.get("error") or summary.get("diverged") or summary.get("copied")
 
 
-def shown_status(run: dict[str, Any]) -> str:
+def shown_status(status: str, stalled_s: float | None) -> str:
     """A run's status as the table and `runs` say it: a live run whose step has not moved
     for STALL_S (store.stalled_s) reads stalled."""
-    return "stalled" if run.get("stalled_s") else run["status"]
+    return "stalled" if stalled_s else status
 
 
 def stall_note(run: dict[str, Any]) -> str | None:
@@ -45,14 +46,10 @@ def stall_note(run: dict[str, Any]) -> str | None:
     if not idle:
         return None
     config = run.get("config") or {}
-    try:
-        parallel = int(config.get("nproc", 1)) * int(config.get("nnodes", 1)) > 1
-    except (TypeError, ValueError):       # a damaged session's config
-        parallel = False
-    if parallel:
+    if world_size(config) > 1:
+        timeout = config.get("dist_timeout", DEFAULTS.dist_timeout)   # older runs: the default
         why = ("a process of its group may be hung or stopped, the others waiting for it in "
-               f"a collective; they give up after dist_timeout ({config.get('dist_timeout')} "
-               "s)")
+               f"a collective; they give up after dist_timeout ({timeout} s)")
     else:
         why = "its loop is stuck (a data-loader worker, a long operation)"
     return (f"no step for {figures.duration(idle)} (at step {run['step']}) though its process "

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import trust
+from .config import world_size
 from .store import SessionStore
 
 NICENESS = 10
@@ -116,12 +117,7 @@ def stop_target(run: dict[str, Any]) -> int:
     STOP_GRACE_S later, so a group stuck in a collective ends too. Rank 0 itself when
     there is no such agent (its launcher gone)."""
     pid = run["pid"]
-    config = run.get("config") or {}
-    try:
-        parallel = int(config.get("nproc", 1)) * int(config.get("nnodes", 1)) > 1
-    except (TypeError, ValueError):
-        parallel = False
-    if parallel and run.get("host") == socket.gethostname():
+    if world_size(run.get("config") or {}) > 1 and run.get("host") == socket.gethostname():
         agent = trust.parent_of(pid)
         if agent is not None and agent > 1 and agent != os.getpid() and trust.owned(agent):
             return agent

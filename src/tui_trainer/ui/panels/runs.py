@@ -20,7 +20,7 @@ from textual.widgets import DataTable
 
 from ...core import figures
 from ...core.columns import cut, fit
-from ...core.reader import RunRow
+from ...core.reader import RunRow, shown_status
 from .common import Table, plain
 
 BASE_COLUMNS = (("mark", " "), ("id", "id"), ("name", "name"), ("status", "status"),
@@ -82,7 +82,7 @@ def sort_key(row: RunRow, column: str) -> Any:
 def matches(row: RunRow, text: str) -> bool:
     """The filter: every word must appear in the name, status, tags, notes or a config
     value (`key=value` words match that config key)."""
-    hay = " ".join([row.name, row.status, "stalled" if row.stalled_s else "",
+    hay = " ".join([row.name, row.status, shown_status(row.status, row.stalled_s),
                     " ".join(row.tags), row.notes, str(row.id)]).lower()
     for word in text.lower().split():
         if "=" in word:
@@ -190,7 +190,7 @@ class RunTable(Table):
 
     def _all_cells(self, r: RunRow) -> dict[str, Text]:
         status = "starting" if r.status == "created" and r.id in self._starting else \
-            "stalled" if r.stalled_s else r.status
+            shown_status(r.status, r.stalled_s)
         if r.hidden:
             status += " (hidden)"
         c = cells(r, r.id in self._marked, status)
