@@ -15,7 +15,7 @@ def _modules_after(code: str) -> set[str]:
     return set(out.split())
 
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "tui_trainer"
+PACKAGE = Path(__file__).resolve().parents[1] / "tui_trainer"
 
 
 def _every(layer: str) -> list[str]:

@@ -1,5 +1,9 @@
 """The README's set-up commands are the ones CI runs."""
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
@@ -14,3 +18,44 @@ def test_ci_runs_the_readme_test_command():
     assert command[0].strip() in readme
     # And the README starts with the set-up, before anything else.
     assert readme.index(command[0].strip()) < readme.index("## ")
+
+
+def test_the_top_level_is_the_one_the_design_names():
+    for name in ("pyproject.toml", "README.md", "tui_trainer", "experiments", "tests", "assets"):
+        assert ROOT.joinpath(name).exists(), name
+    assert ROOT.joinpath("experiments").resolve() == ROOT.joinpath("tui_trainer", "presets")
+
+
+def test_an_installed_copy_carries_its_presets_sample_data_and_stylesheet(tmp_path):
+    """A non-editable install (what `pip install tui-trainer` gives) from this tree: the
+    package's own lookups find the shipped presets, the MNIST sample and the stylesheet."""
+    source = tmp_path / "source"      # built from a copy: the build writes beside its source
+    shutil.copytree(ROOT / "tui_trainer", source / "tui_trainer",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    "--no-build-isolation", "--no-compile", "--target", str(target),
+                    str(source)], check=True, cwd=tmp_path,
+                   env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    probe = (
+        "import tui_trainer, pathlib\n"
+        "from tui_trainer.core import presets\n"
+        "from tui_trainer.engine import data\n"
+        "from tui_trainer.ui.app import TrainerApp\n"
+        "print(tui_trainer.__file__)\n"
+        "print(sorted(p.name for p in presets.SHIPPED.glob('*.toml')))\n"
+        "print(sorted(p.name for p in (presets.SHIPPED / 'ab').glob('*.toml')))\n"
+        "print(sorted(p.name for p in data._sample_gz_dir().iterdir()))\n"
+        "css = pathlib.Path(tui_trainer.ui.app.__file__).parent / TrainerApp.CSS_PATH\n"
+        "print(css.is_file() and css.stat().st_size)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(target)},
+                         check=True).stdout.splitlines()
+    assert out[0].startswith(str(target))          # the installed copy, not this tree
+    shipped = ROOT / "tui_trainer"
+    assert eval(out[1]) == sorted(p.name for p in (shipped / "presets").glob("*.toml"))
+    assert eval(out[2]) == sorted(p.name for p in (shipped / "presets" / "ab").glob("*.toml"))
+    assert eval(out[3]) == sorted(p.name for p in (shipped / "assets" / "mnist-sample").iterdir())
+    assert int(out[4]) == (shipped / "ui" / "app.tcss").stat().st_size
