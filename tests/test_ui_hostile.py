@@ -175,12 +175,23 @@ async def test_a_damaged_session_is_refused_with_a_message_and_the_open_one_stay
         assert broken_option.disabled and "damaged" in str(broken_option.prompt)
         await pilot.press("escape")
         app.switch_session(broken)
-        await pilot.pause()
+        for _ in range(200):                    # opened in a worker, off the UI thread
+            if app._notifications:
+                break
+            await pilot.pause(0.05)
         assert app.session_dir == good.resolve() and app.is_running
         assert any("is empty (0 bytes)" in str(n.message) for n in app._notifications)
     assert (broken / "session.sqlite").stat().st_size == 0       # nothing written
+    # Started on it, the dashboard ends at once and says why (the command prints it).
+    refused = TrainerApp(broken)
+    async with refused.run_test(size=SIZE) as pilot:
+        for _ in range(200):
+            if refused.refused is not None:
+                break
+            await pilot.pause(0.05)
     with pytest.raises(Exception, match="0 bytes"):
-        TrainerApp(broken)
+        raise refused.refused
+    assert refused.return_code == 1 and refused.writer is None
 
 
 def test_a_read_only_session_opens_for_viewing_and_refuses_to_train(hostile, tmp_path):

@@ -1,8 +1,13 @@
 """The A/B tab: plan a study (the form's config as the base, one variant per value of each
-varied knob), watch its table fill, pair a variant with the base (Enter)."""
+varied knob), watch its table fill, pair a variant with the base (Enter).
+
+The panel plans and starts a study itself (core.study; the write through `app.write`) and
+tells the app which study to show (`StudyChosen`) and which runs to select (`SweepChosen`,
+`Paired`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
@@ -12,37 +17,23 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, DataTable, Input, Label, Select, Static
 
+from ...core import config
 from ...core import presets
 from ...core import study as ab
 from ...core.text import shown, shown_lines
-from .common import Table, plain
+from .common import Table, Tick, plain
+from .launch import LaunchPanel
 
 
 
 class ABPanel(Vertical):
-    class StartAsked(Message):
-        """Run a study: vary is empty for a seed sweep (the rounds are its seeds)."""
-        def __init__(self, vary: str, steps: str, repeats: str, file: str | None,
-                     sweep: bool = False) -> None:
-            self.vary, self.steps, self.repeats, self.file = vary, steps, repeats, file
-            self.sweep = sweep
-            super().__init__()
-
-    class FileChosen(Message):
-        def __init__(self, path: str) -> None:
-            self.path = path
-            super().__init__()
+    TAB, TITLE, PANEL_ID = "tab-ab", "A/B", "ab-panel"
 
     class StudyChosen(Message):
+        """Show this study (chosen in the list, or just started)."""
         def __init__(self, study_id: int) -> None:
             self.study_id = study_id
             super().__init__()
-
-    class StopAsked(Message):
-        pass
-
-    class ExportAsked(Message):
-        pass
 
     class SweepChosen(Message):
         def __init__(self, label: str, runs: list[int]) -> None:
@@ -59,6 +50,7 @@ class ABPanel(Vertical):
         self._options: Any = None
         self._key: Any = None
         self._study: dict[str, Any] | None = None
+        self._shown_id: int | None = None
 
     def compose(self) -> ComposeResult:
         # One line per bar (compact widgets): at 80x24 the table keeps most of the tab.
@@ -97,6 +89,11 @@ class ABPanel(Vertical):
             self.query_one("#ab-repeats", Input).value = str(repeats)
 
     # --- drawing ---------------------------------------------------------------------------
+    def draw(self, tick: Tick) -> None:
+        self._shown_id = tick.study
+        self.show_studies(tick.snap.studies, tick.study)
+        self.show(tick.snap.study)
+
     def show_studies(self, studies: tuple[dict[str, Any], ...], shown_id: int | None) -> None:
         options = [(plain(f"{s['id']} {shown(s['name'], 40)} ({s['status']})", None), s["id"])
                    for s in studies]
@@ -137,34 +134,82 @@ class ABPanel(Vertical):
     def _study_chosen(self, event: Select.Changed) -> None:
         event.stop()
         if isinstance(event.value, int):
+            self._shown_id = event.value
             self.post_message(self.StudyChosen(event.value))
 
     @on(Select.Changed, "#ab-file")
     def _file_chosen(self, event: Select.Changed) -> None:
+        """A ready study: its base config into the form, its variants into the fields."""
         event.stop()
-        if isinstance(event.value, str):
-            self.post_message(self.FileChosen(event.value))
+        if not isinstance(event.value, str):
+            return
+        try:
+            values, spec = ab.read_study_file(event.value)
+            cfg = config.from_dict(values)
+        except config.ConfigError as e:
+            self.notify(f"study not loaded: {e}", severity="error")
+            return
+        self.app.query_one(LaunchPanel).set_config(cfg.to_dict())
+        self.set_spec(spec.get("vary", []), spec.get("steps"), spec.get("repeats"))
+        self.notify(f"study {Path(event.value).stem} loaded: base config in the form, "
+                    f"{spec.get('about', 'its variants in the vary field')}")
 
     @on(Button.Pressed, "#ab-start, #ab-sweep")
     def _start(self, event: Button.Pressed) -> None:
+        """Plans the study from the form's config and these fields, then starts it (the
+        study's runs train one after the other, in the supervisor)."""
         event.stop()
-        file = self.query_one("#ab-file", Select).value
+        if not self.app.writable("study not started"):
+            return
+        chosen = self.query_one("#ab-file", Select).value
         sweep = event.button.id == "ab-sweep"
-        self.post_message(self.StartAsked(
-            "" if sweep else self.query_one("#ab-vary", Input).value,
-            self.query_one("#ab-steps", Input).value.strip(),
-            self.query_one("#ab-repeats", Input).value.strip(),
-            file if isinstance(file, str) and not sweep else None, sweep))
+        file = chosen if isinstance(chosen, str) and not sweep else None
+        steps = self.query_one("#ab-steps", Input).value.strip()
+        repeats = self.query_one("#ab-repeats", Input).value.strip()
+        try:
+            base = self.app.query_one(LaunchPanel).form.config()
+            vary = [] if sweep else ab.parse_vary(self.query_one("#ab-vary", Input).value
+                                                  .split())
+            for key, text in (("steps", steps), ("rounds", repeats)):
+                if not text.isdigit() or int(text) < 1:
+                    raise config.ConfigError(key, f"must be a whole number >= 1, got {text!r}")
+            name = "sweep" if sweep else \
+                Path(file).stem if file else "+".join(k for k, _ in vary)
+            planned = ab.prepare(base, vary, int(steps), repeats=int(repeats), name=name,
+                                 file=file)
+        except config.ConfigError as e:
+            self.notify(f"study not started: {e}", severity="error")
+            return
+
+        def create(store: Any, sup: Any) -> int:
+            study_id = store.create_study(planned.kind, name, planned.spec, planned.runs)
+            sup.study(study_id)
+            return study_id
+
+        def started(study_id: int) -> None:
+            self.post_message(self.StudyChosen(study_id))
+            what = "seed sweep" if sweep else "A/B study"
+            self.notify(f"{what} {study_id} started: {len(planned.runs)} runs of {steps} "
+                        "steps, one after the other"
+                        + (f" ({'; '.join(planned.notes)})" if planned.notes else ""))
+
+        self.app.write(create, started, "study not started")
 
     @on(Button.Pressed, "#ab-stop")
     def _stop(self, event: Button.Pressed) -> None:
         event.stop()
-        self.post_message(self.StopAsked())
+        sid = self._shown_id
+        if sid is None:
+            self.notify("no study running", severity="warning")
+            return
+        self.app.write(lambda _, sup: sup.stop_study(sid), lambda ok: self.notify(
+            f"stopping study {sid} (its current run writes a checkpoint)" if ok
+            else "no study running", severity="information" if ok else "warning"))
 
     @on(Button.Pressed, "#ab-export")
     def _export(self, event: Button.Pressed) -> None:
         event.stop()
-        self.post_message(self.ExportAsked())
+        self.app.action_export()
 
     @on(DataTable.RowSelected, "#ab-table")
     def _row_selected(self, event: DataTable.RowSelected) -> None:

@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
 from textual.widgets import DataTable
 
 from ...core import figures
+from ...core.reader import RunRow, Snapshot
 from ...core.text import shown
+from ..selection import Selection
 
 # Each run keeps one colour in every panel (plotext colour names).
 COLOURS = ("cyan", "orange", "green", "magenta", "blue", "red", "yellow", "white")
+
+
+@dataclass(frozen=True)
+class Tick:
+    """What every panel is given to draw, one snapshot at a time (`draw(tick)`): the
+    session as last read, the user's selection, and what the polling thread computed for
+    the visible tab. A panel keeps a key of what it drew and skips a tick that changes
+    nothing it shows."""
+    snap: Snapshot
+    runs: dict[int, RunRow]
+    selection: Selection
+    study: int | None = None                # the A/B study shown
+    awaiting_twin: int | None = None        # a check (F7/F8) whose twin has not started
+    lines: dict | None = None               # the Plots tab's lines, when it is visible
+    starting: frozenset[int] = frozenset()  # runs this dashboard is starting
 
 
 def plain(text: object, limit: int | None = 60) -> Text:

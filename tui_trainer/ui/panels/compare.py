@@ -16,7 +16,7 @@ from ...core.figures import smooth
 from ...core.plotdata import Line
 from ...core.reader import RunRow
 from ..widgets.plots import MetricPlot
-from .common import Table, label, plain
+from .common import Table, Tick, label, plain
 
 LETTERS = "ABCDEFGH"
 SUMMARY = ("train_loss", "eval_loss", "accuracy", "samples_per_s", "peak_memory_mib", "wall_s")
@@ -60,6 +60,8 @@ def settings_rows(runs: list[RunRow]) -> list[list[str]]:
 
 
 class ComparePanel(Vertical):
+    TAB, TITLE, PANEL_ID = "tab-compare", "Compare", "compare-panel"
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._key: Any = None
@@ -70,6 +72,9 @@ class ComparePanel(Vertical):
             yield Table(id="compare-config", cursor_type="row")
             yield Table(id="compare-summary", cursor_type="row")
         yield MetricPlot("train loss (smoothed)", "loss", id="plot-compare")
+
+    def draw(self, tick: Tick) -> None:
+        self.show(tick.selection.compared(tick.runs), tick.runs, tick.snap.series)
 
     def show(self, ids: list[int], runs: dict[int, RunRow], series: dict) -> None:
         title = self.query_one("#compare-title", Static)

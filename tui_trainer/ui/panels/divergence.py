@@ -16,13 +16,15 @@ from ...core.reader import RunRow
 from ...core.repro import divergence_text, replica_text
 from ...core.text import shown_lines
 from ..widgets.plots import MetricPlot
-from .common import label
+from .common import Tick, label
 
 HINT = ("Mark two runs (space in the run table) or repeat one (F5) to see how they diverge; "
         "F7 trains a twin and gives a determinism verdict, F8 a resume check.")
 
 
 class DivergencePanel(Vertical):
+    TAB, TITLE, PANEL_ID = "tab-divergence", "Divergence", "divergence-panel"
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._key: Any = None
@@ -32,6 +34,22 @@ class DivergencePanel(Vertical):
         with Horizontal(classes="plot-row"):
             yield MetricPlot("|Δloss| per step", "|Δloss|", id="plot-dloss")
             yield MetricPlot("parameter distance", "L2", id="plot-pdist")
+
+    def draw(self, tick: Tick) -> None:
+        """The marked seed sweep's spread, else the pair's verdict (with the replicas'
+        drift of the pair and the run under the cursor, for data-parallel runs)."""
+        sel, checks = tick.selection, tick.snap.checks
+        sweep = sel.marked_sweep(tick.snap.studies)
+        if sweep is not None:
+            self.show_sweep(sweep[0], sweep[1], tick.runs, tick.snap.series)
+            return
+        pair = sel.current_pair(tick.runs)
+        shown_runs = set(pair or ()) | ({sel.cursor} if sel.cursor else set())
+        drifts = {r: c for r in sorted(shown_runs) for c in checks.get(r, [])
+                  if c.get("kind") == "replicas_drift"}
+        self.show(pair, tick.runs, tick.snap.series,
+                  [c for r in (pair or ()) for c in checks.get(r, [])],
+                  awaiting=tick.awaiting_twin is not None, drifts=drifts)
 
     def show_sweep(self, name: str, members: list[int], runs: dict[int, RunRow],
                    series: dict) -> None:

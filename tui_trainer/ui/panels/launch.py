@@ -1,8 +1,8 @@
 """The launch panel: a preset, a name, the form, Start.
 
-It owns the form and the presets; it tells the app `StartAsked` (a valid config and a name)
-or `SavePresetAsked`. Presets are files (core.presets), read here; nothing here touches the
-session.
+It owns the form and the presets (loading one, saving the form as one: files, through
+core.presets); it tells the app `StartAsked` (a valid config and a name). Nothing here
+touches the session.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Button, Input, Select, Static
 
-from ...core import config as C
-from ...core import machine as M
+from ...core.config import DEFAULTS, ConfigError, RunConfig, allowed, doc, load
+from ...core.machine import Machine
 from ...core import presets
 from ...core.text import name_problem, shown
+from ..screens import NameScreen
 from ..widgets.config_form import ConfigForm
 from .common import plain
 
@@ -102,7 +103,7 @@ class LaunchPanel(Vertical):
     def form(self) -> ConfigForm:
         return self._form
 
-    def set_machine(self, machine: M.Machine | None, error: str | None = None) -> None:
+    def set_machine(self, machine: Machine | None, error: str | None = None) -> None:
         """What this machine can run, once probed; the form is checked against it."""
         self.form.machine = machine
         self.query_one("#machine", Static).update(Text(
@@ -122,8 +123,8 @@ class LaunchPanel(Vertical):
         if not isinstance(event.value, str):      # the blank prompt, e.g. after set_options
             return
         try:
-            cfg = C.load(event.value) if event.value else C.DEFAULTS
-        except C.ConfigError as e:
+            cfg = load(event.value) if event.value else DEFAULTS
+        except ConfigError as e:
             self.post_message(self.Notice(f"preset not loaded: {e}", "error"))
             return
         self.form.set_config(cfg.to_dict())
@@ -159,9 +160,9 @@ class LaunchPanel(Vertical):
 
     @staticmethod
     def _explanation(key: str) -> Text:
-        default = C.DEFAULTS.to_dict()[key]
-        return Text.assemble((key, "bold"), f"  ({C.allowed(key)}; default {default})\n",
-                             C.doc(key))
+        default = DEFAULTS.to_dict()[key]
+        return Text.assemble((key, "bold"), f"  ({allowed(key)}; default {default})\n",
+                             doc(key))
 
     @on(ConfigForm.Focused)
     def _explain(self, event: ConfigForm.Focused) -> None:
@@ -190,9 +191,30 @@ class LaunchPanel(Vertical):
             return
         self.post_message(self.StartAsked(self.form.config().to_dict(), name))
 
-    def config_or_none(self) -> C.RunConfig | None:
+    @on(Button.Pressed, "#save-preset")
+    def save_preset(self) -> None:
+        cfg = self.config_or_none()
+        if cfg is None:
+            return
+
+        def save(name: str | None) -> None:
+            if not name:
+                return
+            problem = name_problem(name) or ("must be a name, not a path" if "/" in name
+                                             else None)
+            if problem:
+                self.post_message(self.Notice(f"preset not saved: its name {problem}",
+                                              "error"))
+                return
+            target = presets.save(name, cfg.to_toml())
+            self.reload_presets()
+            self.post_message(self.Notice(f"preset saved: {target}"))
+
+        self.app.push_screen(NameScreen("Save the form's config as a preset named:"), save)
+
+    def config_or_none(self) -> RunConfig | None:
         try:
             return self.form.config()
-        except C.ConfigError as e:
+        except ConfigError as e:
             self.post_message(self.Notice(f"fix {e.key} first: {e.reason}", "error"))
             return None

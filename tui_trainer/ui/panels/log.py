@@ -9,6 +9,7 @@ from pathlib import Path
 from textual.widgets import Log
 
 from ...core.text import shown_line
+from .common import Tick
 
 LOG_TAIL_BYTES = 64_000
 
@@ -41,8 +42,15 @@ class LogTail:
 
 
 class LogPanel(Log):
+    """Its lines come as the app's `LogLines` messages (`show`), not with each tick: a tick
+    can be replaced by a newer one, a log's lines cannot."""
+    TAB, TITLE, PANEL_ID = "tab-log", "Log", "log"
+
     def __init__(self, **kwargs) -> None:
         super().__init__(max_lines=5000, **kwargs)
+
+    def draw(self, tick: Tick) -> None:
+        pass                # the lines of the run under the cursor come as messages (show)
 
     def show(self, reset: bool, lines: list[str]) -> None:
         if reset:

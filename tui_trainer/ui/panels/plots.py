@@ -18,7 +18,9 @@ from textual.message import Message
 from textual.widgets import Static
 
 from ...core.plotdata import PANELS, SMOOTHING_CHOICES, X_AXES, Line, PlotOptions
+from ...core.text import shown
 from ..widgets.plots import MetricPlot
+from .common import Tick, label
 
 WINDOWS = (0, 100, 500, 2000)
 
@@ -30,6 +32,7 @@ class PlotGrid(Grid):
 
 
 class PlotsPanel(Vertical):
+    TAB, TITLE, PANEL_ID = "tab-plots", "Plots", "plots-panel"
     BINDINGS = [
         Binding("m", "smoothing", "Smoothing"),
         Binding("x", "x_axis", "X axis"),
@@ -48,6 +51,7 @@ class PlotsPanel(Vertical):
         self.options = PlotOptions()
         self.solo: int | None = None
         self.can_focus = True
+        self._lines: dict | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("", id="plot-options")
@@ -69,6 +73,15 @@ class PlotsPanel(Vertical):
     def set_options(self, options: PlotOptions) -> None:
         self.options = options
         self._say()
+
+    def draw(self, tick: Tick) -> None:
+        """The lines the polling thread built for the plotted runs (the same object while
+        nothing changed: drawn once)."""
+        if tick.lines is None or tick.lines is self._lines:
+            return
+        self._lines = tick.lines
+        names = ", ".join(label(r, tick.runs) for r in tick.selection.plotted())
+        self.show(tick.lines, shown(names, 80) or "no run selected")
 
     def show(self, lines: dict[str, list[Line]], note: str) -> None:
         for pid, _, _ in PANELS:

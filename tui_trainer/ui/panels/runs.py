@@ -4,8 +4,9 @@ Keys (while the table has focus): space marks a run (marked runs are plotted tog
 the last two form the pair), / filters, s sorts by the next column (S reverses), c shows the
 config columns, a shows every column (a narrow table keeps the most important ones), h
 hides the run (H shows hidden runs), r renames, n edits notes, t tags, delete deletes (asks
-first). Every request goes to the app as a message; the table never
-touches the session itself.
+first). The table asks its own questions (dialogs) and hands the change to `app.write`, which
+runs it in a worker thread; what the app must know (the cursor, a mark, a deleted run) it is
+told with messages.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from textual.widgets import DataTable
 from ...core import figures
 from ...core.columns import cut, fit
 from ...core.reader import RunRow, shown_status
-from .common import Table, plain
+from ...core.text import name_problem
+from ..screens import ConfirmScreen, NameScreen
+from .common import Table, Tick, plain
 
 BASE_COLUMNS = (("mark", " "), ("id", "id"), ("name", "name"), ("status", "status"),
                 ("progress", "progress"), ("step", "step"), ("epoch", "epoch"),
@@ -56,7 +59,7 @@ def cells(row: RunRow, marked: bool, status: str) -> dict[str, Text]:
         "status": status, "progress": progress_text(row), "step": str(row.step),
         "epoch": f"{row.epoch:.2f}", "loss": figures.fmt(row.train_loss, "train_loss"),
         "eval": figures.fmt(row.eval_loss, "eval_loss"),
-        "acc": "-" if row.accuracy is None else f"{row.accuracy:.2f}%",
+        "acc": "-" if row.accuracy is None else f"{figures.fmt(row.accuracy, 'accuracy')}%",
         "sps": figures.fmt(row.samples_per_s, "samples_per_s"),
         "mem": figures.fmt(row.peak_memory_mib, "peak_memory_mib")
         + ("" if row.memory_kind in (None, "RSS") else f" {row.memory_kind}"),
@@ -130,11 +133,10 @@ class RunTable(Table):
             self.run_id = run_id
             super().__init__()
 
-    class Asked(Message):
-        """The user asked for something about a run: rename, notes, tags, hide, delete,
-        filter (run_id None)."""
-        def __init__(self, what: str, run_id: int | None) -> None:
-            self.what, self.run_id = what, run_id
+    class Deleted(Message):
+        """A run is gone from the session: it leaves the selection."""
+        def __init__(self, run_id: int) -> None:
+            self.run_id = run_id
             super().__init__()
 
     class ViewChanged(Message):
@@ -153,6 +155,10 @@ class RunTable(Table):
         self._reason_width: int | None = None
 
     # --- drawing ---------------------------------------------------------------------------
+    def draw(self, tick: Tick) -> None:
+        self.show(tick.snap.runs, list(tick.selection.marked), tick.selection.cursor,
+                  tick.starting)
+
     def show(self, rows: tuple[RunRow, ...], marked: list[int], cursor: int | None,
              starting: frozenset[int] = frozenset()) -> None:
         """Draws the rows (only the cells that changed)."""
@@ -264,16 +270,72 @@ class RunTable(Table):
         if rid is not None:
             self.post_message(self.MarkToggled(rid))
 
-    def action_ask(self, what: str) -> None:
+    def action_filter(self) -> None:
+        def filtered(text: str | None) -> None:
+            if text is not None:
+                self.set_filter("" if text.strip() == "*" else text)
+
+        self.app.push_screen(NameScreen("Show runs matching (words in names, tags, notes, "
+                                        "status; key=value for config; * for all):",
+                                        self.view.filter), filtered)
+
+    # --- changes to a run: a dialog, then the write in a worker (app.write) ------------------
+    def _run(self, what: str) -> RunRow | None:
         rid = self.current()
-        if rid is not None:
-            self.post_message(self.Asked(what, rid))
+        run = next((r for r in self._rows if r.id == rid), None)
+        if run is None or not self.app.writable(f"not changed ({what})"):
+            return None
+        return run
+
+    def _write(self, fn: Any, then: Any = None, failed: str = "") -> None:
+        self.app.write(fn, then, failed, reread=True)
 
     def action_hide(self) -> None:
-        self.action_ask("hide")
+        if (run := self._run("hide")) is not None:
+            self._write(lambda s, _: s.set_labels(run.id, hidden=not run.hidden))
+            self.notify(f"run {run.id} {'shown again' if run.hidden else 'hidden'} (H shows "
+                        "hidden runs)")
 
-    def action_filter(self) -> None:
-        self.post_message(self.Asked("filter", None))
+    def action_ask(self, what: str) -> None:
+        run = self._run(what)
+        if run is None:
+            return
+        rid = run.id
+        if what == "rename":
+            def renamed(name: str | None) -> None:
+                problem = name and name_problem(name)
+                if problem:
+                    self.notify(f"not renamed: the name {problem}", severity="error")
+                elif name:
+                    self._write(lambda s, _: s.rename_run(rid, name), failed="not renamed")
+            self.app.push_screen(NameScreen(f"Rename run {rid} to:", run.name), renamed)
+        elif what == "notes":
+            def noted(text: str | None) -> None:
+                problem = text and name_problem(text)
+                if problem:
+                    self.notify(f"notes not saved: they {problem}", severity="error")
+                elif text is not None:
+                    self._write(lambda s, _: s.set_labels(rid, notes=text))
+            self.app.push_screen(NameScreen(f"Notes on run {rid}:", run.notes), noted)
+        elif what == "tags":
+            def tagged(text: str | None) -> None:
+                if text is not None:
+                    tags = [t for t in text.replace(",", " ").split() if not name_problem(t)]
+                    self._write(lambda s, _: s.set_labels(rid, tags=tags))
+            self.app.push_screen(NameScreen(f"Tags of run {rid} (words):",
+                                            " ".join(run.tags)), tagged)
+        elif what == "delete":
+            def gone(_: Any) -> None:
+                self.post_message(self.Deleted(rid))
+                self.notify(f"run {rid} deleted")
+
+            def deleted(yes: bool | None) -> None:
+                if yes:
+                    self._write(lambda s, _: s.delete_run(rid), gone, f"run {rid} not deleted")
+
+            self.app.push_screen(ConfirmScreen(
+                f"Delete run {rid} ({run.name})? Its rows, checkpoints and log are removed; "
+                "this cannot be undone.", "Delete"), deleted)
 
     def set_filter(self, text: str) -> None:
         self.view.filter = text

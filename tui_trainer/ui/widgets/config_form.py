@@ -21,8 +21,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import Checkbox, Collapsible, Input, Label, Select, Static
 
-from ...core import config as C
-from ...core import machine as M
+from ...core import config
+from ...core import machine
 from ...core.text import shown
 
 
@@ -44,43 +44,43 @@ class ConfigForm(VerticalScroll):
             self.key = key
             super().__init__()
 
-    def __init__(self, config: C.RunConfig | None = None, **kwargs: Any) -> None:
+    def __init__(self, initial: config.RunConfig | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._initial = (config or C.DEFAULTS).to_dict()
+        self._initial = (initial or config.DEFAULTS).to_dict()
         self.problems: dict[str, str] = {}
-        self.machine: M.Machine | None = None     # known once probed: its rules apply too
+        self.machine: machine.Machine | None = None     # known once probed: its rules apply too
         # The widgets of each knob, kept here: no query walks the form per knob per change.
         self._widgets: dict[str, Any] = {}
         self._boxes: dict[str, Horizontal] = {}
         self._names: dict[str, Label] = {}
         self._errors: dict[str, Static] = {}
         self._check_pending = False
-        self.matches: list[str] = list(C.FIELDS)   # the knobs the search shows
+        self.matches: list[str] = list(config.FIELDS)   # the knobs the search shows
         self.ready = False      # its fields are mounted (it may be mounted after first paint)
 
     def compose(self) -> ComposeResult:
-        for group, title in C.GROUPS.items():
+        for group, title in config.GROUPS.items():
             with Collapsible(title=title, collapsed=False, id=f"group-{group}"):
-                for key in C.FIELDS:
-                    if C.group(key) == group:
+                for key in config.FIELDS:
+                    if config.group(key) == group:
                         yield self._field(key, self._initial[key])
 
     def _field(self, key: str, value: Any) -> Horizontal:
         """One line: the name and the value's widget. The line under it with the reason a
         value is refused is mounted only when there is one (a form of 38 knobs mounts
         quickly)."""
-        kind = C.kind(key)
+        kind = config.kind(key)
         if kind == "bool":
             widget: Any = Checkbox("on" if value else "off", value=bool(value),
                                    id=f"field-{key}")
         elif kind == "choice":
-            options = [(c, c) for c in C.choices(key) or ()]
+            options = [(c, c) for c in config.choices(key) or ()]
             widget = Select(options, value=value, allow_blank=False, id=f"field-{key}")
         else:
             widget = Input(value=_text(value), id=f"field-{key}",
                            placeholder="empty: the default (see below)" if kind == "text"
-                           else C.allowed(key))
-        widget.tooltip = C.allowed(key)
+                           else config.allowed(key))
+        widget.tooltip = config.allowed(key)
         name = Label(key, classes="field-name", id=f"name-{key}")
         box = Horizontal(name, widget, classes="field field-row", id=f"box-{key}")
         self._widgets[key], self._names[key], self._boxes[key] = widget, name, box
@@ -101,9 +101,9 @@ class ConfigForm(VerticalScroll):
         explanation does, in the form's order."""
         text = text.strip().lower()
         if not text:
-            return list(C.FIELDS)
-        return [k for k in C.FIELDS if text in k.lower()] or \
-            [k for k in C.FIELDS if text in C.doc(k).lower()]
+            return list(config.FIELDS)
+        return [k for k in config.FIELDS if text in k.lower()] or \
+            [k for k in config.FIELDS if text in config.doc(k).lower()]
 
     def filter(self, text: str) -> list[str]:
         """Shows only the knobs that match `text` (all of them for an empty one), the first
@@ -113,15 +113,15 @@ class ConfigForm(VerticalScroll):
             return []
         keys = self.matching(text)
         found = set(keys)
-        for key in C.FIELDS:
+        for key in config.FIELDS:
             box = self._boxes[key]
             box.display = key in found
             box.set_class(bool(text.strip()) and bool(keys) and key == keys[0], "-match")
             if key in self._errors:
                 self._errors[key].display = key in found
-        for group in C.GROUPS:
+        for group in config.GROUPS:
             section = self.query_one(f"#group-{group}", Collapsible)
-            section.display = any(C.group(k) == group for k in found)
+            section.display = any(config.group(k) == group for k in found)
             if text.strip() and section.display:
                 section.collapsed = False
         self.matches = keys
@@ -131,7 +131,7 @@ class ConfigForm(VerticalScroll):
 
     def focus_knob(self, key: str) -> None:
         """Moves the focus to a knob's value (its group opened): the user asked for it."""
-        self.query_one(f"#group-{C.group(key)}", Collapsible).collapsed = False
+        self.query_one(f"#group-{config.group(key)}", Collapsible).collapsed = False
         self._widgets[key].focus()
         self.call_after_refresh(self.scroll_to_widget, self._boxes[key], animate=False)
 
@@ -142,7 +142,7 @@ class ConfigForm(VerticalScroll):
         problems: dict[str, str] = {}
         if not self.ready:
             return dict(self._initial), problems
-        for key in C.FIELDS:
+        for key in config.FIELDS:
             widget = self._widgets[key]
             if isinstance(widget, Checkbox):
                 values[key] = widget.value
@@ -150,18 +150,18 @@ class ConfigForm(VerticalScroll):
                 values[key] = widget.value
             else:
                 try:
-                    values[key] = C.parse_value(key, widget.value)
-                except C.ConfigError as e:
+                    values[key] = config.parse_value(key, widget.value)
+                except config.ConfigError as e:
                     problems[key] = e.reason
         return values, problems
 
     def validate(self) -> dict[str, str]:
         values, problems = self.raw_values()
         good = {k: v for k, v in values.items() if k not in problems}
-        for key, reason in C.validate_all(good).items():
+        for key, reason in config.validate_all(good).items():
             problems.setdefault(key, reason)
         if not problems and self.machine is not None:
-            found = M.problem(good, self.machine)
+            found = machine.problem(good, self.machine)
             if found is not None:
                 problems[found.key.split(" ")[0]] = f"this machine: {found.reason}"
         if self.ready:
@@ -172,22 +172,22 @@ class ConfigForm(VerticalScroll):
     def recheck(self) -> None:
         self.post_message(self.Changed(self.validate()))
 
-    def config(self) -> C.RunConfig:
+    def config(self) -> config.RunConfig:
         """The form's config; raises ConfigError when a field is invalid."""
         values, problems = self.raw_values()
         if problems:
             key = next(iter(problems))
-            raise C.ConfigError(key, problems[key])
-        return C.from_dict(values)
+            raise config.ConfigError(key, problems[key])
+        return config.from_dict(values)
 
-    def set_config(self, config: dict[str, Any]) -> None:
+    def set_config(self, values: dict[str, Any]) -> None:
         if not self.ready:          # shown when the fields are mounted
-            self._initial = {**C.DEFAULTS.to_dict(),
-                             **{k: v for k, v in config.items() if k in C.FIELDS}}
+            self._initial = {**config.DEFAULTS.to_dict(),
+                             **{k: v for k, v in values.items() if k in config.FIELDS}}
             return
         with self.prevent(Input.Changed, Checkbox.Changed, Select.Changed):
-            for key, value in {**C.DEFAULTS.to_dict(), **config}.items():
-                if key not in C.FIELDS:
+            for key, value in {**config.DEFAULTS.to_dict(), **values}.items():
+                if key not in config.FIELDS:
                     continue
                 widget = self._widgets[key]
                 if isinstance(widget, (Checkbox, Select)):
@@ -198,8 +198,8 @@ class ConfigForm(VerticalScroll):
 
     def _mark(self, problems: dict[str, str]) -> None:
         values, _ = self.raw_values()
-        defaults = C.DEFAULTS.to_dict()
-        for key in C.FIELDS:
+        defaults = config.DEFAULTS.to_dict()
+        for key in config.FIELDS:
             widget = self._widgets[key]
             if isinstance(widget, Checkbox) and str(widget.label) != ("on" if widget.value
                                                                       else "off"):
