@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from tui_trainer.core import figures as F
+from tui_trainer.core import figures
 from tui_trainer.core.divergence import divergence
 from tui_trainer.core.plotdata import PlotOptions, plot_lines
 from tui_trainer.core.reader import RunRow, RunSeries
@@ -27,11 +27,11 @@ def steps(rates, losses=None, cuda=None):
 
 def test_samples_per_s_is_the_median_interval_with_the_first_left_out():
     rates = [10.0, 1000.0, 3000.0, 2000.0, 50.0]     # start-up, then an evaluation's dip
-    f = F.figures(steps(rates))
+    f = figures.figures(steps(rates))
     assert f.samples_per_s == statistics.median(rates[1:]) == 1500.0
-    assert F.figures(steps([10.0])).samples_per_s is None     # only start-up: no figure
+    assert figures.figures(steps([10.0])).samples_per_s is None     # only start-up: no figure
     # Fed one row at a time (the dashboard), it agrees with the whole series at every point.
-    g = F.Figures()
+    g = figures.Figures()
     for i, row in enumerate(steps(rates)):
         g.add_step(row)
         expect = statistics.median(rates[1:i + 1]) if i else None
@@ -39,25 +39,26 @@ def test_samples_per_s_is_the_median_interval_with_the_first_left_out():
 
 
 def test_peak_memory_is_the_gpu_peak_where_recorded_else_rss():
-    assert F.figures(steps([1.0, 2.0])).peak_memory == (200.0, "RSS")
-    assert F.figures(steps([1.0, 2.0], cuda=5e8)).peak_memory == (5e8, "GPU")
-    assert F.Figures().peak_memory == (None, None)
+    assert figures.figures(steps([1.0, 2.0])).peak_memory == (200.0, "RSS")
+    assert figures.figures(steps([1.0, 2.0], cuda=5e8)).peak_memory == (5e8, "GPU")
+    assert figures.Figures().peak_memory == (None, None)
 
 
 def test_train_loss_is_smoothed_and_a_diverged_loss_shows_as_nan():
-    f = F.figures(steps([1.0] * 3, losses=[3.0, 1.0, 2.0]))
-    assert f.train_loss == pytest.approx(F.smooth([3.0, 1.0, 2.0])[-1])
+    f = figures.figures(steps([1.0] * 3, losses=[3.0, 1.0, 2.0]))
+    assert f.train_loss == pytest.approx(figures.smooth([3.0, 1.0, 2.0])[-1])
     assert f.last_loss == 2.0 and f.train_loss != f.last_loss
-    diverged = F.figures(steps([1.0] * 3, losses=[1.0, 2.0, math.nan]))
+    diverged = figures.figures(steps([1.0] * 3, losses=[1.0, 2.0, math.nan]))
     assert math.isnan(diverged.train_loss)
     # NaN does not poison the smoothing of what came before it
-    assert F.smooth([1.0, math.nan, 1.0]) == [1.0, 1.0, 1.0]
+    assert figures.smooth([1.0, math.nan, 1.0]) == [1.0, 1.0, 1.0]
 
 
 def test_eval_figures_come_from_the_last_evaluation():
-    f = F.figures([], [{"step": 5, "loss": 0.5, "accuracy": 0.5},
+    f = figures.figures([], [{"step": 5, "loss": 0.5, "accuracy": 0.5},
                        {"step": 9, "loss": 0.25, "accuracy": 0.9}])
-    assert (f.eval_loss, f.accuracy, f.eval_step) == (0.25, 90.0, 9)
+    assert (f.eval_loss, f.accuracy, f.eval_step) == (0.25, 0.9, 9)    # one unit: a fraction
+    assert figures.fmt(f.accuracy, "accuracy") == "90.00"                    # shown in percent
 
 
 @pytest.mark.parametrize("a, b, since, expect", [
@@ -68,16 +69,16 @@ def test_eval_figures_come_from_the_last_evaluation():
     ({0: "x"}, {3: "x"}, -1, (None, None, None)),
 ])
 def test_identity_compares_hashes_at_common_steps(a, b, since, expect):
-    same = F.identity(a, b, since)
+    same = figures.identity(a, b, since)
     assert (same.identical, same.first_difference, same.last_identical) == expect
 
 
 def test_progress_takes_whichever_limit_comes_first_and_estimates_the_time_left():
-    assert F.progress({"epochs": 4, "max_steps": 0}, 10, 1.0, 30.0) == (0.25, 90.0)
-    assert F.progress({"epochs": 10, "max_steps": 100}, 50, 1.0, 10.0) == (0.5, 10.0)
-    assert F.progress({"epochs": 1}, 0, 0.0, None) == (0.0, None)
-    assert F.progress({"epochs": 1}, 9, 1.0, 5.0) == (1.0, 0.0)
-    assert F.duration(3725) == "1:02:05" and F.duration(None) == "-"
+    assert figures.progress({"epochs": 4, "max_steps": 0}, 10, 1.0, 30.0) == (0.25, 90.0)
+    assert figures.progress({"epochs": 10, "max_steps": 100}, 50, 1.0, 10.0) == (0.5, 10.0)
+    assert figures.progress({"epochs": 1}, 0, 0.0, None) == (0.0, None)
+    assert figures.progress({"epochs": 1}, 9, 1.0, 5.0) == (1.0, 0.0)
+    assert figures.duration(3725) == "1:02:05" and figures.duration(None) == "-"
 
 
 def test_plot_lines_reduce_smooth_window_and_axes():
@@ -101,7 +102,7 @@ def test_plot_lines_reduce_smooth_window_and_axes():
 def _row(**kw):
     base = dict(id=1, name="a", status="finished", step=10, epoch=1.0, config={"seed": 1},
                 settings={"num_threads": 2}, twin_of=None, created=0.0, reason=None,
-                train_loss=0.5, eval_loss=0.4, accuracy=90.0, samples_per_s=1000.0,
+                train_loss=0.5, eval_loss=0.4, accuracy=0.9, samples_per_s=1000.0,
                 peak_memory_mib=100.0, memory_kind="RSS", elapsed=10.0, progress=1.0,
                 eta_s=None)
     return RunRow(**{**base, **kw})

@@ -16,16 +16,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import __version__, runner
-from .core import config as cfgmod
+from . import __version__, lifecycle, runner
+from .core import config
 from .core import figures, machine, supervisor
 from .core.columns import fit
 from .core.reader import reason_of, shown_status, stall_note
-from .core import study as study_defaults
+from .core import stats, study
 from .core.config import ConfigError
-from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_NOT_IDENTICAL,
-                          EXIT_OK, EXIT_SESSION, EXIT_STOPPED, BadInput, CheckpointError,
-                          DiskFull, RunBusy, SessionError, exit_for, is_disk_full)
+from .core.errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NOT_IDENTICAL, EXIT_OK,
+                          EXIT_SESSION, EXIT_STOPPED, EXPECTED, BadInput, DiskFull,
+                          ExportFailed, SessionError, exit_for, expected, is_disk_full)
 from .core.paths import default_session_dir
 from .core.store import SessionStore
 from .core.text import name_problem, shown, shown_lines
@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("resume", help="continue a run from its newest checkpoint",
                         description="Continue a stopped, finished or crashed run from its "
                                     "newest checkpoint, bit-for-bit. Only the training length "
-                                    f"({', '.join(cfgmod.TRAINING_LENGTH_KEYS)}) may change.")
+                                    f"({', '.join(config.TRAINING_LENGTH_KEYS)}) may change.")
     sp.add_argument("run_id", type=int, metavar="RUN_ID")
     sp.add_argument("--session", metavar="DIR")
     sp.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
                              f"{DEFAULT_AB_STEPS})")
         sp.add_argument("--level", type=float, metavar="P", default=None,
                         help="confidence level of the intervals (default "
-                             f"{study_defaults.S.DEFAULT_LEVEL})")
+                             f"{stats.DEFAULT_LEVEL})")
         sp.add_argument("--jobs", type=int, metavar="N", default=None,
                         help="train N runs at a time (default 1; at most the number of "
                              "cores): sooner done, but the runs share the machine, so "
@@ -186,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "loss and accuracy, each also as a ratio to the base, and "
                                     "whether each variant is bit-identical to the base. With "
                                     "--repeats N (default "
-                                    f"{study_defaults.DEFAULT_REPEATS}) every arm trains N "
+                                    f"{study.DEFAULT_REPEATS}) every arm trains N "
                                     "times, interleaved, round r with seed + r, and every "
                                     "ratio comes with a confidence interval and a verdict: "
                                     "faster, slower or within noise (within seed noise for "
@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a key and the values to try, one variant each (repeatable)")
     sp.add_argument("--repeats", type=int, metavar="N", default=None,
                     help="rounds: how many times each arm trains (default: the study "
-                         f"file's, else {study_defaults.DEFAULT_REPEATS}; an interval and a "
+                         f"file's, else {study.DEFAULT_REPEATS}; an interval and a "
                          "verdict need 3 or more; 1 or 2 show the ratios only)")
     study_args(sp)
 
@@ -210,8 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "its Divergence tab shows how the spread grows over "
                                     "steps.")
     config_args(sp)
-    sp.add_argument("--seeds", type=int, metavar="N", default=study_defaults.DEFAULT_SEEDS,
-                    help=f"how many seeds (default {study_defaults.DEFAULT_SEEDS})")
+    sp.add_argument("--seeds", type=int, metavar="N", default=study.DEFAULT_SEEDS,
+                    help=f"how many seeds (default {study.DEFAULT_SEEDS})")
     study_args(sp)
 
     sp = sub.add_parser("export", help="PNG figures and CSVs of runs",
@@ -256,10 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--timeout", type=int, default=supervisor.RENDEZVOUS_S, metavar="S",
                     help="how long to wait for node 0 and the other nodes (default "
                          f"{supervisor.RENDEZVOUS_S} s)")
-    sp.add_argument("--dist-timeout", type=int, default=cfgmod.RunConfig().dist_timeout,
+    sp.add_argument("--dist-timeout", type=int, default=config.RunConfig().dist_timeout,
                     metavar="S", help="the run's dist_timeout: how long this machine's "
                     "processes wait for the others in one collective (default "
-                    f"{cfgmod.RunConfig().dist_timeout} s)")
+                    f"{config.RunConfig().dist_timeout} s)")
 
     sp = sub.add_parser("worker", help="one process of a data-parallel run (torchrun starts "
                         "it; not for direct use)")
@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--set", dest="sets", action="append", default=[])
     sp.add_argument("--events", default="[]")
     sp.add_argument("--kill-at-step", type=int)
-    sp.add_argument("--dist-timeout", type=int, default=cfgmod.RunConfig().dist_timeout,
+    sp.add_argument("--dist-timeout", type=int, default=config.RunConfig().dist_timeout,
                     metavar="S")
 
     sp = sub.add_parser("runs", help="list a session's runs (reads only; works on a "
@@ -285,13 +285,13 @@ def build_parser() -> argparse.ArgumentParser:
 # --- commands ----------------------------------------------------------------------------
 
 def cmd_config(args: argparse.Namespace) -> int:
-    cfg = cfgmod.load(args.config, args.sets)
+    cfg = config.load(args.config, args.sets)
     sys.stdout.write(cfg.to_toml(comments=not args.plain))
     return EXIT_OK
 
 
 def cmd_machine(args: argparse.Namespace) -> int:
-    cfg = cfgmod.load(args.config, args.sets) if args.config or args.sets else None
+    cfg = config.load(args.config, args.sets) if args.config or args.sets else None
     from .engine.reproducibility import machine_facts   # torch is imported here
     m = machine_facts()
     found = machine.problem(cfg.to_dict(), m) if cfg else None
@@ -328,187 +328,33 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
     print(f"checkpoint {summary['checkpoint']}")
 
 
-def _trained(summary: Any, as_json: bool) -> int:
-    d = summary.to_dict()
-    _print_summary(d, as_json)
-    return exit_for(d["status"])
+def _ended(ended: lifecycle.Ended, as_json: bool) -> int:
+    if ended.failure:
+        _say(f"training failed: {ended.failure}")
+    if ended.summary is None:
+        return ended.code if ended.code is not None else EXIT_FAILED
+    _print_summary(ended.summary, as_json)
+    return exit_for(ended.summary["status"])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     session = _session_dir(args)
     _check_name(args.name)
+    progress = sys.stderr.isatty()
     if args.run_id is not None:
-        return _run_created(args, session)
-    cfg = cfgmod.load(args.config, args.sets)
-    SessionStore.check(session)              # a damaged session is refused before the slow part
-    if _parallel(cfg):
-        _preflight(cfg)                      # bad input writes nothing, as for one process
-        with SessionStore(session) as store:
-            run_id = store.create_run(cfg.to_dict(), name=args.name)
-            store.set_launcher(run_id, os.getpid())
-        return _train_group(session, run_id, cfg, args,
-                            supervisor.worker_args(session, run_id,
-                                                   kill_at_step=args.kill_at_step))
-    from .engine.train import run_training   # torch is imported here, not before
-    summary = run_training(cfg, session, name=args.name,
-                           progress=sys.stderr.isatty(), kill_at_step=args.kill_at_step)
-    return _trained(summary, args.json)
-
-
-def _run_created(args: argparse.Namespace, session: Path) -> int:
-    """Trains a run the dashboard created. Its row exists already, so a refusal is recorded
-    on it (status crashed, the message as a failure event) for the dashboard to show."""
-    with SessionStore(session, create=False) as store:
-        run = store.run(args.run_id)
-        if run["stored_status"] != "created":
-            raise BadInput(f"run {args.run_id} was started before (status {run['status']}); "
-                           "use `tui-trainer resume` to continue it")
-        try:
-            cfg = cfgmod.load(args.config, args.sets, base=cfgmod.from_dict(run["config"]))
-            if _parallel(cfg):
-                _preflight(cfg)
-                store.set_config(args.run_id, cfg.to_dict())
-                store.set_launcher(args.run_id, os.getpid())
-                worker = supervisor.worker_args(session, args.run_id,
-                                                kill_at_step=args.kill_at_step)
-            else:
-                worker = None
-                from .engine.train import run_training
-                summary = run_training(cfg, session, run_id=args.run_id,
-                                       progress=sys.stderr.isatty(),
-                                       kill_at_step=args.kill_at_step)
-        except (ConfigError, CheckpointError) as e:
-            store.add_event(args.run_id, "failure", f"refused to start: {e}")
-            store.end_run(args.run_id, "crashed", {"error": str(e)})
-            raise
-    if worker is not None:
-        return _train_group(session, args.run_id, cfg, args, worker)
-    return _trained(summary, args.json)
-
-
-# --- data-parallel runs: this process launches torchrun; the ranks run `worker` ----------
-
-def _parallel(cfg: cfgmod.RunConfig) -> bool:
-    return cfg.nproc * cfg.nnodes > 1
-
-
-def _preflight(cfg: cfgmod.RunConfig) -> None:
-    """What a single process checks in its set-up (device, knobs, data), checked before the
-    processes are launched, so that bad input is refused in one line and writes nothing."""
-    from .engine.data import load_datasets
-    from .engine.reproducibility import check_device_knobs, machine_facts, resolve_device
-    device = resolve_device(cfg)
-    check_device_knobs(cfg, device)
-    gpus = machine_facts().cuda_devices
-    if device.type == "cuda" and cfg.nproc > gpus:
-        raise ConfigError("nproc", f"is {cfg.nproc}, but this machine has {gpus} CUDA "
-                          "device(s) and each process takes one; lower nproc or use "
-                          "device = cpu")
-    load_datasets(cfg)
-
-
-def _train_group(session: Path, run_id: int, cfg: cfgmod.RunConfig,
-                 args: argparse.Namespace, worker: list[str]) -> int:
-    """Launches the run's ranks through torchrun, waits, and says how the run ended."""
-    result = runner.train_group(session, run_id, cfg, worker)
-    run = result.run or {}
-    if result.failures or result.reason:
-        if result.refused:
-            return max(f.exitcode for f in result.failures)   # the ranks said why
-        _say(f"training failed: {result.reason}")              # or was stopped by force
-        return EXIT_FAILED
-    summary = run.get("summary") or {}
-    if "status" not in summary:
-        _say(f"training failed: run {run_id} ended without a summary "
-             f"(status {run.get('status')}); its log: {session / 'logs'}")
-        return EXIT_FAILED
-    _print_summary(summary, args.json)
-    return exit_for(summary["status"])
+        return _ended(lifecycle.start_created(session, args.run_id, args.config, args.sets,
+                                              args.kill_at_step, progress), args.json)
+    cfg = config.load(args.config, args.sets)
+    return _ended(lifecycle.start(session, cfg, args.name, args.kill_at_step, progress),
+                  args.json)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """One rank of a data-parallel run, started by torchrun. Rank 0 (on node 0, with the
-    session) reads the run and its checkpoint and hands them to every rank; only it
-    records anything. Prints nothing on stdout: the launcher prints the run's summary."""
-    from .engine.distributed import die_with_parent, join_group
-    _check_rank_of_a_group()
-    die_with_parent()
-    sys.stdout = sys.stderr
-    group = join_group(args.dist_timeout)
-    payload: dict[str, Any] | None = None
-    if group.lead:
-        try:
-            payload = _worker_payload(args)
-        except EXPECTED as e:
-            code = next(code for kind, code, _ in EXIT_FOR if isinstance(e, kind))
-            payload = {"error": str(e), "code": code}
-    payload = group.broadcast(payload)
-    if "error" in payload:
-        if group.lead:
-            _say(payload["error"])
-        group.close()
-        return payload["code"]
-    cfg = cfgmod.from_dict(payload["config"])
-    if group.world != cfg.nproc * cfg.nnodes:
-        raise BadInput(f"this rank's group has {group.world} processes but the run asks for "
-                       f"nproc x nnodes = {cfg.nproc * cfg.nnodes}: give `join` the run's "
-                       "nproc and nnodes")
-    from .engine.train import run_training
-    session = _session_dir(args) if group.lead else Path(".")
-    try:
-        summary = run_training(cfg, session, run_id=args.run_id if group.lead else 0,
-                               checkpoint=payload["checkpoint"],
-                               events=[tuple(e) for e in payload["events"]],
-                               kill_at_step=args.kill_at_step, group=group,
-                               sampler_seed=payload["sampler_seed"])
-        group.settle()                  # the ranks tear the group down together
-    except (ConfigError, CheckpointError) as e:
-        if group.lead:
-            with SessionStore(session, create=False) as store:
-                store.add_event(args.run_id, "failure", f"refused to start: {e}")
-                store.end_run(args.run_id, "crashed", {"error": str(e)})
-        raise
-    finally:
-        group.close()
-    # A stopped rank exits 0 (torchrun counts any other status as a failure); the launcher
-    # says "stopped" with its own status (_train_group).
-    return EXIT_DIVERGED if summary.status == "diverged" else EXIT_OK
-
-
-def _check_rank_of_a_group() -> None:
-    """`worker` is one rank of a data-parallel run: torchrun started it, inside the process
-    that trains the run (`run`, `resume` or `join`, torchrun's agent). Run by hand it would
-    train the run again from step 0, past every check of `resume`: refused."""
-    from .engine.distributed import under_torchrun
-    try:
-        parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        parent = []
-    if not under_torchrun() or not any(b"tui_trainer" in part for part in parent[:3]):
-        raise BadInput("`worker` is one process of a data-parallel run, started by torchrun "
-                       "inside the run's own process; it is not run by hand (use `run`, "
-                       "`resume` or `join`)")
-
-
-def _worker_payload(args: argparse.Namespace) -> dict[str, Any]:
-    """Rank 0's reading of the run: its config (with the allowed overrides), the checkpoint
-    to continue from (loaded and checked), the events the launcher found, the shuffle seed."""
-    if not args.session or args.run_id is None:
-        raise BadInput("rank 0 of the run is on a machine without the session: the machine "
-                       "that started the run must be node 0 (`join` is for the others)")
-    import random
-    session = _session_dir(args)
-    with SessionStore(session, create=False) as store:
-        run = store.run(args.run_id)
-        cfg = cfgmod.from_dict({**run["config"], **cfgmod.parse_overrides(args.sets)})
-        state = None
-        if args.checkpoint:
-            from .engine.checkpoint import load_named
-            state = load_named(store, run, cfg, Path(args.checkpoint))
-    # With seed = none the shuffle is still one permutation shared by every rank: drawn here.
-    seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
-    return {"config": cfg.to_dict(), "checkpoint": state, "events": json.loads(args.events),
-            "sampler_seed": seed}
+    from .engine.distributed import RankArgs, run_rank
+    return run_rank(RankArgs(
+        session=_session_dir(args) if args.session else None, run_id=args.run_id,
+        sets=args.sets, checkpoint=args.checkpoint, events=args.events,
+        kill_at_step=args.kill_at_step, dist_timeout=args.dist_timeout), say=_say)
 
 
 def cmd_join(args: argparse.Namespace) -> int:
@@ -519,7 +365,7 @@ def cmd_join(args: argparse.Namespace) -> int:
                           f"machine holding the session), got {args.node_rank}")
     if not 1 <= args.timeout <= 86400:
         raise ConfigError("--timeout", f"must be 1 to 86400 seconds, got {args.timeout}")
-    cfg = cfgmod.from_dict({"nproc": args.nproc, "nnodes": args.nnodes,
+    cfg = config.from_dict({"nproc": args.nproc, "nnodes": args.nnodes,
                             "rdzv_endpoint": args.endpoint, "batch_size": args.nproc
                             * args.nnodes, "dist_timeout": args.dist_timeout})
     host, port = args.endpoint.rsplit(":", 1)
@@ -556,61 +402,11 @@ def cmd_join(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    overrides = cfgmod.parse_overrides(args.sets)
-    may_change = cfgmod.TRAINING_LENGTH_KEYS + cfgmod.LAUNCH_KEYS
-    for key in overrides:
-        if key in ("nproc", "nnodes"):
-            raise ConfigError(key, "cannot change when continuing a run: its checkpoint holds "
-                              "every process's RNG state and data position, so a run "
-                              "continues with as many processes as it was trained with "
-                              "(start a new run to try another count)")
-        if key not in may_change:
-            raise ConfigError(key, "cannot change when continuing a run (it would no longer "
-                              f"be the same run); only {', '.join(may_change)} may change")
-    session = _session_dir(args)
-    SessionStore.check(session)
-    with SessionStore(session, create=False) as store:
-        store.reconcile(args.run_id)
-        run = store.run(args.run_id)
-        if store.is_live(run):
-            raise RunBusy(f"run {args.run_id} is being trained by process {run['pid']}; "
-                               "stop it before continuing it")
-        cfg = cfgmod.from_dict({**run["config"], **overrides})
-        from .engine.checkpoint import choose_checkpoint, load_named
-        state, notes = None, []
-        if args.checkpoint:
-            path = Path(args.checkpoint)
-            state = load_named(store, run, cfg, path)
-        else:
-            try:
-                state, path, notes = choose_checkpoint(store, run, cfg)
-            except CheckpointError:
-                if not args.restart:
-                    raise
-    # Said now, recorded as events by the training process once it holds the run.
-    events = [("checkpoint_refused", f"checkpoint passed over: {note}", None)
-              for note in notes]
-    if state is not None and notes:
-        events.append(("checkpoint_fallback", f"resuming from the previous good checkpoint, "
-                       f"at step {state['step']}, instead of the newest ({len(notes)} passed "
-                       "over)", state["step"]))
-    if state is None:
-        events.append(("restarted", f"run {args.run_id} has no usable checkpoint: training "
-                       "it again from step 0 (--restart); its recorded rows are replaced as "
-                       "it goes", 0))
-    for _, message, _ in events:
-        print(f"tui-trainer: {shown_lines(message)}", file=sys.stderr)
-    if _parallel(cfg):
-        worker = supervisor.worker_args(session, args.run_id,
-                                        checkpoint=path if state is not None else None,
-                                        overrides=overrides, events=events,
-                                        kill_at_step=args.kill_at_step)
-        return _train_group(session, args.run_id, cfg, args, worker)
-    from .engine.train import run_training
-    summary = run_training(cfg, session, run_id=args.run_id, checkpoint=state,
-                           progress=sys.stderr.isatty(), kill_at_step=args.kill_at_step,
-                           events=events)
-    return _trained(summary, args.json)
+    return _ended(lifecycle.resume(
+        _session_dir(args), args.run_id, args.sets, checkpoint=args.checkpoint,
+        restart=args.restart, kill_at_step=args.kill_at_step, progress=sys.stderr.isatty(),
+        say=lambda message: print(f"tui-trainer: {shown_lines(message)}", file=sys.stderr)),
+        args.json)
 
 
 def run_rows(store: SessionStore) -> list[dict[str, Any]]:
@@ -625,7 +421,7 @@ def run_rows(store: SessionStore) -> list[dict[str, Any]]:
             "reason": stall_note(run) or reason_of(summary), "stalled_s": run["stalled_s"],
             "steps": run["step"], "epochs": run["epoch"],
             "train_loss": f["train_loss"], "eval_loss": f["eval_loss"],
-            "eval_accuracy": None if f["accuracy"] is None else f["accuracy"] / 100,
+            "eval_accuracy": f["accuracy"],
             "samples_per_s": f["samples_per_s"],
             "peak_memory_mib": f["peak_memory_mib"], "memory_kind": f["memory_kind"],
             "elapsed_s": f["wall_s"],
@@ -678,7 +474,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     session = _session_dir(args)
     SessionStore.check(session)
     if args.run is None:
-        cfg = cfgmod.load(args.config, args.sets)    # bad input stops here, before training
+        cfg = config.load(args.config, args.sets)    # bad input stops here, before training
     if args.repeats < 2:
         raise ConfigError("--repeats", "must be 2 or more (there is nothing to compare)")
     if args.resume_at is not None and args.resume_at < 1:
@@ -758,14 +554,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_ab(args: argparse.Namespace) -> int:
     """`ab` and `sweep`: plan a study (or take one planned), train it, print its table."""
-    from .core import study as ab
     session = _session_dir(args)
     _check_name(args.name)
     SessionStore.check(session)
     say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
     sweep = args.command == "sweep"
-    if args.jobs is not None and not 1 <= args.jobs <= ab.MAX_JOBS:
-        raise ConfigError("--jobs", f"must be 1 to {ab.MAX_JOBS} (the cores of this machine), "
+    if args.jobs is not None and not 1 <= args.jobs <= study.MAX_JOBS:
+        raise ConfigError("--jobs", f"must be 1 to {study.MAX_JOBS} (the cores of this machine), "
                           f"got {args.jobs}")
     if args.study is not None:
         if (not sweep and (args.vary or args.repeats)) or args.config or args.sets \
@@ -776,22 +571,22 @@ def cmd_ab(args: argparse.Namespace) -> int:
             study_id = store.study(args.study)["id"]
     else:
         if sweep:
-            file_values = cfgmod.read_toml(args.config) if args.config else {}
+            file_values = config.read_toml(args.config) if args.config else {}
             spec: dict[str, Any] = {}
             vary, repeats = [], args.seeds
         else:
-            file_values, spec = ({}, {}) if not args.config else ab.read_study_file(args.config)
-            vary = ab.parse_vary(list(spec.get("vary", [])) + args.vary)
+            file_values, spec = ({}, {}) if not args.config else study.read_study_file(args.config)
+            vary = study.parse_vary(list(spec.get("vary", [])) + args.vary)
             repeats = args.repeats if args.repeats is not None else \
-                spec.get("repeats") or ab.DEFAULT_REPEATS
-        values = {**file_values, **cfgmod.parse_overrides(args.sets)}
-        base = cfgmod.from_dict({**cfgmod.DEFAULTS.to_dict(), **values})
+                spec.get("repeats") or study.DEFAULT_REPEATS
+        values = {**file_values, **config.parse_overrides(args.sets)}
+        base = config.from_dict({**config.DEFAULTS.to_dict(), **values})
         name = args.name or spec.get("name") or \
             (Path(args.config).stem if args.config else args.command)
         _check_name(name, "ab.name")
         steps = args.steps if args.steps is not None else \
             spec.get("steps") or DEFAULT_AB_STEPS
-        planned = ab.prepare(base, vary, steps, repeats=repeats, name=name, level=args.level,
+        planned = study.prepare(base, vary, steps, repeats=repeats, name=name, level=args.level,
                              jobs=args.jobs if args.jobs is not None else 1, file=args.config)
         for note in planned.notes:
             say(f"{args.command}: {note}")
@@ -799,15 +594,15 @@ def cmd_ab(args: argparse.Namespace) -> int:
             study_id = store.create_study(planned.kind, name, planned.spec, planned.runs)
     status = runner.run_study(session, study_id, say, jobs=args.jobs)
     with SessionStore(session, create=False) as store:
-        study, rows = ab.table(store, study_id)
+        record, rows = study.table(store, study_id)
     if args.json:
         print(json.dumps(_json_safe(
-            {"study_id": study_id, "kind": study["kind"], "name": study["name"],
-             "status": status, "steps": study["spec"]["steps"],
-             "repeats": study["spec"].get("repeats", 1),
-             "level": study["spec"].get("level", ab.S.DEFAULT_LEVEL),
-             "jobs": study["spec"].get("jobs", 1), "vary": study["spec"]["vary"],
-             "notes": study["spec"].get("notes", []), "rows": [r.to_dict() for r in rows]})))
+            {"study_id": study_id, "kind": record["kind"], "name": record["name"],
+             "status": status, "steps": record["spec"]["steps"],
+             "repeats": record["spec"].get("repeats", 1),
+             "level": record["spec"].get("level", stats.DEFAULT_LEVEL),
+             "jobs": record["spec"].get("jobs", 1), "vary": record["spec"]["vary"],
+             "notes": record["spec"].get("notes", []), "rows": [r.to_dict() for r in rows]})))
     else:
         width = _terminal_width()
 
@@ -815,13 +610,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
             import textwrap
             return textwrap.fill(text, width, break_on_hyphens=False) if width else text
 
-        print(para(ab.title_text(study, rows, status)))
+        print(para(study.title_text(record, rows, status)))
         print("\n".join(line if i <= len(rows) else para(line) for i, line in
-                        enumerate(ab.format_table(rows, sweep=study["kind"] == "sweep",
+                        enumerate(study.format_table(rows, sweep=record["kind"] == "sweep",
                                                   width=width))))
         print(para(figures.EXPLAINED + " data wait: total time the loop waited for batches. "
-                   + ab.method_text(study, rows)))
-        for note in study["spec"].get("notes", []):
+                   + study.method_text(record, rows)))
+        for note in record["spec"].get("notes", []):
             print(para(f"note: {shown(note)}"))
     failed = any(r.status == "crashed" for r in rows)
     if failed or status == "crashed":
@@ -832,22 +627,6 @@ def cmd_ab(args: argparse.Namespace) -> int:
 COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": cmd_runs,
             "repro": cmd_repro, "export": cmd_export, "ab": cmd_ab, "sweep": cmd_ab,
             "machine": cmd_machine, "join": cmd_join, "worker": cmd_worker}
-
-
-class ExportFailed(Exception):
-    """An export could not be written; exit status 1."""
-
-
-# Expected failures, most specific first: printed as one line, with their exit status.
-EXIT_FOR: tuple[tuple[type[Exception], int, str], ...] = (
-    (ConfigError, EXIT_BAD_INPUT, "bad config: "),
-    (CheckpointError, EXIT_BAD_INPUT, ""),
-    (BadInput, EXIT_BAD_INPUT, ""),
-    (SessionError, EXIT_SESSION, ""),
-    (DiskFull, EXIT_FAILED, ""),
-    (ExportFailed, EXIT_FAILED, ""),
-)
-EXPECTED = tuple(kind for kind, _, _ in EXIT_FOR)
 
 
 def _terminal_width() -> int | None:
@@ -883,8 +662,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except EXPECTED as e:
-        code, prefix = next((code, prefix) for kind, code, prefix in EXIT_FOR
-                            if isinstance(e, kind))
+        code, prefix = expected(e)
         _say(f"{prefix}{e}")
         return code
     except KeyboardInterrupt:

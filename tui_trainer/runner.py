@@ -21,9 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .core import config as cfgmod
 from .core import machine
-from .core.config import ConfigError
+from .core.config import ConfigError, RunConfig, from_dict
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, EXIT_STOPPED,
                           BadInput)
 from .core.repro import verdict
@@ -79,7 +78,7 @@ def train_child(store: SessionStore, run_id: int, args: list[str], expect_kill: 
 class Check:
     """What `repro` is asked: a config (or a run of the session) trained `repeats` times,
     or, with `resume_at`, killed at that step and resumed."""
-    config: cfgmod.RunConfig | None = None
+    config: RunConfig | None = None
     run: int | None = None
     repeats: int = 2
     resume_at: int | None = None
@@ -97,14 +96,14 @@ def repro(store: SessionStore, check: Check, say: Say,
         if store.is_live(first) or first["status"] == "created":
             raise BadInput(f"run {check.run} is {first['status']}; check it once it has "
                            "finished or stopped")
-        cfg = cfgmod.from_dict(first["config"])
+        cfg = from_dict(first["config"])
     assert cfg is not None
     if check.resume_at is not None and first is not None and check.resume_at >= first["step"]:
         raise ConfigError("--resume-at", f"must be below the run's {first['step']} steps")
     prefix = first["name"] if first is not None else "repro"
     mode = "repeat" if check.resume_at is None else "resume"
 
-    def new_run(name: str, config: cfgmod.RunConfig, twin_of: int | None) -> int:
+    def new_run(name: str, config: RunConfig, twin_of: int | None) -> int:
         run_id = store.create_run(config.to_dict(), name=name, twin_of=twin_of)
         if twin_of is not None:
             store.add_event(twin_of, "check_twin", f"run {run_id} is a {mode} check of it",
@@ -154,7 +153,7 @@ def device_refusal(config: dict[str, Any]) -> str | None:
     not there), or None: core.machine's rules on the facts torch gives."""
     from .engine.reproducibility import machine_facts
     try:
-        cfg = cfgmod.from_dict(config)
+        cfg = from_dict(config)
     except ConfigError as e:
         return f"{e.key}: {e.reason}"
     found = machine.problem(cfg.to_dict(), machine_facts())
@@ -309,7 +308,7 @@ class RendezvousFailed(Exception):
     """The nodes of a run did not all meet (node 0 not there, unreachable, too slow)."""
 
 
-def train_group(session: Path | None, run_id: int | None, cfg: cfgmod.RunConfig,
+def train_group(session: Path | None, run_id: int | None, cfg: RunConfig,
                 worker: list[str], node_rank: int = 0,
                 rendezvous_s: int = RENDEZVOUS_S) -> GroupResult:
     """Trains a data-parallel run: this process becomes torchrun's agent for this machine's

@@ -54,7 +54,7 @@ def warm_up() -> None:
     import torch  # noqa: F401
     import torchvision  # noqa: F401
 
-    from . import cli, runner  # noqa: F401
+    from . import cli, lifecycle, runner  # noqa: F401
     from .engine import checkpoint, data, distributed, models, reproducibility, train  # noqa
 
 

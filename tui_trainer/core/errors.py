@@ -90,3 +90,27 @@ class ReadOnlySession(SessionError):
 
 class NotFound(BadInput):
     """No such run or study in the session: the id given is wrong (exit status 2)."""
+
+
+class ExportFailed(Exception):
+    """An export could not be written; exit status 1."""
+
+
+def _exit_for_errors() -> tuple[tuple[type[Exception], int, str], ...]:
+    from .config import ConfigError     # config defines it beside the knobs
+    # Most specific first: printed as one line (with the prefix), with this exit status.
+    return ((ConfigError, EXIT_BAD_INPUT, "bad config: "),
+            (CheckpointError, EXIT_BAD_INPUT, ""),
+            (BadInput, EXIT_BAD_INPUT, ""),
+            (SessionError, EXIT_SESSION, ""),
+            (DiskFull, EXIT_FAILED, ""),
+            (ExportFailed, EXIT_FAILED, ""))
+
+
+EXIT_FOR = _exit_for_errors()
+EXPECTED = tuple(kind for kind, _, _ in EXIT_FOR)
+
+
+def expected(e: BaseException) -> tuple[int, str]:
+    """An expected failure's exit status and the prefix of its one line."""
+    return next((code, prefix) for kind, code, prefix in EXIT_FOR if isinstance(e, kind))

@@ -28,7 +28,10 @@ from typing import Any, Iterable, Mapping
 
 SMOOTHING = 0.8          # the EMA weight of the smoothed training loss (as TensorBoard's 0.8)
 
-# How each figure is written, where it is written as text.
+# How each figure is written, where it is written as text. Accuracy is a fraction (0.9731)
+# everywhere it is kept or computed, and written in percent ("97.31") under a "%" heading:
+# PERCENT names the figures shown that way (fmt scales them; nothing else does).
+PERCENT = frozenset({"accuracy"})
 FORMATS = {"samples_per_s": ",.0f", "data_wait_s": ".2f", "peak_memory_mib": ",.0f",
            "eval_loss": ".4f", "train_loss": ".4f", "accuracy": ".2f", "wall_s": ".1f"}
 LABELS = {"samples_per_s": "samples/s (training)", "data_wait_s": "data wait s",
@@ -80,7 +83,7 @@ class Figures:
     train_loss: float | None = None
     last_loss: float | None = None          # one mini-batch: shown only as "last batch"
     eval_loss: float | None = None
-    accuracy: float | None = None           # percent
+    accuracy: float | None = None           # a fraction (fmt writes it in percent)
     eval_step: int | None = None
     peak_cuda: float | None = None
     peak_rss: float | None = None
@@ -132,8 +135,7 @@ class Figures:
     def add_eval(self, row: Mapping[str, Any]) -> None:
         self.eval_step = row["step"]
         self.eval_loss = row.get("loss")
-        acc = row.get("accuracy")
-        self.accuracy = 100 * acc if finite(acc) else acc
+        self.accuracy = row.get("accuracy")
 
     @property
     def samples_per_s(self) -> float | None:
@@ -192,6 +194,8 @@ def fmt(value: Any, key: str) -> str:
         return "-"
     if isinstance(value, float) and math.isnan(value):
         return "nan"
+    if key in PERCENT and finite(value):
+        value = 100 * value
     return format(value, FORMATS.get(key, ".4g"))
 
 

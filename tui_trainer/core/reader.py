@@ -72,7 +72,7 @@ class RunRow:
     #                           it reads stalled
     train_loss: float | None
     eval_loss: float | None
-    accuracy: float | None    # percent
+    accuracy: float | None    # a fraction, as stored (figures.fmt writes it in percent)
     samples_per_s: float | None
     peak_memory_mib: float | None
     memory_kind: str | None

@@ -494,6 +494,12 @@ class SessionStore:
         with self.transaction() as c:
             c.execute("UPDATE runs SET config = ? WHERE id = ?", (json.dumps(config), run_id))
 
+    def refused_to_start(self, run_id: int, reason: str) -> None:
+        """A run that was to train refused to (a bad config for this machine, a checkpoint
+        that does not fit): crashed, the reason as a failure event, for the dashboard."""
+        self.add_event(run_id, "failure", f"refused to start: {reason}")
+        self.end_run(run_id, "crashed", {"error": reason})
+
     def end_run(self, run_id: int, status: str, summary: dict[str, Any] | None = None) -> None:
         assert status in STATUSES, status
         with self.transaction() as c:

@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import config as C
+from . import config
 from . import figures
-from . import stats as S
+from . import stats
 from .columns import cut, fit
 from .config import ConfigError
 from .store import SessionStore
@@ -54,13 +54,13 @@ def parse_vary(specs: list[str]) -> list[tuple[str, list[Any]]]:
         if not sep or not key or not text.strip():
             raise ConfigError("--vary", f"takes KEY=V1,V2,... (values separated by commas), "
                               f"got {spec!r}")
-        if key in C.TRAINING_LENGTH_KEYS:
+        if key in config.TRAINING_LENGTH_KEYS:
             raise ConfigError("--vary", f"{key} cannot be varied: every variant trains for the "
                               "same steps (use --steps)")
         if any(key == k for k, _ in out):
             raise ConfigError("--vary", f"{key} is given twice; put all its values in one "
                               f"--vary {key}=V1,V2")
-        values = [C.check_value(key, C.parse_value(key, v)) for v in text.split(",")
+        values = [config.check_value(key, config.parse_value(key, v)) for v in text.split(",")
                   if v.strip()]
         out.append((key, values))
     if not out:
@@ -121,7 +121,7 @@ def _label(key: str, value: Any) -> str:
     return f"{key}={text}"
 
 
-def plan(base: C.RunConfig, vary: list[tuple[str, list[Any]]], steps: int,
+def plan(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: int,
          repeats: int = 1) -> tuple[list[dict[str, Any]], list[str]]:
     """The runs to train, in training order, each for `steps` steps; and notes on values
     left out (a value equal to the base's is the base). Every variant is validated here, so
@@ -136,7 +136,7 @@ def plan(base: C.RunConfig, vary: list[tuple[str, list[Any]]], steps: int,
     if repeats < 1:
         raise ConfigError("--repeats", f"must be >= 1, got {repeats}")
     # max_steps decides; epochs only has to be enough (an epoch has at least one step).
-    length = {"max_steps": steps, "epochs": min(steps, C.FIELDS["epochs"].metadata["hi"])}
+    length = {"max_steps": steps, "epochs": min(steps, config.FIELDS["epochs"].metadata["hi"])}
     base_cfg = base.replace(**length)
     arms = [{"label": "base", "key": None, "value": None, "config": base_cfg}]
     notes: list[str] = []
@@ -159,9 +159,9 @@ def plan(base: C.RunConfig, vary: list[tuple[str, list[Any]]], steps: int,
     if len(arms) == 1 and (vary or repeats == 1):
         raise ConfigError("--vary", "every value given is the base's own; nothing to compare"
                           if vary else "give at least one KEY=V1,V2 to vary")
-    if 1 < repeats < S.MIN_PAIRS and len(arms) > 1:
+    if 1 < repeats < stats.MIN_PAIRS and len(arms) > 1:
         notes.append(f"{repeats} rounds give each round's ratio but no interval or verdict: "
-                     f"that needs {S.MIN_PAIRS} rounds or more")
+                     f"that needs {stats.MIN_PAIRS} rounds or more")
     if repeats > 1 and base_cfg.seed is None:
         notes.append("seed = none: every run draws its own seed, so a round's base and "
                      "variants do not start alike (the intervals are wider)")
@@ -186,7 +186,7 @@ class Planned:
     notes: list[str]
 
 
-def prepare(base: C.RunConfig, vary: list[tuple[str, list[Any]]], steps: int, *,
+def prepare(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: int, *,
             repeats: int, name: str, level: float | None = None, jobs: int = 1,
             file: str | None = None) -> Planned:
     """An A/B study (or, with no vary, a seed sweep of `repeats` seeds), planned and
@@ -239,7 +239,7 @@ class Row:
     memory_kind: str | None = None   # "GPU" (CUDA peak allocated) or "RSS" (process)
     train_loss: float | None = None  # smoothed
     eval_loss: float | None = None
-    accuracy: float | None = None    # percent
+    accuracy: float | None = None    # a fraction (figures.fmt writes it in percent)
     bit_identical: bool | None = None
     first_difference: int | None = None
     note: str | None = None
@@ -247,7 +247,7 @@ class Row:
     runs: list[int | None] = field(default_factory=list)   # each round's run
     rounds: int = 1
     done: int = 0                  # rounds finished
-    intervals: dict[str, S.Interval | None] | None = None
+    intervals: dict[str, stats.Interval | None] | None = None
     verdicts: dict[str, str] | None = None
     spread: dict[str, float | None] | None = None          # sd over the rounds
 
@@ -276,7 +276,7 @@ def table(store: SessionStore, study_id: int,
     hashes_of = hashes_of or (lambda r: figures.hashes(store.fingerprints(r)))
     study = store.study(study_id)
     spec = study["spec"]
-    level = spec.get("level", S.DEFAULT_LEVEL)
+    level = spec.get("level", stats.DEFAULT_LEVEL)
     places = spec.get("layout") or [[i, 0] for i in range(len(study["variants"]))]
     repeats = spec.get("repeats", 1)
     n_arms = max(a for a, _ in places) + 1
@@ -304,7 +304,7 @@ def table(store: SessionStore, study_id: int,
             row.memory_kind = next((f["memory_kind"] for f in figs if f["memory_kind"]), None)
             row.spread = {}
             for key, _, _ in FIGURES:
-                mean, sd, _ = S.mean_sd([f[key] for f in figs])
+                mean, sd, _ = stats.mean_sd([f[key] for f in figs])
                 setattr(row, key, mean)
                 row.spread[key] = sd
         rows.append(row)
@@ -341,7 +341,7 @@ def table(store: SessionStore, study_id: int,
                 pairs = [(grid[0][r][1][key], grid[arm][r][1][key])   # type: ignore[index]
                          for r in range(repeats)
                          if _finished(grid[0][r]) and _finished(grid[arm][r])]
-                interval = S.ratio_interval(pairs, level)
+                interval = stats.ratio_interval(pairs, level)
                 row.intervals[key] = interval
                 if interval is not None:
                     up, down = VERDICT_WORDS[key]
@@ -373,10 +373,10 @@ def verdict_text(r: Row) -> str:
     if not r.position:
         return "(base)"
     if not r.verdicts:
-        return f"not yet: needs {S.MIN_PAIRS} finished rounds" if r.rounds > 1 else ""
+        return f"not yet: needs {stats.MIN_PAIRS} finished rounds" if r.rounds > 1 else ""
     few = [iv.n for iv in (r.intervals or {}).values() if iv is not None and iv.low is None]
     if few:
-        return S.no_interval(min(few)) + " (per-round ratios shown)"
+        return stats.no_interval(min(few)) + " (per-round ratios shown)"
     words = []
     for key in ("samples_per_s", "accuracy"):
         if key in r.verdicts:
@@ -494,7 +494,7 @@ def identity_text(r: Row) -> str:
 
 def check_level(level: float | None) -> float:
     if level is None:
-        return S.DEFAULT_LEVEL
+        return stats.DEFAULT_LEVEL
     if not 0.5 <= level < 1.0:
         raise ConfigError("--level", f"must be a confidence level from 0.5 to 0.999 (e.g. "
                           f"0.95), got {level}")
@@ -522,7 +522,7 @@ def title_text(study: dict[str, Any], rows: list[Row], status: str | None = None
 
 def method_text(study: dict[str, Any], rows: list[Row]) -> str:
     """How to read a table of rounds, in one paragraph."""
-    level = study["spec"].get("level", S.DEFAULT_LEVEL)
+    level = study["spec"].get("level", stats.DEFAULT_LEVEL)
     if study["kind"] == "sweep" and rows:
         return (f"{rows[0].rounds} seeds (seed, seed+1, ...): each figure is the mean ±sd "
                 "over the seeds.")
@@ -531,10 +531,10 @@ def method_text(study: dict[str, Any], rows: list[Row]) -> str:
             "unless far from 1 (use --repeats for an interval)."
     rounds = rows[0].rounds
     common = f"{rounds} rounds, the arms interleaved; round r trains seed + r in every arm. "
-    if rounds < S.MIN_PAIRS:
+    if rounds < stats.MIN_PAIRS:
         return common + (f"A variant's (N.NNx; rounds a b) is the geometric mean of its "
                          f"per-round ratios to the base, then each round's ratio: an "
-                         f"interval, and so a verdict, needs {S.MIN_PAIRS} rounds or more "
+                         f"interval, and so a verdict, needs {stats.MIN_PAIRS} rounds or more "
                          f"({DEFAULT_REPEATS}, the default, find a 15% difference on this "
                          "kind of machine). The base shows mean ±sd over its rounds.")
     return common + (f"A variant's (N.NNx [lo-hi]) is the geometric mean of its per-round "

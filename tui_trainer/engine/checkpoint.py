@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..core import config as cfgmod
+from ..core import config
 from ..core.errors import CheckpointError, DiskFull, SessionError, is_disk_full
 from ..core.store import SessionStore, process_alive
 
@@ -122,7 +122,7 @@ def _first_line(e: BaseException) -> str:
 
 
 def check_fits(state: dict[str, Any], path: Path, run: dict[str, Any],
-               cfg: cfgmod.RunConfig, recorded: dict[str, Any] | None) -> None:
+               cfg: config.RunConfig, recorded: dict[str, Any] | None) -> None:
     """Refuses a checkpoint that is not the one the session recorded: another run's, another
     step's (an older file put under the newest name), or one written with other settings."""
     if state.get("run_id") != run["id"]:
@@ -136,7 +136,7 @@ def check_fits(state: dict[str, Any], path: Path, run: dict[str, Any],
                 f"checkpoint {path} holds step {where[0]} (epoch {where[1]}, batch {where[2]}) "
                 f"but the session recorded step {expected[0]} (epoch {expected[1]}, batch "
                 f"{expected[2]}) under that name: the file was replaced")
-    keep = set(cfgmod.TRAINING_LENGTH_KEYS) | set(cfgmod.LAUNCH_KEYS)
+    keep = set(config.TRAINING_LENGTH_KEYS) | set(config.LAUNCH_KEYS)
     mine = {k: v for k, v in cfg.to_dict().items() if k not in keep}
     theirs = {k: v for k, v in dict(state["config"]).items() if k not in keep}
     if mine != theirs:
@@ -145,7 +145,7 @@ def check_fits(state: dict[str, Any], path: Path, run: dict[str, Any],
                               f"(differs in: {', '.join(diff)})")
 
 
-def load_named(store: SessionStore, run: dict[str, Any], cfg: cfgmod.RunConfig,
+def load_named(store: SessionStore, run: dict[str, Any], cfg: config.RunConfig,
                path: Path) -> dict[str, Any]:
     """The checkpoint at `path` (`resume --checkpoint`), loaded and checked against the run
     (and against the session's record of it, when the session lists that file)."""
@@ -155,7 +155,7 @@ def load_named(store: SessionStore, run: dict[str, Any], cfg: cfgmod.RunConfig,
     return state
 
 
-def choose_checkpoint(store: SessionStore, run: dict[str, Any], cfg: cfgmod.RunConfig
+def choose_checkpoint(store: SessionStore, run: dict[str, Any], cfg: config.RunConfig
                       ) -> tuple[dict[str, Any], Path, list[str]]:
     """The newest recorded checkpoint of `run` that loads and fits it, with a note for every
     newer one passed over (missing, corrupt, replaced, outside the session). Raises

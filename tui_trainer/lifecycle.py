@@ -1,0 +1,171 @@
+"""A run's life from the command line: started (new, or created by the dashboard), continued,
+and trained in one process or as a data-parallel group. The one place that decides which.
+
+cli.py parses and prints; this module starts, resumes and trains, and says how the run
+ended (`Ended`). One rank of a group runs engine.distributed.run_rank; the group's launcher
+(torchrun's agent) is runner.train_group. torch is imported only when training starts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from . import runner
+from .core import config
+from .core import supervisor
+from .core.config import ConfigError
+from .core.errors import EXIT_FAILED, BadInput, CheckpointError, RunBusy
+from .core.store import SessionStore
+
+Event = tuple[str, str, int | None]       # (kind, message, step): recorded by the run
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a training command ended: the run's summary, or an exit status and a line."""
+    summary: dict[str, Any] | None = None
+    code: int | None = None
+    failure: str | None = None          # said as "training failed: ..."
+
+
+def parallel(cfg: config.RunConfig) -> bool:
+    return cfg.nproc * cfg.nnodes > 1
+
+
+def start(session: Path, cfg: config.RunConfig, name: str | None = None,
+          kill_at_step: int | None = None, progress: bool = False) -> Ended:
+    """A new run: one process trains it here, or this process launches its group."""
+    SessionStore.check(session)              # a damaged session is refused before the slow part
+    if not parallel(cfg):
+        return _train_here(cfg, session, name=name, kill_at_step=kill_at_step,
+                           progress=progress)
+    preflight(cfg)                           # bad input writes nothing, as for one process
+    with SessionStore(session) as store:
+        run_id = store.create_run(cfg.to_dict(), name=name)
+        store.set_launcher(run_id, os.getpid())
+    return _train_group(session, run_id, cfg, supervisor.worker_args(
+        session, run_id, kill_at_step=kill_at_step))
+
+
+def start_created(session: Path, run_id: int, config_path: str | None, sets: list[str],
+                  kill_at_step: int | None = None, progress: bool = False) -> Ended:
+    """A run the dashboard created. Its row exists already, so a refusal is recorded on it
+    (crashed, the reason as a failure event) for the dashboard to show."""
+    with SessionStore(session, create=False) as store:
+        run = store.run(run_id)
+        if run["stored_status"] != "created":
+            raise BadInput(f"run {run_id} was started before (status {run['status']}); "
+                           "use `tui-trainer resume` to continue it")
+        try:
+            cfg = config.load(config_path, sets, base=config.from_dict(run["config"]))
+            if parallel(cfg):
+                preflight(cfg)
+                store.set_config(run_id, cfg.to_dict())
+                store.set_launcher(run_id, os.getpid())
+            else:
+                return _train_here(cfg, session, run_id=run_id, kill_at_step=kill_at_step,
+                                   progress=progress)
+        except (ConfigError, CheckpointError) as e:
+            store.refused_to_start(run_id, str(e))
+            raise
+    return _train_group(session, run_id, cfg, supervisor.worker_args(
+        session, run_id, kill_at_step=kill_at_step))
+
+
+def resume(session: Path, run_id: int, sets: list[str], checkpoint: str | None = None,
+           restart: bool = False, kill_at_step: int | None = None, progress: bool = False,
+           say: Callable[[str], None] = print) -> Ended:
+    """Continues a run from its newest usable checkpoint (or `checkpoint`); with `restart`,
+    a run without one trains again from step 0. Only the training length and launch keys
+    may change. What was passed over is said now and recorded by the run."""
+    overrides = config.parse_overrides(sets)
+    may_change = config.TRAINING_LENGTH_KEYS + config.LAUNCH_KEYS
+    for key in overrides:
+        if key in ("nproc", "nnodes"):
+            raise ConfigError(key, "cannot change when continuing a run: its checkpoint holds "
+                              "every process's RNG state and data position, so a run "
+                              "continues with as many processes as it was trained with "
+                              "(start a new run to try another count)")
+        if key not in may_change:
+            raise ConfigError(key, "cannot change when continuing a run (it would no longer "
+                              f"be the same run); only {', '.join(may_change)} may change")
+    SessionStore.check(session)
+    with SessionStore(session, create=False) as store:
+        store.reconcile(run_id)
+        run = store.run(run_id)
+        if store.is_live(run):
+            raise RunBusy(f"run {run_id} is being trained by process {run['pid']}; stop it "
+                          "before continuing it")
+        cfg = config.from_dict({**run["config"], **overrides})
+        from .engine.checkpoint import choose_checkpoint, load_named
+        state, notes, path = None, [], None
+        if checkpoint:
+            path = Path(checkpoint)
+            state = load_named(store, run, cfg, path)
+        else:
+            try:
+                state, path, notes = choose_checkpoint(store, run, cfg)
+            except CheckpointError:
+                if not restart:
+                    raise
+    # Said now, recorded as events by the training process once it holds the run.
+    events: list[Event] = [("checkpoint_refused", f"checkpoint passed over: {note}", None)
+                           for note in notes]
+    if state is not None and notes:
+        events.append(("checkpoint_fallback", f"resuming from the previous good checkpoint, "
+                       f"at step {state['step']}, instead of the newest ({len(notes)} passed "
+                       "over)", state["step"]))
+    if state is None:
+        events.append(("restarted", f"run {run_id} has no usable checkpoint: training it "
+                       "again from step 0 (--restart); its recorded rows are replaced as it "
+                       "goes", 0))
+    for _, message, _ in events:
+        say(message)
+    if parallel(cfg):
+        return _train_group(session, run_id, cfg, supervisor.worker_args(
+            session, run_id, checkpoint=path if state is not None else None,
+            overrides=overrides, events=events, kill_at_step=kill_at_step))
+    return _train_here(cfg, session, run_id=run_id, checkpoint=state, events=events,
+                       kill_at_step=kill_at_step, progress=progress)
+
+
+def _train_here(cfg: config.RunConfig, session: Path, **kw: Any) -> Ended:
+    """One process: this one."""
+    from .engine.train import run_training   # torch is imported here, not before
+    return Ended(summary=run_training(cfg, session, **kw).to_dict())
+
+
+def preflight(cfg: config.RunConfig) -> None:
+    """What a single process checks in its set-up (device, knobs, data), checked before the
+    processes are launched, so that bad input is refused in one line and writes nothing."""
+    from .engine.data import load_datasets
+    from .engine.reproducibility import check_device_knobs, machine_facts, resolve_device
+    device = resolve_device(cfg)
+    check_device_knobs(cfg, device)
+    gpus = machine_facts().cuda_devices
+    if device.type == "cuda" and cfg.nproc > gpus:
+        raise ConfigError("nproc", f"is {cfg.nproc}, but this machine has {gpus} CUDA "
+                          "device(s) and each process takes one; lower nproc or use "
+                          "device = cpu")
+    load_datasets(cfg)
+
+
+def _train_group(session: Path, run_id: int, cfg: config.RunConfig,
+                 worker: list[str]) -> Ended:
+    """Launches the run's ranks through torchrun (runner.train_group), waits, and says how
+    the run ended."""
+    result = runner.train_group(session, run_id, cfg, worker)
+    run = result.run or {}
+    if result.failures or result.reason:
+        if result.refused:                  # the ranks said why
+            return Ended(code=max(f.exitcode for f in result.failures))
+        return Ended(code=EXIT_FAILED, failure=result.reason)   # or stopped by force
+    summary = run.get("summary") or {}
+    if "status" not in summary:
+        return Ended(code=EXIT_FAILED, failure=(
+            f"run {run_id} ended without a summary (status {run.get('status')}); its log: "
+            f"{session / 'logs'}"))
+    return Ended(summary=summary)
