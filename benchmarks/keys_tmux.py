@@ -165,9 +165,9 @@ def main() -> int:
     session = home / "session"
     try:
         # The form starts with long runs (its saved state), so that they train throughout.
-        from tui_trainer.core import config as C
+        from tui_trainer.core import config
         from tui_trainer.core.store import SessionStore
-        form = {**C.DEFAULTS.to_dict(), "dataset": "mnist-sample", "epochs": args.epochs,
+        form = {**config.DEFAULTS.to_dict(), "dataset": "mnist-sample", "epochs": args.epochs,
                 "eval_every": 0}
         with SessionStore(session) as s:
             s.set_meta("ui_state", json.dumps({"form": form, "tab": "tab-plots"}))
@@ -236,11 +236,12 @@ def main() -> int:
 
 def stop_runs(session: Path) -> None:
     import signal
+    from tui_trainer.core import liveness
     from tui_trainer.core.store import SessionStore
     if not (session / "session.sqlite").exists():
         return
     with SessionStore(session, create=False, readonly=True) as s:
-        live = [r for r in s.runs() if s.is_live(r)]
+        live = [r for r in s.runs() if liveness.is_live(r)]
     for r in live:
         try:
             os.kill(r["pid"], signal.SIGTERM)
@@ -248,7 +249,7 @@ def stop_runs(session: Path) -> None:
             pass
     deadline = time.time() + 60
     with SessionStore(session, create=False, readonly=True) as s:
-        while time.time() < deadline and any(s.is_live(s.run(r["id"])) for r in live):
+        while time.time() < deadline and any(liveness.is_live(s.run(r["id"])) for r in live):
             time.sleep(0.2)
 
 

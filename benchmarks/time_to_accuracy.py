@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tui_trainer.core import config as C
+from tui_trainer.core import config
 from tui_trainer.core import figures
 from tui_trainer.core.presets import resolve
 from tui_trainer.core.store import SessionStore
@@ -29,7 +29,7 @@ PRESETS = ("baseline", "fastest-cpu", "amp", "fastest-gpu")
 
 def one(session: Path, store: SessionStore, warm: WarmLauncher, preset: str, epochs: int,
         every: int) -> tuple[float | None, float, float, int]:
-    cfg = C.load(resolve(preset), [f"epochs={epochs}", "dataset=mnist-sample",
+    cfg = config.load(resolve(preset), [f"epochs={epochs}", "dataset=mnist-sample",
                                    f"eval_every={every}", "eval_samples=0", "max_steps=0"])
     run_id = store.create_run(cfg.to_dict(), name=Path(preset).stem)
     proc = launch(session, train_args(run_id), store.log_path(run_id), warm=warm)

@@ -34,12 +34,12 @@ from pathlib import Path
 from textual.message_pump import MessagePump
 from textual.screen import Screen
 
-from tui_trainer.core import config as C
+from tui_trainer.core import config
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import Supervisor
 from tui_trainer.ui.app import TrainerApp
 
-STREAM = C.DEFAULTS.replace(dataset="mnist-sample", train_samples=2000, epochs=1000,
+STREAM = config.DEFAULTS.replace(dataset="mnist-sample", train_samples=2000, epochs=1000,
                             log_every=1, fingerprint_every=10, checkpoint_every=0)
 
 

@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tui_trainer.core import config as C
-from tui_trainer.core import figures as F
+from tui_trainer.core import config
+from tui_trainer.core import figures
 from tui_trainer.core.reader import SessionReader
 from tui_trainer.core.store import SessionStore
 
@@ -33,18 +33,18 @@ def rows(first: int, n: int) -> list[dict]:
 def build(path: Path, runs: int, steps: int) -> SessionStore:
     w = SessionStore(path)
     for i in range(runs):
-        rid = w.create_run(C.DEFAULTS.to_dict(), name=f"r{i}")
+        rid = w.create_run(config.DEFAULTS.to_dict(), name=f"r{i}")
         for start in range(1, steps + 1, 10_000):
             w.add_rows(steps=rows(start, min(10_000, steps - start + 1)), run_id=rid)
         w.set_progress(rid, steps, steps / 100)
         # As the engine ends a run: its summary holds its figures (core.figures).
         w.end_run(rid, "finished", {"elapsed_s": 1.0,
-                                    "figures": F.figures(w.steps(rid)).state()})
+                                    "figures": figures.figures(w.steps(rid)).state()})
     return w
 
 
 def tick_cost(path: Path, w: SessionStore, n: int = 40) -> tuple[float, float]:
-    live = w.create_run(C.DEFAULTS.to_dict(), name="live")
+    live = w.create_run(config.DEFAULTS.to_dict(), name="live")
     reader = SessionReader(SessionStore(path, readonly=True, create=False))
     t = time.perf_counter()
     reader.tick(watched=(live,))

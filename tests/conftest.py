@@ -31,9 +31,11 @@ class Result:
         return json.loads(self.out.strip().splitlines()[-1])
 
 
-# Dashboard tests: most never start a run, and a warm launcher (one torch import, ~5 s of
-# CPU) per app would only slow the rest of the suite; tests marked `warm` keep it.
-COLD_DASHBOARD = ("test_ui", "test_snapshots", "test_terminal")
+# Dashboard tests: a warm launcher of its own (one torch import, ~5 s of CPU) per app would
+# only slow the suite; their apps use the test process's launcher (`_warm`, the one `tt`
+# forks from), so the runs they start fork in well under a second, as in the dashboard.
+# Tests marked `warm` test the dashboard's own launcher: they keep it.
+DASHBOARD = ("test_ui", "test_snapshots", "test_terminal")
 
 
 @pytest.fixture(autouse=True)
@@ -46,9 +48,10 @@ def isolated_home(tmp_path_factory, monkeypatch, request):
     monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
     request.addfinalizer(lambda: shutil.rmtree(runtime, ignore_errors=True))
     monkeypatch.setenv("TUI_TRAINER_OFFLINE", "1")
-    if request.module.__name__.startswith(COLD_DASHBOARD) \
+    if request.module.__name__.startswith(DASHBOARD) \
             and request.node.get_closest_marker("warm") is None:
-        monkeypatch.setenv("TUI_TRAINER_WARM", "0")
+        launcher = _warm()
+        monkeypatch.setenv("TUI_TRAINER_WARM", str(launcher.path) if launcher else "0")
     return home
 
 

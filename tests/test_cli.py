@@ -127,7 +127,7 @@ def test_ctrl_c_to_the_process_group_with_workers_stops_once_and_cleanly(tmp_pat
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     wait_for_row(tmp_path, "SELECT 1 FROM runs WHERE step >= 15")
     os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=180)
     # Stopped, not finished: a script tells them apart by the exit status (130, as Ctrl-C).
     assert proc.returncode == 130, err
     assert json.loads(out.strip().splitlines()[-1])["status"] == "stopped"

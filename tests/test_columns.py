@@ -47,7 +47,7 @@ def in_terminal(columns: int, *args: str) -> str:
             break
         out += chunk
     os.close(master)
-    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    assert proc.wait(timeout=180) == 0, proc.stderr.read() if proc.stderr else ""
     return out.decode().replace("\r\n", "\n")
 
 

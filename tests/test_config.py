@@ -9,19 +9,19 @@ import tomllib
 import pytest
 
 from conftest import tt
-from tui_trainer.core import config as C
+from tui_trainer.core import config
 
 
 def test_config_prints_every_key_with_its_explanation_and_parses_back():
     r = tt("config")
     assert r.rc == 0
     parsed = tomllib.loads(r.out)
-    assert set(parsed) == set(C.FIELDS)
-    assert C.from_dict(parsed) == C.DEFAULTS
-    for key in C.FIELDS:
+    assert set(parsed) == set(config.FIELDS)
+    assert config.from_dict(parsed) == config.DEFAULTS
+    for key in config.FIELDS:
         # Each key is preceded by its explanation and what it allows.
         block = r.out.split(f"\n{key} = ")[0].rsplit("\n\n", 1)[-1]
-        assert C.doc(key).split()[0] in block, key
+        assert config.doc(key).split()[0] in block, key
         assert "# allowed:" in block, key
     assert "cudnn.benchmark" in r.out or "cudnn_benchmark" in r.out
     assert "page-locked" in r.out   # pin_memory's explanation
@@ -92,7 +92,7 @@ def test_bad_toml_files_exit_2(tmp_path, text, key):
 
 
 def test_validate_all_reports_every_field_for_forms():
-    problems = C.validate_all({"batch_size": 0, "lr": "x", "epochs": 3})
+    problems = config.validate_all({"batch_size": 0, "lr": "x", "epochs": 3})
     assert set(problems) == {"batch_size", "lr"}
     assert "65536" in problems["batch_size"]
 
@@ -102,5 +102,5 @@ def test_experiment_configs_are_valid_and_documented():
     files = sorted(Path(__file__).parent.parent.joinpath("experiments").glob("*.toml"))
     assert len(files) >= 4
     for f in files:
-        C.load(f)                      # raises on any bad key or value
+        config.load(f)                      # raises on any bad key or value
         assert f.read_text().startswith("#"), f"{f.name} should say what it is for"

@@ -10,13 +10,14 @@ import torch
 import torchvision.transforms.functional as TF
 from torchvision import datasets
 
-from tui_trainer.core import machine as M
+from tui_trainer.core import machine
 from tui_trainer.core.config import RunConfig
-from tui_trainer.engine import data as D
+from tui_trainer.engine import data
 
 
 def test_shipped_sample_is_real_mnist_split_8000_2000(tmp_path):
-    train, test, info = D.load_datasets(RunConfig(dataset="mnist-sample", data_dir=str(tmp_path)))
+    train, test, info = data.load_datasets(RunConfig(dataset="mnist-sample",
+                                                     data_dir=str(tmp_path)))
     assert (info.name, info.train_size, info.eval_size) == ("mnist-sample", 8000, 2000)
     assert isinstance(train, datasets.MNIST)
     labels = torch.cat([train.targets, test.targets])
@@ -31,7 +32,7 @@ def test_shipped_sample_is_real_mnist_split_8000_2000(tmp_path):
 
 
 def test_auto_falls_back_to_the_sample_offline_and_says_so(tmp_path):
-    _, _, info = D.load_datasets(RunConfig(dataset="auto", data_dir=str(tmp_path)))
+    _, _, info = data.load_datasets(RunConfig(dataset="auto", data_dir=str(tmp_path)))
     assert info.name == "mnist-sample"
     assert "shipped with tui-trainer" in info.description
     assert str(tmp_path / "MNIST" / "raw") in info.description   # where full MNIST would go
@@ -41,17 +42,17 @@ def test_auto_uses_full_mnist_when_it_is_in_data_dir(tmp_path):
     # Lay out MNIST/raw with files of the IDX format (here: the sample's, renamed as full).
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
-    for name in M.IDX_FILES:
-        (raw / f"{name}.gz").write_bytes((D._sample_gz_dir() / f"{name}.gz").read_bytes())
-    train, _, info = D.load_datasets(RunConfig(dataset="auto", data_dir=str(tmp_path)))
+    for name in machine.IDX_FILES:
+        (raw / f"{name}.gz").write_bytes((data._sample_gz_dir() / f"{name}.gz").read_bytes())
+    train, _, info = data.load_datasets(RunConfig(dataset="auto", data_dir=str(tmp_path)))
     assert info.name == "mnist" and len(train) == 8000
 
 
 def test_resident_and_torchvision_loaders_feed_the_same_normalized_images(tmp_path):
     cfg = RunConfig(dataset="mnist-sample", data_dir=str(tmp_path), eval_samples=300,
                     eval_batch_size=300)
-    tv = D.make_loaders(cfg, torch.device("cpu"))
-    res = D.make_loaders(cfg.replace(loader="resident"), torch.device("cpu"))
+    tv = data.make_loaders(cfg, torch.device("cpu"))
+    res = data.make_loaders(cfg.replace(loader="resident"), torch.device("cpu"))
     (x1, y1), = list(tv.eval)
     (x2, y2), = list(res.eval)
     assert torch.equal(y1, y2)
@@ -61,7 +62,7 @@ def test_resident_and_torchvision_loaders_feed_the_same_normalized_images(tmp_pa
 def test_batch_shift_matches_torchvision_affine_shift():
     img = torch.rand(3, 1, 28, 28)
     dxy = torch.tensor([[2, -1], [0, 0], [-2, 2]])
-    out = D.shift_batch(img, dxy, fill=0.0)
+    out = data.shift_batch(img, dxy, fill=0.0)
     for i, (dx, dy) in enumerate(dxy.tolist()):
         ref = TF.affine(img[i], angle=0.0, translate=[dx, dy], scale=1.0, shear=[0.0])
         assert torch.equal(out[i], ref), (dx, dy)
@@ -75,8 +76,8 @@ def test_workers_draw_their_own_numpy_streams_even_without_seed_workers(tmp_path
                         batch_size=32, num_workers=2, augment="numpy",
                         seed_workers=seed_workers)
         np.random.seed(0)
-        loaders = D.make_loaders(cfg, torch.device("cpu"))
-        D._base(loaders.train.dataset).transform.transforms[0] = _RecordShift()
+        loaders = data.make_loaders(cfg, torch.device("cpu"))
+        data._base(loaders.train.dataset).transform.transforms[0] = _RecordShift()
         return [x for x, _ in loaders.train]
 
     for seed_workers in (False, True):
@@ -89,7 +90,7 @@ class _RecordShift:
 
     def __call__(self, img):
         from PIL import Image
-        dx, dy = D.draw_shift("numpy")
+        dx, dy = data.draw_shift("numpy")
         return Image.fromarray(np.full((28, 28), (dx + 2) * 5 + (dy + 2), dtype=np.uint8))
 
 
@@ -98,7 +99,7 @@ def test_seed_workers_decouples_the_data_order_from_the_global_rng(tmp_path):
         torch.manual_seed(1)
         cfg = RunConfig(dataset="mnist-sample", data_dir=str(tmp_path), train_samples=256,
                         batch_size=256, seed_workers=seed_workers)
-        loaders = D.make_loaders(cfg, torch.device("cpu"))
+        loaders = data.make_loaders(cfg, torch.device("cpu"))
         torch.rand(draws_before)          # e.g. a bigger model's initialisation
         (_, y), = list(loaders.train)
         return y.tolist()
@@ -107,17 +108,17 @@ def test_seed_workers_decouples_the_data_order_from_the_global_rng(tmp_path):
     assert order(False, 10) != order(False, 1000)
 
 
-@pytest.mark.skipif(not M.FASHION_SYSTEM_DIR.exists(),
+@pytest.mark.skipif(not machine.FASHION_SYSTEM_DIR.exists(),
                     reason="Debian's dataset-fashion-mnist is not installed")
 def test_fashion_mnist_from_the_debian_package(tmp_path):
-    train, test, info = D.load_datasets(RunConfig(dataset="fashion-mnist",
+    train, test, info = data.load_datasets(RunConfig(dataset="fashion-mnist",
                                                   data_dir=str(tmp_path)))
     assert (info.train_size, info.eval_size) == (60000, 10000)
     assert isinstance(train, datasets.FashionMNIST)
 
 
 def test_missing_fashion_mnist_names_data_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(M, "FASHION_SYSTEM_DIR", Path(tmp_path / "none"))
-    with pytest.raises(D.DataUnavailable) as e:
-        D.load_datasets(RunConfig(dataset="fashion-mnist", data_dir=str(tmp_path)))
+    monkeypatch.setattr(machine, "FASHION_SYSTEM_DIR", Path(tmp_path / "none"))
+    with pytest.raises(data.DataUnavailable) as e:
+        data.load_datasets(RunConfig(dataset="fashion-mnist", data_dir=str(tmp_path)))
     assert e.value.key == "dataset" and "data_dir" in str(e.value)

@@ -96,7 +96,7 @@ def test_resume_after_external_sigkill_while_training(tmp_path):
     proc = tt_popen("run", "--session", str(tmp_path), *sets(*RESUMABLE, *extra))
     wait_for_row(tmp_path, "SELECT 1 FROM checkpoints WHERE run_id = 2 AND step >= 13")
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    proc.wait(timeout=120)
     assert proc.returncode == -signal.SIGKILL
     ckpt_step = db_rows(tmp_path, "SELECT max(step) FROM checkpoints WHERE run_id = 2")[0][0]
     assert ckpt_step < 60, "the run was killed before it finished"
@@ -114,7 +114,7 @@ def test_sigterm_stops_cleanly_with_a_checkpoint_and_continues_exactly(tmp_path)
     proc = tt_popen("run", "--session", str(tmp_path), "--json", *sets(*RESUMABLE, *extra))
     wait_for_row(tmp_path, "SELECT 1 FROM runs WHERE id = 2 AND step >= 12")
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=180)
     assert proc.returncode == 130, err          # stopped before its end
     stopped = json.loads(out.strip().splitlines()[-1])
     assert stopped["status"] == "stopped" and 12 <= stopped["steps"] < 80

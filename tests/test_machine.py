@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 
 from conftest import tt
-from tui_trainer.core import machine as M
+from tui_trainer.core import machine
 
-CPU = M.Machine(torch="2.x", cuda=False)
-TWO_GPUS = M.Machine(torch="2.x", cuda=True, cuda_devices=2, cuda_names=("H100", "H100"))
+CPU = machine.Machine(torch="2.x", cuda=False)
+TWO_GPUS = machine.Machine(torch="2.x", cuda=True, cuda_devices=2, cuda_names=("H100", "H100"))
 
 
-def problem(m: M.Machine, **config) -> tuple[str, str] | None:
-    found = M.problem({"dataset": "synthetic", **config}, m)
+def problem(m: machine.Machine, **config) -> tuple[str, str] | None:
+    found = machine.problem({"dataset": "synthetic", **config}, m)
     return None if found is None else (found.key, found.reason)
 
 
@@ -25,8 +25,8 @@ def test_devices_this_machine_lacks_are_refused_naming_the_key_and_what_to_use()
     key, reason = problem(TWO_GPUS, device="cuda:2")
     assert key == "device" and "2 CUDA device(s): cuda:0 to cuda:1" in reason
     assert problem(CPU, device="mps")[0] == "device"
-    assert M.device_type("auto", TWO_GPUS) == "cuda"
-    assert M.device_type("auto", M.Machine(mps=True)) == "mps"
+    assert machine.device_type("auto", TWO_GPUS) == "cuda"
+    assert machine.device_type("auto", machine.Machine(mps=True)) == "mps"
 
 
 def test_fp16_needs_cuda_and_bf16_does_not():
@@ -38,12 +38,12 @@ def test_fp16_needs_cuda_and_bf16_does_not():
 
 
 def test_a_dataset_that_is_not_on_disk_is_refused_before_a_run_exists(tmp_path, monkeypatch):
-    monkeypatch.setattr(M, "FASHION_SYSTEM_DIR", tmp_path / "no-system-copy")
+    monkeypatch.setattr(machine, "FASHION_SYSTEM_DIR", tmp_path / "no-system-copy")
     key, reason = problem(CPU, dataset="fashion-mnist", data_dir=str(tmp_path))
     assert key == "dataset" and "apt-get install dataset-fashion-mnist" in reason
     raw = tmp_path / "FashionMNIST" / "raw"
     raw.mkdir(parents=True)
-    for name in M.IDX_FILES:
+    for name in machine.IDX_FILES:
         (raw / f"{name}.gz").write_bytes(b"")
     assert problem(CPU, dataset="fashion-mnist", data_dir=str(tmp_path)) is None
     # Full MNIST missing: refused offline; online it may still be downloaded.
@@ -62,7 +62,7 @@ def test_a_dataset_that_is_not_on_disk_is_refused_before_a_run_exists(tmp_path, 
 
 def test_the_probe_reports_what_torch_sees_in_a_child_process():
     import torch
-    m = M.probe()
+    m = machine.probe()
     assert m.torch == torch.__version__
     assert m.cuda == torch.cuda.is_available()
     assert m.cuda_devices == (torch.cuda.device_count() if m.cuda else 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tui_trainer.core import config as C
+from tui_trainer.core import config
 from tui_trainer.core import reader as R
 from tui_trainer.core.store import SessionStore
 
@@ -18,7 +18,7 @@ def _rows(first: int, n: int) -> list[dict]:
 def _session(path, runs: int, steps: int) -> SessionStore:
     w = SessionStore(path)
     for i in range(runs):
-        rid = w.create_run(C.DEFAULTS.to_dict(), name=f"r{i}")
+        rid = w.create_run(config.DEFAULTS.to_dict(), name=f"r{i}")
         w.add_rows(steps=_rows(1, steps), run_id=rid)
         w.end_run(rid, "finished", {"elapsed_s": 1.0})
     return w
@@ -37,7 +37,7 @@ def _statements(reader: R.SessionReader, **tick) -> list[str]:
 @pytest.mark.parametrize("runs, steps", [(4, 100), (200, 100), (4, 20_000)])
 def test_a_tick_costs_the_same_whatever_is_stored(tmp_path, runs, steps):
     w = _session(tmp_path, runs, steps)
-    live = w.create_run(C.DEFAULTS.to_dict(), name="live")
+    live = w.create_run(config.DEFAULTS.to_dict(), name="live")
     reader = R.SessionReader(SessionStore(tmp_path, readonly=True, create=False))
     first = reader.tick(watched=(1,))
     assert len(first.runs) == runs + 1 and len(first.series[1].steps) == steps
@@ -101,13 +101,13 @@ def test_deleting_a_run_removes_its_files_and_keeps_others(tmp_path):
 
 
 def test_an_ended_run_is_seeded_from_its_summary_and_trained_on_from_its_rows(tmp_path):
-    from tui_trainer.core import figures as F
+    from tui_trainer.core import figures
     w = SessionStore(tmp_path)
-    rid = w.create_run(C.DEFAULTS.to_dict(), name="r")
+    rid = w.create_run(config.DEFAULTS.to_dict(), name="r")
     w.add_rows(steps=_rows(1, 500), run_id=rid)
     w.add_rows(evals=[{"step": 500, "epoch": 5.0, "loss": 0.3, "accuracy": 0.9}], run_id=rid)
     w.set_progress(rid, 500, 5.0)
-    full = F.figures(w.steps(rid), w.evals(rid))
+    full = figures.figures(w.steps(rid), w.evals(rid))
     w.end_run(rid, "finished", {"elapsed_s": 5.0, "figures": full.state()})
     reader = R.SessionReader(SessionStore(tmp_path, readonly=True, create=False))
     sql: list[str] = []
@@ -121,7 +121,7 @@ def test_an_ended_run_is_seeded_from_its_summary_and_trained_on_from_its_rows(tm
     w.add_rows(steps=_rows(501, 20), run_id=rid)
     w.set_progress(rid, 520, 5.2)
     row = reader.tick().runs[0]
-    again = F.figures(w.steps(rid), w.evals(rid))
+    again = figures.figures(w.steps(rid), w.evals(rid))
     assert (row.samples_per_s, row.train_loss, row.accuracy) == \
         (again.samples_per_s, again.train_loss, again.accuracy)
     assert row.samples_per_s != full.samples_per_s

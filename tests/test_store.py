@@ -105,7 +105,7 @@ def test_processes_opening_one_new_session_at_once_all_succeed(tmp_path):
         session = tmp_path / f"new{attempt}"
         procs = [subprocess.Popen([sys.executable, "-c", code, str(session)],
                                   stderr=subprocess.PIPE, text=True) for _ in range(6)]
-        errors = [p.communicate(timeout=60)[1] for p in procs]
+        errors = [p.communicate(timeout=180)[1] for p in procs]
         assert all(p.returncode == 0 for p in procs), errors
         assert len(SessionStore(session).runs()) == 6
 
@@ -136,7 +136,7 @@ def test_a_live_run_whose_step_does_not_move_reads_stalled(tmp_path):
     the store, the run table's row and `runs`; a beat that saw the step move clears it."""
     from conftest import tt
     from tui_trainer.core.reader import SessionReader
-    from tui_trainer.core.store import STALL_S
+    from tui_trainer.core.liveness import STALL_S
     from tui_trainer.ui.panels.runs import cells
     store = SessionStore(tmp_path)
     rid = store.create_run({"nproc": 2, "dist_timeout": 300}, name="group")

@@ -39,7 +39,7 @@ class Terminal:
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p")
 
-    def wait_for(self, predicate, timeout: float = 120) -> str:
+    def wait_for(self, predicate, timeout: float = 300) -> str:
         deadline = time.time() + timeout
         while time.time() < deadline:
             text = self.screen()
@@ -110,7 +110,7 @@ def test_every_tab_is_usable_in_an_80x24_terminal(tmp_path, isolated_home):
                              ("Log", ("hello from run 2",)),
                              ("Plots", ("train loss (raw faint",))):
             term.tmux("send-keys", "C-t")
-            text = term.wait_for(lambda t, c=content: all(x in t for x in c), timeout=30)
+            text = term.wait_for(lambda t, c=content: all(x in t for x in c), timeout=120)
             assert all(len(line) <= 80 for line in text.splitlines()), tab
         term.tmux("send-keys", "F9")            # the form, over the whole width
         text = term.wait_for(lambda t: "find a knob" in t and "deterministic" in t, 30)

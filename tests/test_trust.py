@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import QUICK, db_rows, fingerprints, in_private_mount, sets, tt, tt_popen
-from tui_trainer.core import config as C
+from tui_trainer.core import config
 from tui_trainer.core.errors import NotFound, SessionError
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import Supervisor
@@ -125,8 +125,8 @@ def test_a_diverging_run_keeps_every_row_and_ends_diverged(tmp_path):
                                  "clip_grad_norm"])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_non_finite_numbers_are_refused_naming_the_key(key, value):
-    with pytest.raises(C.ConfigError) as e:
-        C.load(overrides=[f"{key}={value}"])
+    with pytest.raises(config.ConfigError) as e:
+        config.load(overrides=[f"{key}={value}"])
     assert e.value.key == key and "finite" in e.value.reason
 
 
@@ -166,7 +166,7 @@ def test_an_explicit_checkpoint_of_another_step_is_refused(copy):
 def test_a_run_killed_before_it_marks_itself_running_reads_crashed_at_once(tmp_path):
     store = SessionStore(tmp_path)
     sup = Supervisor(store)
-    rid = sup.start(C.load(overrides=QUICK).to_dict(), name="short-lived")
+    rid = sup.start(config.load(overrides=QUICK).to_dict(), name="short-lived")
     pid = sup._children[rid].pid
     os.kill(pid, signal.SIGKILL)                   # long before torch is even imported
     sup._children[rid].wait()
@@ -232,7 +232,7 @@ def test_a_kill_at_each_checkpoint_write_point_loses_nothing(finished, tmp_path,
 
 def test_a_crash_before_the_first_periodic_checkpoint_resumes_exactly(finished, tmp_path):
     session = tmp_path / "s"
-    every = C.DEFAULTS.checkpoint_every
+    every = config.DEFAULTS.checkpoint_every
     assert every > 0                                 # the default bounds lost work
     # The default checkpoint_every (checkpoint settings do not change the bits of `finished`).
     killed = tt("run", "--session", str(session), "--kill-at-step", "3",
@@ -246,7 +246,7 @@ def test_a_crash_before_the_first_periodic_checkpoint_resumes_exactly(finished, 
 
 def test_a_run_with_no_checkpoint_can_be_restarted_from_step_0(tmp_path):
     store = SessionStore(tmp_path)
-    rid = store.create_run(C.load(overrides=QUICK + ["max_steps=4"]).to_dict())
+    rid = store.create_run(config.load(overrides=QUICK + ["max_steps=4"]).to_dict())
     store.close()
     r = tt("resume", str(rid), "--session", str(tmp_path))
     assert r.rc == 2 and f"resume {rid} --restart" in r.err

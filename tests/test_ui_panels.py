@@ -8,7 +8,7 @@ import re
 from textual.widgets import DataTable, Input
 
 from conftest import click
-from tui_trainer.core import config as C
+from tui_trainer.core import config
 from tui_trainer.core.store import SessionStore
 from tui_trainer.ui.app import TrainerApp
 
@@ -18,7 +18,7 @@ SIZE = (180, 50)
 def _session(path, n: int = 3) -> None:
     s = SessionStore(path)
     for i in range(n):
-        rid = s.create_run(C.DEFAULTS.replace(seed=i).to_dict(), name=f"run{i}")
+        rid = s.create_run(config.DEFAULTS.replace(seed=i).to_dict(), name=f"run{i}")
         s.add_rows(steps=[{"step": k, "epoch": k / 10, "elapsed": k * 0.1, "loss": 1.0 / k,
                            "samples_per_s": 100.0 * k} for k in range(1, 11)], run_id=rid)
         s.set_progress(rid, 10, 1.0)
@@ -176,10 +176,10 @@ async def test_a_run_that_beats_but_does_not_move_reads_stalled_in_the_table(tmp
     filter finds it by that word. Once a beat sees its step move, it reads running."""
     import time
 
-    from tui_trainer.core.store import STALL_S
+    from tui_trainer.core.liveness import STALL_S
     _session(tmp_path, n=1)
     store = SessionStore(tmp_path)
-    rid = store.create_run(C.DEFAULTS.replace(nproc=2, batch_size=64).to_dict(), name="g")
+    rid = store.create_run(config.DEFAULTS.replace(nproc=2, batch_size=64).to_dict(), name="g")
     store.claim(rid)
     store.set_progress(rid, 412, 1.5)
     store.heartbeat(rid, progressed=time.time() - STALL_S - 5)

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from conftest import QUICK, db_rows, fingerprints, sets, tt, wait_until
-from tui_trainer.core import config as C
+from tui_trainer.core import config
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import (NICENESS, WARM_LINE, WarmChild, WarmLauncher,
                                          launch, train_args)
 
-CFG = {**{k: C.parse_value(k, v) for k, v in (p.split("=") for p in QUICK)},
+CFG = {**{k: config.parse_value(k, v) for k, v in (p.split("=") for p in QUICK)},
        "max_steps": 12, "checkpoint_every": 4}
 
 
@@ -31,7 +31,7 @@ def warm():
 
 
 def _config(**over) -> dict:
-    return C.from_dict({**C.DEFAULTS.to_dict(), **CFG, **over}).to_dict()
+    return config.from_dict({**config.DEFAULTS.to_dict(), **CFG, **over}).to_dict()
 
 
 def _group_nice(pid: int) -> int | None:

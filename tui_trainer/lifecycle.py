@@ -18,6 +18,7 @@ from .core import config
 from .core import supervisor
 from .core.config import ConfigError
 from .core.errors import EXIT_FAILED, BadInput, CheckpointError, RunBusy
+from .core.liveness import is_live
 from .core.store import SessionStore
 
 Event = tuple[str, str, int | None]       # (kind, message, step): recorded by the run
@@ -96,7 +97,7 @@ def resume(session: Path, run_id: int, sets: list[str], checkpoint: str | None =
     with SessionStore(session, create=False) as store:
         store.reconcile(run_id)
         run = store.run(run_id)
-        if store.is_live(run):
+        if is_live(run):
             raise RunBusy(f"run {run_id} is being trained by process {run['pid']}; stop it "
                           "before continuing it")
         cfg = config.from_dict({**run["config"], **overrides})

@@ -26,6 +26,7 @@ from .core.config import ConfigError, RunConfig, from_dict
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, EXIT_STOPPED,
                           BadInput)
 from .core.repro import verdict
+from .core.liveness import is_live
 from .core.store import SessionStore
 from .core.supervisor import (RENDEZVOUS_S, STOP_GRACE_S, UNKNOWN_EXIT, Supervisor, WarmChild,
                               WarmLauncher, launch, owner_env, resume_args, torchrun_args,
@@ -93,7 +94,7 @@ def repro(store: SessionStore, check: Check, say: Say,
     cfg = check.config
     if check.run is not None:
         first = store.run(check.run)
-        if store.is_live(first) or first["status"] == "created":
+        if is_live(first) or first["status"] == "created":
             raise BadInput(f"run {check.run} is {first['status']}; check it once it has "
                            "finished or stopped")
         cfg = from_dict(first["config"])
@@ -168,7 +169,7 @@ def _stop_orphans(store: SessionStore, study: dict[str, Any], say: Say) -> None:
     training (it stops itself once it sees its owner gone, core.supervisor.watch_owner):
     it is stopped, and waited for, before anything is timed beside it."""
     live = [r for r in (store.run(v["run_id"]) for v in study["variants"]
-                        if v["run_id"] is not None) if store.is_live(r)]
+                        if v["run_id"] is not None) if is_live(r)]
     for run in live:
         say(f"ab: run {run['id']} of this study still trains (its study process died); "
             "stopping it first")
@@ -176,7 +177,7 @@ def _stop_orphans(store: SessionStore, study: dict[str, Any], say: Say) -> None:
     deadline = time.monotonic() + ORPHAN_WAIT_S
     while live and time.monotonic() < deadline:
         time.sleep(0.2)
-        live = [r for r in live if store.is_live(store.run(r["id"]))]
+        live = [r for r in live if is_live(store.run(r["id"]))]
     if live:
         raise BadInput(f"run {live[0]['id']} of this study (pid {live[0]['pid']}) still "
                        f"trains after {ORPHAN_WAIT_S:.0f} s; stop it, then continue the study")

@@ -143,6 +143,7 @@ def seed_spread(series: Sequence[Any], smoothing: float = 0.8) -> SeedSpread:
         centre = [sum(col) / len(vecs) for col in zip(*vecs, strict=True)]
         spread.append(sum(math.sqrt(sum((x - c) ** 2 for x, c in zip(v, centre, strict=True)))
                           for v in vecs) / len(vecs))
+    # The spread of accuracy is said in percentage points (a figure shown, not kept).
     accs = [{e["step"]: 100 * e["accuracy"] for e in s.evals if e.get("accuracy") is not None}
             for s in series]
     ev_common = sorted(set.intersection(*(set(d) for d in accs))) if accs else []

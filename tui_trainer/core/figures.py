@@ -199,6 +199,12 @@ def fmt(value: Any, key: str) -> str:
     return format(value, FORMATS.get(key, ".4g"))
 
 
+def wall_samples_per_s(samples: int, elapsed_s: float) -> float | None:
+    """Samples per second of wall time, start-up and evaluation included (the summary's
+    second throughput, beside the training-only samples_per_s)."""
+    return samples / elapsed_s if finite(elapsed_s) and elapsed_s > 0 else None
+
+
 def ratio(value: Any, base: Any) -> float | None:
     return value / base if finite(value) and finite(base) and base else None
 

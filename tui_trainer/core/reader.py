@@ -36,7 +36,7 @@ def reason_of(summary: dict[str, Any]) -> str | None:
 
 def shown_status(status: str, stalled_s: float | None) -> str:
     """A run's status as the table and `runs` say it: a live run whose step has not moved
-    for STALL_S (store.stalled_s) reads stalled."""
+    for STALL_S (core.liveness.stalled_for) reads stalled."""
     return "stalled" if stalled_s else status
 
 

@@ -25,21 +25,15 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Iterator
 
-import psutil
-
+from .liveness import (dead_reason, is_live, process_alive, process_start_time, stalled_for,
+                       starting)
 from .errors import (DiskFull, NotFound, ReadOnlySession, RunBusy, SessionError,
                      free_bytes, is_disk_full)
 
 SCHEMA_VERSION = 1
 DB_NAME = "session.sqlite"
 APP_ID = "tui-trainer session"
-# A run whose heartbeat is older than this is dead, whatever its pid says (the training
-# process beats every HEARTBEAT_S from a thread of its own, so a slow step does not starve it).
-HEARTBEAT_S = 2.0
-STALE_S = 30.0
-# A live run (fresh heartbeat) whose step has not moved for this long reads as stalled: a
-# data-parallel rank hung or stopped, a collective waiting for it (see dist_timeout).
-STALL_S = 60.0
+# Whether a run's process is alive (heartbeat, pid, stalled) is core/liveness.py's policy.
 
 # diverged: the loss or the parameters became NaN/inf; the rows up to it and the last finite
 # checkpoint are kept.
@@ -117,27 +111,6 @@ OPTIONAL_TABLES = frozenset({"studies", "study_runs", "run_labels"})
 # training process last saw its step move (its heartbeat thread writes it): a live run whose
 # step has not moved for STALL_S reads as stalled.
 OPTIONAL_COLUMNS = {"runs": {"progressed": "REAL"}}
-
-
-def process_start_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-
-
-def process_alive(pid: int | None, started: float | None) -> bool:
-    """True while the process that wrote `pid` (started at `started`) still runs here."""
-    if not pid:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        # A reused pid belongs to a process started later than the one we recorded.
-        return started is None or abs(proc.create_time() - started) < 1.0
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
 
 
 class SessionStore:
@@ -391,7 +364,7 @@ class SessionStore:
         with conn:
             for r in conn.execute("SELECT * FROM runs WHERE status IN "
                                   "('running', 'created')").fetchall():
-                if self._dead_reason(dict(r)) is not None:
+                if dead_reason(dict(r)) is not None:
                     continue
                 what = (f"{r['status'] if r['status'] == 'running' else 'starting'} in "
                         f"{self.dir} when copied, at step {r['step']}; it trains on there, "
@@ -459,7 +432,7 @@ class SessionStore:
             if not rows:
                 raise NotFound(f"no run {run_id} in session {self.dir}")
             run = dict(rows[0])
-            if run["status"] == "running" and run["pid"] != pid and self.is_live(run):
+            if run["status"] == "running" and run["pid"] != pid and is_live(run):
                 since = time.strftime("%H:%M:%S", time.localtime(run["started"] or now))
                 raise RunBusy(f"run {run_id} is being trained by process {run['pid']} on "
                               f"{run['host']} (running since {since}); one process trains a "
@@ -516,34 +489,12 @@ class SessionStore:
                                    "is not valid JSON") from None
         run["settings"] = run.pop("fingerprint")
         run["stored_status"] = run["status"]
-        dead = self._dead_reason(run)
+        dead = dead_reason(run)
         if dead is not None:
             run["status"] = "crashed"
             run["summary"] = {**(run["summary"] or {}), "error": dead}
-        run["stalled_s"] = self._stalled_for(run)
+        run["stalled_s"] = stalled_for(run)
         return run
-
-    def _stalled_for(self, run: dict[str, Any]) -> float | None:
-        """How long a live run's step has not moved, when that is STALL_S or more (its
-        process beats, but does not train); else None."""
-        progressed = run.get("progressed")
-        if run["status"] != "running" or not isinstance(progressed, (int, float)) \
-                or isinstance(progressed, bool):
-            return None
-        idle = time.time() - progressed
-        return idle if idle >= STALL_S else None
-
-    def _dead_reason(self, run: dict[str, Any]) -> str | None:
-        """Why a run that says 'created' or 'running' has no live process, or None."""
-        if run["status"] == "running" and not self.is_live(run):
-            return ("the training process is gone (no heartbeat, no process): continue it "
-                    "from its newest checkpoint")
-        if run["status"] == "created" and run["pid"] and \
-                run["host"] in (None, socket.gethostname()) and \
-                not process_alive(run["pid"], run["pid_started"]):
-            return ("the process that was to train it ended before training started; its log "
-                    "says why")
-        return None
 
     def run(self, run_id: int) -> dict[str, Any]:
         """One run, with its effective status (a run whose process is gone reads crashed)."""
@@ -561,15 +512,6 @@ class SessionStore:
         sql = "SELECT * FROM runs WHERE id > ?" + (f" OR id IN ({marks})" if ids else "")
         return [self._run_dict(r) for r in self._q(sql + " ORDER BY id", (after_id, *ids))]
 
-    def is_live(self, run: dict[str, Any]) -> bool:
-        if run["status"] != "running":
-            return False
-        if run["heartbeat"] is None or time.time() - run["heartbeat"] > STALE_S:
-            return False
-        if run["host"] == socket.gethostname():
-            return process_alive(run["pid"], run["pid_started"])
-        return True
-
     def reconcile(self, run_id: int | None = None, reason: str | None = None) -> list[int]:
         """Stores 'crashed' (with the reason, as an event and in the summary) for runs whose
         process is gone: the explicit write that reading leaves out. Also for studies."""
@@ -578,14 +520,14 @@ class SessionStore:
                        (run_id,) if run_id is not None else ())
         dead = []
         for r in rows:
-            why = self._dead_reason(dict(r))
+            why = dead_reason(dict(r))
             if why is None:
                 continue
             why = f"{reason}: {why}" if reason else why
             with self.transaction() as c:
                 # Re-check inside the transaction: the run may have changed meanwhile.
                 now = c.execute("SELECT * FROM runs WHERE id = ?", (r["id"],)).fetchone()
-                if now is None or self._dead_reason(dict(now)) is None:
+                if now is None or dead_reason(dict(now)) is None:
                     continue
                 summary = json.loads(now["summary"]) if now["summary"] else {}
                 c.execute("UPDATE runs SET status = 'crashed', ended = ?, pid = NULL, "
@@ -654,8 +596,7 @@ class SessionStore:
         session). A run training now is refused (stop it first); a run that an A/B study
         used leaves its study row without a run."""
         run = self.run(run_id)
-        if self.is_live(run) or run["status"] == "created" and run["pid"] and \
-                process_alive(run["pid"], run["pid_started"]):
+        if is_live(run) or starting(run):
             raise RunBusy(f"run {run_id} is training; stop it before deleting it")
         files = [c["path"] for c in self.checkpoints(run_id) if c["path"]]
         with self.transaction() as c:

@@ -25,6 +25,7 @@ from typing import Any
 
 from . import trust
 from .config import world_size
+from .liveness import is_live
 from .store import SessionStore
 
 NICENESS = 10
@@ -302,20 +303,30 @@ class WarmLauncher:
         self._attached = Path(attach) if attach else None
 
     @classmethod
-    def shared(cls) -> "WarmLauncher":
-        """The launcher of the dashboard that started this process, if it is still there;
-        else one of this process's own, started now."""
+    def from_env(cls) -> "WarmLauncher | None":
+        """None where warm starts are turned off (ENV is "0"); the launcher ENV names, when
+        its socket is this user's and private (a launcher this one did not start is only
+        used, never closed); else one of this process's own, not started yet."""
         attach = os.environ.get(cls.ENV)
-        if attach == "0":                 # turned off: never ready, every run starts cold
-            return cls()
+        if attach == "0":
+            return None
         if attach:
             try:
                 trust.check_socket(Path(attach))      # ours and private, or not used
                 return cls(attach)
             except (OSError, trust.Untrusted):
                 pass
-        launcher = cls()
-        launcher.start()
+        return cls()
+
+    @classmethod
+    def shared(cls) -> "WarmLauncher":
+        """The launcher of the dashboard that started this process, if it is still there;
+        else one of this process's own, started now (turned off: never ready, every run
+        starts cold)."""
+        launcher = cls.from_env()
+        if launcher is None:
+            return cls()
+        launcher.start()                # nothing to start for an attached one
         return launcher
 
     @property
@@ -511,11 +522,11 @@ class Supervisor:
         """Asks a live run to stop: it finishes its step and writes a checkpoint. A
         data-parallel run is asked through its launcher (see stop_target)."""
         run = self.store.run(run_id)
-        return self.store.is_live(run) and _terminate(stop_target(run))
+        return is_live(run) and _terminate(stop_target(run))
 
     def live_runs(self) -> list[int]:
         """Runs training now, including ones this dashboard launched that are still starting."""
-        live = {r["id"] for r in self.store.runs() if self.store.is_live(r)}
+        live = {r["id"] for r in self.store.runs() if is_live(r)}
         live |= {run_id for run_id in self._children if self.starting(run_id)}
         return sorted(live)
 

@@ -20,7 +20,8 @@ import torch
 
 from ..core import config
 from ..core.errors import CheckpointError, DiskFull, SessionError, is_disk_full
-from ..core.store import SessionStore, process_alive
+from ..core.liveness import process_alive
+from ..core.store import SessionStore
 
 FORMAT = "tui-trainer-checkpoint"
 VERSION = 1

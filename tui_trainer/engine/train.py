@@ -38,7 +38,8 @@ from torch.nn.parallel import DistributedDataParallel
 from ..core import figures
 from ..core.config import ConfigError, RunConfig
 from ..core.errors import CheckpointError, DiskFull, is_disk_full
-from ..core.store import HEARTBEAT_S, SessionStore
+from ..core.liveness import HEARTBEAT_S
+from ..core.store import SessionStore
 from .checkpoint import sweep
 from .data import Loaders, make_loaders
 from .distributed import Group, peer_lost, use_backend
@@ -769,7 +770,7 @@ class Trainer:
         if last_eval is None and figs.eval_step == self.pos.step and figs.accuracy is not None:
             # Evaluated at this step by the process before (a finished run resumed with
             # nothing left to train): the recorded evaluation is this run's.
-            last_eval = {"loss": figs.eval_loss, "accuracy": figs.accuracy / 100}
+            last_eval = {"loss": figs.eval_loss, "accuracy": figs.accuracy}
         summary = Summary(
             run_id=self.run_id, name=self.recorder.name(), status=status,
             steps=self.pos.step, epochs=round(self._epoch_float(), 4),
@@ -777,7 +778,7 @@ class Trainer:
             eval_accuracy=last_eval["accuracy"] if last_eval else None,
             eval_loss=last_eval["loss"] if last_eval else None,
             samples_per_s=figs.samples_per_s,
-            wall_samples_per_s=self.pos.samples / elapsed if elapsed > 0 else None,
+            wall_samples_per_s=figures.wall_samples_per_s(self.pos.samples, elapsed),
             elapsed_s=elapsed,
             param_sha256=self.last_fingerprint[1] if self.last_fingerprint else None,
             checkpoint=self.recorder.newest_checkpoint(),
@@ -802,7 +803,7 @@ class Trainer:
                     data={"matched": self.resume_matches, "differed": self.resume_mismatches})
         fmt = figures.fmt              # the one way figures are written
         accuracy = "-" if summary.eval_accuracy is None else \
-            fmt(summary.eval_accuracy * 100, "accuracy") + "%"
+            fmt(summary.eval_accuracy, "accuracy") + "%"
         self.log(f"{status}: {self.pos.step} steps, train loss (smoothed) "
                  f"{fmt(summary.train_loss, 'train_loss')}, eval loss "
                  f"{fmt(summary.eval_loss, 'eval_loss')}, eval accuracy "

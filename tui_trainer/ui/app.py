@@ -17,7 +17,6 @@ saved into the session whenever it changes (a `ScreenState`).
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -108,7 +107,7 @@ class TrainerApp(App[None]):
         self.session_dir = Path(session_dir or default_session_dir()).expanduser().resolve()
         # Runs are forked from a process that has imported torch already (started after the
         # first screen): a run's first step comes within a second of Start.
-        self.warm = None if os.environ.get(WarmLauncher.ENV) == "0" else WarmLauncher()
+        self.warm = WarmLauncher.from_env()
         self.writer: Writer | None = None       # opened in a worker (_open)
         self.refused: SessionError | None = None  # why the session given could not open
         self.poller = Poller(self, poll, self.wait_for_quiet)
