@@ -203,3 +203,26 @@ async def test_a_run_that_beats_but_does_not_move_reads_stalled_in_the_table(tmp
         assert str(table.get_cell(str(rid), "status")) == "running"
     store.end_run(rid, "stopped", {})
     store.close()
+
+
+async def test_the_run_buttons_do_what_their_keys_do(tmp_path):
+    """Stop, Continue, Repeat and Compare under the table run the app's actions (F3-F6)."""
+    _session(tmp_path)
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        table = await _table(pilot)
+        table.focus()
+        await click(pilot, "#compare")                       # one run: nothing to compare
+        assert app.query_one("#tabs").active == "tab-plots"
+        assert any("mark two runs" in str(n.message) for n in app._notifications)
+        table.focus()                                        # the click focused the button
+        await pilot.press("space", "down", "space")
+        assert app.marked == [1, 2]
+        await click(pilot, "#compare")
+        assert app.query_one("#tabs").active == "tab-compare" and app.pair == [1, 2]
+        await click(pilot, "#stop")                          # a finished run is not training
+        for _ in range(100):
+            if any("is not training" in str(n.message) for n in app._notifications):
+                break
+            await pilot.pause(0.05)
+        assert any("run 2 is not training" in str(n.message) for n in app._notifications)

@@ -17,7 +17,6 @@ saved into the session whenever it changes (a `ScreenState`).
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
@@ -30,15 +29,15 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Button, Header, TabbedContent, TabPane
 
-from ..core import machine
 from ..core.config import ConfigError
 from ..core.errors import SessionError
-from ..core.paths import default_session_dir, sessions_dir
+from ..core.paths import default_session_dir
 from ..core.reader import Snapshot
 from ..core.store import SessionStore
 from ..core.supervisor import Supervisor, WarmLauncher
-from ..core.text import name_problem, shown, shown_lines
+from ..core.text import shown, shown_lines
 from . import heap
+from .actions import RunActions, SessionActions
 from .announce import Announcer
 from .panels import TAB_PANELS
 from .panels.ab import ABPanel
@@ -48,8 +47,7 @@ from .panels.log import LogPanel
 from .panels.plots import PlotsPanel
 from .panels.runs import RunTable
 from .poller import LogLines, Polled, Poller, Request
-from .screens import ConfirmScreen, ContinueScreen, HelpScreen, NameScreen, OpenScreen, \
-    QuitScreen
+from .screens import HelpScreen
 from .selection import MAX_SHOWN, ScreenState, Selection
 from .widgets.footer import StableFooter
 from .writer import Writer
@@ -60,7 +58,7 @@ STATE_SAVE_S = 0.5      # the screen state is written at most twice a second
 INPUT_QUIET_S = 0.4     # charts are built this long after the last key, not while keys come
 
 
-class TrainerApp(App[None]):
+class TrainerApp(RunActions, SessionActions, App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "tui-trainer"
     SCREENS = {"help": HelpScreen}      # made once, shown again on every F1
@@ -152,10 +150,13 @@ class TrainerApp(App[None]):
             with Vertical(id="right"):
                 yield RunTable(id="runs")
                 with Horizontal(id="run-actions"):
-                    yield Button("Stop (F3)", id="stop", variant="warning", compact=True)
-                    yield Button("Continue (F4)", id="continue", compact=True)
-                    yield Button("Repeat (F5)", id="repeat", compact=True)
-                    yield Button("Compare (F6)", id="compare", compact=True)
+                    yield Button("Stop (F3)", id="stop", variant="warning", compact=True,
+                                 action="app.stop")
+                    yield Button("Continue (F4)", id="continue", compact=True,
+                                 action="app.continue_run")
+                    yield Button("Repeat (F5)", id="repeat", compact=True, action="app.repeat")
+                    yield Button("Compare (F6)", id="compare", compact=True,
+                                 action="app.compare")
                 with TabbedContent(id="tabs"):
                     # The first tab's panel is mounted with the screen, the others when
                     # first shown (_show_tab).
@@ -537,146 +538,11 @@ class TrainerApp(App[None]):
 
         self.run_worker(job, thread=True, group="write")
 
-    def _selected(self) -> Any:
-        if self.cursor_run is None or self.cursor_run not in self.runs:
-            self.notify("no run selected", severity="warning")
-            return None
-        return self.runs[self.cursor_run]
-
-    # --- the run actions (F2-F8) ---------------------------------------------------------------
-    def action_start(self) -> None:
-        if self.writable("not started"):
-            self.query_one(LaunchPanel).ask_start()
-
     @on(LaunchPanel.StartAsked)
-    def _start(self, event: LaunchPanel.StartAsked) -> None:
-        if not self.writable("not started"):
-            return
+    def _start_asked(self, event: LaunchPanel.StartAsked) -> None:
+        self.start_run(event.config, event.name)
 
-        def started(run_id: int) -> None:
-            self.cursor_run = run_id
-            self.notify(f"run {run_id} started")
-
-        self._start_checked(event.config, event.name, started)
-
-    @work(thread=True, group="write")
-    def _start_checked(self, config: dict[str, Any], name: str | None,
-                       started: Callable[[int], None]) -> None:
-        """Start, once core.machine's rules say this machine can train the config (the
-        machine is probed once, in a child process; the UI never imports torch)."""
-        try:
-            found = machine.problem(config, machine.facts())
-        except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
-            found = None        # not known: the run's own check still refuses it
-            self.call_from_thread(self.notify, f"the machine check failed ({e}); starting "
-                                  "anyway", severity="warning")
-        if found is not None:
-            self.call_from_thread(self.notify, f"not started: {found}", severity="error",
-                                  timeout=12)
-            return
-        self.call_from_thread(self.write, lambda _, sup: sup.start(config, name=name),
-                              started, "not started")
-
-    @work(thread=True, group="machine")
-    def _probe_machine(self) -> None:
-        try:
-            m, error = machine.facts(), None
-        except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
-            m, error = None, str(e)
-
-        def show() -> None:
-            for panel in self.query(LaunchPanel):
-                panel.set_machine(m, error)
-
-        self.call_from_thread(show)
-
-    @on(Button.Pressed, "#stop")
-    def action_stop(self) -> None:
-        run = self._selected() if self.writable("not stopped") else None
-        if run is None:
-            return
-
-        def done(ok: bool) -> None:
-            self.notify(f"stopping run {run.id} after its current step" if ok else
-                        f"run {run.id} is not training", severity="information" if ok
-                        else "warning")
-
-        self.write(lambda _, sup: sup.stop(run.id), done)
-
-    @on(Button.Pressed, "#continue")
-    def action_continue_run(self) -> None:
-        run = self._selected() if self.writable("not continued") else None
-        if run is None:
-            return
-        if self._training(run):
-            self.notify(f"run {run.id} is still training", severity="warning")
-            return
-
-        def has_checkpoint(usable: bool) -> None:
-            if not usable:
-                def decided(yes: bool | None) -> None:
-                    if yes:
-                        self._continue(run.id, {}, restart=True)
-
-                self.push_screen(ConfirmScreen(
-                    f"Run {run.id} has no checkpoint to continue from. Train it again from "
-                    f"step 0? Its {run.step} recorded steps are replaced as it goes.",
-                    "Restart from step 0"), decided)
-                return
-
-            def how_far(answer: dict | None) -> None:
-                if answer is None:
-                    return
-                changed = {k: v for k, v in answer.items() if run.config.get(k) != v}
-                self._continue(run.id, changed)
-
-            self.push_screen(ContinueScreen(run.id, run.step, run.config.get("epochs", 1),
-                                            run.config.get("max_steps", 0) or 0), how_far)
-
-        self.write(lambda s, _: bool(s.usable_checkpoints(run.id)), has_checkpoint)
-
-    def _training(self, run: Any) -> bool:
-        """Training now, or about to (a child this dashboard started for it)."""
-        return run.status == "running" or (run.status == "created" and
-                                           self.writer.supervisor.starting_cached(run.id))
-
-    def _continue(self, run_id: int, overrides: dict[str, Any], restart: bool = False) -> None:
-        extra = f" until {', '.join(f'{k}={v}' for k, v in overrides.items())}" \
-            if overrides else ""
-        self.notify(f"{'restarting' if restart else 'continuing'} run {run_id}{extra}"
-                    + (" from step 0" if restart else ""))
-        self.write(lambda _, sup: sup.resume(run_id, overrides, restart=restart),
-                   failed=f"run {run_id} not continued")
-
-    @on(Button.Pressed, "#repeat")
-    def action_repeat(self) -> None:
-        run = self._selected() if self.writable("not repeated") else None
-        if run is None:
-            return
-
-        def started(twin: int) -> None:
-            self.pair = self.marked = [run.id, twin]
-            self.notify(f"run {twin} started as a twin of run {run.id}")
-
-        self.write(lambda _, sup: sup.repeat(run.id), started, "not repeated")
-
-    @on(Button.Pressed, "#compare")
-    def action_compare(self) -> None:
-        ids = self.selection.compared(self.runs)
-        if len(ids) < 2:
-            self.notify("mark two runs or more with space (or repeat one) to compare them",
-                        severity="warning")
-            return
-        if len(ids) == 2:
-            self.pair = list(ids)
-        self._tabs().active = "tab-compare"
-
-    def action_config_from_run(self) -> None:
-        run = self._selected()
-        if run is not None:
-            self.query_one(LaunchPanel).set_config(run.config)
-            self.notify(f"the form holds run {run.id}'s config: change what you like, F2")
-
+    # --- tabs, the form, help (the run actions, export and sessions: ui/actions.py) ----------
     def action_show_tab(self, tab: str) -> None:
         self._tabs().active = tab
 
@@ -696,163 +562,12 @@ class TrainerApp(App[None]):
         else:
             self.toggle_class("-form-hidden")
 
-    def _checkable(self) -> Any:
-        """The run under the cursor, when it can be checked (it has trained and stopped)."""
-        run = self._selected() if self.writable("not checked") else None
-        if run is None:
-            return None
-        if run.live:
-            self.notify(f"run {run.id} is {run.status}: check it once it has finished or "
-                        "stopped", severity="warning")
-            return None
-        if run.step < 1:
-            self.notify(f"run {run.id} has no steps to compare", severity="warning")
-            return None
-        return run
-
-    def _start_check(self, run: Any, resume_at: int | None, what: str) -> None:
-        self._await_twin = run.id
-        self.write(lambda _, sup: sup.check(run.id, resume_at))
-        self._tabs().active = "tab-divergence"
-        self._save_state()
-        self.notify(f"{what} of run {run.id}: training its twin; the verdict shows in the "
-                    "Divergence tab")
-
-    def action_verdict(self) -> None:
-        run = self._checkable()
-        if run is not None:
-            self._start_check(run, None, "determinism verdict")
-
-    def action_resume_check(self) -> None:
-        run = self._checkable()
-        if run is None:
-            return
-        if run.step < 2:
-            self.notify(f"run {run.id} is too short to kill in the middle", severity="warning")
-            return
-        last = run.step - 1
-
-        def chosen(text: str | None) -> None:
-            if text is None:
-                return
-            try:
-                step = int(text)
-                if not 1 <= step <= last:
-                    raise ValueError
-            except ValueError:
-                self.notify(f"resume check not started: step must be a whole number from 1 to "
-                            f"{last}, got {text!r}", severity="error")
-                return
-            self._start_check(run, step, f"resume check at step {step}")
-
-        self.push_screen(NameScreen(f"Resume check of run {run.id}: kill a twin at step "
-                                    f"(1 to {last}), resume it from its checkpoint, compare:",
-                                    str(max(1, run.step // 2))), chosen)
-
-    # --- export, sessions, help, quit --------------------------------------------------------
-    def action_export(self) -> None:
-        active = self._tabs().active
-        compared = self.selection.compared(self.runs)
-        if active == "tab-ab":
-            if self.study_shown is None:
-                self.notify("no A/B study to export", severity="warning")
-                return
-            what, ids = "study", [self.study_shown]
-        elif active in ("tab-divergence", "tab-compare") and compared:
-            what, ids = "runs", compared
-        else:
-            what, ids = "runs", self.selection.plotted()
-        if not ids:
-            self.notify("nothing to export: select or mark runs", severity="warning")
-            return
-        self.notify(f"exporting {what} {', '.join(map(str, ids))} ...")
-        self._export(what, ids)
-
-    @work(thread=True, group="export")
-    def _export(self, what: str, ids: list[int]) -> None:
-        """In a worker thread, with its own read-only connection; matplotlib takes a second
-        or two, the dashboard keeps polling meanwhile."""
-        from ..core.export import export_runs, export_study
-        try:
-            with SessionStore(self.session_dir, create=False, readonly=True) as store:
-                out = store.dir / "exports"
-                files = export_study(store, ids[0], out) if what == "study" \
-                    else export_runs(store, ids, out)
-        except (SessionError, OSError) as e:
-            self.call_from_thread(self.notify, f"export failed: {e}", severity="error")
-            return
-        names = ", ".join(f.name for f in files)
-        self.call_from_thread(self.notify, f"exported {len(files)} files to {out}: {names}",
-                              timeout=12)
-
     def action_help(self) -> None:
         self.push_screen("help")
 
-    def action_save_as(self) -> None:
-        def save(name: str | None) -> None:
-            if not name:
-                return
-            problem = name_problem(name)
-            if problem:
-                self.notify(f"not saved: the session name {problem}", severity="error")
-                return
-            target = Path(name).expanduser() if "/" in name else sessions_dir() / name
-            live = [r.id for r in self.runs.values() if r.live]
-            # The screen as it is now goes into the copy: a state write still waiting for
-            # its timer would otherwise miss it (the copy reopened on another tab).
-            state = self._state().to_json()
-            writer = self.writer
 
-            def copy(store: SessionStore, _: Supervisor) -> Path:
-                if not writer.readonly:
-                    store.set_meta("ui_state", state)
-                return store.copy_to(target)
 
-            def copied(new: Path) -> None:
-                note = (f"; {len(live)} run(s) still training go on in the original, "
-                        "shown here as copied" if live else "")
-                self.notify(f"session saved as {new}{note}")
-                self.switch_session(new)
 
-            self.write(copy, copied, "not saved")
-
-        self.push_screen(NameScreen("Save this session as (a name, or a path):",
-                                    f"{self.session_dir.name}-copy"), save)
-
-    def action_open_session(self) -> None:
-        def opened(path: Path | None) -> None:
-            if path is not None and path != self.session_dir:
-                self.switch_session(path, f"opened {path}")
-
-        self.push_screen(OpenScreen(self.session_dir), opened)
-
-    def _live(self) -> tuple[list[int], list[int]]:
-        children = self.writer.supervisor.children() if self.writer else []
-        live = sorted({r.id for r in self.runs.values() if r.live} | set(children))
-        studies = [s["id"] for s in (self.snapshot.studies if self.snapshot else ())
-                   if s["status"] == "running"]
-        return live, studies
-
-    async def action_quit(self) -> None:
-        live, studies = self._live()
-        if not live and not studies:
-            self.exit()
-            return
-
-        def decided(choice: str | None) -> None:
-            if choice == "cancel" or choice is None:
-                return
-            if choice == "stop":
-                def stop_all(_: SessionStore, sup: Supervisor) -> None:
-                    for study_id in studies:   # first, so that no study starts its next run
-                        sup.stop_study(study_id)
-                    for run_id in live:
-                        sup.stop(run_id)
-                self.write(stop_all, lambda _: self.exit())
-                return
-            self.exit()
-
-        self.push_screen(QuitScreen(live), decided)
 
     async def _mount_form(self) -> None:
         await self.query_one(LaunchPanel).mount_form()
