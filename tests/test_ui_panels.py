@@ -226,3 +226,19 @@ async def test_the_run_buttons_do_what_their_keys_do(tmp_path):
                 break
             await pilot.pause(0.05)
         assert any("run 2 is not training" in str(n.message) for n in app._notifications)
+
+
+async def test_writes_asked_as_the_app_quits_are_done_before_it_ends(tmp_path):
+    """The quit dialog's Stop, a rename just before ctrl+q: the app's end waits for the
+    writes asked before it (one at a time, in the writer's thread), then closes."""
+    import time
+    _session(tmp_path)
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await _table(pilot)
+        app.write(lambda s, _: time.sleep(1.0))         # the writer is busy a while
+        for i in range(1, 9):                           # in the order asked
+            app.write(lambda s, _, i=i: s.set_labels(
+                1, notes=f"{s.labels().get(1, {}).get('notes', '')} {i}"))
+    with SessionStore(tmp_path, create=False, readonly=True) as s:
+        assert s.labels()[1]["notes"] == " 1 2 3 4 5 6 7 8"

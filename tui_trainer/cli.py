@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -358,44 +357,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_join(args: argparse.Namespace) -> int:
-    if args.nnodes < 2:
-        raise ConfigError("--nnodes", f"must be 2 or more to join a run, got {args.nnodes}")
-    if not 1 <= args.node_rank < args.nnodes:
-        raise ConfigError("--node-rank", f"must be 1 to {args.nnodes - 1} (node 0 is the "
-                          f"machine holding the session), got {args.node_rank}")
-    if not 1 <= args.timeout <= 86400:
-        raise ConfigError("--timeout", f"must be 1 to 86400 seconds, got {args.timeout}")
-    cfg = config.from_dict({"nproc": args.nproc, "nnodes": args.nnodes,
-                            "rdzv_endpoint": args.endpoint, "batch_size": args.nproc
-                            * args.nnodes, "dist_timeout": args.dist_timeout})
-    host, port = args.endpoint.rsplit(":", 1)
-    import socket
-    try:
-        socket.getaddrinfo(host.strip("[]"), int(port))
-    except (OSError, UnicodeError) as e:
-        raise ConfigError("HOST:PORT", f"{host!r} is not a host this machine can find "
-                          f"({getattr(e, 'strerror', None) or e})") from None
-    # PyTorch's store client logs every failed connection attempt with its C++ frames (200+
-    # lines while node 0 is not there yet); what is waited for is said here, once. Quiet
-    # in this process only: the level is read when torch loads, and the ranks it starts
-    # get the environment as it was.
-    before = os.environ.get("TORCH_CPP_LOG_LEVEL")
-    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
-    import torch  # noqa: F401
-    if before is None:
-        del os.environ["TORCH_CPP_LOG_LEVEL"]
-    else:
-        os.environ["TORCH_CPP_LOG_LEVEL"] = before
-    print(f"node {args.node_rank}: waiting for node 0 at {args.endpoint} and the other "
-          f"nodes (at most {args.timeout} s) ...", file=sys.stderr, flush=True)
-    try:
-        result = runner.train_group(None, None, cfg, supervisor.worker_args(None, None),
-                                    node_rank=args.node_rank, rendezvous_s=args.timeout)
-    except runner.RendezvousFailed as e:
-        _say(f"join: {e}")
-        return EXIT_FAILED
-    if result.failures:
-        _say(f"join failed: {result.reason}")
+    def waiting() -> None:
+        print(f"node {args.node_rank}: waiting for node 0 at {args.endpoint} and the other "
+              f"nodes (at most {args.timeout} s) ...", file=sys.stderr, flush=True)
+
+    failure = lifecycle.join(args.endpoint, args.nnodes, args.node_rank, args.nproc,
+                             args.timeout, args.dist_timeout, waiting)
+    if failure is not None:
+        _say(failure)
         return EXIT_FAILED
     print(f"node {args.node_rank}: its {args.nproc} process(es) ended cleanly")
     return EXIT_OK

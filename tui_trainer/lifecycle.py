@@ -9,6 +9,7 @@ ended (`Ended`). One rank of a group runs engine.distributed.run_rank; the group
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -131,6 +132,45 @@ def resume(session: Path, run_id: int, sets: list[str], checkpoint: str | None =
             overrides=overrides, events=events, kill_at_step=kill_at_step))
     return _train_here(cfg, session, run_id=run_id, checkpoint=state, events=events,
                        kill_at_step=kill_at_step, progress=progress)
+
+
+def join(endpoint: str, nnodes: int, node_rank: int, nproc: int, timeout_s: int,
+         dist_timeout: int, waiting: Callable[[], None] = lambda: None) -> str | None:
+    """This machine's ranks of a run started on node 0 (`tui-trainer join`): checked, then
+    torchrun's agent until the group ends. None when they ended cleanly, else why not."""
+    if nnodes < 2:
+        raise ConfigError("--nnodes", f"must be 2 or more to join a run, got {nnodes}")
+    if not 1 <= node_rank < nnodes:
+        raise ConfigError("--node-rank", f"must be 1 to {nnodes - 1} (node 0 is the machine "
+                          f"holding the session), got {node_rank}")
+    if not 1 <= timeout_s <= 86400:
+        raise ConfigError("--timeout", f"must be 1 to 86400 seconds, got {timeout_s}")
+    cfg = config.from_dict({"nproc": nproc, "nnodes": nnodes, "rdzv_endpoint": endpoint,
+                            "batch_size": nproc * nnodes, "dist_timeout": dist_timeout})
+    host, port = endpoint.rsplit(":", 1)
+    try:
+        socket.getaddrinfo(host.strip("[]"), int(port))
+    except (OSError, UnicodeError) as e:
+        raise ConfigError("HOST:PORT", f"{host!r} is not a host this machine can find "
+                          f"({getattr(e, 'strerror', None) or e})") from None
+    # PyTorch's store client logs every failed connection attempt with its C++ frames (200+
+    # lines while node 0 is not there yet); what is waited for is said by the command, once.
+    # Quiet in this process only: the level is read when torch loads, and the ranks it
+    # starts get the environment as it was.
+    before = os.environ.get("TORCH_CPP_LOG_LEVEL")
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
+    import torch  # noqa: F401
+    if before is None:
+        del os.environ["TORCH_CPP_LOG_LEVEL"]
+    else:
+        os.environ["TORCH_CPP_LOG_LEVEL"] = before
+    waiting()                           # said once the arguments are known to be good
+    try:
+        result = runner.train_group(None, None, cfg, supervisor.worker_args(None, None),
+                                    node_rank=node_rank, rendezvous_s=timeout_s)
+    except runner.RendezvousFailed as e:
+        return f"join: {e}"
+    return f"join failed: {result.reason}" if result.failures else None
 
 
 def _train_here(cfg: config.RunConfig, session: Path, **kw: Any) -> Ended:

@@ -249,8 +249,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         if old is not None:            # the session left: its last screen state, then close
             self.poller.stop()
             left = self._state_text if self._save_pending else None
-            self.run_worker(lambda: (left and old.save_state(left), old.close()),
-                            thread=True, group="write")
+            self.run_worker(lambda: old.close(left), thread=True, group="close")
             self.snapshot, self.runs, self.announcer = None, {}, Announcer()
             self._await_twin = None
             self._restoring = True
@@ -518,25 +517,33 @@ class TrainerApp(RunActions, SessionActions, App[None]):
     def write(self, fn: Callable[[SessionStore, Supervisor], Any],
               then: Callable[[Any], None] | None = None, failed: str = "",
               reread: bool = False) -> None:
-        """Runs `fn(store, supervisor)` in a worker thread; `then(result)` back on the UI
-        thread. An expected failure becomes a notification. `reread`: the change is one the
-        poller's incremental read does not see (a rename, a delete)."""
-        writer, poller = self.writer, self.poller
-        assert writer is not None, "write before the session is open"
+        """Runs `fn(store, supervisor)` in the writer's thread, after the writes asked before
+        (also those asked just before the app quits: closing waits for them); `then(result)`
+        back on the UI thread. An expected failure becomes a notification. `reread`: the
+        change is one the poller's incremental read does not see (a rename, a delete)."""
+        poller = self.poller
+        assert self.writer is not None, "write before the session is open"
 
-        def job() -> None:
+        def job(store: SessionStore, sup: Supervisor) -> None:
             try:
-                result = writer(fn)
+                result = fn(store, sup)
             except (SessionError, OSError, ConfigError) as e:
                 if failed:
-                    self.call_from_thread(self.notify, f"{failed}: {e}", severity="error",
-                                          timeout=12)
+                    self._answer(self.notify, f"{failed}: {e}", severity="error", timeout=12)
                 return
             if then is not None:
-                self.call_from_thread(then, result)
+                self._answer(then, result)
             poller.reread() if reread else poller.wake()
 
-        self.run_worker(job, thread=True, group="write")
+        self.writer.submit(job)
+
+    def _answer(self, callback: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """From the writer's thread: `callback` on the UI thread, unless the app has gone
+        (a write that finished as the app closed)."""
+        try:
+            self.call_from_thread(callback, *args, **kwargs)
+        except Exception:           # noqa: BLE001 - no app to answer to any more
+            pass
 
     @on(LaunchPanel.StartAsked)
     def _start_asked(self, event: LaunchPanel.StartAsked) -> None:
@@ -589,15 +596,11 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         self.poller.stop()
         if self.warm is not None:       # runs it forked go on: they are sessions of their own
             self.warm.close()
-        writer, left = self.writer, self._state_text if self._save_pending else None
-        if writer is not None:
-            # The last screen state and the close, in a thread the closing app waits for
-            # (no screen is left to block).
-            def close() -> None:
-                if left is not None:
-                    writer.save_state(left)
-                writer.close()
-            await asyncio.to_thread(close)
+        if self.writer is not None:
+            # The writes asked before (a Stop from the quit dialog), the last screen state,
+            # and the close, in a thread the closing app waits for.
+            await asyncio.to_thread(self.writer.close,
+                                    self._state_text if self._save_pending else None)
 
 
 def run_app(session_dir: Path | None) -> int:

@@ -1,11 +1,13 @@
-"""The session's one writable connection and the supervisor, for the dashboard's worker
-threads: every write (start, stop, continue, delete, rename, the saved screen state,
-reconciling statuses) goes through one `Writer`, one call at a time. None of it runs on the
-UI thread: the Writer itself is opened in a worker (TrainerApp._open)."""
+"""The session's one writable connection and the supervisor: every write (start, stop,
+continue, delete, rename, the saved screen state, reconciling statuses) goes through one
+`Writer`, one call at a time, in its own thread (`submit`) or the polling thread (`__call__`
+under its lock). None of it runs on the UI thread: the Writer itself is opened in a worker
+(TrainerApp._open), and closed in a thread after the writes asked before it (`close`)."""
 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable
 
@@ -14,6 +16,7 @@ from ..core.store import SessionStore
 from ..core.supervisor import Supervisor, WarmLauncher
 
 STATE_KEY = "ui_state"          # the screen state, in the session's meta table
+CLOSE_WAIT_S = 30.0             # how long closing waits for the writes asked before it
 
 
 class Writer:
@@ -33,6 +36,15 @@ class Writer:
         self.store = store
         self.supervisor = Supervisor(store, warm)
         self.lock = threading.Lock()
+        self._jobs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="session-writer")
+        self._pending: set[Future] = set()
+
+    def submit(self, job: Callable[[SessionStore, Supervisor], Any]) -> None:
+        """Runs `job(store, supervisor)` in the writer's thread, after the jobs before it.
+        A job that fails is the job's to report (TrainerApp.write does)."""
+        future = self._jobs.submit(self, job)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
 
     def __call__(self, fn: Callable[[SessionStore, Supervisor], Any]) -> Any:
         with self.lock:
@@ -48,6 +60,12 @@ class Writer:
         if not self.readonly:
             self(lambda s, _: s.set_meta(STATE_KEY, text))
 
-    def close(self) -> None:
+    def close(self, last_state: str | None = None) -> None:
+        """Blocks: the writes asked before (CLOSE_WAIT_S at most; one still running holds
+        the lock, which closing takes), the last screen state, then the connection."""
+        self._jobs.shutdown(wait=False)
+        wait(list(self._pending), CLOSE_WAIT_S)
+        if last_state is not None:
+            self.save_state(last_state)
         with self.lock:
             self.store.close()
