@@ -3,6 +3,7 @@ reads the screen; then the terminal is killed and the app reopens the same sessi
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -11,6 +12,9 @@ import time
 import uuid
 
 import pytest
+
+from tui_trainer.core import config
+from tui_trainer.core.store import SessionStore
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
                                 reason="tmux is not installed (scripts/test installs it)")
@@ -65,17 +69,24 @@ def _run_row(text: str) -> list[str] | None:
     return None
 
 
-@pytest.mark.slow
 def test_start_a_run_in_a_real_terminal_then_reopen_the_session(tmp_path, isolated_home):
     session = tmp_path / "session"
+    # The form as the user left it last time (the session's saved screen state): 2 epochs of
+    # 1,280 samples of the sample, 40 steps, so that the run ends soon.
+    form = config.DEFAULTS.replace(train_samples=1280, eval_samples=200, log_every=2)
+    with SessionStore(session) as store:
+        store.set_meta("ui_state", json.dumps({"form": form.to_dict()}))
+    steps = form.epochs * -(-form.train_samples // form.batch_size)
     term = Terminal(isolated_home, session)
     try:
         term.start_app()
         term.wait_for(lambda t: "Start (F2)" in t and "Reproducibility" in t)
         term.tmux("send-keys", "F2")
-        text = term.wait_for(lambda t: (_run_row(t) or ["", "", ""])[2] == "finished")
+        # Finished, and its loss drawn (the charts are built after the table, in a thread).
+        text = term.wait_for(lambda t: (_run_row(t) or ["", "", ""])[2] == "finished"
+                             and bool(BRAILLE & set(t)))
         row = _run_row(text)
-        assert "250" in row[3:6]              # 2 epochs of the sample (after the progress)
+        assert str(steps) in row[3:6]         # the form's 2 epochs (after the progress)
         # A plotted loss: the loss panel shows braille line drawing.
         assert "train loss (raw faint, smoothed bold)" in text
         assert BRAILLE & set(text)
@@ -113,13 +124,13 @@ def test_every_tab_is_usable_in_an_80x24_terminal(tmp_path, isolated_home):
             text = term.wait_for(lambda t, c=content: all(x in t for x in c), timeout=120)
             assert all(len(line) <= 80 for line in text.splitlines()), tab
         term.tmux("send-keys", "F9")            # the form, over the whole width
-        text = term.wait_for(lambda t: "find a knob" in t and "deterministic" in t, 30)
+        text = term.wait_for(lambda t: "find a knob" in t and "deterministic" in t, 120)
         assert "seed-2" not in text
         term.tmux("send-keys", "F9")
-        term.wait_for(lambda t: "seed-2" in t and "find a knob" not in t, 30)
+        term.wait_for(lambda t: "seed-2" in t and "find a knob" not in t, 120)
         term.tmux("send-keys", "F1")
-        term.wait_for(lambda t: "ctrl+p finds every action" in t, 30)
+        term.wait_for(lambda t: "ctrl+p finds every action" in t, 120)
         term.tmux("send-keys", "Escape")
-        term.wait_for(lambda t: "ctrl+p finds every action" not in t and "seed-2" in t, 30)
+        term.wait_for(lambda t: "ctrl+p finds every action" not in t and "seed-2" in t, 120)
     finally:
         term.kill()

@@ -38,10 +38,13 @@ class Writer:
         self.lock = threading.Lock()
         self._jobs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="session-writer")
         self._pending: set[Future] = set()
+        self.closed = False
 
     def submit(self, job: Callable[[SessionStore, Supervisor], Any]) -> None:
         """Runs `job(store, supervisor)` in the writer's thread, after the jobs before it.
         A job that fails is the job's to report (TrainerApp.write does)."""
+        if self.closed:
+            return          # the app is closing: its last screen state went with close()
         future = self._jobs.submit(self, job)
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
@@ -63,6 +66,7 @@ class Writer:
     def close(self, last_state: str | None = None) -> None:
         """Blocks: the writes asked before (CLOSE_WAIT_S at most; one still running holds
         the lock, which closing takes), the last screen state, then the connection."""
+        self.closed = True
         self._jobs.shutdown(wait=False)
         wait(list(self._pending), CLOSE_WAIT_S)
         if last_state is not None:
