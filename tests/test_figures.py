@@ -12,7 +12,7 @@ from tui_trainer.core import figures
 from tui_trainer.core.divergence import divergence
 from tui_trainer.core.plotdata import PlotOptions, plot_lines
 from tui_trainer.core.reader import RunRow, RunSeries
-from tui_trainer.core.repro import divergence_text
+from tui_trainer.core.verdicts import divergence_text
 from tui_trainer.ui.panels.compare import settings_rows, summary_rows
 from tui_trainer.ui.panels.runs import matches, progress_text, sort_key
 

@@ -291,7 +291,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_machine(args: argparse.Namespace) -> int:
     cfg = config.load(args.config, args.sets) if args.config or args.sets else None
-    from .engine.reproducibility import machine_facts   # torch is imported here
+    from .engine.knobs import machine_facts   # torch is imported here
     m = machine_facts()
     found = machine.problem(cfg.to_dict(), m) if cfg else None
     if args.json:

@@ -183,7 +183,7 @@ def preflight(cfg: config.RunConfig) -> None:
     """What a single process checks in its set-up (device, knobs, data), checked before the
     processes are launched, so that bad input is refused in one line and writes nothing."""
     from .engine.data import load_datasets
-    from .engine.reproducibility import check_device_knobs, machine_facts, resolve_device
+    from .engine.knobs import check_device_knobs, machine_facts, resolve_device
     device = resolve_device(cfg)
     check_device_knobs(cfg, device)
     gpus = machine_facts().cuda_devices

@@ -25,7 +25,7 @@ from .core import machine
 from .core.config import ConfigError, RunConfig, from_dict
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, EXIT_STOPPED,
                           BadInput)
-from .core.repro import verdict
+from .core.verdicts import verdict
 from .core.liveness import is_live
 from .core.store import SessionStore
 from .core.supervisor import (RENDEZVOUS_S, STOP_GRACE_S, UNKNOWN_EXIT, Supervisor, WarmChild,
@@ -152,7 +152,7 @@ def repro(store: SessionStore, check: Check, say: Say,
 def device_refusal(config: dict[str, Any]) -> str | None:
     """Why this machine cannot train a config (e.g. amp=fp16 without CUDA, a dataset that is
     not there), or None: core.machine's rules on the facts torch gives."""
-    from .engine.reproducibility import machine_facts
+    from .engine.knobs import machine_facts
     try:
         cfg = from_dict(config)
     except ConfigError as e:

@@ -55,7 +55,7 @@ def warm_up() -> None:
     import torchvision  # noqa: F401
 
     from . import cli, lifecycle, runner  # noqa: F401
-    from .engine import checkpoint, data, distributed, models, reproducibility, train  # noqa
+    from .engine import checkpoint, data, distributed, models, knobs, train  # noqa
 
 
 def _leave(target: Path) -> None:

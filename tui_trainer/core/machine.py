@@ -1,6 +1,6 @@
 """Can this machine train a config? The rules, in one place, without importing torch.
 
-The engine asks torch for the facts (`engine.reproducibility.machine_facts`) and applies the
+The engine asks torch for the facts (`engine.knobs.machine_facts`) and applies the
 rules here when a run starts; the dashboard gets the same facts once from a child process
 (`tui-trainer machine --json`, see `probe`) and applies the same rules before Start, so a
 config this machine cannot run is refused at its field instead of becoming a crashed run.

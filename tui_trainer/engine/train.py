@@ -45,7 +45,7 @@ from .data import Loaders, make_loaders
 from .distributed import Group, peer_lost, use_backend
 from .recorder import Recorder
 from .models import build_model
-from .reproducibility import (ParamSketch, apply_knobs, capture_rng, check_device_knobs,
+from .knobs import (ParamSketch, apply_knobs, capture_rng, check_device_knobs,
                               effective_settings, param_fingerprint, resolve_device, restore_rng)
 
 

@@ -13,7 +13,7 @@ from textual.widgets import Static
 from ...core.divergence import divergence, seed_spread, spread_text
 from ...core.plotdata import Line
 from ...core.reader import RunRow
-from ...core.repro import divergence_text, replica_text
+from ...core.verdicts import divergence_text, replica_text
 from ...core.text import shown_lines
 from ..widgets.plots import MetricPlot
 from .common import Tick, label
