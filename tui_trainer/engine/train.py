@@ -901,12 +901,16 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
             trainer.recorder.progress(trainer.pos.step, trainer._epoch_float(), flush=True)
         except Exception:  # noqa: BLE001 - the store itself may be what failed
             pass
-        try:
-            store.add_event(run_id, "failure", f"training failed: {reason}",
-                            step=trainer.pos.step, data={"traceback": tb})
-            store.end_run(run_id, "crashed", {"error": reason})
-        except Exception:  # noqa: BLE001 - a full disk: reconcile marks it crashed later
-            pass
+        # The status and its reason first, each write on its own: on a full disk the small
+        # update may still fit where the event with its traceback does not (under load the
+        # event failed first and the run was later read as "gone", its reason lost).
+        for write in (lambda: store.end_run(run_id, "crashed", {"error": reason}),
+                      lambda: store.add_event(run_id, "failure", f"training failed: {reason}",
+                                              step=trainer.pos.step, data={"traceback": tb})):
+            try:
+                write()
+            except Exception:  # noqa: BLE001 - a full disk: reconcile marks it crashed later
+                pass
         if isinstance(e, DiskFull):
             raise e from None
         if consequence:
