@@ -236,7 +236,12 @@ async def test_writes_asked_as_the_app_quits_are_done_before_it_ends(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
         await _table(pilot)
-        app.write(lambda s, _: time.sleep(1.0))         # the writer is busy a while
+        def busy(*_):           # the writer is busy until the app has begun to close
+            deadline = time.monotonic() + 30
+            while app.is_running and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+        app.write(busy)
         for i in range(1, 9):                           # in the order asked
             app.write(lambda s, _, i=i: s.set_labels(
                 1, notes=f"{s.labels().get(1, {}).get('notes', '')} {i}"))

@@ -83,6 +83,7 @@ def test_a_saved_state_comes_back_the_same():
 
 
 def test_a_saved_state_is_checked_against_the_session_it_is_restored_into():
+    assert ScreenState.restored('{"cursor": true}', {1}, [], []).selection.cursor is None
     saved = json.dumps({"marked": [1, 9, "x", True], "pair": [9, 1], "cursor": 9,
                         "tab": "tab-gone", "study": 3, "form": {"lr": "fast"},
                         "plots": {"x": "step", "colour": "red"}})

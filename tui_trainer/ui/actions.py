@@ -22,6 +22,7 @@ from ..core.supervisor import Supervisor
 from ..core.text import name_problem
 from .panels.launch import LaunchPanel
 from .screens import ConfirmScreen, ContinueScreen, NameScreen, OpenScreen, QuitScreen
+from .writer import STATE_KEY
 
 
 class RunActions:
@@ -273,7 +274,7 @@ class SessionActions:
 
             def copy(store: SessionStore, _: Supervisor) -> Path:
                 if not writer.readonly:
-                    store.set_meta("ui_state", state)
+                    store.set_meta(STATE_KEY, state)
                 return store.copy_to(target)
 
             def copied(new: Path) -> None:

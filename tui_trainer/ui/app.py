@@ -50,7 +50,7 @@ from .poller import LogLines, Polled, Poller, Request
 from .screens import HelpScreen
 from .selection import MAX_SHOWN, ScreenState, Selection
 from .widgets.footer import StableFooter
-from .writer import Writer
+from .writer import STATE_KEY, Writer
 
 W = TypeVar("W")
 TAB_IDS = tuple(p.TAB for p in TAB_PANELS)
@@ -301,7 +301,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         if text is None or text == self._saved_state or self.writer.readonly:
             return
         self._saved_state = text
-        self.write(lambda s, _: s.set_meta("ui_state", text))
+        self.write(lambda s, _: s.set_meta(STATE_KEY, text))
 
     def watch_marked(self) -> None:
         self._save_state()
@@ -540,9 +540,11 @@ class TrainerApp(RunActions, SessionActions, App[None]):
     def _answer(self, callback: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         """From the writer's thread: `callback` on the UI thread, unless the app has gone
         (a write that finished as the app closed)."""
+        if not self.is_running:
+            return
         try:
             self.call_from_thread(callback, *args, **kwargs)
-        except Exception:           # noqa: BLE001 - no app to answer to any more
+        except RuntimeError:        # it stopped in between: no app to answer to any more
             pass
 
     @on(LaunchPanel.StartAsked)

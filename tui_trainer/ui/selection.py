@@ -122,7 +122,8 @@ class ScreenState:
 
         cursor = saved.get("cursor")
         selection = Selection(ids("marked"), ids("pair"),
-                              cursor if isinstance(cursor, int) else None).kept(runs)
+                              cursor if isinstance(cursor, int) and not isinstance(cursor, bool)
+                              else None).kept(runs)
         study = saved.get("study")
         if study not in studies:
             study = max(studies) if studies else None

@@ -11,10 +11,11 @@ from textual.widgets import DataTable
 from ...core import figures
 from ...core.reader import RunRow, Snapshot
 from ...core.text import shown
-from ..selection import Selection
+from ..selection import MAX_SHOWN, Selection
 
 # Each run keeps one colour in every panel (plotext colour names).
 COLOURS = ("cyan", "orange", "green", "magenta", "blue", "red", "yellow", "white")
+assert len(COLOURS) == MAX_SHOWN        # the selection draws at most one run per colour
 
 
 @dataclass(frozen=True)
