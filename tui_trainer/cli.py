@@ -317,7 +317,7 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
           f"{summary['steps']} steps, {summary['epochs']:.2f} epochs, "
           f"train loss (smoothed) {figures.fmt(summary.get('train_loss'), 'train_loss')}, "
           f"eval loss {figures.fmt(summary.get('eval_loss'), 'eval_loss')}, "
-          f"eval accuracy {'-' if acc is None else f'{acc:.2%}'}, "
+          f"eval accuracy {figures.accuracy_text(acc)}, "
           f"{figures.fmt(summary.get('samples_per_s'), 'samples_per_s')} samples/s "
           f"(training), data {summary['dataset']}")
     if summary.get("diverged"):
@@ -419,7 +419,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             str(r["run_id"]), shown(r["name"], 40), r["status"], str(r["steps"]),
             f"{r['epochs']:.2f}", figures.fmt(r["train_loss"], "train_loss"),
             figures.fmt(r["eval_loss"], "eval_loss"),
-            "-" if r["eval_accuracy"] is None else f"{r['eval_accuracy']:.2%}",
+            figures.accuracy_text(r["eval_accuracy"]),
             figures.fmt(r["samples_per_s"], "samples_per_s"),
             r["dataset"] or "-", time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]

@@ -199,6 +199,11 @@ def fmt(value: Any, key: str) -> str:
     return format(value, FORMATS.get(key, ".4g"))
 
 
+def accuracy_text(value: Any) -> str:
+    """An accuracy (a fraction) as a line of text shows it: '97.31%', '-' for none."""
+    return "-" if value is None else fmt(value, "accuracy") + "%"
+
+
 def wall_samples_per_s(samples: int, elapsed_s: float) -> float | None:
     """Samples per second of wall time, start-up and evaluation included (the summary's
     second throughput, beside the training-only samples_per_s)."""

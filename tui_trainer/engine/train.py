@@ -505,9 +505,9 @@ class Trainer:
         self.recorder.evaluation({"step": self.pos.step, "epoch": self._epoch_float(),
                                   "loss": loss, "accuracy": acc},
                                  f"evaluation at step {self.pos.step}: loss {loss:.4f}, "
-                                 f"accuracy {acc:.2%}")
+                                 f"accuracy {figures.accuracy_text(acc)}")
         self.log(f"eval  step {self.pos.step:>6}  epoch {self._epoch_float():.2f}  "
-                 f"loss {loss:.4f}  accuracy {acc:.2%}")
+                 f"loss {loss:.4f}  accuracy {figures.accuracy_text(acc)}")
 
     def _autocast(self) -> Any:
         if self.amp_dtype is None:
@@ -802,12 +802,10 @@ class Trainer:
                     f"the stop were reproduced, {self.resume_mismatches} differed",
                     data={"matched": self.resume_matches, "differed": self.resume_mismatches})
         fmt = figures.fmt              # the one way figures are written
-        accuracy = "-" if summary.eval_accuracy is None else \
-            fmt(summary.eval_accuracy, "accuracy") + "%"
         self.log(f"{status}: {self.pos.step} steps, train loss (smoothed) "
                  f"{fmt(summary.train_loss, 'train_loss')}, eval loss "
                  f"{fmt(summary.eval_loss, 'eval_loss')}, eval accuracy "
-                 f"{accuracy}, "
+                 f"{figures.accuracy_text(summary.eval_accuracy)}, "
                  f"{fmt(summary.samples_per_s, 'samples_per_s')} samples/s (training)")
         return summary
 

@@ -59,7 +59,7 @@ def cells(row: RunRow, marked: bool, status: str) -> dict[str, Text]:
         "status": status, "progress": progress_text(row), "step": str(row.step),
         "epoch": f"{row.epoch:.2f}", "loss": figures.fmt(row.train_loss, "train_loss"),
         "eval": figures.fmt(row.eval_loss, "eval_loss"),
-        "acc": "-" if row.accuracy is None else f"{figures.fmt(row.accuracy, 'accuracy')}%",
+        "acc": figures.accuracy_text(row.accuracy),
         "sps": figures.fmt(row.samples_per_s, "samples_per_s"),
         "mem": figures.fmt(row.peak_memory_mib, "peak_memory_mib")
         + ("" if row.memory_kind in (None, "RSS") else f" {row.memory_kind}"),
