@@ -113,3 +113,12 @@ def test_announcements_name_runs_that_ended_once_and_studies_instead_of_their_ru
     news = said.news(snap(row(4, "finished"), studies=[{**study, "status": "finished"}]))
     assert [n.text for n in news] == [
         "seed sweep 3 (seeds) finished: its table is in the A/B tab"]
+    # Made after the first look and ended before the next (a run that diverged at once, a
+    # tiny study): announced, as runs seen training are; the first look announces nothing.
+    news = said.news(snap(row(5, "diverged", reason="NaN/inf loss"),
+                          studies=[{**study, "id": 6, "status": "finished", "variants": []}]))
+    assert [n.text for n in news] == [
+        "seed sweep 6 (seeds) finished: its table is in the A/B tab",
+        "run 5 (run-5) diverged at step 10: NaN/inf loss"]
+    assert Announcer().news(snap(row(5, "diverged"), studies=[study])) == []
+

@@ -21,18 +21,24 @@ class Announcement:
 
 
 class Announcer:
-    """Remembers each run's and study's status from the last snapshot it saw."""
+    """Remembers each run's and study's status from the last snapshot it saw. What the first
+    snapshot holds is the session as found (nothing is announced); a run or a study that
+    appears later was made since, and counts as seen starting: one that started and ended
+    between two looks (a short run that diverged at once) is announced too."""
 
     def __init__(self) -> None:
         self._runs: dict[int, str] = {}
         self._studies: dict[int, str] = {}
+        self._looked = False
 
     def news(self, snap: Snapshot) -> list[Announcement]:
         said: list[Announcement] = []
+        new = "created" if self._looked else None
+        self._looked = True
         in_study = {v["run_id"] for st in snap.studies for v in st.get("variants", ())
                     if v.get("run_id") is not None}
         for st in snap.studies:
-            before, now = self._studies.get(st["id"]), st["status"]
+            before, now = self._studies.get(st["id"], new and "running"), st["status"]
             self._studies[st["id"]] = now
             if before == "running" and now != "running":
                 what = "seed sweep" if st["kind"] == "sweep" else "A/B study"
@@ -40,7 +46,7 @@ class Announcer:
                     f"{what} {st['id']} ({st['name']}) {now}: its table is in the A/B tab",
                     "error" if now == "crashed" else "information"))
         for run in snap.runs:
-            before, now = self._runs.get(run.id), run.status
+            before, now = self._runs.get(run.id, new), run.status
             self._runs[run.id] = now
             if run.id in in_study and now in ("finished", "stopped"):
                 continue
