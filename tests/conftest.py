@@ -15,6 +15,13 @@ from pathlib import Path
 
 import pytest
 
+# One thread per training process (unless a test sets num_threads): the suite runs two test
+# processes on a 2-core machine, and two runs that each start a thread per core spin against
+# each other (OpenMP waits busily): a 60-step run took 9.6 s beside another instead of 6.2 s.
+# Set before anything imports torch, so the test launcher and every run read it; the product
+# does the same for the jobs of a study trained side by side (runner: a share of the cores).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # Short runs: 10 steps an epoch on 640 of the shipped training digits.
 QUICK = ["dataset=mnist-sample", "train_samples=640", "eval_samples=200", "batch_size=64",
          "log_every=2", "fingerprint_every=3"]
@@ -157,10 +164,77 @@ def tt(*args: str, timeout: float = 300) -> Result:
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
-def tt_popen(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tui_trainer", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=os.environ.copy())
+class Forked:
+    """`tui-trainer ARGS` forked by the test process's launcher, used as the Popen of a cold
+    start with stdout and stderr piped as text: pid, poll, wait, send_signal, kill,
+    communicate (the launcher's "forked" line taken off stderr)."""
+
+    def __init__(self, child, out: int, err: int) -> None:
+        self._child, self._fds, self.pid = child, [out, err], child.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._child.returncode
+
+    def poll(self) -> int | None:
+        return self._child.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self._child.wait(timeout)
+
+    def send_signal(self, sig: int) -> None:
+        self._child.send_signal(sig)
+
+    def kill(self) -> None:
+        self._child.kill()
+
+    def terminate(self) -> None:
+        self._child.terminate()
+
+    def communicate(self, timeout: float = 300) -> tuple[str, str]:
+        import time
+        from tui_trainer.core.supervisor import WARM_LINE
+        got = _read_all(self._fds, time.monotonic() + timeout)
+        if got is None:
+            raise subprocess.TimeoutExpired(f"tui-trainer (pid {self.pid})", timeout)
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+        self.wait(60)
+        out, err = (b.decode("utf-8", errors="replace") for b in got)
+        first, _, rest = err.partition("\n")
+        return out, rest if first.endswith(WARM_LINE) else err
+
+    def __del__(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+
+
+def tt_popen(*args: str, quiet: bool = False) -> Forked | subprocess.Popen:
+    """`tui-trainer ARGS` started and left running (forked by the test process's launcher
+    as `tt` does, else cold), stdout and stderr piped (to /dev/null with `quiet`: a test
+    that never reads them)."""
+    launcher = _warm()
+    if launcher is not None:
+        if quiet:
+            out_r, out_w = os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY)
+            err_r, err_w = os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY)
+        else:
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+        try:
+            env = {launcher.ENV: str(launcher.path), **os.environ}
+            child = launcher.spawn(list(args), out_w, err_w, detach=False, env=env)
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        if child is not None:
+            return Forked(child, out_r, err_r)
+        os.close(out_r)
+        os.close(err_r)
+    pipe = subprocess.DEVNULL if quiet else subprocess.PIPE
+    return subprocess.Popen([sys.executable, "-m", "tui_trainer", *args], stdout=pipe,
+                            stderr=pipe, text=True, env=os.environ.copy())
 
 
 def db_rows(session: Path, sql: str, args: tuple = ()) -> list[tuple]:

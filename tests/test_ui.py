@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Input, Select, Checkbox
 
-from conftest import QUICK, click, db_rows, tt
+from conftest import QUICK, click, db_rows, tt, tt_popen
 from tui_trainer.core import machine
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import WARM_LINE
@@ -24,15 +24,16 @@ SIZE = (180, 55)
 QUICK_FORM = dict(item.split("=") for item in QUICK)
 
 
-async def until(pilot, predicate, timeout: float = 300.0) -> None:
-    """Lets the app run until predicate() holds (a real process is training meanwhile)."""
+async def until(pilot, predicate, timeout: float = 300.0, seen=None) -> None:
+    """Lets the app run until predicate() holds (a real process is training meanwhile);
+    at the timeout, the failure shows `seen()`."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         pilot.app.refresh_all()
         if predicate():
             return
         await pilot.pause(0.2)
-    raise AssertionError("timed out")
+    raise AssertionError(f"timed out{'' if seen is None else f': {seen()}'}")
 
 
 async def fill(pilot, values: dict[str, str]) -> None:
@@ -174,8 +175,7 @@ async def test_the_knob_search_typed_at_human_speed_never_moves_the_focus_or_a_v
         def shown_knobs() -> list[str]:
             return [k for k in config.FIELDS if form.query_one(f"#box-{k}").display]
 
-        for text, first in (("epo", "epochs"), ("lr", "lr"), ("pin_memory", "pin_memory"),
-                            ("num_w", "num_workers"), ("cudnn_bench", "cudnn_benchmark")):
+        async def search_for(text: str, first: str) -> None:
             await clear()
             await type_slowly(text)
             assert app.focused is search and search.value == text, (text, app.focused)
@@ -183,16 +183,17 @@ async def test_the_knob_search_typed_at_human_speed_never_moves_the_focus_or_a_v
             assert shown_knobs() == form.matching(text) and shown_knobs()[0] == first
             assert form.query_one(f"#box-{first}").has_class("-match")
             assert config.doc(first) in str(help_line.render()), text
+
+        for text, first in (("epo", "epochs"), ("lr", "lr"), ("cudnn_bench", "cudnn_benchmark"),
+                            ("pin_memory", "pin_memory")):
+            await search_for(text, first)
         # Enter goes to the first match and toggles nothing; only then does a key reach it.
-        await clear()
-        await type_slowly("pin_memory")
         await pilot.press("enter")
         await pilot.pause(0.2)
         assert app.focused is form.query_one("#field-pin_memory")
         assert form.config() == config.DEFAULTS
         assert config.doc("pin_memory") in str(help_line.render())
-        await clear()
-        await type_slowly("num_w")
+        await search_for("num_w", "num_workers")
         await pilot.press("down")
         await pilot.pause(0.2)
         assert app.focused is form.query_one("#field-num_workers")
@@ -331,7 +332,7 @@ async def test_divergence_finds_the_first_differing_step_of_runs_that_differ(tmp
 
 async def test_compare_shows_config_diff_overlay_and_ratios(tmp_path):
     base = [x for kv in QUICK for x in ("--set", kv)] + ["--set", "max_steps=10"]
-    assert tt("run", "--session", str(tmp_path), *base).rc == 0
+    assert tt("run", "--session", str(tmp_path), *base, "--set", "num_threads=2").rc == 0
     assert tt("run", "--session", str(tmp_path), *base, "--set", "batch_size=32",
               "--set", "num_threads=1").rc == 0
     app = TrainerApp(tmp_path, poll=False)
@@ -423,13 +424,9 @@ async def test_a_copy_saved_while_a_run_trains_says_what_it_was_and_never_crashe
     """Save as while a run trains: the copy shows the run as it was when copied ("copied",
     running in the original at step N), never "crashed", also once the original process
     has ended; the original stays the one place the run is written."""
-    import subprocess
-    import sys
     session = isolated_home / "sessions" / "orig"
     base = [x for kv in QUICK for x in ("--set", kv)]
-    live = subprocess.Popen([sys.executable, "-m", "tui_trainer", "run", "--session",
-                             str(session), *base, "--set", "epochs=200"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    live = tt_popen("run", "--session", str(session), *base, "--set", "epochs=200", quiet=True)
     copy = isolated_home / "sessions" / "copy"
     said: list[str] = []
     try:
@@ -471,11 +468,7 @@ async def test_reopening_marks_dead_runs_crashed_and_reattaches_to_live_ones(tmp
     killed = tt("run", "--session", str(tmp_path), *base, "--set", "checkpoint_every=3",
                 "--kill-at-step", "7")
     assert killed.rc != 0
-    import subprocess
-    import sys
-    live = subprocess.Popen([sys.executable, "-m", "tui_trainer", "run", "--session",
-                             str(tmp_path), *base, "--set", "epochs=200"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    live = tt_popen("run", "--session", str(tmp_path), *base, "--set", "epochs=200", quiet=True)
     try:
         app = TrainerApp(tmp_path, poll=False)
         async with app.run_test(size=SIZE) as pilot:
@@ -685,10 +678,12 @@ async def test_a_diverging_run_is_announced_and_shown_diverged(tmp_path):
         await pilot.press("f2")
         await until(pilot, lambda: cell(app, 1, "status") == "diverged")
         assert cell(app, 1, "loss") == "nan"                      # the NaN row, shown as such
-        await pilot.pause()                                       # the toast is posted
-        notes = [str(n.message) for n in app._notifications]
-        assert any("run 1 (run-1) diverged at step" in n and "NaN/inf" in n for n in notes), \
-            notes
+
+        def notes() -> list[str]:
+            return [str(n.message) for n in app._notifications]
+        # the toast is posted once the poll that saw the status has read the run's events
+        await until(pilot, lambda: any("run 1 (run-1) diverged at step" in n
+                                       and "NaN/inf" in n for n in notes()), 60, notes)
         plot = app.query_one("#plot-loss", MetricPlot)
         assert plot._pending and any(y != y for y in plot._pending[0].ys)   # NaN plotted
 

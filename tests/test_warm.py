@@ -21,11 +21,33 @@ CFG = {**{k: config.parse_value(k, v) for k, v in (p.split("=") for p in QUICK)}
        "max_steps": 12, "checkpoint_every": 4}
 
 
-@pytest.fixture
-def warm():
+def _started() -> WarmLauncher:
     launcher = WarmLauncher()
     launcher.start()
     assert launcher.wait_ready(120), "the warm launcher did not come up"
+    return launcher
+
+
+@pytest.fixture(scope="module")
+def warm():
+    """A launcher of the module's own (each costs a torch import), shared by the tests that
+    leave it as they found it; in a runtime folder of its own, since each test's is removed
+    after it (conftest)."""
+    import shutil
+    import tempfile
+    runtime = tempfile.mkdtemp(prefix="ttrun-")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_RUNTIME_DIR", runtime)
+        launcher = _started()
+    yield launcher
+    launcher.close()
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
+@pytest.fixture
+def doomed_warm():
+    """A launcher for one test, which kills it."""
+    launcher = _started()
     yield launcher
     launcher.close()
 
@@ -242,10 +264,11 @@ def test_silent_and_bad_clients_neither_block_nor_leak(tmp_path, warm):
     silent.close()
 
 
-def test_a_run_outlives_its_launcher_without_a_false_failure(tmp_path, warm):
+def test_a_run_outlives_its_launcher_without_a_false_failure(tmp_path, doomed_warm):
     """The launcher dies while its run trains: waiting does not spin, and the run's outcome
     is what it recorded, not the launcher's missing exit status."""
     from tui_trainer.runner import train_child
+    warm = doomed_warm
     with SessionStore(tmp_path) as store:
         run_id = store.create_run(_config(max_steps=60), name="orphaned")
         import threading
