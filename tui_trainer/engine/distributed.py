@@ -57,6 +57,12 @@ def under_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ
 
 
+# Set by launch_group in the agent's environment, which torchrun hands to its ranks: the
+# agent's pid, which a rank checks against its parent (however the agent was started: the
+# installed `tui-trainer` script, `python -m tui_trainer`, a fork of the warm launcher).
+AGENT_ENV = "TUI_TRAINER_AGENT_PID"
+
+
 @dataclass
 class Group:
     """This process's place in the run: rank, world size, and the collectives of the loop."""
@@ -315,6 +321,7 @@ def launch_group(torchrun_argv: list[str], log_file: TextIO | None = None
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
     args = torchrun.get_args_parser().parse_args(torchrun_argv)
+    os.environ[AGENT_ENV] = str(os.getpid())
     saved = sys.stdout, sys.stderr
     if log_file is not None:
         sys.stdout, sys.stderr = _Tee(saved[0], log_file), _Tee(saved[1], log_file)
@@ -406,12 +413,9 @@ def run_rank(args: RankArgs, say: Any = print) -> int:
 def check_rank_of_a_group() -> None:
     """`worker` is one rank of a data-parallel run: torchrun started it, inside the process
     that trains the run (`run`, `resume` or `join`, torchrun's agent). Run by hand it would
-    train the run again from step 0, past every check of `resume`: refused."""
-    try:
-        parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        parent = []
-    if not under_torchrun() or not any(b"tui_trainer" in part for part in parent[:3]):
+    train the run again from step 0, past every check of `resume`: refused. The agent is
+    known by its pid (AGENT_ENV), not by its command line, which may be anything."""
+    if not under_torchrun() or os.environ.get(AGENT_ENV) != str(os.getppid()):
         raise BadInput("`worker` is one process of a data-parallel run, started by torchrun "
                        "inside the run's own process; it is not run by hand (use `run`, "
                        "`resume` or `join`)")
