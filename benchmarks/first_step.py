@@ -19,14 +19,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from tui_trainer.core import config as C
+from tui_trainer.core import config
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import Supervisor, WarmLauncher
 
 
-def first_step_s(session: Path, sup: Supervisor, config: dict) -> tuple[int, float, float]:
+def first_step_s(session: Path, sup: Supervisor, cfg: dict) -> tuple[int, float, float]:
     t0 = time.time()
-    run_id = sup.start(config)
+    run_id = sup.start(cfg)
     db = sqlite3.connect(session / "session.sqlite")
     try:
         while True:
@@ -49,8 +49,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
     args = ap.parse_args()
-    config = C.DEFAULTS.replace(dataset="mnist-sample", max_steps=args.steps, log_every=1,
-                                fingerprint_every=5).to_dict()
+    cfg = config.DEFAULTS.replace(dataset="mnist-sample", max_steps=args.steps, log_every=1,
+                                  fingerprint_every=5).to_dict()
     warm = WarmLauncher()
     t0 = time.time()
     warm.start()
@@ -67,7 +67,7 @@ def main() -> None:
                 order = ("cold", "warm") if i % 2 == 0 else ("warm", "cold")
                 for how in order:
                     run_id, first, whole = first_step_s(session, cold if how == "cold" else hot,
-                                                        config)
+                                                        cfg)
                     ids.append(run_id)
                     results[how].append((first, whole))
                     print(f"{how}: run {run_id}: first step after {first:.2f} s, "

@@ -268,9 +268,9 @@ def test_t_quantiles_and_intervals_match_the_textbook():
 
 def test_rounds_are_interleaved_with_one_seed_per_round():
     from tui_trainer.core import config
-    from tui_trainer.core import study as ab
+    from tui_trainer.core import study
     base = config.DEFAULTS.replace(seed=7)
-    runs, _ = ab.plan(base, [("batch_size", [32]), ("amp", ["bf16"])], 10, repeats=4)
+    runs, _ = study.plan(base, [("batch_size", [32]), ("amp", ["bf16"])], 10, repeats=4)
     order = [(v["label"], v["round"], v["config"]["seed"]) for v in runs]
     arms = ["base", "batch_size=32", "amp=bf16"]
     expected = []
@@ -280,15 +280,15 @@ def test_rounds_are_interleaved_with_one_seed_per_round():
     assert order == expected
     assert all(v["config"]["batch_size"] == 32 for v in runs if v["label"] == "batch_size=32")
     # a seed sweep: the base alone, one seed each
-    sweep = ab.prepare(base, [], 10, repeats=3, name="s")
+    sweep = study.prepare(base, [], 10, repeats=3, name="s")
     assert sweep.kind == "sweep" and [v["config"]["seed"] for v in sweep.runs] == [7, 8, 9]
     for kwargs, key in [({"repeats": 1}, "--seeds"), ({"repeats": 3, "jobs": 999}, "--jobs"),
                         ({"repeats": 3, "level": 1.5}, "--level")]:
         with pytest.raises(config.ConfigError) as e:
-            ab.prepare(base, [], 10, name="s", **kwargs)
+            study.prepare(base, [], 10, name="s", **kwargs)
         assert e.value.key == key
     with pytest.raises(config.ConfigError, match="repeats vary it"):
-        ab.plan(base, [("seed", [2])], 10, repeats=2)
+        study.plan(base, [("seed", [2])], 10, repeats=2)
 
 
 @pytest.mark.slow
@@ -353,13 +353,13 @@ def test_ab_with_two_rounds_gives_each_rounds_ratio_and_no_interval(tmp_path):
     # that is no bit-identity (it read "crashed, yes (in every round)").
     import sqlite3
 
-    from tui_trainer.core import study as S
+    from tui_trainer.core import study
     with sqlite3.connect(tmp_path / "session.sqlite") as db:
         db.execute("UPDATE runs SET status = 'crashed' WHERE id IN (?, ?)", variant["runs"])
     with SessionStore(tmp_path) as store:
-        _, (_, crashed) = S.table(store, 1)
+        _, (_, crashed) = study.table(store, 1)
     assert crashed.status == "crashed" and crashed.bit_identical is None
-    assert S.identity_text(crashed) == "crashed, not known (it did not finish)"
+    assert study.identity_text(crashed) == "crashed, not known (it did not finish)"
 
 
 def test_a_seed_sweep_its_table_spread_and_band_come_from_its_runs(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tui_trainer.core import config
-from tui_trainer.core import reader as R
+from tui_trainer.core.reader import SessionReader
 from tui_trainer.core.store import SessionStore
 
 
@@ -24,7 +24,7 @@ def _session(path, runs: int, steps: int) -> SessionStore:
     return w
 
 
-def _statements(reader: R.SessionReader, **tick) -> list[str]:
+def _statements(reader: SessionReader, **tick) -> list[str]:
     seen: list[str] = []
     reader.store._conn.set_trace_callback(seen.append)
     try:
@@ -38,7 +38,7 @@ def _statements(reader: R.SessionReader, **tick) -> list[str]:
 def test_a_tick_costs_the_same_whatever_is_stored(tmp_path, runs, steps):
     w = _session(tmp_path, runs, steps)
     live = w.create_run(config.DEFAULTS.to_dict(), name="live")
-    reader = R.SessionReader(SessionStore(tmp_path, readonly=True, create=False))
+    reader = SessionReader(SessionStore(tmp_path, readonly=True, create=False))
     first = reader.tick(watched=(1,))
     assert len(first.runs) == runs + 1 and len(first.series[1].steps) == steps
     w.add_rows(steps=_rows(1, 5), run_id=live)
@@ -54,7 +54,7 @@ def test_a_tick_costs_the_same_whatever_is_stored(tmp_path, runs, steps):
 
 def test_unchanged_ticks_keep_the_same_table_and_changes_show(tmp_path, monkeypatch):
     w = _session(tmp_path, 3, 10)
-    reader = R.SessionReader(SessionStore(tmp_path, readonly=True, create=False))
+    reader = SessionReader(SessionStore(tmp_path, readonly=True, create=False))
     a = reader.tick()
     b = reader.tick()
     assert b.runs is a.runs and b.runs_version == a.runs_version
@@ -69,13 +69,13 @@ def test_unchanged_ticks_keep_the_same_table_and_changes_show(tmp_path, monkeypa
     # Another process changes a finished run: the periodic full read catches it.
     w.rename_run(1, "elsewhere")
     assert reader.tick().runs[0].name == "renamed"
-    monkeypatch.setattr(R, "FULL_EVERY_S", 0.0)
+    monkeypatch.setattr("tui_trainer.core.reader.FULL_EVERY_S", 0.0)
     assert reader.tick().runs[0].name == "elsewhere"
 
 
 def test_a_resumed_run_rerecording_steps_replaces_them(tmp_path):
     w = _session(tmp_path, 1, 10)
-    reader = R.SessionReader(SessionStore(tmp_path, readonly=True, create=False))
+    reader = SessionReader(SessionStore(tmp_path, readonly=True, create=False))
     reader.tick(watched=(1,))
     w.add_rows(steps=[{**r, "loss": 9.0} for r in _rows(6, 3)], run_id=1)   # steps 6-8 again
     snap = reader.tick(watched=(1,))
@@ -109,7 +109,7 @@ def test_an_ended_run_is_seeded_from_its_summary_and_trained_on_from_its_rows(tm
     w.set_progress(rid, 500, 5.0)
     full = figures.figures(w.steps(rid), w.evals(rid))
     w.end_run(rid, "finished", {"elapsed_s": 5.0, "figures": full.state()})
-    reader = R.SessionReader(SessionStore(tmp_path, readonly=True, create=False))
+    reader = SessionReader(SessionStore(tmp_path, readonly=True, create=False))
     sql: list[str] = []
     reader.store._conn.set_trace_callback(sql.append)
     row = reader.tick().runs[0]

@@ -314,7 +314,7 @@ class SessionReader:
 
     # --- studies ---------------------------------------------------------------------------
     def _read_study(self, study_id: int | None) -> dict[str, Any] | None:
-        from . import study as ab
+        from .study import table as study_table
         if study_id is None:
             return None
         known = {s["id"]: s for s in self._studies}
@@ -330,7 +330,7 @@ class SessionReader:
         if key != self._study_key:
             self._study_key = key
             # From the figures and hashes this reader keeps: no step row is read again.
-            study, rows = ab.table(
+            study, rows = study_table(
                 self.store, study_id,
                 figures_of=lambda r: {"status": self.rows[r].status, "steps": self.rows[r].step,
                                       **self.figures[r].as_dict()},

@@ -19,7 +19,7 @@ from textual.app import App
 from textual.message import Message
 from textual.worker import get_current_worker
 
-from ..core import study as ab
+from ..core.study import sweep_groups
 from ..core.plotdata import PlotOptions, plot_lines
 from ..core.reader import SessionReader, Snapshot
 from ..core.store import SessionStore
@@ -136,7 +136,7 @@ class Poller:
                     reader.invalidate()
                 snap = reader.tick(req.watched, req.study, req.checks_for)
                 if req.tab == "tab-plots":
-                    groups = ab.sweep_groups(snap.studies)
+                    groups = sweep_groups(snap.studies)
                     key = (req.plotted, req.options, tuple(groups),
                            tuple(snap.series[r].version for r in req.plotted
                                  if r in snap.series))

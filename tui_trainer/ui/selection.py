@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable
 
 from ..core import config
-from ..core import study as ab
+from ..core.study import sweep_groups
 from ..core.plotdata import X_AXES, PlotOptions
 
 SAVED_PLOT_OPTIONS = ("x", "smoothing", "last", "log_y")     # not the width: the terminal's
@@ -58,7 +58,7 @@ class Selection:
         """The seed sweep whose runs are marked (at least two of them), if one is."""
         if len(self.marked) < 2:
             return None
-        for name, members in ab.sweep_groups(tuple(studies)):
+        for name, members in sweep_groups(tuple(studies)):
             mine = [r for r in self.marked if r in members]
             if len(mine) >= 2:
                 return name, mine

@@ -19,7 +19,7 @@ from textual.widgets import Button, DataTable, Input, Label, Select, Static
 
 from ...core import config
 from ...core import presets
-from ...core import study as ab
+from ...core import study as studies
 from ...core.text import shown, shown_lines
 from .common import Table, Tick, plain
 from .launch import LaunchPanel
@@ -60,10 +60,10 @@ class ABPanel(Vertical):
             yield Input(placeholder="vary: KEY=V1,V2 KEY=V1 ...", id="ab-vary", compact=True)
         with Horizontal(classes="ab-bar"):
             yield Label("steps", classes="ab-label")
-            yield Input(str(ab.DEFAULT_STEPS), id="ab-steps", type="integer", compact=True,
+            yield Input(str(studies.DEFAULT_STEPS), id="ab-steps", type="integer", compact=True,
                         tooltip="optimizer steps of every run")
             yield Label("rounds", classes="ab-label")
-            yield Input(str(ab.DEFAULT_REPEATS), id="ab-repeats", type="integer",
+            yield Input(str(studies.DEFAULT_REPEATS), id="ab-repeats", type="integer",
                         compact=True, tooltip="rounds (A/B) or seeds (sweep): each arm "
                         "trains this many times, interleaved, round r with seed + r; an "
                         "interval and a verdict need 3 or more")
@@ -112,7 +112,7 @@ class ABPanel(Vertical):
         rows = study["rows"]
         notes = "".join(f"\n{r.label}: {r.note}" for r in rows if r.note)
         self.query_one("#ab-title", Static).update(Text(
-            ab.title_text(study, rows) + ". " + ab.method_text(study, rows)
+            studies.title_text(study, rows) + ". " + studies.method_text(study, rows)
             + (" Enter on a row pairs it with the base." if len(rows) > 1 else "")
             + (f" {shown(study['message'], 300)}" if study["message"] else "")
             + shown_lines(notes)))
@@ -120,11 +120,11 @@ class ABPanel(Vertical):
         cursor = table.cursor_row
         table.clear(columns=True)
         sweep = study["kind"] == "sweep"
-        heads = ab.headings(rows[0].rounds if rows else 1, sweep)
-        cols = ab.display_order(len(heads), rows[0].rounds if rows else 1, sweep)
+        heads = studies.headings(rows[0].rounds if rows else 1, sweep)
+        cols = studies.display_order(len(heads), rows[0].rounds if rows else 1, sweep)
         table.add_columns(*(heads[i] for i in cols))
         for r in rows:
-            cells = ab.row_cells(r, sweep, note_at="above")   # the notes are in the title
+            cells = studies.row_cells(r, sweep, note_at="above")   # the notes are in the title
             table.add_row(*(plain(cells[i], 60) for i in cols), key=str(r.position))
         if cursor < table.row_count:
             table.move_cursor(row=cursor)
@@ -144,7 +144,7 @@ class ABPanel(Vertical):
         if not isinstance(event.value, str):
             return
         try:
-            values, spec = ab.read_study_file(event.value)
+            values, spec = studies.read_study_file(event.value)
             cfg = config.from_dict(values)
         except config.ConfigError as e:
             self.notify(f"study not loaded: {e}", severity="error")
@@ -168,14 +168,14 @@ class ABPanel(Vertical):
         repeats = self.query_one("#ab-repeats", Input).value.strip()
         try:
             base = self.app.query_one(LaunchPanel).form.config()
-            vary = [] if sweep else ab.parse_vary(self.query_one("#ab-vary", Input).value
+            vary = [] if sweep else studies.parse_vary(self.query_one("#ab-vary", Input).value
                                                   .split())
             for key, text in (("steps", steps), ("rounds", repeats)):
                 if not text.isdigit() or int(text) < 1:
                     raise config.ConfigError(key, f"must be a whole number >= 1, got {text!r}")
             name = "sweep" if sweep else \
                 Path(file).stem if file else "+".join(k for k, _ in vary)
-            planned = ab.prepare(base, vary, int(steps), repeats=int(repeats), name=name,
+            planned = studies.prepare(base, vary, int(steps), repeats=int(repeats), name=name,
                                  file=file)
         except config.ConfigError as e:
             self.notify(f"study not started: {e}", severity="error")
