@@ -275,6 +275,20 @@ def build_parser() -> argparse.ArgumentParser:
                                      "read-only session)")
     sp.add_argument("--session", metavar="DIR")
     sp.add_argument("--json", action="store_true")
+
+    sp = sub.add_parser("explain", help="where two runs part, and why: the exact step, the "
+                                        "first operation, the setting",
+                        description="Replays runs A and B from their checkpoints to the first "
+                                    "step whose result differs, compares what went into it "
+                                    "(parameters, optimizer state, RNG states, the batch) and, "
+                                    "when that agrees, traces the step op by op to name the "
+                                    "first op whose output differs and the setting it "
+                                    "follows. Reads the session only. Exit status 0 when the "
+                                    "runs are identical, 3 when they part.")
+    sp.add_argument("a", type=int, metavar="A", help="a run id")
+    sp.add_argument("b", type=int, metavar="B", help="another run id")
+    sp.add_argument("--session", metavar="DIR")
+    sp.add_argument("--json", action="store_true")
     # The internal commands stay callable but are listed nowhere.
     sub._choices_actions = [a for a in sub._choices_actions
                             if a.dest not in INTERNAL_COMMANDS]
@@ -593,9 +607,19 @@ def cmd_ab(args: argparse.Namespace) -> int:
     return EXIT_STOPPED if status == "stopped" else EXIT_OK
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    from .core.explain import explanation_text
+    from .engine.explain import explain
+    with SessionStore(_session_dir(args), create=False, readonly=True) as store:
+        result = explain(store, args.a, args.b)
+    print(json.dumps(_json_safe(result)) if args.json else explanation_text(result))
+    return EXIT_OK if result["verdict"] == "identical" else EXIT_NOT_IDENTICAL
+
+
 COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": cmd_runs,
             "repro": cmd_repro, "export": cmd_export, "ab": cmd_ab, "sweep": cmd_ab,
-            "machine": cmd_machine, "join": cmd_join, "worker": cmd_worker}
+            "machine": cmd_machine, "join": cmd_join, "worker": cmd_worker,
+            "explain": cmd_explain}
 
 
 def _terminal_width() -> int | None:

@@ -1,0 +1,101 @@
+"""`tui-trainer explain A B`: real runs in a real session, replayed from their checkpoints in
+the real `explain` process; each case is a cause the explanation must name."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import QUICK, sets, tt
+
+# 12 steps, fingerprints every 5 (0, 5, 10, 12): the replay searches steps 1 to 5.
+SHORT = [*QUICK, "max_steps=12", "fingerprint_every=5"]
+
+
+def _runs(session, *variants: list[str]) -> None:
+    for extra in variants:
+        r = tt("run", "--session", str(session), *sets(*SHORT, *extra))
+        assert r.rc == 0, r.err
+
+
+def _explain(session, a: int = 1, b: int = 2):
+    r = tt("explain", str(a), str(b), "--session", str(session), "--json")
+    text = tt("explain", str(a), str(b), "--session", str(session))
+    assert text.rc == r.rc and text.err == "", text.err
+    return r.rc, (json.loads(r.out) if r.out.strip() else None), text.out.strip()
+
+
+def test_another_seed_parts_at_step_0_without_a_replay(tmp_path):
+    _runs(tmp_path, ["seed=1"], ["seed=2"])
+    rc, result, text = _explain(tmp_path)
+    assert rc == 3 and result["verdict"] == "initial" and "replay" not in result
+    assert text.startswith("Runs 1 (A) and 2 (B) part at step 0: their initial parameters "
+                           "differ (seed 1 vs 2)"), text
+
+
+def test_identical_runs_say_so_in_one_line_without_a_replay(tmp_path):
+    _runs(tmp_path, [], [])
+    rc, result, text = _explain(tmp_path)
+    assert rc == 0 and result["verdict"] == "identical" and "replay" not in result
+    assert text.count("\n") == 0 and "no divergence" in text and "4 common" in text
+
+
+def test_another_thread_count_is_named_down_to_the_op_and_the_setting(tmp_path):
+    """Same seed and data, 1 vs 2 threads: everything going into the first differing step
+    agrees, one op of it gives other bits on the same inputs, each thread count does so
+    every time, and switching num_threads alone turns A's result into B's."""
+    _runs(tmp_path, ["num_threads=1"], ["num_threads=2"])
+    rc, result, text = _explain(tmp_path)
+    assert rc == 3 and result["verdict"] == "op", result
+    assert result["last_identical"] < result["step"] <= result["first_different"]
+    assert result["replay"]["reproduced"] == [True, True]
+    op = result["op"]
+    assert op["inputs_agree"] and op["other"] is None
+    assert op["phase"] in ("forward", "backward") and op["name"].startswith("aten.")
+    assert op["module"].startswith("GrokkingNet") and "models.py" in op["source"]
+    assert op["difference"]["elements"] > 0 and op["difference"]["max_ulps"] > 0
+    assert op["why"] == {"self_consistent": [True, True], "kind": "setting",
+                         "follows": [{"key": "num_threads", "a": 1, "b": 2}]}
+    assert f"part at step {result['step']}, in the {op['phase']} of `" in text
+    assert "follows num_threads (1 vs 2)" in text and "deterministic on its own" in text
+
+
+def test_other_augmentation_draws_are_named_as_the_batch(tmp_path):
+    """seed_workers on vs off with two workers and numpy augmentation: the workers draw
+    other numbers, so the first batch already holds other pixels."""
+    extra = ["num_workers=2", "augment=numpy"]
+    _runs(tmp_path, [*extra, "seed_workers=true"], [*extra, "seed_workers=false"])
+    rc, result, text = _explain(tmp_path)
+    assert rc == 3 and result["verdict"] == "input" and result["step"] == 1, result
+    assert result["input"]["item"] == "batch" and result["input"]["samples"]
+    assert "the batch of step 1 differs" in text and "seed_workers True vs False" in text
+
+
+def test_runs_that_cannot_be_compared_or_replayed_are_refused_naming_why(tmp_path):
+    _runs(tmp_path, [], ["model=examples"],
+          ["num_threads=2", "keep_checkpoints=1", "checkpoint_every=2"])
+    r = tt("explain", "1", "2", "--session", str(tmp_path))
+    assert r.rc == 2 and "not comparable" in r.err and "model (grokking vs examples)" in r.err
+    r = tt("explain", "1", "3", "--session", str(tmp_path))
+    assert r.rc == 2 and "run 3 has no checkpoint at or before step 0" in r.err, r.err
+    assert "keep_checkpoints = 1" in r.err
+
+
+def test_a_resume_that_was_not_exact_is_named_by_the_state_it_lost(tmp_path):
+    """B is killed at step 7 and continued from its checkpoint at step 6, whose torch RNG
+    state was replaced (what a checkpoint that dropped it would do): B parts from A at step
+    7, and what differs going into it is that generator, not an op."""
+    import torch
+    _runs(tmp_path, ["checkpoint_every=3"])
+    killed = tt("run", "--session", str(tmp_path), "--kill-at-step", "7",
+                *sets(*SHORT, "checkpoint_every=3"))
+    assert killed.rc != 0
+    path = tmp_path / "checkpoints" / "run-2" / "step-00000006.pt"
+    state = torch.load(path, weights_only=True)
+    state["rng"]["torch"] = torch.Generator().manual_seed(99).get_state()
+    torch.save(state, path)
+    assert tt("resume", "2", "--session", str(tmp_path)).rc == 0
+    rc, result, text = _explain(tmp_path)
+    assert rc == 3 and result["verdict"] == "input", result
+    assert result["replay"]["from_checkpoints"] == [6, 6] and result["step"] == 7
+    assert result["input"] == {"item": "rng", "name": "torch"}
+    assert "the random state going into step 7 differs: torch's CPU generator" in text

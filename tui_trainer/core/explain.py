@@ -1,0 +1,130 @@
+"""The words of an explanation (engine/explain.py finds where two runs part and why; this
+says it, the same way in the command's output, the Divergence tab and exports)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Config keys that change which samples a step sees, or how they are augmented.
+DATA_ORDER_KEYS = ("seed", "seed_workers", "num_workers", "persistent_workers", "augment",
+                   "loader", "batch_size", "train_samples", "nproc", "nnodes")
+
+RNG_NAMES = {"torch": "torch's CPU generator", "cuda": "the CUDA generators",
+             "numpy": "numpy's global generator", "python": "Python's random",
+             "loader": "the DataLoader's shuffle generator"}
+
+
+def _n(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _config_changes(result: dict[str, Any], keys: tuple[str, ...] | None = None) -> str:
+    changes = [s for s in result.get("settings", ()) if s["of"] == "config"
+               and (keys is None or s["key"] in keys)]
+    return ", ".join(f"{s['key']} {s['a']} vs {s['b']}" for s in changes)
+
+
+def _op_text(op: dict[str, Any]) -> str:
+    where = op["module"].split(".", 1)[1] if "." in op["module"] else op["module"]
+    place = f"in the {op['phase']} of `{where}`" if where else f"in the {op['phase']}"
+    called = f", called from {op['source']}" if op.get("source") else ""
+    if op.get("other"):
+        other = op["other"]
+        return (f"{place}: A runs {op['name']} ({', '.join(op['dtypes'])}) where B runs "
+                f"{other['name']} ({', '.join(other['dtypes'])}){called}")
+    d = op.get("difference") or {}
+    outputs = len(op["outputs"])
+    text = (f"{place} ({op['name']}"
+            + (f", output {op['output'] + 1} of {outputs}" if outputs > 1 else "")
+            + f", {', '.join(op['dtypes'])} on {op['device']}{called})")
+    if "elements" in d:
+        text += (f": {'same' if op.get('inputs_agree') else 'different'} inputs, "
+                 f"{d['elements']:,} of {d['of']:,} elements differ")
+        if "max_abs" in d:
+            text += f" (at most {_n(d['max_abs'])}" + (
+                f", {d['max_ulps']:,} ULPs)" if "max_ulps" in d else ")")
+    return text
+
+
+def _why_text(why: dict[str, Any] | None) -> str:
+    if not why:
+        return ""
+    if why["kind"] == "nondeterministic":
+        which = [x for x, ok in zip("AB", why["self_consistent"]) if not ok]
+        return (f" Run twice on the same inputs, {' and '.join(which)}'s own results differ: "
+                "the op is nondeterministic on this device.")
+    if why["kind"] == "setting":
+        follows = "; ".join(f"{f['key']} ({f['a']} vs {f['b']})" for f in why["follows"])
+        return (" Each configuration is deterministic on its own; the difference follows "
+                f"{follows}.")
+    return (" Each configuration is deterministic on its own, and no single setting "
+            "switched reproduces B's result.")
+
+
+def _input_text(step: int, item: dict[str, Any], result: dict[str, Any]) -> str:
+    kind = item["item"]
+    if kind == "batch":
+        samples = item.get("samples", [])
+        shown = ", ".join(map(str, samples[:8])) + (", ..." if len(samples) > 8 else "")
+        how = ("the same samples in another order" if item.get("same_samples_reordered")
+               else f"{len(samples)} of {item.get('of', '?')} samples differ ({shown})")
+        cause = _config_changes(result, DATA_ORDER_KEYS)
+        return (f"the batch of step {step} differs: {how}"
+                + (f" in micro-batch {item['micro_batch'] + 1}" if item.get("micro_batches", 1)
+                   > 1 else "")
+                + (f"; what the batch holds follows {cause}" if cause else "") + ".")
+    if kind == "rng":
+        source = item["name"].split(".")[0]
+        return (f"the random state going into step {step} differs: "
+                f"{RNG_NAMES.get(source, source)} ({item['name']}).")
+    if kind == "position":
+        a, b = item["a"], item["b"]
+        return (f"the two replays are at different places going into step {step}: A at "
+                f"epoch {a['epoch']} batch {a['batch_in_epoch']}, B at epoch {b['epoch']} "
+                f"batch {b['batch_in_epoch']}.")
+    names = {"params": "the parameters", "buffers": "the buffers",
+             "optimizer": "the optimizer state"}
+    return f"{names.get(kind, kind)} going into step {step} differ (first: {item['name']})."
+
+
+def explanation_text(result: dict[str, Any]) -> str:
+    """One paragraph: where the runs part and why, then the evidence and its cost."""
+    a, b = result["runs"]
+    head = f"Runs {a} (A) and {b} (B)"
+    cost = f" Cost: {result['cost_s']:.1f} s." if "cost_s" in result else ""
+    verdict = result["verdict"]
+    if verdict == "identical":
+        return (f"{head}: no divergence: bit-identical at all {result['compared']} common "
+                f"fingerprints (up to step {result['up_to']}); nothing replayed.")
+    if verdict == "initial":
+        changes = _config_changes(result, ("seed", "model")) or _config_changes(result)
+        return (f"{head} part at step 0: their initial parameters differ"
+                + (f" ({changes})" if changes else "") + "; no replay needed." + cost)
+    last, first = result.get("last_identical"), result.get("first_different")
+    between = (f"identical at step {last}, different at step {first}" if last is not None
+               else f"different at step {first}")
+    if verdict == "not_replayed":
+        return f"{head}: parameter hashes {between}; {result['reason']}." + cost
+    replay = result.get("replay") or {}
+    starts = replay.get("from_checkpoints", [])
+    evidence = (f" Replayed from the checkpoints at steps {starts[0]} (A) and {starts[1]} (B), "
+                f"which reproduced the recorded hashes at step {first}." if starts else "")
+    if verdict == "not_reproduced":
+        who = " and ".join(x for x, ok in zip("AB", replay.get("reproduced", ())) if not ok)
+        return (f"{head}: parameter hashes {between}, but replaying {who} from its checkpoint "
+                f"did not reproduce its recorded hash at step {first}: its bits depend on "
+                "something its checkpoint does not hold (another machine, thread count or "
+                "library), so the step cannot be pinned down here." + cost)
+    step = result["step"]
+    gap = (first - last) if last is not None else first
+    hint = (f" The fingerprints were {gap} steps apart; a smaller fingerprint_every shortens "
+            "the replay." if gap > 100 else "")
+    if verdict == "input":
+        return f"{head} part at step {step}: " + _input_text(step, result["input"], result) \
+            + evidence + hint + cost
+    if verdict == "op":
+        op = result["op"]
+        return (f"{head} part at step {step}, {_op_text(op)}." + _why_text(op.get("why"))
+                + evidence + hint + cost)
+    return (f"{head} part at step {step}, yet everything going into it and every op of it "
+            "agree: the difference comes from outside the traced step." + evidence + cost)

@@ -1,0 +1,556 @@
+"""Where two runs part, and why (`tui-trainer explain A B`).
+
+1. The exact step. The fingerprints say between which two recorded steps the parameters
+   parted. Each run is replayed from its newest checkpoint at or before the last agreeing
+   fingerprint (a checkpoint continues a run exactly, and `Trainer.step` is the code that
+   trained it), its parameters hashed after every step, up to the first differing
+   fingerprint; the replay must reproduce that recorded hash, or it proves nothing.
+2. What went into that step, for each run: the position, parameters, buffers, optimizer
+   state, RNG states and the batch. The first item that differs is the answer.
+3. When everything going in is bit-identical, the step was traced (a TorchDispatchMode:
+   every aten op of forward, backward and optimizer, with a SHA-256 of each output's bytes,
+   order-sensitive), and the first op whose outputs differ is named: the op, the phase, the
+   module and parameters it works on, the source line, and how large the difference is.
+4. Why: that op is run again, twice, on its recorded inputs under each run's settings.
+   Outputs that differ within one run's settings: nondeterministic on this device. Each
+   self-consistent but the two different: each setting that differs is switched, one at a
+   time, to find the one the difference follows.
+
+The answer is a plain dict; core.explain puts it in words.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ..core import config
+from ..core.errors import BadInput
+from ..core.store import SessionStore
+from .checkpoint import load_checkpoint
+from .knobs import capture_rng, param_fingerprint
+from .train import Step, Trainer
+
+TORCH_DIR = os.path.dirname(torch.__file__)
+HERE = __file__
+
+# Ops whose output is memory not yet written: its bytes mean nothing.
+UNINITIALISED = {"aten.empty.memory_format", "aten.empty_like.default",
+                 "aten.new_empty.default", "aten.empty_strided.default",
+                 "aten.new_empty_strided.default"}
+
+# Knobs that can choose another kernel or summation order for the same op on the same
+# inputs, with how to set each while an op is run again (config key, settings key, setter).
+SWITCHES: list[tuple[str, str, Callable[[Any], None]]] = [
+    ("num_threads", "num_threads", lambda v: torch.set_num_threads(int(v))),
+    ("deterministic", "deterministic_algorithms",
+     lambda v: torch.use_deterministic_algorithms(bool(v))),
+    ("cudnn_benchmark", "cudnn_benchmark",
+     lambda v: setattr(torch.backends.cudnn, "benchmark", bool(v))),
+    ("cudnn_deterministic", "cudnn_deterministic",
+     lambda v: setattr(torch.backends.cudnn, "deterministic", bool(v))),
+]
+
+
+def tensor_hash(t: torch.Tensor) -> str:
+    """SHA-256 of a tensor's bytes in its logical (contiguous) order, with dtype and shape:
+    bitwise and order-sensitive."""
+    t = t.detach()
+    h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
+    if t.layout == torch.strided and t.numel():
+        flat = t.to("cpu").contiguous().reshape(-1)
+        flat = flat.to(torch.uint8) if flat.dtype == torch.bool else flat.view(torch.uint8)
+        h.update(flat.numpy().tobytes())
+    return h.hexdigest()[:24]
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+@dataclass
+class Op:
+    index: int
+    name: str
+    phase: str                      # forward, backward or optimizer
+    module: str                     # where in the model ("" where none says)
+    params: list[str]               # parameters (or their gradients) it reads or writes
+    source: str                     # the line that called it
+    inputs: list[str]
+    outputs: list[str]
+    dtypes: list[str]
+    device: str
+    args: Any = None                # its inputs, kept to run it again
+    out: list[torch.Tensor] = field(default_factory=list)
+    func: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("args", "out", "func")}
+
+
+def _caller(skip: tuple[str, ...]) -> str:
+    """The innermost frame outside torch and this module: where the model or the loop
+    called the op."""
+    f = sys._getframe(2)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not name.startswith(TORCH_DIR) and name not in skip:
+            return f"{_short(name)}:{f.f_lineno} ({f.f_code.co_name})"
+        f = f.f_back
+    return ""
+
+
+def _short(path: str) -> str:
+    parts = Path(path).parts
+    return "/".join(parts[parts.index("tui_trainer"):]) if "tui_trainer" in parts else path
+
+
+def _from_traceback(frames: list[str] | None) -> str:
+    """The forward's calling line of a backward node (autograd's anomaly mode keeps the
+    stack of the op that made the node)."""
+    for frame in reversed(frames or []):
+        head = frame.strip().splitlines()[0] if frame.strip() else ""
+        if head.startswith('File "') and TORCH_DIR not in head and HERE not in head:
+            path, _, rest = head[6:].partition('", line ')
+            line, _, func = rest.partition(", in ")
+            return f"{_short(path)}:{line} ({func})"
+    return ""
+
+
+class Trace(TorchDispatchMode):
+    """Every aten op of one training step, in order, with the hashes of its inputs and
+    outputs; views and not-yet-written memory are left out (they carry no new bits)."""
+
+    def __init__(self, model: torch.nn.Module, keep_args: bool = True) -> None:
+        super().__init__()
+        self.ops: list[Op] = []
+        self.keep_args = keep_args
+        self.names = {m: n for n, m in model.named_modules()}
+        self.root = type(model).__name__
+        self.param_of = {p.data_ptr(): n for n, p in model.named_parameters()}
+        self.model = model
+        self.stack: list[str] = []
+        self.after_backward = False
+        self._hooks: list[Any] = []
+
+    def __enter__(self) -> "Trace":
+        def enter(m: torch.nn.Module, _args: Any) -> None:
+            self.stack.append(self._path(m))
+
+        def leave(m: torch.nn.Module, _args: Any, _out: Any) -> None:
+            if self.stack:                  # (a hook that returns something replaces the
+                self.stack.pop()            # module's output)
+        self._hooks = [torch.nn.modules.module.register_module_forward_pre_hook(enter),
+                       torch.nn.modules.module.register_module_forward_hook(leave)]
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        for h in self._hooks:
+            h.remove()
+        super().__exit__(*exc)
+
+    def _path(self, m: torch.nn.Module) -> str:
+        name = self.names.get(m)
+        return self.root if not name else f"{self.root}.{name}"
+
+    def _params(self, tensors: list[torch.Tensor]) -> list[str]:
+        grads = {p.grad.data_ptr(): n for n, p in self.model.named_parameters()
+                 if p.grad is not None}
+        out = []
+        for t in tensors:
+            try:
+                ptr = t.untyped_storage().data_ptr()
+            except (RuntimeError, NotImplementedError):
+                continue
+            name = self.param_of.get(ptr) or (grads[ptr] + " (grad)" if ptr in grads else None)
+            if name and name not in out:
+                out.append(name)
+        return out
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+        kwargs = kwargs or {}
+        name = str(func)
+        skip = func.is_view or name in UNINITIALISED
+        ins = _tensors((args, kwargs)) if not skip else []
+        in_hashes = [tensor_hash(t) for t in ins]
+        kept = tree_map(lambda a: a.detach().clone() if isinstance(a, torch.Tensor) else a,
+                        (args, kwargs)) if self.keep_args and not skip else None
+        out = func(*args, **kwargs)
+        if skip:
+            return out
+        outs = _tensors(out)
+        node = torch._C._current_autograd_node() \
+            if torch._C._current_graph_task_id() != -1 else None
+        if node is not None:
+            phase, self.after_backward = "backward", True
+            module, source = _node_module(node, self.root), \
+                _from_traceback(node.metadata.get("traceback_"))
+        else:
+            phase = "optimizer" if self.after_backward else "forward"
+            module = self.stack[-1] if self.stack else ""
+            source = _caller((HERE,))
+        params = self._params(ins + outs)
+        self.ops.append(Op(
+            index=len(self.ops), name=name, phase=phase, module=module, params=params,
+            source=source, inputs=in_hashes, outputs=[tensor_hash(t) for t in outs],
+            dtypes=[str(t.dtype).replace("torch.", "") for t in outs],
+            device=str(outs[0].device) if outs else "", args=kept,
+            out=[t.detach().clone() for t in outs], func=func))
+        return out
+
+
+def _node_module(node: Any, root: str) -> str:
+    """The module of a backward node: the one whose parameters it feeds (through at most
+    two nodes: AddmmBackward0 -> TBackward0 -> AccumulateGrad of fc2.weight)."""
+    names: list[str] = []
+
+    def walk(n: Any, depth: int) -> None:
+        if n is None or depth > 2:
+            return
+        var = getattr(n, "variable", None)
+        if var is not None and getattr(var, "_explain_name", None):
+            names.append(var._explain_name)
+        for nxt, _ in n.next_functions:
+            walk(nxt, depth + 1)
+    walk(node, 0)
+    modules = sorted({n.rsplit(".", 1)[0] for n in names})
+    return f"{root}.{modules[0]}" if len(modules) == 1 else ""
+
+
+# --- replaying a run ------------------------------------------------------------------------
+
+@dataclass
+class Side:
+    """One of the two runs: its row, config and the checkpoint its replay starts from."""
+    run: dict[str, Any]
+    cfg: config.RunConfig
+    checkpoint_step: int
+    state: dict[str, Any]
+
+    @property
+    def threads(self) -> int:
+        return int((self.run["settings"] or {}).get("num_threads") or torch.get_num_threads())
+
+
+def _trainer(side: Side) -> Trainer:
+    """A trainer positioned at the side's checkpoint, with its run's knobs applied (the
+    thread count the run really had, whatever its config said)."""
+    torch.set_num_threads(side.threads)
+    # A copy: the optimizer takes the checkpoint's tensors as they are (momentum buffers
+    # included) and updates them in place, and the next replay must start from the file.
+    trainer = Trainer(side.cfg, checkpoint=copy.deepcopy(side.state))
+    trainer.setup()
+    trainer.attach(None, side.run["id"], None)
+    trainer.model.train()
+    for n, p in trainer.model.named_parameters():
+        p._explain_name = n                     # for the backward nodes' modules (Trace)
+    return trainer
+
+
+def replay_hashes(side: Side, until: int) -> dict[int, str]:
+    """The parameters' hash after every step from the checkpoint to `until`."""
+    trainer = _trainer(side)
+    hashes: dict[int, str] = {}
+    for batch in trainer.steps():
+        trainer.step(batch)
+        hashes[trainer.pos.step] = param_fingerprint(trainer.model)[0]
+        if trainer.pos.step >= until:
+            break
+    return hashes
+
+
+@dataclass
+class Inputs:
+    """What went into one step."""
+    position: dict[str, int]
+    params: dict[str, str]
+    buffers: dict[str, str]
+    optimizer: dict[str, str]
+    rng: dict[str, str]
+    batch: list[tuple[list[str], list[str]]]       # per micro-batch: per-sample x, y hashes
+    labels: list[list[int]]
+
+
+def _state_hashes(state: Any, prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    if isinstance(state, dict):
+        for k, v in state.items():
+            out.update(_state_hashes(v, f"{prefix}{k}."))
+    elif isinstance(state, (list, tuple)):
+        for i, v in enumerate(state):
+            out.update(_state_hashes(v, f"{prefix}{i}."))
+    elif isinstance(state, torch.Tensor):
+        out[prefix.rstrip(".")] = tensor_hash(state)
+    elif state is not None:
+        out[prefix.rstrip(".")] = hashlib.sha256(repr(state).encode()).hexdigest()[:24]
+    return out
+
+
+def _recording(micro: Iterator[Any], into: list[Any]) -> Iterator[Any]:
+    for x, y in micro:
+        into.append((x.detach().clone(), y.detach().clone()))
+        yield x, y
+
+
+@dataclass
+class Capture:
+    inputs: Inputs
+    ops: list[Op]
+    grads: dict[str, str]
+
+
+def capture_step(side: Side, step: int) -> Capture:
+    """Replays the side to just before `step`, records what goes into it, traces it, and
+    hashes the gradients it made."""
+    trainer = _trainer(side)
+    for batch in trainer.steps():
+        if trainer.pos.step + 1 < step:
+            trainer.step(batch)
+            continue
+        p = trainer.pos
+        position = {"step": p.step, "epoch": p.epoch, "batch_in_epoch": p.batch}
+        params = _state_hashes(dict(trainer.model.named_parameters()))
+        buffers = _state_hashes(dict(trainer.model.named_buffers()))
+        optimizer = _state_hashes({"optimizer": trainer.optimizer.state_dict(),
+                                   "scheduler": trainer.scheduler.state_dict(),
+                                   "scaler": trainer.scaler.state_dict()})
+        rng = _state_hashes(capture_rng(trainer.loaders.generator, trainer.cuda))
+        grads: dict[str, str] = {}
+
+        def keep_grads(optimizer: Any, args: Any, kwargs: Any) -> None:
+            grads.update({n: tensor_hash(q.grad) for n, q in trainer.model.named_parameters()
+                          if q.grad is not None and n not in grads})
+        hook = trainer.optimizer.register_step_pre_hook(keep_grads)
+        micro: list[Any] = []
+        try:
+            with torch.autograd.set_detect_anomaly(True, check_nan=False), \
+                    Trace(trainer.model) as trace:
+                trainer.step(Step(batch.size, _recording(batch.micro_batches, micro)))
+        finally:
+            hook.remove()
+        inputs = Inputs(
+            position=position, params=params, buffers=buffers, optimizer=optimizer, rng=rng,
+            batch=[([tensor_hash(s) for s in x], [tensor_hash(s) for s in y])
+                   for x, y in micro],
+            labels=[y.tolist() for _, y in micro])
+        return Capture(inputs, trace.ops, grads)
+    raise BadInput(f"run {side.run['id']} ends before step {step}")
+
+
+def replay_start(store: SessionStore, runs: list[dict[str, Any]], last: int,
+                 first: int) -> int:
+    """The step both replays start at or before: the last agreeing fingerprint, or the
+    latest resume of either run between it and the first differing one (the steps after a
+    resume are its checkpoint's, not those of an older checkpoint of that run)."""
+    resumed = [e["step"] for r in runs for e in store.events(r["id"], "resumed")
+               if e["step"] is not None and last < e["step"] < first]
+    return max([last, *resumed])
+
+
+def load_side(store: SessionStore, run: dict[str, Any], start: int) -> Side:
+    """The run's newest checkpoint at or before `start`, loaded (weights only)."""
+    cfg = config.from_dict(run["config"])
+    kept = [c for c in store.usable_checkpoints(run["id"]) if c["step"] <= start]
+    if not kept:
+        steps = sorted(c["step"] for c in store.usable_checkpoints(run["id"]))
+        raise BadInput(
+            f"run {run['id']} has no checkpoint at or before step {start}, where the "
+            f"replay must start (it keeps steps {', '.join(map(str, steps)) or 'none'}; "
+            f"keep_checkpoints = {cfg.keep_checkpoints} keeps only the newest ones: raise it "
+            "for runs you want explained)")
+    newest = kept[0]
+    return Side(run=run, cfg=cfg, checkpoint_step=newest["step"],
+                state=load_checkpoint(newest["path"]))
+
+
+# --- why an op differs ----------------------------------------------------------------------
+
+def _apply(side: Side, switched: tuple[str, Any] | None = None) -> None:
+    """The side's process-wide knobs (one of them switched to another value)."""
+    for key, _, setter in SWITCHES:
+        setter(switched[1] if switched and switched[0] == key else _knob(side, key))
+
+
+def _knob(side: Side, key: str) -> Any:
+    return {"num_threads": side.threads, "deterministic": side.cfg.deterministic != "off",
+            "cudnn_benchmark": side.cfg.cudnn_benchmark,
+            "cudnn_deterministic": side.cfg.cudnn_deterministic}[key]
+
+
+def _run_again(op: Op) -> list[str]:
+    args, kwargs = tree_map(lambda a: a.clone() if isinstance(a, torch.Tensor) else a, op.args)
+    return [tensor_hash(t) for t in _tensors(op.func(*args, **kwargs))]
+
+
+def why(op_a: Op, op_b: Op, a: Side, b: Side) -> dict[str, Any]:
+    """Runs the op again on its recorded inputs: twice under each side's settings, then
+    under A's with each differing knob switched to B's value."""
+    consistent = []
+    for op, side in ((op_a, a), (op_b, b)):
+        _apply(side)
+        consistent.append(_run_again(op) == _run_again(op) == op.outputs)
+    out: dict[str, Any] = {"self_consistent": consistent, "follows": []}
+    if not all(consistent):
+        out["kind"] = "nondeterministic"
+    else:
+        for key, _, _ in SWITCHES:
+            va, vb = _knob(a, key), _knob(b, key)
+            if va == vb:
+                continue
+            _apply(a, (key, vb))
+            if _run_again(op_a) == op_b.outputs:
+                out["follows"].append({"key": key, "a": va, "b": vb})
+        out["kind"] = "setting" if out["follows"] else "unknown"
+    _apply(a)
+    return out
+
+
+def difference(x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+    """How two outputs of one op differ: elements, largest absolute difference, ULPs."""
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return {"shapes": [list(x.shape), list(y.shape)],
+                "dtypes": [str(x.dtype).replace("torch.", ""), str(y.dtype).replace("torch.", "")]}
+    x, y = x.detach().cpu().contiguous(), y.detach().cpu().contiguous()
+    ne = x != y
+    out: dict[str, Any] = {"elements": int(ne.sum()), "of": x.numel()}
+    if x.is_floating_point():
+        out["max_abs"] = float((x.double() - y.double()).abs().max())
+        ints = {torch.float32: torch.int32, torch.float64: torch.int64,
+                torch.float16: torch.int16, torch.bfloat16: torch.int16}.get(x.dtype)
+        if ints is not None:
+            xi, yi = x.view(ints).long(), y.view(ints).long()
+            # ordered integers: negative floats count down from the sign bit
+            top = 1 << (torch.finfo(x.dtype).bits - 1)
+            xi = torch.where(xi < 0, -top - xi, xi)
+            yi = torch.where(yi < 0, -top - yi, yi)
+            out["max_ulps"] = int((xi - yi).abs().max())
+    return out
+
+
+# --- the whole explanation ------------------------------------------------------------------
+
+COMPARED_KEYS = ("model", "dataset", "train_samples", "eval_samples")
+
+
+def _first(a: dict[str, str], b: dict[str, str]) -> str | None:
+    for k in list(a) + [k for k in b if k not in a]:
+        if a.get(k) != b.get(k):
+            return k
+    return None
+
+
+def first_differing_input(ca: Capture, cb: Capture) -> dict[str, Any] | None:
+    ia, ib = ca.inputs, cb.inputs
+    if ia.position != ib.position:
+        return {"item": "position", "a": ia.position, "b": ib.position}
+    for item in ("params", "buffers", "optimizer"):
+        key = _first(getattr(ia, item), getattr(ib, item))
+        if key is not None:
+            return {"item": item, "name": key}
+    if ia.batch != ib.batch:
+        detail: dict[str, Any] = {"item": "batch", "micro_batches": len(ia.batch)}
+        for m, ((xa, ya), (xb, yb)) in enumerate(zip(ia.batch, ib.batch)):
+            if (xa, ya) != (xb, yb):
+                diff = [i for i in range(max(len(xa), len(xb)))
+                        if i >= len(xa) or i >= len(xb) or xa[i] != xb[i] or ya[i] != yb[i]]
+                same_set = sorted(zip(xa, ya)) == sorted(zip(xb, yb))
+                detail.update(micro_batch=m, samples=diff, of=len(xa),
+                              same_samples_reordered=same_set,
+                              labels_a=[ia.labels[m][i] for i in diff[:8] if i < len(xa)],
+                              labels_b=[ib.labels[m][i] for i in diff[:8] if i < len(xb)])
+                break
+        return detail
+    key = _first(ia.rng, ib.rng)
+    if key is not None:
+        return {"item": "rng", "name": key}
+    return None
+
+
+def explain(store: SessionStore, a_id: int, b_id: int) -> dict[str, Any]:
+    """Where runs A and B part and why, as a plain dict (core.explain words it)."""
+    t0 = time.perf_counter()
+    ra, rb = store.run(a_id), store.run(b_id)
+    ca, cb = ra["config"] or {}, rb["config"] or {}
+    apart = [k for k in COMPARED_KEYS if ca.get(k) != cb.get(k)]
+    if apart:
+        raise BadInput(f"runs {a_id} and {b_id} are not comparable: they differ in "
+                       + ", ".join(f"{k} ({ca.get(k)} vs {cb.get(k)})" for k in apart))
+    fa, fb = (dict((f["step"], f["sha256"]) for f in store.fingerprints(r))
+              for r in (a_id, b_id))
+    common = sorted(set(fa) & set(fb))
+    out: dict[str, Any] = {"runs": [a_id, b_id], "compared": len(common),
+                           "settings": _settings_differ(ra, rb)}
+    if not common:
+        raise BadInput(f"runs {a_id} and {b_id} have no fingerprint at a common step yet")
+    differ = [s for s in common if fa[s] != fb[s]]
+    if not differ:
+        out.update(verdict="identical", up_to=common[-1], cost_s=time.perf_counter() - t0)
+        return out
+    first = differ[0]
+    last = max((s for s in common if s < first), default=None)
+    out.update(first_different=first, last_identical=last)
+    if first == 0:
+        out.update(verdict="initial", step=0, cost_s=time.perf_counter() - t0)
+        return out
+    world = [int((r["settings"] or {}).get("world_size") or 1) for r in (ra, rb)]
+    if max(world) > 1:
+        out.update(verdict="not_replayed", step=None, cost_s=time.perf_counter() - t0,
+                   reason=f"data-parallel runs ({world[0]} and {world[1]} processes) are not "
+                   "replayed in one process yet")
+        return out
+    start = replay_start(store, [ra, rb], last, first)
+    sides = [load_side(store, r, start) for r in (ra, rb)]
+    hashes = [replay_hashes(side, first) for side in sides]
+    reproduced = [h.get(first) == f[first] for h, f in zip(hashes, (fa, fb))]
+    out["replay"] = {"from_checkpoints": [s.checkpoint_step for s in sides],
+                     "steps": [len(h) for h in hashes], "reproduced": reproduced}
+    if not all(reproduced):
+        out.update(verdict="not_reproduced", cost_s=time.perf_counter() - t0)
+        return out
+    both = max(side.checkpoint_step for side in sides)
+    step = next(s for s in range(both + 1, first + 1) if hashes[0][s] != hashes[1][s])
+    out["step"] = step
+    captures = [capture_step(side, step) for side in sides]
+    differing = first_differing_input(*captures)
+    if differing is not None:
+        out.update(verdict="input", input=differing, cost_s=time.perf_counter() - t0)
+        return out
+    oa, ob = captures[0].ops, captures[1].ops
+    for i in range(min(len(oa), len(ob))):
+        x, y = oa[i], ob[i]
+        if x.name != y.name or x.dtypes != y.dtypes or x.outputs != y.outputs:
+            break
+    else:
+        out.update(verdict="unexplained", cost_s=time.perf_counter() - t0)
+        return out
+    op = {**x.to_dict(), "other": y.to_dict() if (x.name, x.dtypes) != (y.name, y.dtypes)
+          else None, "inputs_agree": x.inputs == y.inputs}
+    if op["other"] is None:
+        k = next(j for j, (h1, h2) in enumerate(zip(x.outputs, y.outputs)) if h1 != h2)
+        op["output"] = k
+        op["difference"] = difference(x.out[k], y.out[k])
+        op["why"] = why(x, y, *sides) if x.inputs == y.inputs else None
+    grads = [k for k in captures[0].grads if captures[0].grads[k] != captures[1].grads.get(k)]
+    out.update(verdict="op", op=op, gradients_differ=grads, cost_s=time.perf_counter() - t0)
+    return out
+
+
+def _settings_differ(ra: dict[str, Any], rb: dict[str, Any]) -> list[dict[str, Any]]:
+    sa, sb = ra["settings"] or {}, rb["settings"] or {}
+    ca, cb = ra["config"] or {}, rb["config"] or {}
+    out = []
+    for source, x, y in (("config", ca, cb), ("effective", sa, sb)):
+        for k in sorted(set(x) | set(y)):
+            if x.get(k) != y.get(k) and k not in ("name",):
+                out.append({"key": k, "a": x.get(k), "b": y.get(k), "of": source})
+    return out
