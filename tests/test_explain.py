@@ -99,3 +99,24 @@ def test_a_resume_that_was_not_exact_is_named_by_the_state_it_lost(tmp_path):
     assert result["replay"]["from_checkpoints"] == [6, 6] and result["step"] == 7
     assert result["input"] == {"item": "rng", "name": "torch"}
     assert "the random state going into step 7 differs: torch's CPU generator" in text
+
+
+def test_autocast_is_named_at_its_first_op_with_the_dtypes(tmp_path):
+    _runs(tmp_path, [], ["amp=bf16"])
+    rc, result, text = _explain(tmp_path)
+    op = result["op"]
+    assert rc == 3 and result["verdict"] == "op" and op["phase"] == "forward", result
+    assert op["other"] is not None and "bfloat16" in op["other"]["dtypes"]
+    assert "float32" in op["dtypes"] and "bfloat16" not in op["dtypes"]
+    assert f"A runs {op['name']} (float32) where B runs {op['other']['name']} (bfloat16)" \
+        in text
+
+
+def test_channels_last_is_named_as_the_layout_the_difference_follows(tmp_path):
+    _runs(tmp_path, [], ["channels_last=true"])
+    rc, result, text = _explain(tmp_path)
+    op = result["op"]
+    assert rc == 3 and result["verdict"] == "op" and op["inputs_agree"], result
+    assert not op["same_strides"] and op["why"]["follows"] == [
+        {"key": "channels_last", "a": False, "b": True}]
+    assert "same input values in another memory layout" in text

@@ -608,10 +608,12 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from .core.explain import explanation_text
-    from .engine.explain import explain
+    from .core.explain import explanation_text, locate
     with SessionStore(_session_dir(args), create=False, readonly=True) as store:
-        result = explain(store, args.a, args.b)
+        result = locate(store, args.a, args.b)      # what the fingerprints say
+        if result["verdict"] == "replay":           # torch only where a replay is needed
+            from .engine.explain import explain
+            result = explain(store, args.a, args.b)
     print(json.dumps(_json_safe(result)) if args.json else explanation_text(result))
     return EXIT_OK if result["verdict"] == "identical" else EXIT_NOT_IDENTICAL
 

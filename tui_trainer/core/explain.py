@@ -3,7 +3,11 @@ says it, the same way in the command's output, the Divergence tab and exports)."
 
 from __future__ import annotations
 
+import time
 from typing import Any
+
+from .errors import BadInput
+from .store import SessionStore
 
 # Config keys that change which samples a step sees, or how they are augmented.
 DATA_ORDER_KEYS = ("seed", "seed_workers", "num_workers", "persistent_workers", "augment",
@@ -12,6 +16,58 @@ DATA_ORDER_KEYS = ("seed", "seed_workers", "num_workers", "persistent_workers", 
 RNG_NAMES = {"torch": "torch's CPU generator", "cuda": "the CUDA generators",
              "numpy": "numpy's global generator", "python": "Python's random",
              "loader": "the DataLoader's shuffle generator"}
+
+
+# Runs that differ in these are not two configurations of one training.
+COMPARED_KEYS = ("model", "dataset", "train_samples", "eval_samples")
+
+
+def locate(store: SessionStore, a_id: int, b_id: int) -> dict[str, Any]:
+    """What the recorded fingerprints say of runs A and B: identical, parted at step 0, not
+    replayable (data-parallel), or "replay" between the last agreeing and the first
+    differing fingerprint (engine.explain goes on from there). Refuses runs that are not
+    comparable."""
+    t0 = time.perf_counter()
+    ra, rb = store.run(a_id), store.run(b_id)
+    ca, cb = ra["config"] or {}, rb["config"] or {}
+    apart = [k for k in COMPARED_KEYS if ca.get(k) != cb.get(k)]
+    if apart:
+        raise BadInput(f"runs {a_id} and {b_id} are not comparable: they differ in "
+                       + ", ".join(f"{k} ({ca.get(k)} vs {cb.get(k)})" for k in apart))
+    fa, fb = (dict((f["step"], f["sha256"]) for f in store.fingerprints(r))
+              for r in (a_id, b_id))
+    common = sorted(set(fa) & set(fb))
+    if not common:
+        raise BadInput(f"runs {a_id} and {b_id} have no fingerprint at a common step yet")
+    out: dict[str, Any] = {"runs": [a_id, b_id], "compared": len(common),
+                           "settings": settings_differ(ra, rb)}
+    differ = [s for s in common if fa[s] != fb[s]]
+    if not differ:
+        out.update(verdict="identical", up_to=common[-1], cost_s=time.perf_counter() - t0)
+        return out
+    first = differ[0]
+    last = max((s for s in common if s < first), default=None)
+    out.update(first_different=first, last_identical=last, verdict="replay")
+    world = [int((r["settings"] or {}).get("world_size") or 1) for r in (ra, rb)]
+    if first == 0:
+        out.update(verdict="initial", step=0)
+    elif max(world) > 1:
+        out.update(verdict="not_replayed", step=None,
+                   reason=f"data-parallel runs ({world[0]} and {world[1]} processes) are not "
+                   "replayed in one process yet")
+    out["cost_s"] = time.perf_counter() - t0
+    return out
+
+
+def settings_differ(ra: dict[str, Any], rb: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every config key and effective setting in which the two runs differ."""
+    out = []
+    for source, key in (("config", "config"), ("effective", "settings")):
+        x, y = ra[key] or {}, rb[key] or {}
+        for k in sorted(set(x) | set(y)):
+            if x.get(k) != y.get(k):
+                out.append({"key": k, "a": x.get(k), "b": y.get(k), "of": source})
+    return out
 
 
 def _n(x: float) -> str:
@@ -38,7 +94,9 @@ def _op_text(op: dict[str, Any]) -> str:
             + (f", output {op['output'] + 1} of {outputs}" if outputs > 1 else "")
             + f", {', '.join(op['dtypes'])} on {op['device']}{called})")
     if "elements" in d:
-        text += (f": {'same' if op.get('inputs_agree') else 'different'} inputs, "
+        same = ("same inputs" if op.get("same_strides", True) else
+                "same input values in another memory layout")
+        text += (f": {same if op.get('inputs_agree') else 'different inputs'}, "
                  f"{d['elements']:,} of {d['of']:,} elements differ")
         if "max_abs" in d:
             text += f" (at most {_n(d['max_abs'])}" + (

@@ -36,6 +36,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ..core import config
 from ..core.errors import BadInput
+from ..core.explain import locate
 from ..core.store import SessionStore
 from .checkpoint import load_checkpoint
 from .knobs import capture_rng, param_fingerprint
@@ -87,6 +88,7 @@ class Op:
     params: list[str]               # parameters (or their gradients) it reads or writes
     source: str                     # the line that called it
     inputs: list[str]
+    strides: list[list[int]]         # the inputs' memory layouts (they can choose the kernel)
     outputs: list[str]
     dtypes: list[str]
     device: str
@@ -202,7 +204,8 @@ class Trace(TorchDispatchMode):
         params = self._params(ins + outs)
         self.ops.append(Op(
             index=len(self.ops), name=name, phase=phase, module=module, params=params,
-            source=source, inputs=in_hashes, outputs=[tensor_hash(t) for t in outs],
+            source=source, inputs=in_hashes, strides=[list(t.stride()) for t in ins],
+            outputs=[tensor_hash(t) for t in outs],
             dtypes=[str(t.dtype).replace("torch.", "") for t in outs],
             device=str(outs[0].device) if outs else "", args=kept,
             out=[t.detach().clone() for t in outs], func=func))
@@ -387,8 +390,17 @@ def _knob(side: Side, key: str) -> Any:
             "cudnn_deterministic": side.cfg.cudnn_deterministic}[key]
 
 
-def _run_again(op: Op) -> list[str]:
-    args, kwargs = tree_map(lambda a: a.clone() if isinstance(a, torch.Tensor) else a, op.args)
+def _run_again(op: Op, layout: torch.memory_format | None = None) -> list[str]:
+    """The op on copies of its recorded inputs (4-D ones in `layout` when given)."""
+    def copy_of(a: Any) -> Any:
+        if not isinstance(a, torch.Tensor):
+            return a
+        if layout is not None and a.dim() == 4:
+            # (not .contiguous(): with one channel both layouts pass for contiguous, yet the
+            # strides, which choose the kernel, differ)
+            return torch.empty_like(a, memory_format=layout).copy_(a)
+        return a.clone()
+    args, kwargs = tree_map(copy_of, op.args)
     return [tensor_hash(t) for t in _tensors(op.func(*args, **kwargs))]
 
 
@@ -410,6 +422,13 @@ def why(op_a: Op, op_b: Op, a: Side, b: Side) -> dict[str, Any]:
             _apply(a, (key, vb))
             if _run_again(op_a) == op_b.outputs:
                 out["follows"].append({"key": key, "a": va, "b": vb})
+        if a.cfg.channels_last != b.cfg.channels_last:
+            # not a process-wide knob: the layout of the op's 4-D inputs
+            _apply(a)
+            layout = torch.channels_last if b.cfg.channels_last else torch.contiguous_format
+            if _run_again(op_a, layout) == op_b.outputs:
+                out["follows"].append({"key": "channels_last", "a": a.cfg.channels_last,
+                                       "b": b.cfg.channels_last})
         out["kind"] = "setting" if out["follows"] else "unknown"
     _apply(a)
     return out
@@ -438,9 +457,6 @@ def difference(x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
 
 
 # --- the whole explanation ------------------------------------------------------------------
-
-COMPARED_KEYS = ("model", "dataset", "train_samples", "eval_samples")
-
 
 def _first(a: dict[str, str], b: dict[str, str]) -> str | None:
     for k in list(a) + [k for k in b if k not in a]:
@@ -477,38 +493,17 @@ def first_differing_input(ca: Capture, cb: Capture) -> dict[str, Any] | None:
 
 
 def explain(store: SessionStore, a_id: int, b_id: int) -> dict[str, Any]:
-    """Where runs A and B part and why, as a plain dict (core.explain words it)."""
+    """Where runs A and B part and why, as a plain dict (core.explain words it): what the
+    fingerprints say (core.explain.locate), then the replay when they leave it open."""
     t0 = time.perf_counter()
+    out = locate(store, a_id, b_id)
+    if out["verdict"] != "replay":
+        return out
     ra, rb = store.run(a_id), store.run(b_id)
-    ca, cb = ra["config"] or {}, rb["config"] or {}
-    apart = [k for k in COMPARED_KEYS if ca.get(k) != cb.get(k)]
-    if apart:
-        raise BadInput(f"runs {a_id} and {b_id} are not comparable: they differ in "
-                       + ", ".join(f"{k} ({ca.get(k)} vs {cb.get(k)})" for k in apart))
     fa, fb = (dict((f["step"], f["sha256"]) for f in store.fingerprints(r))
               for r in (a_id, b_id))
-    common = sorted(set(fa) & set(fb))
-    out: dict[str, Any] = {"runs": [a_id, b_id], "compared": len(common),
-                           "settings": _settings_differ(ra, rb)}
-    if not common:
-        raise BadInput(f"runs {a_id} and {b_id} have no fingerprint at a common step yet")
-    differ = [s for s in common if fa[s] != fb[s]]
-    if not differ:
-        out.update(verdict="identical", up_to=common[-1], cost_s=time.perf_counter() - t0)
-        return out
-    first = differ[0]
-    last = max((s for s in common if s < first), default=None)
-    out.update(first_different=first, last_identical=last)
-    if first == 0:
-        out.update(verdict="initial", step=0, cost_s=time.perf_counter() - t0)
-        return out
-    world = [int((r["settings"] or {}).get("world_size") or 1) for r in (ra, rb)]
-    if max(world) > 1:
-        out.update(verdict="not_replayed", step=None, cost_s=time.perf_counter() - t0,
-                   reason=f"data-parallel runs ({world[0]} and {world[1]} processes) are not "
-                   "replayed in one process yet")
-        return out
-    start = replay_start(store, [ra, rb], last, first)
+    first, last = out["first_different"], out["last_identical"]
+    start = replay_start(store, [ra, rb], last if last is not None else 0, first)
     sides = [load_side(store, r, start) for r in (ra, rb)]
     hashes = [replay_hashes(side, first) for side in sides]
     reproduced = [h.get(first) == f[first] for h, f in zip(hashes, (fa, fb))]
@@ -534,7 +529,7 @@ def explain(store: SessionStore, a_id: int, b_id: int) -> dict[str, Any]:
         out.update(verdict="unexplained", cost_s=time.perf_counter() - t0)
         return out
     op = {**x.to_dict(), "other": y.to_dict() if (x.name, x.dtypes) != (y.name, y.dtypes)
-          else None, "inputs_agree": x.inputs == y.inputs}
+          else None, "inputs_agree": x.inputs == y.inputs, "same_strides": x.strides == y.strides}
     if op["other"] is None:
         k = next(j for j, (h1, h2) in enumerate(zip(x.outputs, y.outputs)) if h1 != h2)
         op["output"] = k
@@ -542,15 +537,4 @@ def explain(store: SessionStore, a_id: int, b_id: int) -> dict[str, Any]:
         op["why"] = why(x, y, *sides) if x.inputs == y.inputs else None
     grads = [k for k in captures[0].grads if captures[0].grads[k] != captures[1].grads.get(k)]
     out.update(verdict="op", op=op, gradients_differ=grads, cost_s=time.perf_counter() - t0)
-    return out
-
-
-def _settings_differ(ra: dict[str, Any], rb: dict[str, Any]) -> list[dict[str, Any]]:
-    sa, sb = ra["settings"] or {}, rb["settings"] or {}
-    ca, cb = ra["config"] or {}, rb["config"] or {}
-    out = []
-    for source, x, y in (("config", ca, cb), ("effective", sa, sb)):
-        for k in sorted(set(x) | set(y)):
-            if x.get(k) != y.get(k) and k not in ("name",):
-                out.append({"key": k, "a": x.get(k), "b": y.get(k), "of": source})
     return out
