@@ -130,35 +130,14 @@ def _read_all(fds: list[int], deadline: float) -> list[bytes] | None:
 def tt(*args: str, timeout: float = 300) -> Result:
     """Runs `tui-trainer ARGS` in a process of its own (forked by the test process's warm
     launcher, else `python -m tui_trainer` cold) and returns its exit status and output."""
-    import time
-    from tui_trainer.core.supervisor import WARM_LINE
-    launcher = _warm()
-    if launcher is not None:
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+    proc = _fork(args)
+    if proc is not None:
         try:
-            # Commands that start runs of their own (ab, repro, sweep) fork them from this
-            # launcher too, as when the dashboard starts them, unless the test says otherwise.
-            env = {launcher.ENV: str(launcher.path), **os.environ}
-            child = launcher.spawn(list(args), out_w, err_w, detach=False, env=env)
-        finally:
-            os.close(out_w)
-            os.close(err_w)
-        if child is not None:
-            try:
-                got = _read_all([out_r, err_r], time.monotonic() + timeout)
-            finally:
-                os.close(out_r)
-                os.close(err_r)
-            if got is None:
-                child.kill()
-                raise subprocess.TimeoutExpired(["tui-trainer", *args], timeout)
-            rc = child.wait(timeout=60)
-            out, err = (b.decode("utf-8", errors="replace") for b in got)
-            first, _, rest = err.partition("\n")
-            return Result(rc, out, rest if first.endswith(WARM_LINE) else err)
-        os.close(out_r)
-        os.close(err_r)
+            out, err = proc.communicate(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        return Result(proc.returncode, out, err)
     proc = subprocess.run([sys.executable, "-m", "tui_trainer", *args], capture_output=True,
                           text=True, timeout=timeout, env=os.environ.copy())
     return Result(proc.returncode, proc.stdout, proc.stderr)
@@ -210,28 +189,38 @@ class Forked:
             os.close(fd)
 
 
-def tt_popen(*args: str, quiet: bool = False) -> Forked | subprocess.Popen:
-    """`tui-trainer ARGS` started and left running (forked by the test process's launcher
-    as `tt` does, else cold), stdout and stderr piped (to /dev/null with `quiet`: a test
-    that never reads them)."""
+def _fork(args: tuple[str, ...], quiet: bool = False) -> Forked | None:
+    """`tui-trainer ARGS` forked by the test process's launcher (None where it cannot be):
+    commands that start runs of their own (ab, repro, sweep) fork them from it too, as
+    when the dashboard starts them."""
     launcher = _warm()
-    if launcher is not None:
-        if quiet:
-            out_r, out_w = os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY)
-            err_r, err_w = os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY)
-        else:
-            out_r, out_w = os.pipe()
-            err_r, err_w = os.pipe()
-        try:
-            env = {launcher.ENV: str(launcher.path), **os.environ}
-            child = launcher.spawn(list(args), out_w, err_w, detach=False, env=env)
-        finally:
-            os.close(out_w)
-            os.close(err_w)
-        if child is not None:
-            return Forked(child, out_r, err_r)
-        os.close(out_r)
-        os.close(err_r)
+    if launcher is None:
+        return None
+    if quiet:
+        out_r, out_w = os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY)
+        err_r, err_w = os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY)
+    else:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+    try:
+        env = {launcher.ENV: str(launcher.path), **os.environ}
+        child = launcher.spawn(list(args), out_w, err_w, detach=False, env=env)
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    if child is not None:
+        return Forked(child, out_r, err_r)
+    os.close(out_r)
+    os.close(err_r)
+    return None
+
+
+def tt_popen(*args: str, quiet: bool = False) -> Forked | subprocess.Popen:
+    """`tui-trainer ARGS` started and left running (forked as `tt` does, else cold),
+    stdout and stderr piped (to /dev/null with `quiet`: a test that never reads them)."""
+    proc = _fork(args, quiet)
+    if proc is not None:
+        return proc
     pipe = subprocess.DEVNULL if quiet else subprocess.PIPE
     return subprocess.Popen([sys.executable, "-m", "tui_trainer", *args], stdout=pipe,
                             stderr=pipe, text=True, env=os.environ.copy())
