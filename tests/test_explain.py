@@ -18,10 +18,13 @@ def _runs(session, *variants: list[str]) -> None:
 
 
 def _explain(session, a: int = 1, b: int = 2):
+    """The command's --json answer, and its words as the command prints them (one replay:
+    the printed text is core.explain's words of that answer, checked once below)."""
+    from tui_trainer.core.explain import explanation_text
     r = tt("explain", str(a), str(b), "--session", str(session), "--json")
-    text = tt("explain", str(a), str(b), "--session", str(session))
-    assert text.rc == r.rc and text.err == "", text.err
-    return r.rc, (json.loads(r.out) if r.out.strip() else None), text.out.strip()
+    assert r.err == "", r.err
+    result = json.loads(r.out)
+    return r.rc, result, explanation_text(result)
 
 
 def test_another_seed_parts_at_step_0_without_a_replay(tmp_path):
@@ -36,6 +39,8 @@ def test_identical_runs_say_so_in_one_line_without_a_replay(tmp_path):
     _runs(tmp_path, [], [])
     rc, result, text = _explain(tmp_path)
     assert rc == 0 and result["verdict"] == "identical" and "replay" not in result
+    printed = tt("explain", "1", "2", "--session", str(tmp_path))
+    assert printed.rc == 0 and printed.out.strip() == text
     assert text.count("\n") == 0 and "no divergence" in text and "4 common" in text
 
 
