@@ -612,8 +612,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     with SessionStore(_session_dir(args), create=False, readonly=True) as store:
         result = locate(store, args.a, args.b)      # what the fingerprints say
         if result["verdict"] == "replay":           # torch only where a replay is needed
-            from .engine.explain import explain
-            result = explain(store, args.a, args.b)
+            from .engine.explain import replay
+            result = replay(store, result)
     print(json.dumps(_json_safe(result)) if args.json else explanation_text(result))
     return EXIT_OK if result["verdict"] == "identical" else EXIT_NOT_IDENTICAL
 

@@ -47,7 +47,8 @@ def locate(store: SessionStore, a_id: int, b_id: int) -> dict[str, Any]:
         return out
     first = differ[0]
     last = max((s for s in common if s < first), default=None)
-    out.update(first_different=first, last_identical=last, verdict="replay")
+    out.update(first_different=first, last_identical=last, verdict="replay",
+               recorded=[fa[first], fb[first]])      # what each replay must reproduce
     world = [int((r["settings"] or {}).get("world_size") or 1) for r in (ra, rb)]
     if first == 0:
         out.update(verdict="initial", step=0)

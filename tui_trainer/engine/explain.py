@@ -36,7 +36,6 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ..core import config
 from ..core.errors import BadInput
-from ..core.explain import locate
 from ..core.store import SessionStore
 from .checkpoint import load_checkpoint
 from .knobs import capture_rng, param_fingerprint
@@ -50,17 +49,14 @@ UNINITIALISED = {"aten.empty.memory_format", "aten.empty_like.default",
                  "aten.new_empty.default", "aten.empty_strided.default",
                  "aten.new_empty_strided.default"}
 
-# Knobs that can choose another kernel or summation order for the same op on the same
-# inputs, with how to set each while an op is run again (config key, settings key, setter).
-SWITCHES: list[tuple[str, str, Callable[[Any], None]]] = [
-    ("num_threads", "num_threads", lambda v: torch.set_num_threads(int(v))),
-    ("deterministic", "deterministic_algorithms",
-     lambda v: torch.use_deterministic_algorithms(bool(v))),
-    ("cudnn_benchmark", "cudnn_benchmark",
-     lambda v: setattr(torch.backends.cudnn, "benchmark", bool(v))),
-    ("cudnn_deterministic", "cudnn_deterministic",
-     lambda v: setattr(torch.backends.cudnn, "deterministic", bool(v))),
-]
+# Process-wide knobs that can choose another kernel or summation order for the same op on
+# the same inputs, with how to set each while an op is run again.
+SWITCHES: dict[str, Callable[[Any], None]] = {
+    "num_threads": lambda v: torch.set_num_threads(int(v)),
+    "deterministic": lambda v: torch.use_deterministic_algorithms(bool(v)),
+    "cudnn_benchmark": lambda v: setattr(torch.backends.cudnn, "benchmark", bool(v)),
+    "cudnn_deterministic": lambda v: setattr(torch.backends.cudnn, "deterministic", bool(v)),
+}
 
 
 def tensor_hash(t: torch.Tensor) -> str:
@@ -133,10 +129,9 @@ class Trace(TorchDispatchMode):
     """Every aten op of one training step, in order, with the hashes of its inputs and
     outputs; views and not-yet-written memory are left out (they carry no new bits)."""
 
-    def __init__(self, model: torch.nn.Module, keep_args: bool = True) -> None:
+    def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.ops: list[Op] = []
-        self.keep_args = keep_args
         self.names = {m: n for n, m in model.named_modules()}
         self.root = type(model).__name__
         self.param_of = {p.data_ptr(): n for n, p in model.named_parameters()}
@@ -186,7 +181,7 @@ class Trace(TorchDispatchMode):
         ins = _tensors((args, kwargs)) if not skip else []
         in_hashes = [tensor_hash(t) for t in ins]
         kept = tree_map(lambda a: a.detach().clone() if isinstance(a, torch.Tensor) else a,
-                        (args, kwargs)) if self.keep_args and not skip else None
+                        (args, kwargs)) if not skip else None
         out = func(*args, **kwargs)
         if skip:
             return out
@@ -380,7 +375,7 @@ def load_side(store: SessionStore, run: dict[str, Any], start: int) -> Side:
 
 def _apply(side: Side, switched: tuple[str, Any] | None = None) -> None:
     """The side's process-wide knobs (one of them switched to another value)."""
-    for key, _, setter in SWITCHES:
+    for key, setter in SWITCHES.items():
         setter(switched[1] if switched and switched[0] == key else _knob(side, key))
 
 
@@ -415,7 +410,7 @@ def why(op_a: Op, op_b: Op, a: Side, b: Side) -> dict[str, Any]:
     if not all(consistent):
         out["kind"] = "nondeterministic"
     else:
-        for key, _, _ in SWITCHES:
+        for key in SWITCHES:
             va, vb = _knob(a, key), _knob(b, key)
             if va == vb:
                 continue
@@ -492,21 +487,18 @@ def first_differing_input(ca: Capture, cb: Capture) -> dict[str, Any] | None:
     return None
 
 
-def explain(store: SessionStore, a_id: int, b_id: int) -> dict[str, Any]:
-    """Where runs A and B part and why, as a plain dict (core.explain words it): what the
-    fingerprints say (core.explain.locate), then the replay when they leave it open."""
-    t0 = time.perf_counter()
-    out = locate(store, a_id, b_id)
-    if out["verdict"] != "replay":
-        return out
-    ra, rb = store.run(a_id), store.run(b_id)
-    fa, fb = (dict((f["step"], f["sha256"]) for f in store.fingerprints(r))
-              for r in (a_id, b_id))
+def replay(store: SessionStore, located: dict[str, Any]) -> dict[str, Any]:
+    """Goes on from what the fingerprints said (core.explain.locate, verdict "replay"):
+    the exact step, what went into it, the op and why, as a plain dict (core.explain words
+    it)."""
+    t0 = time.perf_counter() - located["cost_s"]
+    out = dict(located)
+    ra, rb = (store.run(r) for r in out["runs"])
     first, last = out["first_different"], out["last_identical"]
     start = replay_start(store, [ra, rb], last if last is not None else 0, first)
     sides = [load_side(store, r, start) for r in (ra, rb)]
     hashes = [replay_hashes(side, first) for side in sides]
-    reproduced = [h.get(first) == f[first] for h, f in zip(hashes, (fa, fb))]
+    reproduced = [h.get(first) == recorded for h, recorded in zip(hashes, out["recorded"])]
     out["replay"] = {"from_checkpoints": [s.checkpoint_step for s in sides],
                      "steps": [len(h) for h in hashes], "reproduced": reproduced}
     if not all(reproduced):
