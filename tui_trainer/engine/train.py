@@ -46,7 +46,7 @@ from .distributed import Group, peer_lost, use_backend
 from .recorder import Recorder
 from .models import build_model
 from .knobs import (ParamSketch, apply_knobs, capture_rng, check_device_knobs,
-                              effective_settings, param_fingerprint, resolve_device, restore_rng)
+                    effective_settings, param_fingerprint, resolve_device, restore_rng)
 
 
 @dataclass
