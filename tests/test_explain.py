@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import QUICK, sets, tt
+from conftest import QUICK, db_rows, sets, tt
+from tui_trainer.core.explain import evidence_lines
 
 # 12 steps, fingerprints every 5 (0, 5, 10, 12): the replay searches steps 1 to 5.
 SHORT = [*QUICK, "max_steps=12", "fingerprint_every=5"]
@@ -33,6 +34,11 @@ def test_another_seed_parts_at_step_0_without_a_replay(tmp_path):
     assert rc == 3 and result["verdict"] == "initial" and "replay" not in result
     assert text.startswith("Runs 1 (A) and 2 (B) part at step 0: their initial parameters "
                            "differ (seed 1 vs 2)"), text
+    printed = tt("explain", "1", "2", "--session", str(tmp_path), "--evidence")
+    lines = printed.out.splitlines()
+    assert printed.rc == 3 and lines[0].startswith(text.rsplit(" Cost:", 1)[0])
+    assert "  parameter hashes different at step 0 (A " in printed.out
+    assert "  config seed: A 1, B 2" in lines
 
 
 def test_identical_runs_say_so_in_one_line_without_a_replay(tmp_path):
@@ -62,6 +68,13 @@ def test_another_thread_count_is_named_down_to_the_op_and_the_setting(tmp_path):
                          "follows": [{"key": "num_threads", "a": 1, "b": 2}]}
     assert f"part at step {result['step']}, in the {op['phase']} of `" in text
     assert "follows num_threads (1 vs 2)" in text and "deterministic on its own" in text
+    # kept in the session on B, whole, for the Divergence tab and the exports
+    kept = db_rows(tmp_path, "SELECT run_id, data FROM events WHERE kind = 'explanation'")
+    assert [(r, json.loads(d)) for r, d in kept] == [(2, result)]
+    evidence = evidence_lines(result)
+    assert f"replay A: from its checkpoint at step {result['replay']['from_checkpoints'][0]}, " \
+        f"{result['replay']['steps'][0]} steps, reproduced its recorded hash" in evidence
+    assert "switched num_threads 1 -> 2 alone: A's op gives B's result" in evidence
 
 
 def test_other_augmentation_draws_are_named_as_the_batch(tmp_path):

@@ -35,6 +35,15 @@ def test_export_two_runs_writes_complete_csvs_and_figures(tmp_path):
     pngs = sorted(f.name for f in files if f.suffix == ".png")
     assert pngs == ["runs-1-2-divergence.png", "runs-1-2-loss.png", "runs-1-2-memory.png",
                     "runs-1-2-throughput.png"]
+    assert not any(f.suffix == ".txt" for f in files)       # not explained yet: no words
+    # once explained, the words and what they rest on go with the pair's exports
+    explained = tt("explain", "1", "2", "--session", str(tmp_path))
+    assert explained.rc == 3, explained.err
+    r = tt("export", "1", "2", "--session", str(tmp_path), "--json")
+    text = (tmp_path / "exports" / "runs-1-2-explanation.txt").read_text()
+    assert str(tmp_path / "exports" / "runs-1-2-explanation.txt") in json.loads(r.out)["files"]
+    assert text.startswith(explained.out.strip() + "\n\nWhat it rests on:\n- ")
+    assert "- config seed: A 1, B 2\n" in text
     for name in pngs:
         with Image.open(tmp_path / "exports" / name) as img:
             assert img.format == "PNG"

@@ -38,8 +38,15 @@ def test_no_seed_is_not_identical_and_says_why(tmp_path):
     assert v["first_difference"] == _first_differing_step(tmp_path, 1, 2) == 0
     assert any(e.startswith("seed = none") for e in v["explanations"])
     assert v["growth"] and all(g["step"] >= 0 for g in v["growth"])
+    # where they part, said by `explain` and kept on the twin for the dashboard and exports
+    assert v["explanation"]["verdict"] == "initial" and v["explanation"]["runs"] == [1, 2]
+    kept = db_rows(tmp_path, "SELECT run_id, message FROM events WHERE kind = 'explanation'")
+    assert kept == [(2, "Runs 1 (A) and 2 (B) part at step 0: their initial parameters "
+                     "differ (seed none: A and B drew their own); no replay needed. Cost: "
+                     + kept[0][1].rsplit("Cost: ", 1)[1])]
     human = tt("repro", "--session", str(tmp_path), *sets(*SHORT, "seed=none"))
     assert human.rc == 3 and "NOT identical" in human.out and "seed = none" in human.out
+    assert "where they part: Runs 3 (A) and 4 (B) part at step 0" in human.out
 
 
 def test_another_seed_differs_from_the_first_step(tmp_path):

@@ -17,6 +17,7 @@ from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import WARM_LINE
 from tui_trainer.ui.app import TrainerApp
 from tui_trainer.ui.panels.divergence import DivergencePanel
+from tui_trainer.ui.screens import EvidenceScreen
 from tui_trainer.ui.widgets.config_form import ConfigForm
 from tui_trainer.ui.widgets.plots import MetricPlot
 
@@ -328,6 +329,39 @@ async def test_divergence_finds_the_first_differing_step_of_runs_that_differ(tmp
         assert "differ already at step 0" in text       # another seed: another init
         dist = app.query_one("#plot-pdist", MetricPlot)._pending[0]
         assert all(y > 0 for y in dist.ys)
+        # x (from the run table) explains the pair in a child process; the answer, kept in
+        # the session, shows below the plots, and e shows what it rests on
+        assert _explanation(app).startswith("x: explain where and why they part")
+        await pilot.press("x")
+        await until(pilot, lambda: "Where they part" in _explanation(app),
+                    seen=lambda: _explanation(app))
+        assert "Runs 1 (A) and 2 (B) part at step 0: their initial parameters differ (seed 1 " \
+            "vs 5)" in _explanation(app)
+        assert db_rows(tmp_path, "SELECT run_id FROM events WHERE kind = 'explanation'") == \
+            [(2,)]
+        await pilot.press("e")
+        await pilot.pause()
+        evidence = str(app.screen.query_one("#evidence-text Static").render())
+        assert "config seed: A 1, B 5" in evidence and "parameter hashes different" in evidence
+        await pilot.press("escape")
+        # x on another tab is not the Divergence tab's
+        app.query_one("#tabs").active = "tab-plots"
+        app.query_one("#runs", DataTable).focus()
+        await pilot.press("x")
+        await pilot.pause()
+        assert app._explaining is None and app.query_one("#tabs").active == "tab-plots"
+        # nor is an x typed into a text box
+        app.query_one("#tabs").active = "tab-divergence"
+        search = app.query_one("#knob-search", Input)
+        search.focus()
+        await pilot.press("x", "e")
+        await pilot.pause()
+        assert search.value == "xe" and app._explaining is None
+        assert not isinstance(app.screen, EvidenceScreen)
+
+
+def _explanation(app) -> str:
+    return str(app.query_one("#explanation").render())
 
 
 async def test_compare_shows_config_diff_overlay_and_ratios(tmp_path):
@@ -558,6 +592,11 @@ async def test_verdict_action_trains_a_twin_and_explains_the_difference(tmp_path
         await until(pilot, lambda: "Determinism verdict" in _verdict_text(app))
         text = _verdict_text(app)
         assert "NOT identical" in text and "step 0" in text and "seed = none" in text
+        # the check goes on to explain where they part; the tab shows it below the plots
+        await until(pilot, lambda: "Where they part" in _explanation(app),
+                    seen=lambda: _explanation(app))
+        assert "part at step 0: their initial parameters differ (seed none: A and B drew " \
+            "their own)" in _explanation(app)
 
 
 async def test_resume_check_action_shows_the_verdict_in_the_divergence_panel(tmp_path):

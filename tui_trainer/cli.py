@@ -24,7 +24,8 @@ from .core import stats, study
 from .core.config import ConfigError
 from .core.errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NOT_IDENTICAL, EXIT_OK,
                           EXIT_SESSION, EXIT_STOPPED, EXPECTED, BadInput, DiskFull,
-                          ExportFailed, SessionError, exit_for, expected, is_disk_full)
+                          ExportFailed, ReadOnlySession, SessionError, exit_for, expected,
+                          is_disk_full)
 from .core.paths import default_session_dir
 from .core.store import SessionStore
 from .core.text import name_problem, shown, shown_lines
@@ -283,11 +284,15 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(parameters, optimizer state, RNG states, the batch) and, "
                                     "when that agrees, traces the step op by op to name the "
                                     "first op whose output differs and the setting it "
-                                    "follows. Reads the session only. Exit status 0 when the "
-                                    "runs are identical, 3 when they part.")
+                                    "follows. The answer is kept in the session (on run B), "
+                                    "where the dashboard's Divergence tab and exports show it. "
+                                    "Exit status 0 when the runs are identical, 3 when they "
+                                    "part.")
     sp.add_argument("a", type=int, metavar="A", help="a run id")
     sp.add_argument("b", type=int, metavar="B", help="another run id")
     sp.add_argument("--session", metavar="DIR")
+    sp.add_argument("--evidence", action="store_true",
+                    help="after the answer, what it rests on, one fact a line")
     sp.add_argument("--json", action="store_true")
     # The internal commands stay callable but are listed nowhere.
     sub._choices_actions = [a for a in sub._choices_actions
@@ -507,6 +512,9 @@ def _print_verdict(r: dict[str, Any]) -> None:
     print("settings that can explain it:")
     for reason in r["explanations"] or ["none of the known causes applies to these runs"]:
         print(f"  - {reason}")
+    if r.get("explanation"):
+        from .core.explain import explanation_text
+        print("where they part: " + shown_lines(explanation_text(r["explanation"])))
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -608,13 +616,20 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from .core.explain import explanation_text, locate
-    with SessionStore(_session_dir(args), create=False, readonly=True) as store:
-        result = locate(store, args.a, args.b)      # what the fingerprints say
-        if result["verdict"] == "replay":           # torch only where a replay is needed
-            from .engine.explain import replay
-            result = replay(store, result)
-    print(json.dumps(_json_safe(result)) if args.json else explanation_text(result))
+    from .core.explain import evidence_lines, explanation_text
+    session = _session_dir(args)
+    try:
+        store, record = SessionStore(session, create=False), True
+    except ReadOnlySession:         # a session on a read-only disk: answered, not kept
+        store, record = SessionStore(session, create=False, readonly=True), False
+    with store:
+        result = runner.explain(store, args.a, args.b, record=record)
+    if args.json:
+        print(json.dumps(_json_safe(result)))
+    else:
+        print(shown_lines(explanation_text(result)))
+        if args.evidence:
+            print("\n".join(f"  {shown_lines(line)}" for line in evidence_lines(result)))
     return EXIT_OK if result["verdict"] == "identical" else EXIT_NOT_IDENTICAL
 
 

@@ -5,7 +5,8 @@ with arguments from its typed builders; this module decides which runs to create
 them one after the other and records what it found. The CLI (`repro`, `ab`) parses and
 prints; the dashboard starts the same commands in the background.
 
-Imports torch only inside `device_refusal` (for the facts core.machine judges a config by).
+Imports torch only inside `device_refusal` (for the facts core.machine judges a config by)
+and `explain` (a replay, when the fingerprints alone cannot say where two runs part).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from typing import Any, Callable
 
 from .core import machine
 from .core.config import ConfigError, RunConfig, from_dict
+from .core import explain as explained
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, EXIT_STOPPED,
-                          BadInput)
+                          BadInput, NotFound)
 from .core.verdicts import verdict
 from .core.liveness import is_live
 from .core.store import SessionStore
@@ -145,8 +147,38 @@ def repro(store: SessionStore, check: Check, say: Say,
                     f"{'identical' if v.identical else 'not identical'} to run {ids[0]}"
                     + (f" after resuming at step {check.resume_at}" if since >= 0 else ""),
                     data={"mode": mode, "resume_at": check.resume_at, **v.to_dict()})
-    return {"mode": mode, "resume_at": check.resume_at, "config": cfg.to_dict(),
-            **v.to_dict()}
+    out = {"mode": mode, "resume_at": check.resume_at, "config": cfg.to_dict(),
+           **v.to_dict()}
+    if not v.identical and v.first_difference is not None:
+        # Where the first two part, and why (kept in the session: the Divergence tab, the
+        # exports); a pair that cannot be explained says why instead.
+        say(f"repro: explaining where runs {ids[0]} and {ids[1]} part ...")
+        try:
+            out["explanation"] = explain(store, ids[0], ids[1])
+        except BadInput as e:
+            out["explanation"] = explained.refused(ids[0], ids[1], str(e))
+    return out
+
+
+def explain(store: SessionStore, a: int, b: int, record: bool = True) -> dict[str, Any]:
+    """Where runs A and B part, and why: what the fingerprints say (core.explain.locate),
+    then, where that is not the answer, the replay (engine.explain, which imports torch).
+    The answer, or the reason it cannot be given (BadInput, raised again), is kept in the
+    session on run B (`record`)."""
+    try:
+        result = explained.locate(store, a, b)
+        if result["verdict"] == "replay":
+            from .engine.explain import replay
+            result = replay(store, result)
+    except NotFound:
+        raise                   # a wrong id: nothing to keep it on
+    except BadInput as e:
+        if record:
+            explained.record(store, explained.refused(a, b, str(e)))
+        raise
+    if record:
+        explained.record(store, result)
+    return result
 
 
 def device_refusal(config: dict[str, Any]) -> str | None:

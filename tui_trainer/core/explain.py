@@ -21,6 +21,33 @@ RNG_NAMES = {"torch": "torch's CPU generator", "cuda": "the CUDA generators",
 # Runs that differ in these are not two configurations of one training.
 COMPARED_KEYS = ("model", "dataset", "train_samples", "eval_samples")
 
+# The event an explanation is kept as, on run B: the dashboard's Divergence tab and the
+# exports show the newest one of a pair (its data is the whole answer).
+EVENT = "explanation"
+
+
+def record(store: SessionStore, result: dict[str, Any]) -> None:
+    """Keeps an answer (or a refusal) in the session, on run B."""
+    a, b = result["runs"]
+    store.add_event(b, EVENT, explanation_text(result), step=result.get("step"),
+                    data=result)
+
+
+def refused(a: int, b: int, reason: str) -> dict[str, Any]:
+    """The answer when runs cannot be explained (not comparable, no checkpoint to replay
+    from): the reason, kept like an answer so that the dashboard can say it."""
+    return {"runs": [a, b], "verdict": "refused", "reason": reason}
+
+
+def for_pair(events: list[dict[str, Any]], pair: tuple[int, int] | list[int],
+             since: float | None = None) -> dict[str, Any] | None:
+    """The newest explanation of this pair (either way round) among runs' events (kept at
+    or after the time `since`, when given)."""
+    mine = [e for e in events if e.get("kind") == EVENT and e.get("data")
+            and sorted(e["data"].get("runs", [])) == sorted(pair)
+            and (since is None or e["t"] >= since)]
+    return mine[-1]["data"] if mine else None
+
 
 def locate(store: SessionStore, a_id: int, b_id: int) -> dict[str, Any]:
     """What the recorded fingerprints say of runs A and B: identical, parted at step 0, not
@@ -51,7 +78,8 @@ def locate(store: SessionStore, a_id: int, b_id: int) -> dict[str, Any]:
                recorded=[fa[first], fb[first]])      # what each replay must reproduce
     world = [int((r["settings"] or {}).get("world_size") or 1) for r in (ra, rb)]
     if first == 0:
-        out.update(verdict="initial", step=0)
+        out.update(verdict="initial", step=0,
+                   unseeded=[x for x, c in zip("AB", (ca, cb)) if c.get("seed") is None])
     elif max(world) > 1:
         out.update(verdict="not_replayed", step=None,
                    reason=f"data-parallel runs ({world[0]} and {world[1]} processes) are not "
@@ -152,11 +180,17 @@ def explanation_text(result: dict[str, Any]) -> str:
     head = f"Runs {a} (A) and {b} (B)"
     cost = f" Cost: {result['cost_s']:.1f} s." if "cost_s" in result else ""
     verdict = result["verdict"]
+    if verdict == "refused":
+        return f"{head}: not explained: {result['reason']}"
     if verdict == "identical":
         return (f"{head}: no divergence: bit-identical at all {result['compared']} common "
                 f"fingerprints (up to step {result['up_to']}); nothing replayed.")
     if verdict == "initial":
         changes = _config_changes(result, ("seed", "model")) or _config_changes(result)
+        unseeded = result.get("unseeded") or []
+        if unseeded and not changes:
+            changes = (f"seed none: {' and '.join(unseeded)} drew "
+                       f"{'their' if len(unseeded) > 1 else 'its'} own")
         return (f"{head} part at step 0: their initial parameters differ"
                 + (f" ({changes})" if changes else "") + "; no replay needed." + cost)
     last, first = result.get("last_identical"), result.get("first_different")
@@ -187,3 +221,70 @@ def explanation_text(result: dict[str, Any]) -> str:
                 + evidence + hint + cost)
     return (f"{head} part at step {step}, yet everything going into it and every op of it "
             "agree: the difference comes from outside the traced step." + evidence + cost)
+
+
+def _short(h: Any) -> str:
+    return str(h)[:12] if h else "-"
+
+
+def evidence_lines(result: dict[str, Any]) -> list[str]:
+    """What the answer rests on, one fact a line: the fingerprints, the replay, what went
+    into the step, the op and each test of why, the settings in which the runs differ."""
+    out: list[str] = []
+    v = result["verdict"]
+    if "compared" in result:
+        out.append(f"fingerprints compared: {result['compared']}")
+    if result.get("first_different") is not None:
+        last = result.get("last_identical")
+        rec = result.get("recorded") or ["", ""]
+        out.append(f"parameter hashes: identical at step {last}, different at step "
+                   f"{result['first_different']} (A {_short(rec[0])}, B {_short(rec[1])})"
+                   if last is not None else
+                   f"parameter hashes different at step {result['first_different']} "
+                   f"(A {_short(rec[0])}, B {_short(rec[1])})")
+    replay = result.get("replay")
+    if replay:
+        for x, start, steps, ok in zip("AB", replay["from_checkpoints"], replay["steps"],
+                                       replay["reproduced"]):
+            out.append(f"replay {x}: from its checkpoint at step {start}, {steps} steps, "
+                       + ("reproduced its recorded hash" if ok else
+                          "did NOT reproduce its recorded hash"))
+    if result.get("step") is not None and v not in ("initial", "refused"):
+        out.append(f"first step whose result differs: {result['step']}")
+    item = result.get("input")
+    if item:
+        facts = ", ".join(f"{k} {item[k]}" for k in item if k != "item")
+        out.append(f"first differing input: {item['item']}" + (f" ({facts})" if facts else ""))
+    op = result.get("op")
+    if op:
+        out.append(f"op #{op['index']} of the step: {op['name']}, {op['phase']}, module "
+                   f"{op['module'] or '-'}, parameters {', '.join(op['params']) or '-'}")
+        if op.get("source"):
+            out.append(f"called from: {op['source']}")
+        out.append(f"inputs: {'identical' if op.get('inputs_agree') else 'different'}"
+                   + ("" if op.get("same_strides", True) else " in value, strides differ")
+                   + f"; outputs A {', '.join(map(_short, op['outputs']))}")
+        other = op.get("other")
+        if other:
+            out.append(f"B's op there: {other['name']} ({', '.join(other['dtypes'])}), "
+                       f"module {other['module'] or '-'}")
+        if op.get("difference"):
+            out.append("difference: " + ", ".join(f"{k} {val}" for k, val in
+                                                   op["difference"].items()))
+        why = op.get("why")
+        if why:
+            out.append("run again twice on the recorded inputs: " + ", ".join(
+                f"{x} {'the same both times' if ok else 'DIFFERENT'}"
+                for x, ok in zip("AB", why["self_consistent"])))
+            for f in why.get("follows", []):
+                out.append(f"switched {f['key']} {f['a']} -> {f['b']} alone: A's op gives B's "
+                           "result")
+    if result.get("gradients_differ"):
+        out.append("gradients that differ after the step: "
+                   + ", ".join(result["gradients_differ"]))
+    for s in result.get("settings", []):
+        out.append(f"{'config' if s['of'] == 'config' else 'effective setting'} {s['key']}: "
+                   f"A {s['a']}, B {s['b']}")
+    if "cost_s" in result:
+        out.append(f"cost: {result['cost_s']:.2f} s")
+    return out

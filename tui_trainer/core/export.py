@@ -12,6 +12,7 @@ from typing import Any
 
 from . import figures
 from .divergence import divergence
+from .explain import EVENT as EXPLAINED, evidence_lines, explanation_text, for_pair
 from .store import SessionStore
 
 FIG_SIZE_IN = (10.0, 6.0)
@@ -94,7 +95,23 @@ def export_runs(store: SessionStore, run_ids: list[int], out: Path) -> list[Path
         store.run(run_id)                   # an unknown run is refused before writing
     written = [p for r in run_ids for p in export_csv(store, r, out)]
     written.append(export_summary(store, run_ids, out))
+    if len(run_ids) == 2 and (found := export_explanation(store, run_ids, out)) is not None:
+        written.append(found)
     return written + export_png(store, run_ids, out)
+
+
+def export_explanation(store: SessionStore, pair: list[int], out: Path) -> Path | None:
+    """Where the pair parts and why, as kept by `explain` (none yet: no file): the words,
+    then what they rest on, one fact a line."""
+    result = for_pair([e for r in pair for e in store.events(r, EXPLAINED)], pair)
+    if result is None:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"runs-{pair[0]}-{pair[1]}-explanation.txt"
+    path.write_text(explanation_text(result) + "\n\nWhat it rests on:\n"
+                    + "".join(f"- {line}\n" for line in evidence_lines(result)),
+                    encoding="utf-8")
+    return path
 
 
 def export_summary(store: SessionStore, run_ids: list[int], out: Path) -> Path:

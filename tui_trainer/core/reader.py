@@ -23,9 +23,13 @@ from typing import Any
 
 from . import figures
 from .config import DEFAULTS, world_size
+from .explain import EVENT as EXPLAINED
 from .store import SessionStore
 
 FULL_EVERY_S = 10.0
+# The events of the runs a tick checks (the pair, the cursor's, a check's): determinism
+# verdicts, the twins checks made, replicas that drifted apart, explanations.
+CHECK_EVENTS = ("repro_verdict", "check_twin", "replicas_drift", EXPLAINED)
 ENDED = ("finished", "stopped", "crashed", "diverged", "copied")
 
 
@@ -190,9 +194,7 @@ class SessionReader:
             series={r: self.series[r] for r in watched if r in self.series},
             studies=self._read_studies(),
             study=self._read_study(study),
-            checks={r: self.store.events(r, "repro_verdict") + self.store.events(r, "check_twin")
-                    + self.store.events(r, "replicas_drift")
-                    for r in checks_for if r in self.raw},
+            checks={r: self.store.events(r, CHECK_EVENTS) for r in checks_for if r in self.raw},
             read_ms=(time.perf_counter() - t0) * 1000)
         return snap
 

@@ -694,9 +694,13 @@ class SessionStore:
                       (run_id, time.time(), step, kind, message,
                        json.dumps(data) if data is not None else None))
 
-    def events(self, run_id: int, kind: str | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT * FROM events WHERE run_id = ?" + (" AND kind = ?" if kind else "")
-        rows = self._q(sql + " ORDER BY id", (run_id, kind) if kind else (run_id,))
+    def events(self, run_id: int, kind: str | tuple[str, ...] | None = None
+               ) -> list[dict[str, Any]]:
+        """A run's events in the order written; of one kind, or of any of several."""
+        kinds = (kind,) if isinstance(kind, str) else tuple(kind or ())
+        sql = "SELECT * FROM events WHERE run_id = ?" + (
+            f" AND kind IN ({','.join('?' * len(kinds))})" if kinds else "")
+        rows = self._q(sql + " ORDER BY id", (run_id, *kinds))
         out = []
         for r in rows:
             d = dict(r)

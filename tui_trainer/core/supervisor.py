@@ -159,6 +159,11 @@ def repro_args(run_id: int, resume_at: int | None = None) -> list[str]:
     return args + (["--resume-at", str(resume_at)] if resume_at is not None else [])
 
 
+def explain_args(a: int, b: int) -> list[str]:
+    """Explains where runs A and B part; the answer is kept in the session."""
+    return ["explain", str(a), str(b), "--json"]
+
+
 def study_args(study_id: int) -> list[str]:
     """Trains the planned study `study_id`, its runs one after the other."""
     return ["ab", "--study", str(study_id)]
@@ -482,6 +487,11 @@ class Supervisor:
         """A determinism verdict (or, with `resume_at`, a resume check) of a run, in the
         background; the twin it trains is recorded on the run as a `check_twin` event."""
         return self._job(repro_args(run_id, resume_at), f"repro-run-{run_id}")
+
+    def explain(self, a: int, b: int) -> subprocess.Popen:
+        """Where runs A and B part, and why (`tui-trainer explain`), in the background: the
+        answer (or why there is none) is kept in the session as an `explanation` event on B."""
+        return self._job(explain_args(a, b), f"explain-{a}-{b}")
 
     def study(self, study_id: int) -> subprocess.Popen:
         """Trains a planned A/B study in the background."""

@@ -363,7 +363,8 @@ def load_side(store: SessionStore, run: dict[str, Any], start: int) -> Side:
         steps = sorted(c["step"] for c in store.usable_checkpoints(run["id"]))
         raise BadInput(
             f"run {run['id']} has no checkpoint at or before step {start}, where the "
-            f"replay must start (it keeps steps {', '.join(map(str, steps)) or 'none'}; "
+            f"replay must start (it keeps "
+            f"{'steps ' + ', '.join(map(str, steps)) if steps else 'none'}; "
             f"keep_checkpoints = {cfg.keep_checkpoints} keeps only the newest ones: raise it "
             "for runs you want explained)")
     newest = kept[0]

@@ -9,6 +9,8 @@ runs of the last tick, the selection, the writer). Every write goes through `sel
 from __future__ import annotations
 
 import subprocess
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,6 +18,7 @@ from textual import work
 
 from ..core import machine
 from ..core.errors import SessionError
+from ..core.explain import for_pair
 from ..core.paths import sessions_dir
 from ..core.store import SessionStore
 from ..core.supervisor import Supervisor
@@ -23,6 +26,21 @@ from ..core.text import name_problem
 from .panels.launch import LaunchPanel
 from .screens import ConfirmScreen, ContinueScreen, NameScreen, OpenScreen, QuitScreen
 from .writer import STATE_KEY
+
+
+# How long after its process ended an explanation is waited for in the session (the tick
+# read before the process wrote it does not hold it yet).
+EXPLAIN_SETTLE_S = 3.0
+
+
+@dataclass
+class Explaining:
+    """An `explain` this dashboard started (x): its pair and process."""
+    pair: tuple[int, int]
+    job: Any
+    started: float                  # monotonic
+    wall: float                     # time.time() then: the session's events are after it
+    ended: float | None = None
 
 
 class RunActions:
@@ -181,11 +199,87 @@ class RunActions:
 
     def _start_check(self, run: Any, resume_at: int | None, what: str) -> None:
         self._await_twin = run.id
-        self.write(lambda _, sup: sup.check(run.id, resume_at))
+
+        def started(job: Any) -> None:
+            self._check_job = (run.id, job)
+
+        self.write(lambda _, sup: sup.check(run.id, resume_at), started)
         self._tabs().active = "tab-divergence"
         self._save_state()
         self.notify(f"{what} of run {run.id}: training its twin; the verdict shows in the "
                     "Divergence tab")
+
+    def action_explain(self) -> None:
+        """x in the Divergence tab: where the pair's runs part and why, by `tui-trainer
+        explain` in the background (it replays them); the answer lands in the session and
+        the tab shows it."""
+        if not self.writable("not explained"):
+            return
+        pair = self.selection.current_pair(self.runs)
+        if pair is None:
+            self.notify("mark two runs (space in the run table) to explain where they part",
+                        severity="warning")
+            return
+        live = [r for r in pair if r in self.runs and self._training(self.runs[r])]
+        if live:
+            self.notify(f"run {live[0]} is training: explain the pair once it has stopped",
+                        severity="warning")
+            return
+        if self._explaining is not None and self._explaining.ended is None:
+            a, b = self._explaining.pair
+            self.notify(f"already explaining runs {a} and {b}", severity="warning")
+            return
+        a, b = pair
+        since = time.time()         # before it starts: its answer is kept after this
+
+        def started(job: Any) -> None:
+            self._explaining = Explaining((a, b), job, time.monotonic(), since)
+            self.refresh_all()
+
+        self._tabs().active = "tab-divergence"
+        self.write(lambda _, sup: sup.explain(a, b), started, "not explained")
+
+    def _explaining_now(self) -> tuple[int, int, float] | None:
+        """The pair being explained and for how long: one this dashboard started, or the
+        F7/F8 check whose verdict said NOT identical and which explains it now."""
+        now = time.monotonic()
+        e = self._explaining
+        if e is not None:
+            return (*e.pair, now - e.started)
+        if self._check_job is not None and self.snapshot is not None:
+            run_id, job = self._check_job
+            if job.poll() is not None:
+                return None
+            events = self.snapshot.checks.get(run_id, [])
+            twins = [c["data"]["twin"] for c in events if c["kind"] == "check_twin"]
+            if not twins:
+                return None
+            verdicts = [c for c in self.snapshot.checks.get(twins[-1], [])
+                        if c["kind"] == "repro_verdict" and c.get("data")
+                        and not c["data"].get("identical")]
+            if verdicts and for_pair(self.snapshot.checks.get(twins[-1], []),
+                                     (run_id, twins[-1])) is None:
+                return (run_id, twins[-1], time.time() - verdicts[-1]["t"])
+        return None
+
+    def _explain_ended(self, snap: Any) -> None:
+        """After each tick: an explain that ended is let go once its answer is in the
+        session, or said to have failed (its log names why) when none came."""
+        e = self._explaining
+        if e is None:
+            return
+        if e.ended is None:
+            if e.job.poll() is None:
+                return
+            e.ended = time.monotonic()
+        a, b = e.pair
+        if for_pair(snap.checks.get(b, []), e.pair, since=e.wall) is not None:
+            self._explaining = None
+        elif time.monotonic() - e.ended > EXPLAIN_SETTLE_S:
+            self._explaining = None
+            code = e.job.poll()
+            self.notify(f"explaining runs {a} and {b} failed (exit status {code}); its output "
+                        f"is in logs/explain-{a}-{b}.log", severity="error", timeout=12)
 
     def action_verdict(self) -> None:
         run = self._checkable()

@@ -37,11 +37,12 @@ from ..core.store import SessionStore
 from ..core.supervisor import Supervisor, WarmLauncher
 from ..core.text import shown, shown_lines
 from . import heap
-from .actions import RunActions, SessionActions
+from .actions import Explaining, RunActions, SessionActions
 from .announce import Announcer
 from .panels import TAB_PANELS
 from .panels.ab import ABPanel
 from .panels.common import Tick
+from .panels.divergence import DivergencePanel
 from .panels.launch import LaunchPanel
 from .panels.log import LogPanel
 from .panels.plots import PlotsPanel
@@ -75,6 +76,10 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         Binding("f6", "compare", "Compare"),
         Binding("f7", "verdict", "Verdict"),
         Binding("f8", "resume_check", "Resume check"),
+        # The Divergence tab's keys (check_action), from the run table too: the pair
+        # explained, and what the explanation rests on.
+        Binding("x", "explain", "Explain"),
+        Binding("e", "evidence", "Evidence", show=False),
         Binding("ctrl+e", "export", "Export"),
         Binding("ctrl+s", "save_as", "Save as"),
         Binding("ctrl+o", "open_session", "Open"),
@@ -113,6 +118,8 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         self.runs: dict[int, Any] = {}
         self.snapshot: Snapshot | None = None
         self._await_twin: int | None = None
+        self._explaining: Explaining | None = None      # an explain this dashboard started
+        self._check_job: tuple[int, Any] | None = None  # the F7/F8 check: run, job
         self._restoring = True
         self._saved_state: str | None = None
         self._state_text: str | None = None
@@ -208,6 +215,8 @@ class TrainerApp(RunActions, SessionActions, App[None]):
                  "whether the two are bit-identical", self.action_verdict),
                 ("Resume check", "Kill a twin of the run under the cursor at a step, resume "
                  "it, and say whether it matches the run", self.action_resume_check),
+                ("Explain the pair", "Where the pair's runs part and why: the step, the input "
+                 "or op, the setting (replays them)", self.action_explain),
                 ("New run from this run's config", "Load the config of the run under the "
                  "cursor into the form", self.action_config_from_run),
                 ("Export", "PNG figures and CSVs of the runs, the pair or the A/B study shown",
@@ -419,6 +428,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
             if twins:
                 self.pair = self.marked = [self._await_twin, twins[-1]]
                 self._await_twin = None
+        self._explain_ended(snap)
         if self.cursor_run is not None and self.cursor_run not in self.runs:
             self.cursor_run = None
         table.draw(self._tick())
@@ -433,7 +443,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         assert self.snapshot is not None
         starting = frozenset(r for r in self.runs if self.writer.supervisor.starting_cached(r))
         return Tick(self.snapshot, self.runs, self.selection, self.study_shown,
-                    self._await_twin, lines, starting)
+                    self._await_twin, lines, starting, self._explaining_now())
 
     def _draw(self, lines: dict | None = None) -> None:
         """The visible tab's panel draws the tick (a panel skips what did not change)."""
@@ -552,6 +562,17 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         self.start_run(event.config, event.name)
 
     # --- tabs, the form, help (the run actions, export and sessions: ui/actions.py) ----------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """x and e only where the Divergence tab is shown (elsewhere the keys are free)."""
+        if action in ("explain", "evidence") and self.panel(TabbedContent) is not None:
+            return self._tabs().active == "tab-divergence"
+        return True
+
+    def action_evidence(self) -> None:
+        panel = self.panel(DivergencePanel)
+        if panel is not None:
+            panel.show_evidence()
+
     def action_show_tab(self, tab: str) -> None:
         self._tabs().active = tab
 

@@ -1,4 +1,5 @@
-"""Modal screens: help, quit with runs training, open a session, name prompts."""
+"""Modal screens: help, an explanation's evidence, quit with runs training, open a session,
+name prompts."""
 
 from __future__ import annotations
 
@@ -55,6 +56,9 @@ HELP_KEYS = (
                     "escape clears"),
     ("plots", "m smoothing, x the x axis, l log scale, w all steps or the last ones, 1-8 one "
               "panel alone"),
+    ("divergence", "x explains where the pair parts and why (the exact step, the first input "
+                   "or op that differs, the setting it follows; it replays both runs from "
+                   "their checkpoints), e shows what the answer rests on"),
 )
 HELP_PANELS = (
     ("Plots", "loss (raw and smoothed), throughput, memory (the process's resident memory; "
@@ -63,7 +67,7 @@ HELP_PANELS = (
     ("Divergence", "for the pair, |Δloss| per step, the distance between their parameters "
                    "(estimated from a 256-number sketch of all parameters), whether the "
                    "parameter hashes are still identical and the first step where they "
-                   "differ."),
+                   "differ; below, where they part and why (x, and after F7/F8)."),
     ("Compare", "the configs' differences (effective settings that can break bit-equality "
                 "are marked ⚠), the loss curves overlaid, and a summary with the ratio of B "
                 "to A."),
@@ -116,6 +120,27 @@ class HelpScreen(ModalScreen[None]):
             yield Button("Close", id="help-close", variant="primary", compact=True)
 
     @on(Button.Pressed, "#help-close")
+    def _close(self) -> None:
+        self.dismiss(None)
+
+
+class EvidenceScreen(ModalScreen[None]):
+    """What an explanation rests on (the Divergence tab's e): one fact a line, as text."""
+
+    BINDINGS = [Binding("escape,e,q", "dismiss", "Close")]
+
+    def __init__(self, title: str, lines: list[str]) -> None:
+        super().__init__()
+        self.title_text, self.lines = title, lines
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="evidence-box", classes="dialog"):
+            yield Static(Text(shown(self.title_text, 200), style="bold"))
+            with VerticalScroll(id="evidence-text"):
+                yield Static(Text("\n".join(shown(line, 400) for line in self.lines)))
+            yield Button("Close", id="evidence-close", variant="primary", compact=True)
+
+    @on(Button.Pressed, "#evidence-close")
     def _close(self) -> None:
         self.dismiss(None)
 

@@ -31,6 +31,7 @@ class Tick:
     awaiting_twin: int | None = None        # a check (F7/F8) whose twin has not started
     lines: dict | None = None               # the Plots tab's lines, when it is visible
     starting: frozenset[int] = frozenset()  # runs this dashboard is starting
+    explaining: tuple[int, int, float] | None = None    # A, B, seconds since it started
 
 
 def plain(text: object, limit: int | None = 60) -> Text:

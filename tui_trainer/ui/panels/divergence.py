@@ -1,5 +1,6 @@
 """The Divergence tab: are the pair's runs bit-identical, and if not, from which step and why;
-for a seed sweep's marked runs, how far the seeds spread step by step."""
+for a seed sweep's marked runs, how far the seeds spread step by step. Below the plots, where
+the pair parts and why (`explain`: x starts it, e shows what the answer rests on)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,20 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
 from ...core.divergence import divergence, seed_spread, spread_text
+from ...core.explain import evidence_lines, explanation_text, for_pair
 from ...core.plotdata import Line
 from ...core.reader import RunRow
 from ...core.verdicts import divergence_text, replica_text
 from ...core.text import shown_lines
+from ..screens import EvidenceScreen
 from ..widgets.plots import MetricPlot
 from .common import Tick, label
 
 HINT = ("Mark two runs (space in the run table) or repeat one (F5) to see how they diverge; "
         "F7 trains a twin and gives a determinism verdict, F8 a resume check.")
+
+
+EXPLAIN_HINT = "x: explain where and why they part (replays both runs from their checkpoints)"
 
 
 class DivergencePanel(Vertical):
@@ -28,12 +34,59 @@ class DivergencePanel(Vertical):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._key: Any = None
+        self._identical: bool | None = None
+        self._explained_key: Any = None
+        self.explained: dict[str, Any] | None = None     # the pair's explanation shown
 
     def compose(self) -> ComposeResult:
         yield Static(HINT, id="verdict")
         with Horizontal(classes="plot-row"):
             yield MetricPlot("|Δloss| per step", "|Δloss|", id="plot-dloss")
             yield MetricPlot("parameter distance", "L2", id="plot-pdist")
+        yield Static("", id="explanation")
+
+    def show_evidence(self) -> None:
+        """e (the app's key while this tab shows): what the explanation shown rests on."""
+        if self.explained is None:
+            self.notify("no explanation of this pair yet: x explains it", severity="warning")
+            return
+        a, b = self.explained["runs"]
+        self.app.push_screen(EvidenceScreen(f"What the explanation of runs {a} and {b} rests "
+                                            "on", evidence_lines(self.explained)))
+
+    def show_explanation(self, pair: tuple[int, int] | None, checks: list[dict[str, Any]],
+                         identical: bool | None, live: bool,
+                         explaining: tuple[int, int, float] | None) -> None:
+        """The section below the plots: the pair's newest explanation, the one under way, or
+        how to ask for one (once the pair has parted and stopped training)."""
+        result = for_pair(checks, pair) if pair else None
+        busy = explaining is not None and pair is not None \
+            and sorted(explaining[:2]) == sorted(pair)
+        key = (pair, None if result is None else (result["runs"], result.get("cost_s"),
+                                                   result["verdict"], result.get("reason")),
+               int(explaining[2]) if busy and explaining else None, identical, live)
+        if key == self._explained_key:
+            return
+        self._explained_key = key
+        self.explained = result
+        section = self.query_one("#explanation", Static)
+        if busy and explaining:
+            text = Text.assemble(("Explaining: ", "bold"), (
+                f"replaying runs {explaining[0]} and {explaining[1]} from their checkpoints "
+                f"to the step, input and op where they part ({int(explaining[2])} s so far).",
+                ""))
+        elif result is not None:
+            label = {"identical": "Explained: ", "refused": ""}.get(result["verdict"],
+                                                                   "Where they part: ")
+            text = Text.assemble((label, "bold"), (shown_lines(explanation_text(result)), ""),
+                                 ("  e: the evidence · x: explain again"
+                                  if result["verdict"] != "refused" else "  x: try again",
+                                  "dim"))
+        elif identical is False and not live:
+            text = Text(EXPLAIN_HINT)
+        else:
+            text = Text("")
+        section.update(text)
 
     def draw(self, tick: Tick) -> None:
         """The marked seed sweep's spread, else the pair's verdict (with the replicas'
@@ -42,6 +95,7 @@ class DivergencePanel(Vertical):
         sweep = sel.marked_sweep(tick.snap.studies)
         if sweep is not None:
             self.show_sweep(sweep[0], sweep[1], tick.runs, tick.snap.series)
+            self.show_explanation(None, [], None, False, None)
             return
         pair = sel.current_pair(tick.runs)
         shown_runs = set(pair or ()) | ({sel.cursor} if sel.cursor else set())
@@ -49,7 +103,8 @@ class DivergencePanel(Vertical):
                   if c.get("kind") == "replicas_drift"}
         self.show(pair, tick.runs, tick.snap.series,
                   [c for r in (pair or ()) for c in checks.get(r, [])],
-                  awaiting=tick.awaiting_twin is not None, drifts=drifts)
+                  awaiting=tick.awaiting_twin is not None, drifts=drifts,
+                  explaining=tick.explaining)
 
     def show_sweep(self, name: str, members: list[int], runs: dict[int, RunRow],
                    series: dict) -> None:
@@ -70,10 +125,12 @@ class DivergencePanel(Vertical):
 
     def show(self, pair: tuple[int, int] | None, runs: dict[int, RunRow], series: dict,
              checks: list[dict[str, Any]], awaiting: bool,
-             drifts: dict[int, dict[str, Any]] | None = None) -> None:
+             drifts: dict[int, dict[str, Any]] | None = None,
+             explaining: tuple[int, int, float] | None = None) -> None:
         verdict = self.query_one("#verdict", Static)
         drift = replica_text(drifts or {}, runs)
         if pair is None or pair[0] not in series or pair[1] not in series:
+            self.show_explanation(None, [], None, False, None)
             key = ("hint", tuple(drift))
             if self._key != key:
                 self._key = key
@@ -81,14 +138,17 @@ class DivergencePanel(Vertical):
                                                for t, bold in [*drift, (HINT, False)])))
             return
         a, b = series[pair[0]], series[pair[1]]
+        training = awaiting or any(runs[r].live for r in pair if r in runs)
         key = (pair, a.version, b.version, len(checks), awaiting, tuple(drift),
                tuple(runs[r].status for r in pair if r in runs))
         if key == self._key:
+            self.show_explanation(pair, checks, self._identical, training, explaining)
             return
         self._key = key
         d = divergence(a.steps, b.steps, a.fingerprints, b.fingerprints)
+        self._identical = d.identical
+        self.show_explanation(pair, checks, d.identical, training, explaining)
         names = f"A = {label(pair[0], runs)}, B = {label(pair[1], runs)}"
-        training = awaiting or any(runs[r].live for r in pair if r in runs)
         pieces = divergence_text(
             names, d, checks, pair, training,
             [{"config": runs[r].config, "settings": runs[r].settings} for r in pair
