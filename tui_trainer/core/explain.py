@@ -263,7 +263,8 @@ def evidence_lines(result: dict[str, Any]) -> list[str]:
             out.append(f"called from: {op['source']}")
         out.append(f"inputs: {'identical' if op.get('inputs_agree') else 'different'}"
                    + ("" if op.get("same_strides", True) else " in value, strides differ")
-                   + f"; outputs A {', '.join(map(_short, op['outputs']))}")
+                   + f"; outputs A {', '.join(map(_short, op['outputs']))}, B "
+                   + ", ".join(map(_short, op.get("b_outputs", []))))
         other = op.get("other")
         if other:
             out.append(f"B's op there: {other['name']} ({', '.join(other['dtypes'])}), "

@@ -522,7 +522,8 @@ def replay(store: SessionStore, located: dict[str, Any]) -> dict[str, Any]:
         out.update(verdict="unexplained", cost_s=time.perf_counter() - t0)
         return out
     op = {**x.to_dict(), "other": y.to_dict() if (x.name, x.dtypes) != (y.name, y.dtypes)
-          else None, "inputs_agree": x.inputs == y.inputs, "same_strides": x.strides == y.strides}
+          else None, "inputs_agree": x.inputs == y.inputs, "same_strides": x.strides == y.strides,
+          "b_outputs": y.outputs}
     if op["other"] is None:
         k = next(j for j, (h1, h2) in enumerate(zip(x.outputs, y.outputs)) if h1 != h2)
         op["output"] = k
