@@ -138,3 +138,23 @@ def test_channels_last_is_named_as_the_layout_the_difference_follows(tmp_path):
     assert not op["same_strides"] and op["why"]["follows"] == [
         {"key": "channels_last", "a": False, "b": True}]
     assert "same input values in another memory layout" in text
+
+
+def test_one_process_against_two_names_the_shards_and_the_all_reduce(tmp_path):
+    """nproc 1 vs 2 at the same global batch. B's ranks are replayed in this process, one
+    after the other with DDP's gradient average, and must reproduce B's recorded hashes.
+    Step 1's batch already differs (each rank takes its DistributedSampler shard), and on
+    B's own samples one backward against two averaged gives other sums as well."""
+    _runs(tmp_path, [], ["nproc=2"])
+    rc, result, text = _explain(tmp_path)
+    assert rc == 3 and result["verdict"] == "input" and result["step"] == 1, result
+    assert result["replay"]["reproduced"] == [True, True] and result["worlds"] == [1, 2]
+    assert result["input"]["item"] == "batch" and not result["input"]["same_samples_reordered"]
+    sums = result["sums"]
+    assert sums["run"] == "B" and sums["per_rank"] == [32, 32] and sums["samples"] == 64
+    assert 0 < sums["elements"] <= sums["of"] and sums["first"] in sums["params"]
+    assert sums["difference"]["max_ulps"] > 0
+    assert "B's 2 processes each take a shard (DistributedSampler)" in text
+    assert "follows nproc 1 vs 2" in text
+    assert "one backward over all 64 and the average of 2 backwards over 32 each" in text
+    assert f"first in `{sums['first']}`" in text

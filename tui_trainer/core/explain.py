@@ -50,10 +50,9 @@ def for_pair(events: list[dict[str, Any]], pair: tuple[int, int] | list[int],
 
 
 def locate(store: SessionStore, a_id: int, b_id: int) -> dict[str, Any]:
-    """What the recorded fingerprints say of runs A and B: identical, parted at step 0, not
-    replayable (data-parallel), or "replay" between the last agreeing and the first
-    differing fingerprint (engine.explain goes on from there). Refuses runs that are not
-    comparable."""
+    """What the recorded fingerprints say of runs A and B: identical, parted at step 0, or
+    "replay" between the last agreeing and the first differing fingerprint (engine.explain
+    goes on from there). Refuses runs that are not comparable."""
     t0 = time.perf_counter()
     ra, rb = store.run(a_id), store.run(b_id)
     ca, cb = ra["config"] or {}, rb["config"] or {}
@@ -76,14 +75,9 @@ def locate(store: SessionStore, a_id: int, b_id: int) -> dict[str, Any]:
     last = max((s for s in common if s < first), default=None)
     out.update(first_different=first, last_identical=last, verdict="replay",
                recorded=[fa[first], fb[first]])      # what each replay must reproduce
-    world = [int((r["settings"] or {}).get("world_size") or 1) for r in (ra, rb)]
     if first == 0:
         out.update(verdict="initial", step=0,
                    unseeded=[x for x, c in zip("AB", (ca, cb)) if c.get("seed") is None])
-    elif max(world) > 1:
-        out.update(verdict="not_replayed", step=None,
-                   reason=f"data-parallel runs ({world[0]} and {world[1]} processes) are not "
-                   "replayed in one process yet")
     out["cost_s"] = time.perf_counter() - t0
     return out
 
@@ -148,6 +142,25 @@ def _why_text(why: dict[str, Any] | None) -> str:
             "switched reproduces B's result.")
 
 
+def _sums_text(sums: dict[str, Any] | None) -> str:
+    """What splitting the step over the ranks does to the sums (engine.explain.sums)."""
+    if not sums:
+        return ""
+    n, world = sums["samples"], sums["world"]
+    parts = "/".join(map(str, sorted(set(sums["per_rank"]))))
+    head = (f" And on {sums['run']}'s own {n} samples and weights at that step (dropout off), "
+            f"one backward over all {n} and the average of {world} backwards over {parts} "
+            "each, as DDP's all-reduce makes it,")
+    if not sums["elements"]:
+        return head + " give the same gradients."
+    d = sums.get("difference") or {}
+    return (head + f" give other sums: {sums['elements']:,} of {sums['of']:,} gradient "
+            f"elements differ, first in `{sums['first']}`"
+            + (f" (at most {_n(d['max_abs'])}" + (f", {d['max_ulps']:,} ULPs)" if "max_ulps"
+                                                  in d else ")") if "max_abs" in d else "")
+            + ".")
+
+
 def _input_text(step: int, item: dict[str, Any], result: dict[str, Any]) -> str:
     kind = item["item"]
     if kind == "batch":
@@ -156,6 +169,11 @@ def _input_text(step: int, item: dict[str, Any], result: dict[str, Any]) -> str:
         how = ("the same samples in another order" if item.get("same_samples_reordered")
                else f"{len(samples)} of {item.get('of', '?')} samples differ ({shown})")
         cause = _config_changes(result, DATA_ORDER_KEYS)
+        worlds = result.get("worlds") or [1, 1]
+        if worlds[0] != worlds[1]:
+            how += "; " + " and ".join(
+                f"{x}'s {w} processes each take a shard (DistributedSampler) of it"
+                for x, w in zip("AB", worlds) if w > 1)
         return (f"the batch of step {step} differs: {how}"
                 + (f" in micro-batch {item['micro_batch'] + 1}" if item.get("micro_batches", 1)
                    > 1 else "")
@@ -196,8 +214,6 @@ def explanation_text(result: dict[str, Any]) -> str:
     last, first = result.get("last_identical"), result.get("first_different")
     between = (f"identical at step {last}, different at step {first}" if last is not None
                else f"different at step {first}")
-    if verdict == "not_replayed":
-        return f"{head}: parameter hashes {between}; {result['reason']}." + cost
     replay = result.get("replay") or {}
     starts = replay.get("from_checkpoints", [])
     evidence = (f" Replayed from the checkpoints at steps {starts[0]} (A) and {starts[1]} (B), "
@@ -212,19 +228,30 @@ def explanation_text(result: dict[str, Any]) -> str:
     gap = (first - last) if last is not None else first
     hint = (f" The fingerprints were {gap} steps apart; a smaller fingerprint_every shortens "
             "the replay." if gap > 100 else "")
+    sums = _sums_text(result.get("sums"))
     if verdict == "input":
         return f"{head} part at step {step}: " + _input_text(step, result["input"], result) \
-            + evidence + hint + cost
+            + sums + evidence + hint + cost
     if verdict == "op":
         op = result["op"]
         return (f"{head} part at step {step}, {_op_text(op)}." + _why_text(op.get("why"))
-                + evidence + hint + cost)
+                + sums + evidence + hint + cost)
+    if verdict == "untraced":
+        return (f"{head} part at step {step}; everything going into it agrees, and the ops of "
+                "a data-parallel step are not traced one by one." + sums + evidence + cost)
     return (f"{head} part at step {step}, yet everything going into it and every op of it "
             "agree: the difference comes from outside the traced step." + evidence + cost)
 
 
 def _short(h: Any) -> str:
     return str(h)[:12] if h else "-"
+
+
+def _cut(value: Any, most: int = 16) -> str:
+    """A list shown with its first `most` items."""
+    if isinstance(value, list) and len(value) > most:
+        return "[" + ", ".join(map(str, value[:most])) + f", ... {len(value)} in all]"
+    return str(value)
 
 
 def evidence_lines(result: dict[str, Any]) -> list[str]:
@@ -253,7 +280,7 @@ def evidence_lines(result: dict[str, Any]) -> list[str]:
         out.append(f"first step whose result differs: {result['step']}")
     item = result.get("input")
     if item:
-        facts = ", ".join(f"{k} {item[k]}" for k in item if k != "item")
+        facts = ", ".join(f"{k} {_cut(item[k])}" for k in item if k != "item")
         out.append(f"first differing input: {item['item']}" + (f" ({facts})" if facts else ""))
     op = result.get("op")
     if op:
@@ -280,6 +307,12 @@ def evidence_lines(result: dict[str, Any]) -> list[str]:
             for f in why.get("follows", []):
                 out.append(f"switched {f['key']} {f['a']} -> {f['b']} alone: A's op gives B's "
                            "result")
+    sums = result.get("sums")
+    if sums:
+        out.append(f"sums on {sums['run']}'s samples, dropout off: one backward over "
+                   f"{sums['samples']} vs {sums['world']} over {_cut(sums['per_rank'])} "
+                   f"averaged: {sums['elements']:,} of {sums['of']:,} gradient elements "
+                   f"differ, in {_cut(sums['params']) if sums['params'] else 'none'}")
     if result.get("gradients_differ"):
         out.append("gradients that differ after the step: "
                    + ", ".join(result["gradients_differ"]))

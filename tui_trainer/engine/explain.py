@@ -22,10 +22,12 @@ The answer is a plain dict; core.explain puts it in words.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import os
 import sys
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -38,7 +40,8 @@ from ..core import config
 from ..core.errors import BadInput
 from ..core.store import SessionStore
 from .checkpoint import load_checkpoint
-from .knobs import capture_rng, param_fingerprint
+from .distributed import Group
+from .knobs import capture_rng, param_fingerprint, restore_rng
 from .train import Step, Trainer
 
 TORCH_DIR = os.path.dirname(torch.__file__)
@@ -239,14 +242,30 @@ class Side:
     def threads(self) -> int:
         return int((self.run["settings"] or {}).get("num_threads") or torch.get_num_threads())
 
+    @property
+    def world(self) -> int:
+        """The processes that trained it (its checkpoint holds every rank's RNG states)."""
+        return int(self.state.get("world_size", 1))
 
-def _trainer(side: Side) -> Trainer:
-    """A trainer positioned at the side's checkpoint, with its run's knobs applied (the
-    thread count the run really had, whatever its config said)."""
+
+class Replica(Group):
+    """Rank `rank` of a data-parallel run, replayed in this process: its shard, its seeds
+    and its RNG states, with no process group (Replay does DDP's gradient average)."""
+
+    @property
+    def active(self) -> bool:
+        return False
+
+
+def _trainer(side: Side, rank: int = 0) -> Trainer:
+    """A trainer positioned at the side's checkpoint (as rank `rank` of a data-parallel
+    run), with its run's knobs applied (the thread count the run really had, whatever its
+    config said)."""
     torch.set_num_threads(side.threads)
     # A copy: the optimizer takes the checkpoint's tensors as they are (momentum buffers
     # included) and updates them in place, and the next replay must start from the file.
-    trainer = Trainer(side.cfg, checkpoint=copy.deepcopy(side.state))
+    group = Replica(rank=rank, world=side.world) if side.world > 1 else None
+    trainer = Trainer(side.cfg, checkpoint=copy.deepcopy(side.state), group=group)
     trainer.setup()
     trainer.attach(None, side.run["id"], None)
     trainer.model.train()
@@ -255,14 +274,104 @@ def _trainer(side: Side) -> Trainer:
     return trainer
 
 
+class Replay:
+    """One run's training from its checkpoint, step by step, with the code that trained it
+    (`Trainer.step`). A data-parallel run is replayed as its ranks, one after the other in
+    this process, each with its own shard and its own global RNG states (swapped in around
+    everything it does), and between backward and the optimizer what DDP does: each rank's
+    gradients times 1/world, summed in rank order (the all-reduce of two ranks: a sum is the
+    same either way round). Whether that is what the run did is not assumed: the replay
+    must reproduce the run's recorded parameter hashes."""
+
+    def __init__(self, side: Side):
+        self.side = side
+        self.ranks = [_trainer(side, r) for r in range(side.world)]
+        self._iters: list[Iterator[Step] | None] = [None] * len(self.ranks)
+        self._rng: list[dict[str, Any] | None] = [None] * len(self.ranks)
+
+    @property
+    def lead(self) -> Trainer:
+        return self.ranks[0]
+
+    @contextmanager
+    def rank(self, r: int) -> Iterator[Trainer]:
+        """Rank r's turn: its RNG states in the process's generators (one rank: nothing to
+        swap)."""
+        t = self.ranks[r]
+        if len(self.ranks) > 1 and self._rng[r] is not None:
+            restore_rng(self._rng[r], t.loaders.generator)
+        try:
+            yield t
+        finally:
+            if len(self.ranks) > 1:
+                self._rng[r] = capture_rng(t.loaders.generator, t.cuda)
+
+    def next_step(self) -> list[Step] | None:
+        """Every rank's next step (None at the end of the training)."""
+        out = []
+        for r in range(len(self.ranks)):
+            with self.rank(r) as t:
+                if self._iters[r] is None:
+                    self._iters[r] = t.steps()
+                batch = next(self._iters[r], None)
+            if batch is None:
+                return None
+            out.append(batch)
+        return out
+
+    def step(self, batches: list[Step], between: Callable[[], None] | None = None) -> None:
+        """One optimizer step of every rank; `between`: called once the gradients are
+        those the optimizer is given (averaged over the ranks), before it runs."""
+        if len(self.ranks) == 1:
+            if between is None:
+                self.lead.step(batches[0])
+                return
+            hook = self.lead.optimizer.register_step_pre_hook(lambda *_: between())
+            try:
+                self.lead.step(batches[0])
+            finally:
+                hook.remove()
+            return
+        wants: dict[int, bool] = {}
+        for r, batch in enumerate(batches):
+            with self.rank(r) as t:
+                # the optimizer waits for the all-reduce: asked now, run after it
+                t._optimizer_step = lambda want_norm, r=r: wants.__setitem__(r, want_norm)
+                try:
+                    t.step(batch)
+                finally:
+                    del t._optimizer_step
+        self._all_reduce()
+        if between is not None:
+            between()
+        for r in range(len(self.ranks)):
+            with self.rank(r) as t:
+                t._optimizer_step(wants[r])
+
+    @torch.no_grad()
+    def _all_reduce(self) -> None:
+        """DDP's gradient average: each rank's gradient times 1/world (in its dtype), summed
+        over the ranks in rank order; every rank gets the sum."""
+        scale = 1.0 / len(self.ranks)
+        per_rank = [dict(t.model.named_parameters()) for t in self.ranks]
+        for name, p in per_rank[0].items():
+            if p.grad is None:
+                continue
+            parts = [q[name].grad * scale for q in per_rank]
+            total = functools.reduce(torch.add, parts)
+            for q in per_rank:
+                q[name].grad.copy_(total)
+
+
 def replay_hashes(side: Side, until: int) -> dict[int, str]:
-    """The parameters' hash after every step from the checkpoint to `until`."""
-    trainer = _trainer(side)
+    """The parameters' hash after every step from the checkpoint to `until` (rank 0's, as
+    the run recorded them)."""
+    replay = Replay(side)
     hashes: dict[int, str] = {}
-    for batch in trainer.steps():
-        trainer.step(batch)
-        hashes[trainer.pos.step] = param_fingerprint(trainer.model)[0]
-        if trainer.pos.step >= until:
+    while (batches := replay.next_step()) is not None:
+        replay.step(batches)
+        hashes[replay.lead.pos.step] = param_fingerprint(replay.lead.model)[0]
+        if replay.lead.pos.step >= until:
             break
     return hashes
 
@@ -305,44 +414,90 @@ class Capture:
     inputs: Inputs
     ops: list[Op]
     grads: dict[str, str]
+    # each rank's micro-batches (x, y) and rank 0's model as the step found it
+    micro: list[list[tuple[torch.Tensor, torch.Tensor]]] = field(default_factory=list)
+    model: Any = None
 
 
 def capture_step(side: Side, step: int) -> Capture:
-    """Replays the side to just before `step`, records what goes into it, traces it, and
-    hashes the gradients it made."""
-    trainer = _trainer(side)
-    for batch in trainer.steps():
-        if trainer.pos.step + 1 < step:
-            trainer.step(batch)
+    """Replays the side to just before `step`, records what goes into it, traces it (one
+    process: ops of a data-parallel step are not traced), and hashes the gradients the
+    optimizer is given."""
+    replay = Replay(side)
+    lead = replay.lead
+    while (batches := replay.next_step()) is not None:
+        if lead.pos.step + 1 < step:
+            replay.step(batches)
             continue
-        p = trainer.pos
+        p = lead.pos
         position = {"step": p.step, "epoch": p.epoch, "batch_in_epoch": p.batch}
-        params = _state_hashes(dict(trainer.model.named_parameters()))
-        buffers = _state_hashes(dict(trainer.model.named_buffers()))
-        optimizer = _state_hashes({"optimizer": trainer.optimizer.state_dict(),
-                                   "scheduler": trainer.scheduler.state_dict(),
-                                   "scaler": trainer.scaler.state_dict()})
-        rng = _state_hashes(capture_rng(trainer.loaders.generator, trainer.cuda))
+        params = _state_hashes(dict(lead.model.named_parameters()))
+        buffers = _state_hashes(dict(lead.model.named_buffers()))
+        optimizer = _state_hashes({"optimizer": lead.optimizer.state_dict(),
+                                   "scheduler": lead.scheduler.state_dict(),
+                                   "scaler": lead.scaler.state_dict()})
+        with replay.rank(0):
+            rng = _state_hashes(capture_rng(lead.loaders.generator, lead.cuda))
+        before = copy.deepcopy(lead.model)
         grads: dict[str, str] = {}
 
-        def keep_grads(optimizer: Any, args: Any, kwargs: Any) -> None:
-            grads.update({n: tensor_hash(q.grad) for n, q in trainer.model.named_parameters()
-                          if q.grad is not None and n not in grads})
-        hook = trainer.optimizer.register_step_pre_hook(keep_grads)
-        micro: list[Any] = []
-        try:
-            with torch.autograd.set_detect_anomaly(True, check_nan=False), \
-                    Trace(trainer.model) as trace:
-                trainer.step(Step(batch.size, _recording(batch.micro_batches, micro)))
-        finally:
-            hook.remove()
+        def keep_grads() -> None:
+            grads.update({n: tensor_hash(q.grad) for n, q in lead.model.named_parameters()
+                          if q.grad is not None})
+        micro: list[list[Any]] = [[] for _ in batches]
+        recorded = [Step(b.size, _recording(b.micro_batches, micro[r]))
+                    for r, b in enumerate(batches)]
+        traced = len(replay.ranks) == 1
+        with torch.autograd.set_detect_anomaly(traced, check_nan=False), \
+                (Trace(lead.model) if traced else nullcontext()) as trace:
+            replay.step(recorded, between=keep_grads)
+        # the step's batch: the ranks' micro-batches side by side (its global batch)
+        whole = [(torch.cat([m[k][0] for m in micro if k < len(m)]),
+                  torch.cat([m[k][1] for m in micro if k < len(m)]))
+                 for k in range(max(len(m) for m in micro))]
         inputs = Inputs(
             position=position, params=params, buffers=buffers, optimizer=optimizer, rng=rng,
             batch=[([tensor_hash(s) for s in x], [tensor_hash(s) for s in y])
-                   for x, y in micro],
-            labels=[y.tolist() for _, y in micro])
-        return Capture(inputs, trace.ops, grads)
+                   for x, y in whole],
+            labels=[y.tolist() for _, y in whole])
+        return Capture(inputs, trace.ops if traced else [], grads, micro, before)
     raise BadInput(f"run {side.run['id']} ends before step {step}")
+
+
+def sums(capture: Capture, side: Side) -> dict[str, Any]:
+    """What splitting a step over the ranks does to the sums alone: on the data-parallel
+    run's own samples and weights at that step (dropout off, so that no random draw
+    differs), one backward over the whole batch against each rank's backward over its part,
+    averaged as DDP does. The first parameter whose gradient differs, and by how much."""
+    model = copy.deepcopy(capture.model)
+    model.eval()
+    parts = [m[0] for m in capture.micro]
+
+    def grads(x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        if side.cfg.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(side.cfg.amp)
+        with torch.autocast(x.device.type, dtype=dtype, enabled=dtype is not None):
+            loss = torch.nn.functional.nll_loss(model(x), y)
+        loss.backward()
+        return {n: q.grad.detach().clone() for n, q in model.named_parameters()
+                if q.grad is not None}
+
+    one = grads(torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts]))
+    each = [grads(x, y) for x, y in parts]
+    scale = 1.0 / len(parts)
+    averaged = {n: functools.reduce(torch.add, [g[n] * scale for g in each]) for n in one}
+    differ = [n for n in one if not torch.equal(one[n], averaged[n])]
+    out: dict[str, Any] = {
+        "world": len(parts), "samples": sum(len(y) for _, y in parts),
+        "per_rank": [len(y) for _, y in parts],
+        "elements": sum(int((one[n] != averaged[n]).sum()) for n in differ),
+        "of": sum(t.numel() for t in one.values()), "params": differ}
+    if differ:
+        out["first"] = differ[0]
+        out["difference"] = difference(one[differ[0]], averaged[differ[0]])
+    return out
 
 
 def replay_start(store: SessionStore, runs: list[dict[str, Any]], last: int,
@@ -509,9 +664,18 @@ def replay(store: SessionStore, located: dict[str, Any]) -> dict[str, Any]:
     step = next(s for s in range(both + 1, first + 1) if hashes[0][s] != hashes[1][s])
     out["step"] = step
     captures = [capture_step(side, step) for side in sides]
+    worlds = [side.world for side in sides]
+    out["worlds"] = worlds
+    if worlds[0] != worlds[1]:
+        # one process against several: besides what goes in, the sums themselves
+        dp = 0 if worlds[0] > worlds[1] else 1
+        out["sums"] = {"run": "AB"[dp], **sums(captures[dp], sides[dp])}
     differing = first_differing_input(*captures)
     if differing is not None:
         out.update(verdict="input", input=differing, cost_s=time.perf_counter() - t0)
+        return out
+    if max(worlds) > 1:
+        out.update(verdict="untraced", cost_s=time.perf_counter() - t0)
         return out
     oa, ob = captures[0].ops, captures[1].ops
     for i in range(min(len(oa), len(ob))):
