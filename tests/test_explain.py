@@ -88,14 +88,21 @@ def test_other_augmentation_draws_are_named_as_the_batch(tmp_path):
     assert "the batch of step 1 differs" in text and "seed_workers True vs False" in text
 
 
-def test_runs_that_cannot_be_compared_or_replayed_are_refused_naming_why(tmp_path):
+def test_runs_not_comparable_are_refused_and_lost_checkpoints_replayed_from_the_config(
+        tmp_path):
     _runs(tmp_path, [], ["model=examples"],
           ["num_threads=2", "keep_checkpoints=1", "checkpoint_every=2"])
     r = tt("explain", "1", "2", "--session", str(tmp_path))
     assert r.rc == 2 and "not comparable" in r.err and "model (grokking vs examples)" in r.err
-    r = tt("explain", "1", "3", "--session", str(tmp_path))
-    assert r.rc == 2 and "run 3 has no checkpoint at or before step 0" in r.err, r.err
-    assert "keep_checkpoints = 1" in r.err
+
+    # run 3 keeps only its newest checkpoint (step 12): it is replayed from its seeded
+    # config, which must then reproduce its recorded hash (a seeded run's start is exact)
+    rc, result, text = _explain(tmp_path, 1, 3)
+    assert rc == 3 and result["verdict"] == "op", result
+    assert result["replay"]["from_config"] == [False, True]
+    assert result["replay"]["reproduced"] == [True, True]
+    assert "Replayed from A's checkpoint at step 0 and B's seeded config (no checkpoint kept " \
+        "that early), which reproduced" in text
 
 
 def test_a_resume_that_was_not_exact_is_named_by_the_state_it_lost(tmp_path):
@@ -117,6 +124,21 @@ def test_a_resume_that_was_not_exact_is_named_by_the_state_it_lost(tmp_path):
     assert result["replay"]["from_checkpoints"] == [6, 6] and result["step"] == 7
     assert result["input"] == {"item": "rng", "name": "torch"}
     assert "the random state going into step 7 differs: torch's CPU generator" in text
+    # the same, keeping only the newest checkpoint: nothing to replay B's resume from, and
+    # its config does not reproduce it; the missing checkpoint and the knob are named
+    killed = tt("run", "--session", str(tmp_path), "--kill-at-step", "7",
+                *sets(*SHORT, "checkpoint_every=3", "keep_checkpoints=1"))
+    path = tmp_path / "checkpoints" / "run-3" / "step-00000006.pt"
+    state = torch.load(path, weights_only=True)
+    state["rng"]["torch"] = torch.Generator().manual_seed(99).get_state()
+    torch.save(state, path)
+    assert tt("resume", "3", "--session", str(tmp_path)).rc == 0
+    rc, result, text = _explain(tmp_path, 1, 3)
+    assert rc == 3 and result["verdict"] == "not_reproduced", result
+    assert result["replay"]["reproduced"] == [True, False]
+    assert "run 3 kept no checkpoint at or before step 6, where its replay should start (it " \
+        "keeps steps 12; keep_checkpoints = 1 keeps only the newest ones" in text
+    assert "B did not reproduce its recorded hash at step 10" in text
 
 
 def test_autocast_is_named_at_its_first_op_with_the_dtypes(tmp_path):

@@ -192,6 +192,19 @@ def _input_text(step: int, item: dict[str, Any], result: dict[str, Any]) -> str:
     return f"{names.get(kind, kind)} going into step {step} differ (first: {item['name']})."
 
 
+def _starts(replay: dict[str, Any]) -> str:
+    """Where the two replays started: checkpoints, or a run's seeded config."""
+    steps = replay["from_checkpoints"]
+    fresh = replay.get("from_config") or [False, False]
+    if not any(fresh):
+        return (f"their checkpoints at step {steps[0]}" if steps[0] == steps[1] else
+                f"the checkpoints at steps {steps[0]} (A) and {steps[1]} (B)")
+    if all(fresh):
+        return "their seeded configs (no checkpoint kept that early)"
+    return " and ".join(f"{x}'s seeded config (no checkpoint kept that early)" if f else
+                        f"{x}'s checkpoint at step {n}" for x, n, f in zip("AB", steps, fresh))
+
+
 def explanation_text(result: dict[str, Any]) -> str:
     """One paragraph: where the runs part and why, then the evidence and its cost."""
     a, b = result["runs"]
@@ -215,11 +228,14 @@ def explanation_text(result: dict[str, Any]) -> str:
     between = (f"identical at step {last}, different at step {first}" if last is not None
                else f"different at step {first}")
     replay = result.get("replay") or {}
-    starts = replay.get("from_checkpoints", [])
-    evidence = (f" Replayed from the checkpoints at steps {starts[0]} (A) and {starts[1]} (B), "
-                f"which reproduced the recorded hashes at step {first}." if starts else "")
+    evidence = (f" Replayed from {_starts(replay)}, which reproduced the recorded hashes at "
+                f"step {first}." if replay.get("from_checkpoints") else "")
     if verdict == "not_reproduced":
         who = " and ".join(x for x, ok in zip("AB", replay.get("reproduced", ())) if not ok)
+        if result.get("missing"):
+            return (f"{head}: parameter hashes {between}, and the step cannot be pinned down: "
+                    + "; ".join(result["missing"]) + f"; replayed from its config instead, "
+                    f"{who} did not reproduce its recorded hash at step {first}." + cost)
         return (f"{head}: parameter hashes {between}, but replaying {who} from its checkpoint "
                 f"did not reproduce its recorded hash at step {first}: its bits depend on "
                 "something its checkpoint does not hold (another machine, thread count or "
@@ -271,9 +287,12 @@ def evidence_lines(result: dict[str, Any]) -> list[str]:
                    f"(A {_short(rec[0])}, B {_short(rec[1])})")
     replay = result.get("replay")
     if replay:
-        for x, start, steps, ok in zip("AB", replay["from_checkpoints"], replay["steps"],
-                                       replay["reproduced"]):
-            out.append(f"replay {x}: from its checkpoint at step {start}, {steps} steps, "
+        for x, start, fresh, steps, ok in zip(
+                "AB", replay["from_checkpoints"], replay.get("from_config", [False] * 2),
+                replay["steps"], replay["reproduced"]):
+            out.append(f"replay {x}: from "
+                       + ("its seeded config (no checkpoint kept that early)" if fresh else
+                          f"its checkpoint at step {start}") + f", {steps} steps, "
                        + ("reproduced its recorded hash" if ok else
                           "did NOT reproduce its recorded hash"))
     if result.get("step") is not None and v not in ("initial", "refused"):

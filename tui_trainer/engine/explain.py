@@ -236,7 +236,8 @@ class Side:
     run: dict[str, Any]
     cfg: config.RunConfig
     checkpoint_step: int
-    state: dict[str, Any]
+    state: dict[str, Any] | None        # None: from its config, as it started (step 0)
+    missing: str = ""                   # why not from a checkpoint
 
     @property
     def threads(self) -> int:
@@ -245,7 +246,8 @@ class Side:
     @property
     def world(self) -> int:
         """The processes that trained it (its checkpoint holds every rank's RNG states)."""
-        return int(self.state.get("world_size", 1))
+        return int(self.state.get("world_size", 1)) if self.state \
+            else self.cfg.nproc * self.cfg.nnodes
 
 
 class Replica(Group):
@@ -265,7 +267,8 @@ def _trainer(side: Side, rank: int = 0) -> Trainer:
     # A copy: the optimizer takes the checkpoint's tensors as they are (momentum buffers
     # included) and updates them in place, and the next replay must start from the file.
     group = Replica(rank=rank, world=side.world) if side.world > 1 else None
-    trainer = Trainer(side.cfg, checkpoint=copy.deepcopy(side.state), group=group)
+    trainer = Trainer(side.cfg, checkpoint=copy.deepcopy(side.state) if side.state else None,
+                      group=group)
     trainer.setup()
     trainer.attach(None, side.run["id"], None)
     trainer.model.train()
@@ -285,9 +288,18 @@ class Replay:
 
     def __init__(self, side: Side):
         self.side = side
-        self.ranks = [_trainer(side, r) for r in range(side.world)]
+        self.ranks: list[Trainer] = []
+        self._rng: list[dict[str, Any] | None] = []
+        for r in range(side.world):
+            t = _trainer(side, r)
+            self.ranks.append(t)          # each rank's generators as its set-up left them
+            self._rng.append(capture_rng(t.loaders.generator, t.cuda) if side.world > 1
+                             else None)
+        if side.state is None:
+            # from the config: DDP gives every rank rank 0's initial parameters
+            for t in self.ranks[1:]:
+                t.model.load_state_dict(self.lead.model.state_dict())
         self._iters: list[Iterator[Step] | None] = [None] * len(self.ranks)
-        self._rng: list[dict[str, Any] | None] = [None] * len(self.ranks)
 
     @property
     def lead(self) -> Trainer:
@@ -511,17 +523,19 @@ def replay_start(store: SessionStore, runs: list[dict[str, Any]], last: int,
 
 
 def load_side(store: SessionStore, run: dict[str, Any], start: int) -> Side:
-    """The run's newest checkpoint at or before `start`, loaded (weights only)."""
+    """The run's newest checkpoint at or before `start`, loaded (weights only); with none
+    kept there, the run as its config starts it (a seeded, deterministic run starts the
+    same every time: the replay's recorded hash says whether it did), and what is missing
+    is said in case it did not."""
     cfg = config.from_dict(run["config"])
     kept = [c for c in store.usable_checkpoints(run["id"]) if c["step"] <= start]
     if not kept:
         steps = sorted(c["step"] for c in store.usable_checkpoints(run["id"]))
-        raise BadInput(
-            f"run {run['id']} has no checkpoint at or before step {start}, where the "
-            f"replay must start (it keeps "
-            f"{'steps ' + ', '.join(map(str, steps)) if steps else 'none'}; "
-            f"keep_checkpoints = {cfg.keep_checkpoints} keeps only the newest ones: raise it "
-            "for runs you want explained)")
+        return Side(run=run, cfg=cfg, checkpoint_step=0, state=None, missing=(
+            f"run {run['id']} kept no checkpoint at or before step {start}, where its replay "
+            f"should start (it keeps {'steps ' + ', '.join(map(str, steps)) if steps else 'none'}"
+            f"; keep_checkpoints = {cfg.keep_checkpoints} keeps only the newest ones: raise it "
+            "for runs you want explained)"))
     newest = kept[0]
     return Side(run=run, cfg=cfg, checkpoint_step=newest["step"],
                 state=load_checkpoint(newest["path"]))
@@ -656,9 +670,11 @@ def replay(store: SessionStore, located: dict[str, Any]) -> dict[str, Any]:
     hashes = [replay_hashes(side, first) for side in sides]
     reproduced = [h.get(first) == recorded for h, recorded in zip(hashes, out["recorded"])]
     out["replay"] = {"from_checkpoints": [s.checkpoint_step for s in sides],
+                     "from_config": [s.state is None for s in sides],
                      "steps": [len(h) for h in hashes], "reproduced": reproduced}
     if not all(reproduced):
-        out.update(verdict="not_reproduced", cost_s=time.perf_counter() - t0)
+        out.update(verdict="not_reproduced", cost_s=time.perf_counter() - t0,
+                   missing=[s.missing for s, ok in zip(sides, reproduced) if s.missing and not ok])
         return out
     both = max(side.checkpoint_step for side in sides)
     step = next(s for s in range(both + 1, first + 1) if hashes[0][s] != hashes[1][s])
