@@ -35,7 +35,8 @@ EXPLAIN_SETTLE_S = 3.0
 
 @dataclass
 class Explaining:
-    """An `explain` this dashboard started (x): its pair and process."""
+    """An `explain` this dashboard started (x): its pair and process (None while it
+    starts)."""
     pair: tuple[int, int]
     job: Any
     started: float                  # monotonic
@@ -230,14 +231,26 @@ class RunActions:
             self.notify(f"already explaining runs {a} and {b}", severity="warning")
             return
         a, b = pair
-        since = time.time()         # before it starts: its answer is kept after this
+        # said at once; its answer is kept after `wall` (before the process starts)
+        explaining = self._explaining = Explaining((a, b), None, time.monotonic(), time.time())
+
+        def start(_: Any, sup: Any) -> Any:
+            try:
+                return sup.explain(a, b)
+            except (SessionError, OSError) as e:
+                return e
 
         def started(job: Any) -> None:
-            self._explaining = Explaining((a, b), job, time.monotonic(), since)
-            self.refresh_all()
+            if isinstance(job, Exception):
+                self._explaining = None
+                self.notify(f"not explained: {job}", severity="error", timeout=12)
+            else:
+                explaining.job = job
+            self._draw()
 
         self._tabs().active = "tab-divergence"
-        self.write(lambda _, sup: sup.explain(a, b), started, "not explained")
+        self._draw()
+        self.write(start, started)
 
     def _explaining_now(self) -> tuple[int, int, float] | None:
         """The pair being explained and for how long: one this dashboard started, or the
@@ -269,8 +282,8 @@ class RunActions:
         if e is None:
             return
         if e.ended is None:
-            if e.job.poll() is None:
-                return
+            if e.job is None or e.job.poll() is None:
+                return          # starting, or working
             e.ended = time.monotonic()
         a, b = e.pair
         if for_pair(snap.checks.get(b, []), e.pair, since=e.wall) is not None:
