@@ -180,3 +180,23 @@ def test_one_process_against_two_names_the_shards_and_the_all_reduce(tmp_path):
     assert "follows nproc 1 vs 2" in text
     assert "one backward over all 64 and the average of 2 backwards over 32 each" in text
     assert f"first in `{sums['first']}`" in text
+
+
+def test_the_words_for_a_batch_tell_order_pixels_and_samples_apart():
+    """core.explain's words for the three ways a batch differs (the engine's findings as
+    the command gives them; the pieces each case reads are the ones set here)."""
+    from tui_trainer.core.explain import explanation_text
+    base = {"runs": [1, 2], "verdict": "input", "step": 4, "first_different": 5,
+            "last_identical": 0, "settings": [{"key": "seed_workers", "a": True, "b": False,
+                                               "of": "config"}]}
+    item = {"item": "batch", "micro_batches": 1, "micro_batch": 0, "of": 4,
+            "samples": [0, 1, 2, 3], "labels_a": [1, 2, 3, 4], "labels_b": [2, 1, 4, 3]}
+    reordered = explanation_text({**base, "input": {**item, "same_samples_reordered": True}})
+    assert "the batch of step 4 differs: the same samples in another order; what the batch " \
+        "holds follows seed_workers True vs False." in reordered
+    pixels = explanation_text({**base, "input": {**item, "same_samples_reordered": False,
+                                                 "same_labels": True}})
+    assert "4 of 4 samples hold other pixels under the same labels" in pixels
+    other = explanation_text({**base, "input": {**item, "same_samples_reordered": False,
+                                                "same_labels": False}})
+    assert "4 of 4 samples differ (digits 1 2 3 4 in A, 2 1 4 3 in B)" in other

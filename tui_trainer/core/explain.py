@@ -165,9 +165,17 @@ def _input_text(step: int, item: dict[str, Any], result: dict[str, Any]) -> str:
     kind = item["item"]
     if kind == "batch":
         samples = item.get("samples", [])
-        shown = ", ".join(map(str, samples[:8])) + (", ..." if len(samples) > 8 else "")
-        how = ("the same samples in another order" if item.get("same_samples_reordered")
-               else f"{len(samples)} of {item.get('of', '?')} samples differ ({shown})")
+        if item.get("same_samples_reordered"):
+            how = "the same samples in another order"
+        elif item.get("same_labels"):
+            how = (f"{len(samples)} of {item.get('of', '?')} samples hold other pixels under the "
+                   "same labels (other augmentation draws, or other images of the same digits)")
+        else:
+            def digits(labels: list[int]) -> str:
+                return " ".join(map(str, labels)) + (" ..." if len(samples) > len(labels) else "")
+            how = (f"{len(samples)} of {item.get('of', '?')} samples differ (digits "
+                   f"{digits(item.get('labels_a', []))} in A, "
+                   f"{digits(item.get('labels_b', []))} in B)")
         cause = _config_changes(result, DATA_ORDER_KEYS)
         worlds = result.get("worlds") or [1, 1]
         if worlds[0] != worlds[1]:

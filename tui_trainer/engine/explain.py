@@ -647,6 +647,7 @@ def first_differing_input(ca: Capture, cb: Capture) -> dict[str, Any] | None:
                 same_set = sorted(zip(xa, ya)) == sorted(zip(xb, yb))
                 detail.update(micro_batch=m, samples=diff, of=len(xa),
                               same_samples_reordered=same_set,
+                              same_labels=ia.labels[m] == ib.labels[m],
                               labels_a=[ia.labels[m][i] for i in diff[:8] if i < len(xa)],
                               labels_b=[ib.labels[m][i] for i in diff[:8] if i < len(xb)])
                 break
