@@ -68,6 +68,10 @@ def _fill(session, names: list[str]) -> None:
     s.add_event(2, "repro_verdict", names[0], data={"runs": [1, 2], "mode": "resume",
                                                      "resume_at": names[0], "identical": False,
                                                      "fingerprints_compared": names[3]})
+    # a kept explanation that is not one of the tool's answers: hostile words, keys missing
+    s.add_event(2, "explanation", names[5], data={"runs": [1, 2], "verdict": "op",
+                                                  "step": names[0], "op": {"name": names[4]}})
+    s.add_event(1, "explanation", names[0], data=[names[6]])
     s.set_meta("ui_state", json.dumps({"marked": [1, 2], "pair": [1, 2], "cursor": 1,
                                        "tab": "tab-plots", "study": study}))
     s.close()
@@ -129,6 +133,12 @@ async def test_hostile_names_show_as_text_on_every_tab_and_clicks_do_nothing(hos
         assert "[@click=app.quit]quit[/]" in str(verdict)
         assert not any("@click" in str(span.style) or "link" in str(span.style)
                        for span in getattr(verdict, "spans", []))
+        explained = str(app.query_one("#explanation", Static).render())
+        assert "cannot be read (damaged: " in explained and "\x1b" not in explained
+        await pilot.press("e")                  # its evidence: said as damaged, as text
+        await pilot.pause()
+        assert "cannot be read" in str(app.screen.query_one("#evidence-text Static").render())
+        await pilot.press("escape")
         log = app.query_one("#log", Log)
         assert not any("\x1b" in line for line in log.lines)
         # Hostile preset names in the preset list, and a notification carrying markup.

@@ -43,10 +43,37 @@ def for_pair(events: list[dict[str, Any]], pair: tuple[int, int] | list[int],
              since: float | None = None) -> dict[str, Any] | None:
     """The newest explanation of this pair (either way round) among runs' events (kept at
     or after the time `since`, when given)."""
-    mine = [e for e in events if e.get("kind") == EVENT and e.get("data")
-            and sorted(e["data"].get("runs", [])) == sorted(pair)
-            and (since is None or e["t"] >= since)]
+    def ours(e: dict[str, Any]) -> bool:
+        data = e.get("data")
+        return (e.get("kind") == EVENT and isinstance(data, dict)
+                and isinstance(data.get("runs"), list) and len(data["runs"]) == 2
+                and sorted(map(str, data["runs"])) == sorted(map(str, pair))
+                and (since is None or (isinstance(e.get("t"), (int, float))
+                                       and e["t"] >= since)))
+    mine = [e for e in events if ours(e)]
     return mine[-1]["data"] if mine else None
+
+
+# What a kept explanation that is not one of this tool's answers (a damaged or foreign
+# session) raises when it is put in words: said as damaged instead.
+UNREADABLE = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+def words(result: dict[str, Any]) -> str:
+    """explanation_text, for an answer read back from a session (untrusted)."""
+    try:
+        return explanation_text(result)
+    except UNREADABLE as e:
+        return (f"the explanation kept for runs {result.get('runs')} cannot be read "
+                f"(damaged: {type(e).__name__} {e}); x explains the pair again")
+
+
+def evidence(result: dict[str, Any]) -> list[str]:
+    """evidence_lines, for an answer read back from a session (untrusted)."""
+    try:
+        return evidence_lines(result)
+    except UNREADABLE as e:
+        return [f"the explanation kept cannot be read (damaged: {type(e).__name__} {e})"]
 
 
 def locate(store: SessionStore, a_id: int, b_id: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from . import figures
 from .divergence import divergence
-from .explain import EVENT as EXPLAINED, evidence_lines, explanation_text, for_pair
+from .explain import EVENT as EXPLAINED, evidence, for_pair, words
 from .store import SessionStore
 
 FIG_SIZE_IN = (10.0, 6.0)
@@ -108,8 +108,8 @@ def export_explanation(store: SessionStore, pair: list[int], out: Path) -> Path 
         return None
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"runs-{pair[0]}-{pair[1]}-explanation.txt"
-    path.write_text(explanation_text(result) + "\n\nWhat it rests on:\n"
-                    + "".join(f"- {line}\n" for line in evidence_lines(result)),
+    path.write_text(words(result) + "\n\nWhat it rests on:\n"
+                    + "".join(f"- {line}\n" for line in evidence(result)),
                     encoding="utf-8")
     return path
 

@@ -268,7 +268,7 @@ class RunActions:
             if not twins:
                 return None
             verdicts = [c for c in self.snapshot.checks.get(twins[-1], [])
-                        if c["kind"] == "repro_verdict" and c.get("data")
+                        if c["kind"] == "repro_verdict" and isinstance(c.get("data"), dict)
                         and not c["data"].get("identical")]
             if verdicts and for_pair(self.snapshot.checks.get(twins[-1], []),
                                      (run_id, twins[-1])) is None:

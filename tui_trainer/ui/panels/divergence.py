@@ -12,11 +12,11 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
 from ...core.divergence import divergence, seed_spread, spread_text
-from ...core.explain import evidence_lines, explanation_text, for_pair
+from ...core.explain import evidence, for_pair, words
 from ...core.plotdata import Line
 from ...core.reader import RunRow
 from ...core.verdicts import divergence_text, replica_text
-from ...core.text import shown_lines
+from ...core.text import shown, shown_lines
 from ..screens import EvidenceScreen
 from ..widgets.plots import MetricPlot
 from .common import Tick, label
@@ -51,8 +51,9 @@ class DivergencePanel(Vertical):
             self.notify("no explanation of this pair yet: x explains it", severity="warning")
             return
         a, b = self.explained["runs"]
-        self.app.push_screen(EvidenceScreen(f"What the explanation of runs {a} and {b} rests "
-                                            "on", evidence_lines(self.explained)))
+        self.app.push_screen(EvidenceScreen(f"What the explanation of runs {shown(a, 12)} and "
+                                            f"{shown(b, 12)} rests on",
+                                            evidence(self.explained)))
 
     def show_explanation(self, pair: tuple[int, int] | None, checks: list[dict[str, Any]],
                          identical: bool | None, live: bool,
@@ -62,8 +63,7 @@ class DivergencePanel(Vertical):
         result = for_pair(checks, pair) if pair else None
         busy = explaining is not None and pair is not None \
             and sorted(explaining[:2]) == sorted(pair)
-        key = (pair, None if result is None else (result["runs"], result.get("cost_s"),
-                                                   result["verdict"], result.get("reason")),
+        key = (pair, None if result is None else repr(result)[:2000],
                int(explaining[2]) if busy and explaining else None, identical, live)
         if key == self._explained_key:
             return
@@ -76,11 +76,12 @@ class DivergencePanel(Vertical):
                 f"to the step, input and op where they part ({int(explaining[2])} s so far).",
                 ""))
         elif result is not None:
-            label = {"identical": "Explained: ", "refused": ""}.get(result["verdict"],
-                                                                   "Where they part: ")
-            text = Text.assemble((label, "bold"), (shown_lines(explanation_text(result)), ""),
+            verdict = result.get("verdict")
+            label = "Explained: " if verdict == "identical" else "Where they part: " \
+                if verdict in ("initial", "input", "op", "untraced", "not_reproduced") else ""
+            text = Text.assemble((label, "bold"), (shown_lines(words(result)), ""),
                                  ("  e: the evidence · x: explain again"
-                                  if result["verdict"] != "refused" else "  x: try again",
+                                  if verdict != "refused" else "  x: try again",
                                   "dim"))
         elif identical is False and not live:
             text = Text(EXPLAIN_HINT)
