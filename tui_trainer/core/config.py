@@ -145,6 +145,17 @@ class RunConfig:
     compile: str = knob(
         "off", "torch.compile the model: a slow first step while it compiles, then often faster "
         "steps. Needs a C++ compiler on the CPU.", "speed", choices=("off", "on"))
+    activation_checkpointing: str = knob(
+        "off", "Trade compute for memory (torch.utils.checkpoint, non-reentrant): full keeps "
+        "only each block's input and recomputes the block in backward; selective keeps the "
+        "convolution and linear outputs and recomputes the cheap ops (ReLU, pooling, dropout). "
+        "Changes memory and time, not the bits (with preserve_rng_state on).", "speed",
+        choices=("off", "full", "selective"))
+    preserve_rng_state: bool = knob(
+        True, "With activation checkpointing: a recomputed block draws the same dropout masks "
+        "as its forward did (the RNG state is saved and restored around it). Off, backward "
+        "uses other masks than forward: other gradients (PyTorch checks only shapes).",
+        "speed")
 
     # --- optimisation ----------------------------------------------------------------------
     optimizer: str = knob(

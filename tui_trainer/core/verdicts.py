@@ -57,6 +57,11 @@ def explain(runs: list[dict[str, Any]]) -> list[str]:
     if cuda and any(f.get("cudnn_deterministic") is False for f in fps):
         reasons.append("cudnn.deterministic = off: cuDNN may use non-deterministic "
                        "convolution algorithms")
+    if any(c.get("activation_checkpointing", "off") != "off"
+           and c.get("preserve_rng_state") is False for c in cfgs):
+        reasons.append("preserve_rng_state = off with activation checkpointing: a block "
+                       "recomputed in backward draws other dropout masks than its forward "
+                       "did, so its gradients are not those of the forward")
     if any(c.get("compile") == "on" for c in cfgs):
         reasons.append("compile = on: generated kernels and their fusion can change the order "
                        "of floating-point operations")

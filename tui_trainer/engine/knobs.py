@@ -111,6 +111,8 @@ def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any
         "grad_scaler": cfg.amp == "fp16",
         "channels_last": cfg.channels_last,
         "compile": cfg.compile,
+        "activation_checkpointing": cfg.activation_checkpointing,
+        "preserve_rng_state": cfg.preserve_rng_state,
         "model": cfg.model,
         "parameters": sum(p.numel() for p in model.parameters()),
         "device": str(device),

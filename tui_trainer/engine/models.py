@@ -1,13 +1,63 @@
-"""The two MNIST nets a run can train."""
+"""The two MNIST nets a run can train, and activation checkpointing.
+
+Each net's forward is a few blocks (`blocks()`), run one after the other by `Blocks.forward`.
+That is where the `activation_checkpointing` knob is applied: `off` keeps every activation
+for backward; `full` keeps only each block's input and recomputes the block in backward
+(torch.utils.checkpoint, non-reentrant); `selective` recomputes only the cheap ops of each
+block (ReLU, pooling, dropout, log-softmax) and keeps the outputs of the convolutions and
+matrix products (a selective-checkpoint policy). `preserve_rng_state` makes a recomputed
+block draw the same dropout masks as its forward did. Parameter names are those of plain
+modules (conv1.weight, ...), whatever the knob.
+"""
 
 from __future__ import annotations
+
+from functools import partial
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
+                                    create_selective_checkpoint_contexts)
+
+# What `selective` keeps: the outputs of the ops that cost the most to recompute.
+KEPT_OPS = {torch.ops.aten.convolution.default, torch.ops.aten.mm.default,
+            torch.ops.aten.addmm.default, torch.ops.aten._convolution.default,
+            torch.ops.aten.mkldnn_convolution.default}
 
 
-class GrokkingNet(nn.Module):
+def _keep_expensive(ctx: object, op: object, *args: object, **kwargs: object
+                    ) -> CheckpointPolicy:
+    return CheckpointPolicy.MUST_SAVE if op in KEPT_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+class Blocks(nn.Module):
+    """A net whose forward is its blocks in order, each checkpointed as the knob says."""
+
+    checkpointing = "off"           # off, full or selective
+    preserve_rng_state = True
+
+    def blocks(self) -> tuple[Callable[[torch.Tensor], torch.Tensor], ...]:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        recompute = self.checkpointing != "off" and self.training and torch.is_grad_enabled()
+        for block in self.blocks():
+            if not recompute:
+                x = block(x)
+            elif self.checkpointing == "full":
+                x = checkpoint(block, x, use_reentrant=False,
+                               preserve_rng_state=self.preserve_rng_state)
+            else:
+                x = checkpoint(block, x, use_reentrant=False,
+                               preserve_rng_state=self.preserve_rng_state,
+                               context_fn=partial(create_selective_checkpoint_contexts,
+                                                  _keep_expensive))
+        return x
+
+
+class GrokkingNet(Blocks):
     """The small net of the "Grokking PyTorch" notes (and of early pytorch/examples)."""
 
     def __init__(self) -> None:
@@ -18,16 +68,23 @@ class GrokkingNet(nn.Module):
         self.fc1 = nn.Linear(320, 50)
         self.fc2 = nn.Linear(50, 10)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.relu(F.max_pool2d(self.conv1(x), 2))
-        x = F.relu(F.max_pool2d(self.conv2_drop(self.conv2(x)), 2))
+    def blocks(self) -> tuple[Callable[[torch.Tensor], torch.Tensor], ...]:
+        return (self.features1, self.features2, self.classifier)
+
+    def features1(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(F.max_pool2d(self.conv1(x), 2))
+
+    def features2(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(F.max_pool2d(self.conv2_drop(self.conv2(x)), 2))
+
+    def classifier(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.flatten(x, 1)
         x = F.relu(self.fc1(x))
         x = F.dropout(x, training=self.training)
         return F.log_softmax(self.fc2(x), dim=1)
 
 
-class ExamplesNet(nn.Module):
+class ExamplesNet(Blocks):
     """The net of pytorch/examples mnist/main.py."""
 
     def __init__(self) -> None:
@@ -39,11 +96,16 @@ class ExamplesNet(nn.Module):
         self.fc1 = nn.Linear(9216, 128)
         self.fc2 = nn.Linear(128, 10)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def blocks(self) -> tuple[Callable[[torch.Tensor], torch.Tensor], ...]:
+        return (self.features, self.classifier)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.conv1(x))
         x = F.relu(self.conv2(x))
         x = F.max_pool2d(x, 2)
-        x = self.dropout1(x)
+        return self.dropout1(x)
+
+    def classifier(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.flatten(x, 1)
         x = F.relu(self.fc1(x))
         x = self.dropout2(x)
@@ -53,5 +115,9 @@ class ExamplesNet(nn.Module):
 MODELS = {"grokking": GrokkingNet, "examples": ExamplesNet}
 
 
-def build_model(name: str) -> nn.Module:
-    return MODELS[name]()
+def build_model(name: str, checkpointing: str = "off",
+                preserve_rng_state: bool = True) -> nn.Module:
+    model = MODELS[name]()
+    model.checkpointing = checkpointing
+    model.preserve_rng_state = preserve_rng_state
+    return model

@@ -318,7 +318,8 @@ class Trainer:
         self.loaders: Loaders = make_loaders(cfg, self.device, g.rank, g.world,
                                              self.sampler_seed)
         self.batches_per_epoch = len(self.loaders.train)   # fixed for the run; not per batch
-        model = build_model(cfg.model).to(self.device)
+        model = build_model(cfg.model, cfg.activation_checkpointing,
+                            cfg.preserve_rng_state).to(self.device)
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = model
