@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import QUICK, fingerprints, sets, tt
+from conftest import QUICK, db_rows, fingerprints, sets, tt
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.verdicts import verdict
 
@@ -43,3 +43,35 @@ def test_checkpointing_keeps_the_bits_with_amp_channels_last_and_accumulation(tm
     _run(tmp_path, *extra)
     _run(tmp_path, *extra, "activation_checkpointing=selective")
     assert fingerprints(tmp_path, 1) == fingerprints(tmp_path, 2)
+
+
+def test_memory_breaks_a_step_down_by_category_and_module_and_keeps_it(tmp_path):
+    """`memory RUN`: one step of a copy of the run (the run untouched), by category and
+    module; full checkpointing keeps fewer activations for backward than off."""
+    from tui_trainer.core.memory import EVENT
+    found = {}
+    for rid, mode in ((1, "off"), (2, "full")):
+        _run(tmp_path, "max_steps=4", f"activation_checkpointing={mode}")
+        steps_before = db_rows(tmp_path, "SELECT count(*) FROM steps")
+        r = tt("memory", str(rid), "--session", str(tmp_path), "--json")
+        assert r.rc == 0, r.err
+        found[mode] = json.loads(r.out)
+        assert db_rows(tmp_path, "SELECT count(*) FROM steps") == steps_before
+    off, full = found["off"], found["full"]
+    params = SessionStore(tmp_path, create=False, readonly=True).run(1)["settings"]["parameters"]
+    for b in (off, full):
+        cats = b["categories"]
+        # (gradients and momentum as MemTracker counts their storages: within 2%)
+        assert cats["parameters"] == 4 * params
+        for key in ("gradients", "optimizer state"):
+            assert abs(cats[key] - 4 * params) <= 0.02 * 4 * params, (key, cats)
+        assert b["total"] == sum(cats.values()) and b["from_checkpoint"]
+        assert [m["module"] for m in b["modules"]][:3] == ["GrokkingNet", "GrokkingNet.conv1",
+                                                          "GrokkingNet.conv2"]
+    assert 0 < full["categories"]["activations (kept for backward)"] < \
+        off["categories"]["activations (kept for backward)"]
+    kept = db_rows(tmp_path, "SELECT run_id, message FROM events WHERE kind = ?", (EVENT,))
+    assert [r for r, _ in kept] == [1, 2] and kept[0][1].startswith("peak ")
+    printed = tt("memory", "1", "--session", str(tmp_path))
+    assert printed.rc == 0 and "At the step's peak:" in printed.out
+    assert "activations (kept for backward)" in printed.out and "GrokkingNet.fc1" in printed.out

@@ -277,6 +277,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--session", metavar="DIR")
     sp.add_argument("--json", action="store_true")
 
+    sp = sub.add_parser("memory", help="where a run's memory goes: one step of a copy of it "
+                                       "by category and module",
+                        description="Trains one step of a copy of run RUN (from its newest "
+                                    "checkpoint, after one step of warm-up; the run itself is "
+                                    "not touched) under torch's MemTracker, and says the memory "
+                                    "at the step's peak by category (parameters, gradients, "
+                                    "optimizer state, activations kept for backward, "
+                                    "temporaries) and each module's own peak. The answer is "
+                                    "kept in the session, where the dashboard shows it.")
+    sp.add_argument("run", type=int, metavar="RUN", help="a run id")
+    sp.add_argument("--session", metavar="DIR")
+    sp.add_argument("--json", action="store_true")
+
     sp = sub.add_parser("explain", help="where two runs part, and why: the exact step, the "
                                         "first operation, the setting",
                         description="Replays runs A and B from their checkpoints to the first "
@@ -633,10 +646,24 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK if result["verdict"] == "identical" else EXIT_NOT_IDENTICAL
 
 
+def cmd_memory(args: argparse.Namespace) -> int:
+    from .core import memory
+    session = _session_dir(args)
+    with SessionStore(session, create=False) as store:
+        run = store.run(args.run)
+        result = runner.memory(store, run)
+        memory.record(store, run["id"], result)
+    if args.json:
+        print(json.dumps(_json_safe(result)))
+    else:
+        print("\n".join(memory.lines(result)))
+    return EXIT_OK
+
+
 COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": cmd_runs,
             "repro": cmd_repro, "export": cmd_export, "ab": cmd_ab, "sweep": cmd_ab,
             "machine": cmd_machine, "join": cmd_join, "worker": cmd_worker,
-            "explain": cmd_explain}
+            "explain": cmd_explain, "memory": cmd_memory}
 
 
 def _terminal_width() -> int | None:

@@ -160,6 +160,16 @@ def repro(store: SessionStore, check: Check, say: Say,
     return out
 
 
+def memory(store: SessionStore, run: dict[str, Any]) -> dict[str, Any]:
+    """One step of a copy of `run` measured by category and module (engine.memory, which
+    imports torch), from its newest usable checkpoint."""
+    from .engine.checkpoint import load_checkpoint
+    from .engine.memory import breakdown
+    cfg = from_dict(run["config"])
+    kept = store.usable_checkpoints(run["id"])
+    return breakdown(cfg, load_checkpoint(kept[0]["path"]) if kept else None)
+
+
 def explain(store: SessionStore, a: int, b: int, record: bool = True) -> dict[str, Any]:
     """Where runs A and B part, and why: what the fingerprints say (core.explain.locate),
     then, where that is not the answer, the replay (engine.explain, which imports torch).

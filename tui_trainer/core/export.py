@@ -32,7 +32,8 @@ def export_csv(store: SessionStore, run_id: int, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     steps = store.steps(run_id)
     step_cols = ["step", "epoch", "elapsed", "loss", "lr", "grad_norm", "samples_per_s",
-                 "data_s", "compute_s", "rss_bytes", "cuda_alloc", "cuda_reserved", "cuda_peak"]
+                 "data_s", "compute_s", "rss_bytes", "peak_rss", "tensor_bytes", "cuda_alloc",
+                 "cuda_reserved", "cuda_peak"]
     return [
         _write_csv(out / f"run-{run_id}-steps.csv", steps, step_cols),
         _write_csv(out / f"run-{run_id}-evals.csv", store.evals(run_id),
@@ -83,7 +84,11 @@ def _metric_figures(store: SessionStore, run_ids: list[int], labels: dict[int, s
                  [(labels[r], *_column(steps[r], "loss")) for r in run_ids], written)
     _line_figure(out / f"{prefix}-throughput.png", "Throughput", "samples / s",
                  [(labels[r], *_column(steps[r], "samples_per_s")) for r in run_ids], written)
-    mem = [(f"{labels[r]} RSS", *_column(steps[r], "rss_bytes", 1 / 2**20)) for r in run_ids]
+    mem = [(f"{labels[r]} RSS peak", *_column(
+        [{**s, "peak_rss": s.get("peak_rss") or s.get("rss_bytes")} for s in steps[r]],
+        "peak_rss", 1 / 2**20)) for r in run_ids]
+    mem += [(f"{labels[r]} state tensors", *_column(steps[r], "tensor_bytes", 1 / 2**20))
+            for r in run_ids if any(s.get("tensor_bytes") for s in steps[r])]
     mem += [(f"{labels[r]} CUDA peak", *_column(steps[r], "cuda_peak", 1 / 2**20))
             for r in run_ids if any(s.get("cuda_peak") for s in steps[r])]
     _line_figure(out / f"{prefix}-memory.png", "Memory", "MiB", mem, written)

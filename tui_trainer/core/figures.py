@@ -7,7 +7,8 @@ the exports all take them from here.
   does not drag it down. It is not the whole-run average (samples / wall time), which mixes
   in start-up and evaluation; that one is `wall_s` next to it.
 - peak memory: the CUDA peak allocated where the run recorded one, else the process's peak
-  resident set size (RSS); `kind` says which.
+  resident set size (RSS: its high-water mark per log interval, on Linux); `kind` says
+  which. The tensors of the training state alone are `tensor_bytes` (plotted, exported).
 - loss: the evaluation loss (on the held-out set, at the last evaluation) and the smoothed
   training loss (an exponential moving average of the logged mini-batch losses, debiased as
   TensorBoard does, weight SMOOTHING). One mini-batch's loss is never shown as "the" loss.
@@ -125,8 +126,10 @@ class Figures:
             self._first_seen = True
         if finite(row.get("cuda_peak")) and row["cuda_peak"] > 0:
             self.peak_cuda = max(self.peak_cuda or 0.0, row["cuda_peak"])
-        if finite(row.get("rss_bytes")):
-            self.peak_rss = max(self.peak_rss or 0.0, row["rss_bytes"])
+        # the process's high-water mark of the interval where recorded (else its RSS then)
+        rss = row.get("peak_rss") if finite(row.get("peak_rss")) else row.get("rss_bytes")
+        if finite(rss):
+            self.peak_rss = max(self.peak_rss or 0.0, rss)
         if finite(row.get("data_s")):
             self.data_wait_s += row["data_s"]
         if row.get("grad_norm") is not None:

@@ -159,9 +159,14 @@ def plot_lines(series: Mapping[int, Any], runs: Sequence[int], configs: Mapping[
             name, exs, [None if e.get("accuracy") is None else 100 * e["accuracy"]
                         for e in evals], i, opts))
         out["plot-throughput"].append(_line(name, xs, col("samples_per_s"), i, opts))
-        out["plot-memory"].append(_line(f"{name} RSS", xs, [v / 2**20 if v else None
-                                                            for v in col("rss_bytes")], i,
-                                        opts))
+        peak = [p if p else r for p, r in zip(col("peak_rss"), col("rss_bytes"))]
+        out["plot-memory"].append(_line(f"{name} RSS peak", xs, [v / 2**20 if v else None
+                                                                 for v in peak], i, opts))
+        tensors = col("tensor_bytes")
+        if any(tensors):
+            out["plot-memory"].append(_line(f"{name} state tensors", xs,
+                                            [v / 2**20 if v else None for v in tensors], i,
+                                            opts, faint=True))
         cuda = col("cuda_peak")
         if any(cuda):
             out["plot-memory"].append(_line(f"{name} GPU peak", xs,

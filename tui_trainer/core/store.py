@@ -45,7 +45,8 @@ STATUSES = ("created", "running", "finished", "stopped", "crashed", "diverged", 
 NAN_TEXT = "NaN"
 
 STEP_COLUMNS = ("step", "epoch", "elapsed", "loss", "lr", "grad_norm", "samples_per_s",
-                "data_s", "compute_s", "rss_bytes", "cuda_alloc", "cuda_reserved", "cuda_peak")
+                "data_s", "compute_s", "rss_bytes", "cuda_alloc", "cuda_reserved", "cuda_peak",
+                "peak_rss", "tensor_bytes")
 EVAL_COLUMNS = ("step", "epoch", "loss", "accuracy")
 FINGERPRINT_COLUMNS = ("step", "sha256", "l2", "sketch")
 
@@ -110,7 +111,8 @@ OPTIONAL_TABLES = frozenset({"studies", "study_runs", "run_labels"})
 # Columns added since, the same way: {table: {column: its type}}. runs.progressed is when the
 # training process last saw its step move (its heartbeat thread writes it): a live run whose
 # step has not moved for STALL_S reads as stalled.
-OPTIONAL_COLUMNS = {"runs": {"progressed": "REAL"}}
+OPTIONAL_COLUMNS = {"runs": {"progressed": "REAL"},
+                    "steps": {"peak_rss": "REAL", "tensor_bytes": "REAL"}}
 
 
 class SessionStore:

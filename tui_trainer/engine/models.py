@@ -97,10 +97,12 @@ class ExamplesNet(Blocks):
         self.fc2 = nn.Linear(128, 10)
 
     def blocks(self) -> tuple[Callable[[torch.Tensor], torch.Tensor], ...]:
-        return (self.features, self.classifier)
+        return (self.features1, self.features2, self.classifier)
 
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.relu(self.conv1(x))
+    def features1(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.conv1(x))
+
+    def features2(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.conv2(x))
         x = F.max_pool2d(x, 2)
         return self.dropout1(x)

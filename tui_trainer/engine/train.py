@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
-import psutil
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -44,6 +43,7 @@ from .checkpoint import sweep
 from .data import Loaders, make_loaders
 from .distributed import Group, peer_lost, use_backend
 from .recorder import Recorder
+from .memory import Meter
 from .models import build_model
 from .knobs import (ParamSketch, apply_knobs, capture_rng, check_device_knobs,
                     effective_settings, param_fingerprint, resolve_device, restore_rng)
@@ -336,7 +336,7 @@ class Trainer:
         self.non_blocking = cfg.non_blocking and self.cuda
         # The first step whose loss is NaN/inf (-1: none yet), on the device.
         self.first_bad_step = torch.full((), -1, dtype=torch.long, device=self.device)
-        self.process = psutil.Process()
+        self.meter = Meter(self.device)         # the memory figures of the log points
         self.rng_first_epoch: dict[str, Any] | None = None
         self.rng_epoch_start: dict[str, Any] | None = None
         self.elapsed_before = 0.0
@@ -515,16 +515,6 @@ class Trainer:
             return nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
-    def _memory(self) -> dict[str, float | None]:
-        mem: dict[str, float | None] = {"rss_bytes": float(self.process.memory_info().rss),
-                                        "cuda_alloc": None, "cuda_reserved": None,
-                                        "cuda_peak": None}
-        if self.cuda:
-            mem["cuda_alloc"] = float(torch.cuda.memory_allocated(self.device))
-            mem["cuda_reserved"] = float(torch.cuda.memory_reserved(self.device))
-            mem["cuda_peak"] = float(torch.cuda.max_memory_allocated(self.device))
-        return mem
-
     # --- data position ---------------------------------------------------------------------
     def _epoch_iterator(self) -> Any:
         """The data iterator for the current epoch, positioned at self.pos.batch.
@@ -588,6 +578,7 @@ class Trainer:
                      f"(epoch {self.pos.epoch}, batch {self.pos.batch})")
         self.bar = self._progress_bar()
         self.clock.lap(self.pos.samples)
+        self.meter.start()
         self.model.train()
         if self.resume_state is None:
             self.record_fingerprint()     # step 0: were the two runs even initialised alike?
@@ -726,7 +717,7 @@ class Trainer:
         # mean of its shard); the gradient norm is already of the averaged gradients.
         self.last_loss = self.group.mean(step_loss).item()   # the sync of a log point
         dt, samples, data_s, compute_s = self.clock.lap(self.pos.samples)
-        memory = self._memory()
+        memory = self.meter.read(self.model, self.optimizer)
         per_rank = self.group.gather(memory)
         if per_rank is not None:        # on the lead
             if self.group.active:       # each rank's peak; the row: the most loaded rank
