@@ -17,7 +17,7 @@ from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import WARM_LINE
 from tui_trainer.ui.app import TrainerApp
 from tui_trainer.ui.panels.divergence import DivergencePanel
-from tui_trainer.ui.screens import EvidenceScreen
+from tui_trainer.ui.screens import EvidenceScreen, MemoryScreen
 from tui_trainer.ui.widgets.config_form import ConfigForm
 from tui_trainer.ui.widgets.plots import MetricPlot
 
@@ -745,3 +745,30 @@ async def test_continue_without_a_checkpoint_offers_a_restart_from_step_0(tmp_pa
         assert db_rows(tmp_path, "SELECT step FROM runs") == [(4,)]
         kinds = [k for (k,) in db_rows(tmp_path, "SELECT kind FROM events ORDER BY id")]
         assert "restarted" in kinds
+
+
+async def test_b_in_the_plots_tab_measures_where_a_runs_memory_goes(tmp_path):
+    r = tt("run", "--session", str(tmp_path), "--set", "max_steps=4",
+           *[x for kv in QUICK for x in ("--set", kv)])
+    assert r.rc == 0, r.err
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
+        await app.poll_now()
+        app.query_one("#runs", DataTable).focus()
+        assert app.query_one("#tabs").active == "tab-plots" and app.cursor_run == 1
+        await pilot.press("b")          # none yet: measured on a copy, then shown
+        await until(pilot, lambda: isinstance(app.screen, MemoryScreen))
+        text = str(app.screen.query_one("#memory-text Static").render())
+        assert "At the step's peak:" in text and "GrokkingNet.conv1" in text
+        assert "activations (kept for backward)" in text
+        await pilot.press("m")          # measured again, shown again
+        await until(pilot, lambda: len(db_rows(tmp_path, "SELECT 1 FROM events WHERE kind = "
+                                                         "'memory_breakdown'")) == 2)
+        await until(pilot, lambda: isinstance(app.screen, MemoryScreen))
+        await pilot.press("escape")
+        await pilot.pause()
+        app.query_one("#tabs").active = "tab-divergence"       # b is the Plots tab's
+        await pilot.press("b")
+        await pilot.pause()
+        assert not isinstance(app.screen, MemoryScreen) and app._measuring is None

@@ -24,12 +24,14 @@ from typing import Any
 from . import figures
 from .config import DEFAULTS, world_size
 from .explain import EVENT as EXPLAINED
+from .memory import EVENT as MEASURED
 from .store import SessionStore
 
 FULL_EVERY_S = 10.0
 # The events of the runs a tick checks (the pair, the cursor's, a check's): determinism
-# verdicts, the twins checks made, replicas that drifted apart, explanations.
-CHECK_EVENTS = ("repro_verdict", "check_twin", "replicas_drift", EXPLAINED)
+# verdicts, the twins checks made, replicas that drifted apart, explanations, memory
+# breakdowns.
+CHECK_EVENTS = ("repro_verdict", "check_twin", "replicas_drift", EXPLAINED, MEASURED)
 ENDED = ("finished", "stopped", "crashed", "diverged", "copied")
 
 

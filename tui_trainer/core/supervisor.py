@@ -493,6 +493,11 @@ class Supervisor:
         answer (or why there is none) is kept in the session as an `explanation` event on B."""
         return self._job(explain_args(a, b), f"explain-{a}-{b}")
 
+    def memory(self, run_id: int) -> subprocess.Popen:
+        """Where a run's memory goes (`tui-trainer memory`), measured on a copy of it in the
+        background; kept in the session as a `memory_breakdown` event on the run."""
+        return self._job(["memory", str(run_id), "--json"], f"memory-run-{run_id}")
+
     def study(self, study_id: int) -> subprocess.Popen:
         """Trains a planned A/B study in the background."""
         return self._job(study_args(study_id), f"study-{study_id}")

@@ -18,13 +18,15 @@ from textual import work
 
 from ..core import machine
 from ..core.errors import SessionError
+from ..core import memory
 from ..core.explain import for_pair
 from ..core.paths import sessions_dir
 from ..core.store import SessionStore
 from ..core.supervisor import Supervisor
 from ..core.text import name_problem
 from .panels.launch import LaunchPanel
-from .screens import ConfirmScreen, ContinueScreen, NameScreen, OpenScreen, QuitScreen
+from .screens import (ConfirmScreen, ContinueScreen, MemoryScreen, NameScreen, OpenScreen,
+                      QuitScreen)
 from .writer import STATE_KEY
 
 
@@ -34,10 +36,10 @@ EXPLAIN_SETTLE_S = 3.0
 
 
 @dataclass
-class Explaining:
-    """An `explain` this dashboard started (x): its pair and process (None while it
-    starts)."""
-    pair: tuple[int, int]
+class Job:
+    """A background command this dashboard started for runs (x: explain a pair, b: measure a
+    run's memory): its runs and process (None while it starts)."""
+    runs: tuple[int, ...]
     job: Any
     started: float                  # monotonic
     wall: float                     # time.time() then: the session's events are after it
@@ -227,12 +229,12 @@ class RunActions:
                         severity="warning")
             return
         if self._explaining is not None and self._explaining.ended is None:
-            a, b = self._explaining.pair
+            a, b = self._explaining.runs
             self.notify(f"already explaining runs {a} and {b}", severity="warning")
             return
         a, b = pair
         # said at once; its answer is kept after `wall` (before the process starts)
-        explaining = self._explaining = Explaining((a, b), None, time.monotonic(), time.time())
+        explaining = self._explaining = Job((a, b), None, time.monotonic(), time.time())
 
         def start(_: Any, sup: Any) -> Any:
             try:
@@ -258,7 +260,7 @@ class RunActions:
         now = time.monotonic()
         e = self._explaining
         if e is not None:
-            return (*e.pair, now - e.started)
+            return (e.runs[0], e.runs[1], now - e.started)
         if self._check_job is not None and self.snapshot is not None:
             run_id, job = self._check_job
             if job.poll() is not None:
@@ -285,14 +287,82 @@ class RunActions:
             if e.job is None or e.job.poll() is None:
                 return          # starting, or working
             e.ended = time.monotonic()
-        a, b = e.pair
-        if for_pair(snap.checks.get(b, []), e.pair, since=e.wall) is not None:
+        a, b = e.runs
+        if for_pair(snap.checks.get(b, []), e.runs, since=e.wall) is not None:
             self._explaining = None
         elif time.monotonic() - e.ended > EXPLAIN_SETTLE_S:
             self._explaining = None
             code = e.job.poll()
             self.notify(f"explaining runs {a} and {b} failed (exit status {code}); its output "
                         f"is in logs/explain-{a}-{b}.log", severity="error", timeout=12)
+
+    def action_memory(self) -> None:
+        """b in the Plots tab: the run under the cursor's newest memory breakdown, or (none
+        yet, or asked again from its screen) one measured now on a copy of the run."""
+        run = self._selected()
+        if run is None:
+            return
+        found = memory.newest(self.snapshot.checks.get(run.id, [])) if self.snapshot else None
+        if found is not None:
+            self._show_memory(run.id, found)
+        else:
+            self.measure_memory(run.id)
+
+    def measure_memory(self, run_id: int) -> None:
+        if not self.writable("not measured"):
+            return
+        if self._measuring is not None:
+            self.notify(f"already measuring run {self._measuring.runs[0]}", severity="warning")
+            return
+        job = self._measuring = Job((run_id,), None, time.monotonic(), time.time())
+        self.notify(f"measuring one step of a copy of run {run_id} (a few seconds) ...")
+
+        def start(_: Any, sup: Any) -> Any:
+            try:
+                return sup.memory(run_id)
+            except (SessionError, OSError) as e:
+                return e
+
+        def started(proc: Any) -> None:
+            if isinstance(proc, Exception):
+                self._measuring = None
+                self.notify(f"not measured: {proc}", severity="error", timeout=12)
+            else:
+                job.job = proc
+
+        self.write(start, started)
+
+    def _measured(self, snap: Any) -> None:
+        """After each tick: a breakdown that landed is shown (or said, when another screen
+        is up); a measurement that ended without one is said to have failed."""
+        m = self._measuring
+        if m is None or m.job is None:
+            return
+        run_id = m.runs[0]
+        found = [e["data"] for e in snap.checks.get(run_id, [])
+                 if e.get("kind") == memory.EVENT and isinstance(e.get("data"), dict)
+                 and isinstance(e.get("t"), (int, float)) and e["t"] >= m.wall]
+        if found:
+            self._measuring = None
+            if len(self.screen_stack) == 1:
+                self._show_memory(run_id, found[-1])
+            else:
+                self.notify(f"run {run_id}'s memory breakdown is ready: b in the Plots tab")
+            return
+        if m.ended is None and m.job.poll() is not None:
+            m.ended = time.monotonic()
+        if m.ended is not None and time.monotonic() - m.ended > EXPLAIN_SETTLE_S:
+            self._measuring = None
+            self.notify(f"measuring run {run_id}'s memory failed (exit status "
+                        f"{m.job.poll()}); its output is in logs/memory-run-{run_id}.log",
+                        severity="error", timeout=12)
+
+    def _show_memory(self, run_id: int, result: dict[str, Any]) -> None:
+        def closed(again: Any) -> None:
+            if again:
+                self.measure_memory(run_id)
+        self.push_screen(MemoryScreen(f"Where run {run_id}'s memory goes",
+                                      memory.lines(result)), closed)
 
     def action_verdict(self) -> None:
         run = self._checkable()

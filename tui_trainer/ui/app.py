@@ -37,7 +37,7 @@ from ..core.store import SessionStore
 from ..core.supervisor import Supervisor, WarmLauncher
 from ..core.text import shown, shown_lines
 from . import heap
-from .actions import Explaining, RunActions, SessionActions
+from .actions import Job, RunActions, SessionActions
 from .announce import Announcer
 from .panels import TAB_PANELS
 from .panels.ab import ABPanel
@@ -80,6 +80,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         # explained, and what the explanation rests on.
         Binding("x", "explain", "Explain"),
         Binding("e", "evidence", "Evidence", show=False),
+        Binding("b", "memory", "Memory", show=False),       # the Plots tab's
         Binding("ctrl+e", "export", "Export"),
         Binding("ctrl+s", "save_as", "Save as"),
         Binding("ctrl+o", "open_session", "Open"),
@@ -118,8 +119,9 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         self.runs: dict[int, Any] = {}
         self.snapshot: Snapshot | None = None
         self._await_twin: int | None = None
-        self._explaining: Explaining | None = None      # an explain this dashboard started
+        self._explaining: Job | None = None      # an explain this dashboard started
         self._check_job: tuple[int, Any] | None = None  # the F7/F8 check: run, job
+        self._measuring: Job | None = None       # a memory breakdown under way (b)
         self._restoring = True
         self._saved_state: str | None = None
         self._state_text: str | None = None
@@ -217,6 +219,8 @@ class TrainerApp(RunActions, SessionActions, App[None]):
                  "it, and say whether it matches the run", self.action_resume_check),
                 ("Explain the pair", "Where the pair's runs part and why: the step, the input "
                  "or op, the setting (replays them)", self.action_explain),
+                ("Memory breakdown", "Where the memory of the run under the cursor goes: one "
+                 "step of a copy of it, by category and module", self.action_memory),
                 ("New run from this run's config", "Load the config of the run under the "
                  "cursor into the form", self.action_config_from_run),
                 ("Export", "PNG figures and CSVs of the runs, the pair or the A/B study shown",
@@ -429,6 +433,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
                 self.pair = self.marked = [self._await_twin, twins[-1]]
                 self._await_twin = None
         self._explain_ended(snap)
+        self._measured(snap)
         if self.cursor_run is not None and self.cursor_run not in self.runs:
             self.cursor_run = None
         table.draw(self._tick())
@@ -563,9 +568,12 @@ class TrainerApp(RunActions, SessionActions, App[None]):
 
     # --- tabs, the form, help (the run actions, export and sessions: ui/actions.py) ----------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """x and e only where the Divergence tab is shown (elsewhere the keys are free)."""
+        """x and e only where the Divergence tab is shown, b where the Plots tab is
+        (elsewhere the keys are free)."""
         if action in ("explain", "evidence") and self.panel(TabbedContent) is not None:
             return self._tabs().active == "tab-divergence"
+        if action == "memory" and self.panel(TabbedContent) is not None:
+            return self._tabs().active == "tab-plots"
         return True
 
     def action_evidence(self) -> None:

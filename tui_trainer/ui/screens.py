@@ -56,6 +56,9 @@ HELP_KEYS = (
                     "escape clears"),
     ("plots", "m smoothing, x the x axis, l log scale, w all steps or the last ones, 1-8 one "
               "panel alone"),
+    ("memory", "b (Plots tab): where the memory of the run under the cursor goes: one step of "
+               "a copy of it by category (parameters, gradients, optimizer state, activations, "
+               "temporaries) and module"),
     ("divergence", "x explains where the pair parts and why (the exact step, the first input "
                    "or op that differs, the setting it follows; it replays both runs from "
                    "their checkpoints), e shows what the answer rests on"),
@@ -143,6 +146,35 @@ class EvidenceScreen(ModalScreen[None]):
     @on(Button.Pressed, "#evidence-close")
     def _close(self) -> None:
         self.dismiss(None)
+
+
+class MemoryScreen(ModalScreen[bool]):
+    """A run's memory breakdown (the Plots tab's b): the peak by category and module; m
+    measures it again."""
+
+    BINDINGS = [Binding("escape,b,q", "dismiss(False)", "Close"),
+                Binding("m", "dismiss(True)", "Measure again")]
+
+    def __init__(self, title: str, lines: list[str]) -> None:
+        super().__init__()
+        self.title_text, self.lines = title, lines
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="memory-box", classes="dialog"):
+            yield Static(Text(shown(self.title_text, 200), style="bold"))
+            with VerticalScroll(id="memory-text"):
+                yield Static(Text("\n".join(shown(line, 400) for line in self.lines)))
+            with Horizontal(classes="buttons"):
+                yield Button("Close", id="memory-close", variant="primary", compact=True)
+                yield Button("Measure again (m)", id="memory-again", compact=True)
+
+    @on(Button.Pressed, "#memory-close")
+    def _close(self) -> None:
+        self.dismiss(False)
+
+    @on(Button.Pressed, "#memory-again")
+    def _again(self) -> None:
+        self.dismiss(True)
 
 
 class QuitScreen(ModalScreen[str]):
