@@ -75,3 +75,26 @@ def test_memory_breaks_a_step_down_by_category_and_module_and_keeps_it(tmp_path)
     printed = tt("memory", "1", "--session", str(tmp_path))
     assert printed.rc == 0 and "At the step's peak:" in printed.out
     assert "activations (kept for backward)" in printed.out and "GrokkingNet.fc1" in printed.out
+
+
+def test_the_notes_last_knobs_init_eval_mode_tf32_and_cudnn(tmp_path):
+    """init: another start, named by the verdict; eval_mode inference_mode: the same bits
+    and the same evaluation as no_grad; the TF32 and cuDNN switches are applied and
+    recorded (on this CPU they change no kernel)."""
+    _run(tmp_path)
+    _run(tmp_path, "init=xavier")
+    _run(tmp_path, "eval_mode=inference_mode")
+    _run(tmp_path, "float32_matmul_precision=high", "cudnn_allow_tf32=false",
+         "cudnn_enabled=false")
+    store = SessionStore(tmp_path, create=False, readonly=True)
+    v = verdict(store, [1, 2])
+    assert not v.identical and v.first_difference == 0
+    assert any(e.startswith("init differs between the runs: 'default', 'xavier'")
+               for e in v.explanations), v.explanations
+    assert fingerprints(tmp_path, 3) == fingerprints(tmp_path, 1)
+    assert store.evals(3)[-1]["loss"] == store.evals(1)[-1]["loss"]
+    assert store.run(3)["settings"]["eval_mode"] == "inference_mode"
+    s = store.run(4)["settings"]
+    assert (s["float32_matmul_precision"], s["cudnn_allow_tf32"], s["cudnn_enabled"]) == \
+        ("high", False, False)
+    assert store.run(1)["settings"]["float32_matmul_precision"] == "highest"

@@ -75,6 +75,17 @@ class RunConfig:
         False, "torch.backends.cudnn.benchmark: cuDNN times several convolution algorithms per "
         "new input shape and keeps the fastest. Faster with fixed shapes, but the choice can "
         "differ run to run and so break bit-for-bit determinism. CUDA only.", "reproducibility")
+    cudnn_enabled: bool = knob(
+        True, "Use cuDNN at all (torch.backends.cudnn.enabled). The notes: cuDNN uses "
+        "nondeterministic algorithms, and it can be disabled with enabled = False; then "
+        "PyTorch's own (slower) CUDA convolutions run. No effect on the CPU.",
+        "reproducibility")
+    init: str = knob(
+        "default", "The model's initial weights: default (each layer's own, as PyTorch "
+        "makes them), or as the notes' init_weights for every convolution and linear layer: "
+        "normal (N(0, 0.02), bias 0), xavier (Xavier uniform, bias 0.01), kaiming (Kaiming "
+        "normal for ReLU, bias 0). Another init is another start: the runs differ from step "
+        "0.", "reproducibility", choices=("default", "normal", "xavier", "kaiming"))
     seed_workers: bool = knob(
         True, "Give the DataLoader its own seeded generator, so the shuffle and the workers' "
         "seeds no longer follow the global RNG (then, e.g., another model's initialisation "
@@ -145,6 +156,21 @@ class RunConfig:
     compile: str = knob(
         "off", "torch.compile the model: a slow first step while it compiles, then often faster "
         "steps. Needs a C++ compiler on the CPU.", "speed", choices=("off", "on"))
+    float32_matmul_precision: str = knob(
+        "highest", "torch.set_float32_matmul_precision: highest computes float32 matrix "
+        "products in float32; high lets them use TF32 (CUDA Ampere and newer; oneDNN on "
+        "CPUs that have it), medium even bfloat16. Faster, and other numbers.", "speed",
+        choices=("highest", "high", "medium"))
+    cudnn_allow_tf32: bool = knob(
+        True, "Let cuDNN convolutions use TF32 on Ampere and newer GPUs "
+        "(torch.backends.cudnn.allow_tf32; on by default in PyTorch, unlike matrix "
+        "products): faster float32 convolutions with a 10-bit mantissa. No effect on the "
+        "CPU.", "speed")
+    eval_mode: str = knob(
+        "no_grad", "How evaluation runs without autograd: torch.no_grad, or "
+        "torch.inference_mode (no version counters or views tracking: a little faster; its "
+        "tensors cannot be used in autograd later). The notes show both.", "speed",
+        choices=("no_grad", "inference_mode"))
     activation_checkpointing: str = knob(
         "off", "Trade compute for memory (torch.utils.checkpoint, non-reentrant): full keeps "
         "only each block's input and recomputes the block in backward; selective keeps the "

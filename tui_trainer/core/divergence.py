@@ -16,10 +16,12 @@ BIT_RELEVANT_SETTINGS = (
     "seed", "deterministic_algorithms", "cudnn_deterministic", "cudnn_benchmark",
     "num_threads", "loader", "augment", "num_workers", "seed_workers", "amp", "channels_last",
     "compile", "model", "device", "device_name", "torch", "cuda", "cudnn",
-    "cublas_workspace_config", "data", "world_size", "dist_backend",
+    "cublas_workspace_config", "data", "world_size", "dist_backend", "init",
+    "float32_matmul_precision", "cudnn_allow_tf32", "cudnn_enabled",
 )
 # What a setting reads as for a run recorded before it existed.
-SETTING_DEFAULTS = {"world_size": 1}
+SETTING_DEFAULTS = {"world_size": 1, "init": "default", "float32_matmul_precision": "highest",
+                    "cudnn_allow_tf32": True, "cudnn_enabled": True}
 
 
 def reduce_minmax(xs: Sequence[float], ys: Sequence[float | None], width: int

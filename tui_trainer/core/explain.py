@@ -252,7 +252,7 @@ def explanation_text(result: dict[str, Any]) -> str:
         return (f"{head}: no divergence: bit-identical at all {result['compared']} common "
                 f"fingerprints (up to step {result['up_to']}); nothing replayed.")
     if verdict == "initial":
-        changes = _config_changes(result, ("seed", "model")) or _config_changes(result)
+        changes = _config_changes(result, ("seed", "model", "init")) or _config_changes(result)
         unseeded = result.get("unseeded") or []
         if unseeded and not changes:
             changes = (f"seed none: {' and '.join(unseeded)} drew "

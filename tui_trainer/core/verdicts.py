@@ -22,6 +22,11 @@ WHY = {
                    "all-reduce, another summation order, and each rank draws its own dropout "
                    "and augmentation numbers)"),
     "dist_backend": " (another all-reduce implementation sums in another order)",
+    "init": " (another initialisation: the runs start from other weights)",
+    "float32_matmul_precision": (" (high or medium let float32 matrix products run in TF32 "
+                                 "or bfloat16: other numbers)"),
+    "cudnn_allow_tf32": " (TF32 convolutions on Ampere and newer GPUs: other numbers)",
+    "cudnn_enabled": " (cuDNN's convolutions or PyTorch's own: other kernels)",
 }
 
 

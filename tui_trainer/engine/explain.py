@@ -59,6 +59,9 @@ SWITCHES: dict[str, Callable[[Any], None]] = {
     "deterministic": lambda v: torch.use_deterministic_algorithms(bool(v)),
     "cudnn_benchmark": lambda v: setattr(torch.backends.cudnn, "benchmark", bool(v)),
     "cudnn_deterministic": lambda v: setattr(torch.backends.cudnn, "deterministic", bool(v)),
+    "cudnn_enabled": lambda v: setattr(torch.backends.cudnn, "enabled", bool(v)),
+    "cudnn_allow_tf32": lambda v: setattr(torch.backends.cudnn, "allow_tf32", bool(v)),
+    "float32_matmul_precision": lambda v: torch.set_float32_matmul_precision(str(v)),
 }
 
 
@@ -550,9 +553,11 @@ def _apply(side: Side, switched: tuple[str, Any] | None = None) -> None:
 
 
 def _knob(side: Side, key: str) -> Any:
-    return {"num_threads": side.threads, "deterministic": side.cfg.deterministic != "off",
-            "cudnn_benchmark": side.cfg.cudnn_benchmark,
-            "cudnn_deterministic": side.cfg.cudnn_deterministic}[key]
+    if key == "num_threads":
+        return side.threads
+    if key == "deterministic":
+        return side.cfg.deterministic != "off"
+    return getattr(side.cfg, key)
 
 
 def _run_again(op: Op, layout: torch.memory_format | None = None) -> list[str]:

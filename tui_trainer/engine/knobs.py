@@ -68,6 +68,9 @@ def apply_knobs(cfg: RunConfig, device: torch.device, rank: int = 0) -> None:
                                        warn_only=cfg.deterministic == "warn")
     torch.backends.cudnn.deterministic = cfg.cudnn_deterministic
     torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
+    torch.backends.cudnn.enabled = cfg.cudnn_enabled
+    torch.set_float32_matmul_precision(cfg.float32_matmul_precision)
+    torch.backends.cudnn.allow_tf32 = cfg.cudnn_allow_tf32
     if cfg.seed is not None:
         seed_everything(cfg.seed + rank)
 
@@ -98,6 +101,12 @@ def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any
         "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
         "cudnn_deterministic": torch.backends.cudnn.deterministic,
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_enabled": torch.backends.cudnn.enabled,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+        "init": cfg.init,
+        "eval_mode": cfg.eval_mode,
         "seed_workers": cfg.seed_workers,
         "num_threads": torch.get_num_threads(),
         "num_interop_threads": torch.get_num_interop_threads(),

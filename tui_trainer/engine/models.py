@@ -1,4 +1,4 @@
-"""The two MNIST nets a run can train, and activation checkpointing.
+"""The two MNIST nets a run can train, their initial weights, and activation checkpointing.
 
 Each net's forward is a few blocks (`blocks()`), run one after the other by `Blocks.forward`.
 That is where the `activation_checkpointing` knob is applied: `off` keeps every activation
@@ -117,9 +117,30 @@ class ExamplesNet(Blocks):
 MODELS = {"grokking": GrokkingNet, "examples": ExamplesNet}
 
 
-def build_model(name: str, checkpointing: str = "off",
-                preserve_rng_state: bool = True) -> nn.Module:
+@torch.no_grad()
+def init_weights(model: nn.Module, how: str) -> None:
+    """The `init` knob: every convolution and linear layer initialised as the notes'
+    init_weights does (default: leave PyTorch's own)."""
+    if how == "default":
+        return
+    for m in model.modules():
+        if not isinstance(m, (nn.Conv2d, nn.Linear)):
+            continue
+        if how == "normal":
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            nn.init.zeros_(m.bias)
+        elif how == "xavier":
+            nn.init.xavier_uniform_(m.weight)
+            m.bias.fill_(0.01)
+        else:
+            nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+            nn.init.zeros_(m.bias)
+
+
+def build_model(name: str, checkpointing: str = "off", preserve_rng_state: bool = True,
+                init: str = "default") -> nn.Module:
     model = MODELS[name]()
+    init_weights(model, init)
     model.checkpointing = checkpointing
     model.preserve_rng_state = preserve_rng_state
     return model

@@ -318,8 +318,8 @@ class Trainer:
         self.loaders: Loaders = make_loaders(cfg, self.device, g.rank, g.world,
                                              self.sampler_seed)
         self.batches_per_epoch = len(self.loaders.train)   # fixed for the run; not per batch
-        model = build_model(cfg.model, cfg.activation_checkpointing,
-                            cfg.preserve_rng_state).to(self.device)
+        model = build_model(cfg.model, cfg.activation_checkpointing, cfg.preserve_rng_state,
+                            cfg.init).to(self.device)
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = model
@@ -478,13 +478,19 @@ class Trainer:
                               f"the parameters hold NaN/inf at step {self.pos.step}")
         return self.diverged is not None
 
-    @torch.no_grad()
     def evaluate(self) -> None:
-        """The evaluation set, whole, by the lead alone (with the unwrapped model): the same
-        figure as a single-process run's. The other ranks wait at their next collective."""
+        """The evaluation set, whole, by the lead alone (with the unwrapped model), without
+        autograd as eval_mode says: the same figure as a single-process run's. The other
+        ranks wait at their next collective."""
         if not self.lead:
             self.last_eval_step = self.pos.step
             return
+        grad_off = torch.inference_mode() if self.cfg.eval_mode == "inference_mode" \
+            else torch.no_grad()
+        with grad_off:
+            self._evaluate()
+
+    def _evaluate(self) -> None:
         self.model.eval()
         total_loss = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
