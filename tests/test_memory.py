@@ -98,3 +98,16 @@ def test_the_notes_last_knobs_init_eval_mode_tf32_and_cudnn(tmp_path):
     assert (s["float32_matmul_precision"], s["cudnn_allow_tf32"], s["cudnn_enabled"]) == \
         ("high", False, False)
     assert store.run(1)["settings"]["float32_matmul_precision"] == "highest"
+
+
+def test_checkpointing_under_compile_is_named_as_a_cause():
+    """Compiled, checkpointing re-partitions and re-fuses the graph (seen on this CPU: the
+    compiled runs with and without it part at the first fingerprint): a verdict names it;
+    eager, it is no cause."""
+    from tui_trainer.core.verdicts import explain
+    runs = [{"config": {"compile": c, "activation_checkpointing": a}, "settings": {}}
+            for c, a in (("on", "off"), ("on", "full"))]
+    assert any(r.startswith("activation checkpointing differs under compile = on")
+               for r in explain(runs))
+    eager = [{"config": {**r["config"], "compile": "off"}, "settings": {}} for r in runs]
+    assert not any("checkpointing" in r for r in explain(eager))

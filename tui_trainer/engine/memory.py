@@ -9,7 +9,7 @@ At each log point (`Meter.read`):
 - `tensor_bytes`: the bytes of the training state's tensors now: parameters, buffers,
   gradients and the optimizer's state;
 - on CUDA, `cuda_peak`: the allocator's peak since the last log point (reset each time),
-  with `cuda_alloc` and `cuda_reserved` now.
+  and `cuda_reserved`, the peak reserved by its cache in the interval (`cuda_alloc`: now).
 
 `breakdown` (the `memory` command, the dashboard's key): one training step of a copy of the
 run under torch's MemTracker, which accounts every tensor to a category (parameters,
@@ -87,7 +87,7 @@ class Meter:
             "cuda_alloc": None, "cuda_reserved": None, "cuda_peak": None}
         if self.cuda:
             mem["cuda_alloc"] = float(torch.cuda.memory_allocated(self.device))
-            mem["cuda_reserved"] = float(torch.cuda.memory_reserved(self.device))
+            mem["cuda_reserved"] = float(torch.cuda.max_memory_reserved(self.device))
             mem["cuda_peak"] = float(torch.cuda.max_memory_allocated(self.device))
             torch.cuda.reset_peak_memory_stats(self.device)
         return mem
