@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from tui_trainer.core.figures import PHASES
 from conftest import QUICK, db_rows, fingerprints, sets, tt
 from tui_trainer.core.export import FIG_DPI, FIG_SIZE_IN
 from tui_trainer.core.store import SessionStore
@@ -54,6 +55,11 @@ def test_ab_table_holds_every_variant_with_figures_and_exports(tmp_path):
                 assert row["ratios"][key] == pytest.approx(row[key] / base[key])
         # bit-identical to the base or not, as the stored hashes say
         assert row["bit_identical"] == _identical(tmp_path, base["run_id"], row["run_id"])
+        # where the time went: ms per step by phase, and (a variant) each as a ratio
+        assert set(row["phase_ms"]) == set(PHASES) and row["phase_ms"]["forward"] > 0
+        if row is not base:
+            assert row["phase_ratios"]["forward"] == pytest.approx(
+                row["phase_ms"]["forward"] / base["phase_ms"]["forward"])
         # The figures as core.figures defines them, checked against the stored rows: the
         # median interval rate with the first left out; the eval loss of the last evaluation;
         # the smoothed training loss lies within the logged losses.

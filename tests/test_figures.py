@@ -147,3 +147,19 @@ def test_divergence_text_says_where_runs_part_and_what_can_explain_it():
                                                "identical": False}}
     pieces = divergence_text("A, B", d, [check], (1, 2), False, runs)
     assert ("NOT identical", True) in pieces
+
+
+def test_phase_time_per_step_leaves_out_the_start_up_interval():
+    """ms per step by phase: the rows' seconds summed and divided by the steps they cover,
+    the first row (start-up) left out; none for rows from before phases were recorded."""
+    rows = [{"step": 10 * (i + 1), "loss": 1.0, "samples_per_s": 100.0,
+             **{f"{k}_s": (5.0 if i == 0 else 0.01 * (n + 1)) for n, k in
+                enumerate(figures.PHASES)}} for i in range(3)]
+    f = figures.figures(rows)
+    assert f.phase_steps == 20
+    assert f.phase_ms == pytest.approx({k: 1000 * 2 * 0.01 * (n + 1) / 20
+                                        for n, k in enumerate(figures.PHASES)})
+    assert figures.figures([{k: v for k, v in r.items() if k != "record_s"}
+                            for r in rows]).phase_ms is None
+    restored = figures.Figures.restore(f.state())
+    assert restored.phase_ms == f.phase_ms

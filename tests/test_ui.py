@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Input, Select, Checkbox
 
 from conftest import QUICK, click, db_rows, tt, tt_popen
 from tui_trainer.core import machine
+from tui_trainer.core.figures import PHASES
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import WARM_LINE
 from tui_trainer.ui.app import TrainerApp
@@ -389,7 +390,11 @@ async def test_compare_shows_config_diff_overlay_and_ratios(tmp_path):
         srows = {str(summary.get_row_at(i)[0]): summary.get_row_at(i)
                  for i in range(summary.row_count)}
         assert set(srows) == {"train loss (smoothed)", "eval loss", "eval accuracy %",
-                              "samples/s (training)", "peak memory MiB", "wall time s"}
+                              "samples/s (training)", "peak memory MiB", "wall time s",
+                              *(f"{k} ms/step" for k in PHASES)}
+        # where the time went: each phase per step, and B's over A's (batch 32 vs 64)
+        fa, fb, fr = (float(str(x).rstrip("x")) for x in srows["forward ms/step"][1:])
+        assert fa > 0 and fb > 0 and fr == pytest.approx(fb / fa, rel=0.02, abs=0.01)
         a, b, ratio = (float(str(x).replace(",", "").rstrip("x"))
                        for x in srows["samples/s (training)"][1:])
         assert a > 100 and b > 100

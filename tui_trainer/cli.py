@@ -620,6 +620,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
                                                   width=width))))
         print(para(figures.EXPLAINED + " data wait: total time the loop waited for batches. "
                    + study.method_text(record, rows)))
+        for line in study.phase_lines(rows):
+            print(para(shown(line, 2000)))
         for note in record["spec"].get("notes", []):
             print(para(f"note: {shown(note)}"))
     failed = any(r.status == "crashed" for r in rows)

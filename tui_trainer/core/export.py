@@ -32,7 +32,8 @@ def export_csv(store: SessionStore, run_id: int, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     steps = store.steps(run_id)
     step_cols = ["step", "epoch", "elapsed", "loss", "lr", "grad_norm", "samples_per_s",
-                 "data_s", "compute_s", "rss_bytes", "peak_rss", "tensor_bytes", "cuda_alloc",
+                 "data_s", "copy_s", "forward_s", "backward_s", "optimizer_s", "record_s",
+                 "compute_s", "rss_bytes", "peak_rss", "tensor_bytes", "cuda_alloc",
                  "cuda_reserved", "cuda_peak"]
     return [
         _write_csv(out / f"run-{run_id}-steps.csv", steps, step_cols),
@@ -124,13 +125,15 @@ def export_summary(store: SessionStore, run_ids: list[int], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     keys = ["samples_per_s", "data_wait_s", "peak_memory_mib", "memory_kind", "train_loss",
             "eval_loss", "accuracy", "wall_s"]
+    phases = [f"{k}_ms_per_step" for k in figures.PHASES]
     rows = []
     for r in run_ids:
         run = store.run(r)
-        rows.append({"run_id": r, "name": run["name"], "status": run["status"],
-                     **figures.run_figures(store, r)})
+        f = figures.run_figures(store, r)
+        rows.append({"run_id": r, "name": run["name"], "status": run["status"], **f,
+                     **{f"{k}_ms_per_step": v for k, v in (f["phase_ms"] or {}).items()}})
     return _write_csv(out / f"runs-{'-'.join(map(str, run_ids))}-summary.csv", rows,
-                      ["run_id", "name", "status", "steps", *keys])
+                      ["run_id", "name", "status", "steps", *keys, *phases])
 
 
 def export_png(store: SessionStore, run_ids: list[int], out: Path) -> list[Path]:

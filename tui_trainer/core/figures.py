@@ -29,6 +29,14 @@ from typing import Any, Iterable, Mapping
 
 SMOOTHING = 0.8          # the EMA weight of the smoothed training loss (as TensorBoard's 0.8)
 
+# Where a step's time goes, in the order a step spends it: waiting for the loader, copying
+# the batch to the device, forward (and loss), backward (a data-parallel run's all-reduce
+# included), optimizer (clipping, the step, zero_grad), and the loop's own recording (rows,
+# fingerprints, checkpoints, progress). Each logged row holds the seconds of each phase
+# since the previous row (`data_s`, `copy_s`, ...); `compute_s` is the device phases'.
+PHASES = ("data", "copy", "forward", "backward", "optimizer", "record")
+DEVICE_PHASES = ("copy", "forward", "backward", "optimizer")
+
 # How each figure is written, where it is written as text. Accuracy is a fraction (0.9731)
 # everywhere it is kept or computed, and written in percent ("97.31") under a "%" heading:
 # PERCENT names the figures shown that way (fmt scales them; nothing else does).
@@ -90,13 +98,17 @@ class Figures:
     peak_rss: float | None = None
     grad_norm: float | None = None
     data_wait_s: float = 0.0                # total time the loop waited for batches
+    # seconds per phase and the steps they cover, the first (start-up) interval left out
+    phase_s: dict[str, float] = field(default_factory=dict)
+    phase_steps: int = 0
     _rates: list[float] = field(default_factory=list)   # sorted, first interval left out
     _first_seen: bool = False
     _smoother: Smoother = field(default_factory=Smoother)
     frozen: bool = False        # restored from a summary: more rows need every row again
 
     STATE = ("steps", "elapsed", "train_loss", "last_loss", "eval_loss", "accuracy",
-             "eval_step", "peak_cuda", "peak_rss", "grad_norm", "data_wait_s")
+             "eval_step", "peak_cuda", "peak_rss", "grad_norm", "data_wait_s", "phase_s",
+             "phase_steps")
 
     def state(self) -> dict[str, Any]:
         """What a finished run stores in its summary, so that a reader need not read its
@@ -106,13 +118,22 @@ class Figures:
 
     @classmethod
     def restore(cls, state: Mapping[str, Any]) -> "Figures":
-        f = cls(frozen=True, **{k: state.get(k) for k in cls.STATE if k != "data_wait_s"},
-                data_wait_s=state.get("data_wait_s") or 0.0)
+        f = cls(frozen=True, **{k: state.get(k) for k in cls.STATE
+                                if k not in ("data_wait_s", "phase_s", "phase_steps")},
+                data_wait_s=state.get("data_wait_s") or 0.0,
+                phase_s=dict(state.get("phase_s") or {}),
+                phase_steps=state.get("phase_steps") or 0)
         if finite(state.get("samples_per_s")):
             f._rates = [state["samples_per_s"]]
         return f
 
     def add_step(self, row: Mapping[str, Any]) -> None:
+        covered = row["step"] - self.steps
+        if self._first_seen and covered > 0 and \
+                all(finite(row.get(f"{k}_s")) for k in PHASES):
+            for k in PHASES:
+                self.phase_s[k] = self.phase_s.get(k, 0.0) + row[f"{k}_s"]
+            self.phase_steps += covered
         self.steps = row["step"]
         self.elapsed = row.get("elapsed", self.elapsed)
         self.last_loss = row.get("loss")
@@ -149,6 +170,14 @@ class Figures:
         return r[mid] if len(r) % 2 else (r[mid - 1] + r[mid]) / 2
 
     @property
+    def phase_ms(self) -> dict[str, float] | None:
+        """Milliseconds per step in each phase (PHASES), the start-up interval left out;
+        None for a run that recorded no phases (before they existed) or too few rows."""
+        if not self.phase_steps or set(self.phase_s) != set(PHASES):
+            return None
+        return {k: 1000 * self.phase_s[k] / self.phase_steps for k in PHASES}
+
+    @property
     def peak_memory(self) -> tuple[float | None, str | None]:
         """(bytes, "GPU" or "RSS")."""
         if self.peak_cuda:
@@ -168,6 +197,7 @@ class Figures:
                 "memory_kind": self.peak_memory[1], "eval_loss": self.eval_loss,
                 "train_loss": self.train_loss, "accuracy": self.accuracy,
                 "data_wait_s": self.data_wait_s if self.steps else None,
+                "phase_ms": self.phase_ms,
                 "wall_s": wall_s if wall_s is not None else self.elapsed}
 
 

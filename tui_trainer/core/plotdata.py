@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .divergence import reduce_minmax
-from .figures import smooth
+from .figures import PHASES, smooth
 
 X_AXES = {"step": "optimizer step", "samples": "samples (steps x batch)",
           "time": "training time s"}
@@ -25,7 +25,7 @@ PANELS = (("plot-loss", "train loss (raw faint, smoothed bold)", "loss"),
           ("plot-accuracy", "evaluation accuracy", "%"),
           ("plot-throughput", "throughput", "samples/s"),
           ("plot-memory", "memory", "MiB"),
-          ("plot-timing", "waiting for data vs computing", "s per log interval"),
+          ("plot-timing", "where a step's time goes (phases stacked)", "ms per step"),
           ("plot-lr", "learning rate", "lr"),
           ("plot-grad", "gradient norm", "L2"))
 
@@ -172,12 +172,38 @@ def plot_lines(series: Mapping[int, Any], runs: Sequence[int], configs: Mapping[
             out["plot-memory"].append(_line(f"{name} GPU peak", xs,
                                             [v / 2**20 if v else None for v in cuda], i,
                                             opts, faint=True))
-        out["plot-timing"].append(_line(f"{name} data", xs, col("data_s"), i, opts,
-                                        faint=True))
-        out["plot-timing"].append(_line(f"{name} compute", xs, col("compute_s"), i, opts))
+        out["plot-timing"].extend(_phase_lines(name, rows, xs, i, opts))
         out["plot-lr"].append(_line(name, xs, col("lr"), i, opts))
         out["plot-grad"].append(_line(name, xs, col("grad_norm"), i, opts))
     return out
+
+
+def _phase_lines(name: str, rows: Sequence[Mapping[str, Any]], xs: list[float], colour: int,
+                 opts: PlotOptions, least_share: float = 0.02) -> list[Line]:
+    """A run's step time by phase (figures.PHASES), in ms per step, stacked: each line is
+    the sum of its phase and those before it, drawn for the phases that take at least
+    `least_share` of the time (the smaller ones are in the next line's sum). Rows from
+    before phases were recorded: data and compute (s per interval's step) instead."""
+    # the steps each row covers (the first: as many as the next row, its interval's length,
+    # or all steps from 0 when it is alone)
+    steps = [r["step"] - rows[k - 1]["step"] if k else
+             (rows[1]["step"] - r["step"] if len(rows) > 1 else r["step"])
+             for k, r in enumerate(rows)]
+    if not rows or not all(isinstance(r.get("forward_s"), (int, float)) for r in rows):
+        per = [{"data": r.get("data_s"), "compute": r.get("compute_s")} for r in rows]
+        keys: tuple[str, ...] = ("data", "compute")
+    else:
+        per = [{k: r.get(f"{k}_s") for k in PHASES} for r in rows]
+        keys = PHASES
+    totals = {k: sum(v[k] or 0.0 for v in per) for k in keys}
+    whole = sum(totals.values()) or 1.0
+    lines, below = [], [0.0] * len(rows)
+    for n, k in enumerate(keys):
+        below = [b + (v[k] or 0.0) * 1000 / max(1, c) for b, v, c in zip(below, per, steps)]
+        if totals[k] >= least_share * whole or n == len(keys) - 1:
+            lines.append(_line(f"{name} {'+' if lines else ''}{k}", xs, list(below), colour,
+                               opts, faint=n < len(keys) - 1))
+    return lines
 
 
 def _eval_times(evals: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]]

@@ -90,6 +90,7 @@ class RunRow:
     hidden: bool = False
     dataset: str | None = None
     stalled_s: float | None = None   # a live run's step has not moved for this long
+    phase_ms: tuple[tuple[str, float], ...] | None = None   # ms per step by phase (figures)
 
     @property
     def live(self) -> bool:
@@ -253,7 +254,8 @@ class SessionReader:
             memory_kind=f.peak_memory[1], elapsed=elapsed,
             progress=progress, eta_s=eta if run["status"] == "running" else None,
             notes=labels.get("notes", ""), tags=tuple(labels.get("tags", ())),
-            hidden=labels.get("hidden", False), dataset=run["dataset"])
+            hidden=labels.get("hidden", False), dataset=run["dataset"],
+            phase_ms=tuple(f.phase_ms.items()) if f.phase_ms else None)
 
     def _seed_figures(self, run: dict[str, Any]) -> figures.Figures:
         """A run seen for the first time: an ended run's figures from its summary (written by

@@ -46,7 +46,8 @@ NAN_TEXT = "NaN"
 
 STEP_COLUMNS = ("step", "epoch", "elapsed", "loss", "lr", "grad_norm", "samples_per_s",
                 "data_s", "compute_s", "rss_bytes", "cuda_alloc", "cuda_reserved", "cuda_peak",
-                "peak_rss", "tensor_bytes")
+                "peak_rss", "tensor_bytes", "copy_s", "forward_s", "backward_s", "optimizer_s",
+                "record_s")
 EVAL_COLUMNS = ("step", "epoch", "loss", "accuracy")
 FINGERPRINT_COLUMNS = ("step", "sha256", "l2", "sketch")
 
@@ -112,7 +113,9 @@ OPTIONAL_TABLES = frozenset({"studies", "study_runs", "run_labels"})
 # training process last saw its step move (its heartbeat thread writes it): a live run whose
 # step has not moved for STALL_S reads as stalled.
 OPTIONAL_COLUMNS = {"runs": {"progressed": "REAL"},
-                    "steps": {"peak_rss": "REAL", "tensor_bytes": "REAL"}}
+                    "steps": {c: "REAL" for c in ("peak_rss", "tensor_bytes", "copy_s",
+                                                  "forward_s", "backward_s", "optimizer_s",
+                                                  "record_s")}}
 
 
 class SessionStore:

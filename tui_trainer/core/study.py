@@ -250,6 +250,10 @@ class Row:
     intervals: dict[str, stats.Interval | None] | None = None
     verdicts: dict[str, str] | None = None
     spread: dict[str, float | None] | None = None          # sd over the rounds
+    # milliseconds per step in each phase (core.figures.PHASES), the mean over its rounds,
+    # and (a variant) each phase's ratio to the base, with an interval in rounds
+    phase_ms: dict[str, float] | None = None
+    phase_ratios: dict[str, stats.Interval | float | None] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -307,6 +311,10 @@ def table(store: SessionStore, study_id: int,
                 mean, sd, _ = stats.mean_sd([f[key] for f in figs])
                 setattr(row, key, mean)
                 row.spread[key] = sd
+            phased = [f["phase_ms"] for f in figs if f.get("phase_ms")]
+            if phased:
+                row.phase_ms = {k: stats.mean_sd([p[k] for p in phased])[0]
+                                for k in figures.PHASES}
         rows.append(row)
     base = rows[0] if rows and rows[0].run_id is not None else None
     for arm, row in enumerate(rows):
@@ -317,6 +325,7 @@ def table(store: SessionStore, study_id: int,
         if row is base:
             row.bit_identical = True
             continue
+        row.phase_ratios = _phase_ratios(grid, arm, row, base, repeats, level)
         same, first_diff, compared, unfinished = True, None, 0, False
         for rnd in range(repeats):
             a, b = grid[0][rnd], grid[arm][rnd]
@@ -349,6 +358,57 @@ def table(store: SessionStore, study_id: int,
                     row.verdicts[key] = interval.verdict(up, down, same_words)
                     row.ratios[key] = interval.ratio
     return study, rows
+
+
+def _phase_ratios(grid: list, arm: int, row: Row, base: Row, repeats: int, level: float
+                  ) -> dict[str, stats.Interval | float | None] | None:
+    """Each phase's time per step as a ratio to the base: with an interval over the rounds
+    where both finished (in rounds), else the ratio of the means."""
+    if row.phase_ms is None or base.phase_ms is None:
+        return None
+    out: dict[str, stats.Interval | float | None] = {}
+    for k in figures.PHASES:
+        pairs = [(grid[0][r][1]["phase_ms"][k], grid[arm][r][1]["phase_ms"][k])
+                 for r in range(repeats) if _finished(grid[0][r]) and _finished(grid[arm][r])
+                 and grid[0][r][1].get("phase_ms") and grid[arm][r][1].get("phase_ms")]
+        interval = stats.ratio_interval(pairs, level) if repeats > 1 else None
+        out[k] = interval if interval is not None else \
+            figures.ratio(row.phase_ms[k], base.phase_ms[k])
+    return out
+
+
+def phase_text(row: Row, base: Row, least_share: float = 0.03) -> str:
+    """Where a variant's time went against the base's, phase by phase: "forward 0.71x
+    [0.66-0.77], backward 0.80x [...]" (phases under `least_share` of both steps left out)."""
+    if not row.phase_ratios or not row.phase_ms or not base.phase_ms:
+        return ""
+    total_a, total_b = sum(base.phase_ms.values()), sum(row.phase_ms.values())
+    parts = []
+    for k in figures.PHASES:
+        if base.phase_ms[k] < least_share * total_a and row.phase_ms[k] < least_share * total_b:
+            continue
+        r = row.phase_ratios.get(k)
+        if isinstance(r, stats.Interval):
+            parts.append(f"{k} {r.ratio:.2f}x" + (f" [{r.low:.2f}-{r.high:.2f}]"
+                                                  if r.low is not None else ""))
+        elif r is not None:
+            parts.append(f"{k} {r:.2f}x")
+    return ", ".join(parts)
+
+
+def phase_lines(rows: list[Row]) -> list[str]:
+    """Where the time went: the base's milliseconds per step by phase, then each variant's
+    phases as ratios to the base's (none when the runs recorded no phases)."""
+    base = rows[0] if rows else None
+    if base is None or not base.phase_ms:
+        return []
+    out = ["Where the time went (ms per step, the start-up interval left out): base "
+           + ", ".join(f"{k} {v:.2f}" for k, v in base.phase_ms.items()) + "."]
+    for r in rows[1:]:
+        text = phase_text(r, base)
+        if text:
+            out.append(f"{r.label}: {text}")
+    return out
 
 
 def _finished(cell: tuple[dict[str, Any], dict[str, Any] | None] | None) -> bool:

@@ -35,6 +35,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ..core import figures
+from ..core.figures import DEVICE_PHASES, PHASES
 from ..core.config import ConfigError, RunConfig
 from ..core.errors import CheckpointError, DiskFull, is_disk_full
 from ..core.liveness import HEARTBEAT_S
@@ -73,18 +74,58 @@ class StepDone:
 
 @dataclass
 class Clock:
-    """Where the steps' time went since the last log point: waiting for data, and the rest
-    (copy, forward, backward, optimizer). Recording is in neither."""
-    since: float = 0.0
-    samples: int = 0
-    data_s: float = 0.0
-    compute_s: float = 0.0
+    """Where the steps' time went since the last log point, phase by phase (core.figures
+    PHASES): waiting for data, copying the batch to the device, forward, backward,
+    optimizer, and the loop's own recording (rows, fingerprints, checkpoints). On the CPU
+    each boundary is a perf_counter; on CUDA the device phases are CUDA events, read only
+    at the log point (whose loss.item() synchronises anyway): never a sync per step."""
 
-    def lap(self, samples: int) -> tuple[float, int, float, float]:
-        """(seconds, samples, data seconds, compute seconds) since the last lap; restarts."""
+    def __init__(self, cuda: bool = False) -> None:
+        self.cuda = cuda
+        self.since = 0.0
+        self.samples = 0
+        self.spent = dict.fromkeys(PHASES, 0.0)
+        self._t = 0.0
+        self._events: list[tuple[str, Any, Any]] = []     # CUDA: (phase, start, end)
+        self._open: Any = None
+
+    @property
+    def data_s(self) -> float:
+        return self.spent["data"]
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.spent[phase] += seconds
+
+    def start(self) -> None:
+        """A device phase starts now."""
+        if self.cuda:
+            self._open = torch.cuda.Event(enable_timing=True)
+            self._open.record()
+        else:
+            self._t = time.perf_counter()
+
+    def done(self, phase: str) -> None:
+        """The device phase started last ends now; the next starts."""
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events.append((phase, self._open, end))
+            self._open = end
+        else:
+            now = time.perf_counter()
+            self.spent[phase] += now - self._t
+            self._t = now
+
+    def lap(self, samples: int) -> tuple[float, int, dict[str, float]]:
+        """(seconds, samples, seconds per phase) since the last lap; restarts."""
+        if self._events:
+            self._events[-1][2].synchronize()
+            for phase, a, b in self._events:
+                self.spent[phase] += a.elapsed_time(b) / 1000
+            self._events.clear()
         now = time.perf_counter()
-        out = (now - self.since, samples - self.samples, self.data_s, self.compute_s)
-        self.since, self.samples, self.data_s, self.compute_s = now, samples, 0.0, 0.0
+        out = (now - self.since, samples - self.samples, self.spent)
+        self.since, self.samples, self.spent = now, samples, dict.fromkeys(PHASES, 0.0)
         return out
 
 
@@ -251,7 +292,7 @@ class Trainer:
         # (step, what) once the loss or the parameters are NaN/inf: the run ends "diverged".
         self.diverged: tuple[int, str] | None = None
         self.limit = cfg.max_steps or math.inf
-        self.clock = Clock()
+        self.clock = Clock()          # made again for CUDA once the device is known
         self.bar: Any = None
         self.recorder = Recorder(None, 0)     # attach() gives the lead its session's
         self.t_start = time.perf_counter()
@@ -334,6 +375,7 @@ class Trainer:
         self.eval_forward = self.forward      # evaluation never goes through DDP
         self.ddp: DistributedDataParallel | None = None
         self.non_blocking = cfg.non_blocking and self.cuda
+        self.clock = Clock(self.cuda)
         # The first step whose loss is NaN/inf (-1: none yet), on the device.
         self.first_bad_step = torch.full((), -1, dtype=torch.long, device=self.device)
         self.meter = Meter(self.device)         # the memory figures of the log points
@@ -569,7 +611,9 @@ class Trainer:
         status = None
         for batch in self.steps():
             done = self.step(batch)
+            t = time.perf_counter()
             self.record(done)
+            self.clock.add("record", time.perf_counter() - t)
             if status := self.should_stop():
                 break
         if self.bar is not None:
@@ -609,7 +653,7 @@ class Trainer:
         """The loader's next batch (None at the epoch's end); waiting for it is data time."""
         t = time.perf_counter()
         batch = next(it, None)
-        self.clock.data_s += time.perf_counter() - t
+        self.clock.add("data", time.perf_counter() - t)
         return batch
 
     def _rest_of_step(self, first: Any, it: Iterator[Any], size: int) -> Iterator[Any]:
@@ -640,20 +684,23 @@ class Trainer:
         scaler, DDP's gradient all-reduce on the last micro-batch only; then the optimizer
         (gradient clipping, the norm at log points). Callable on its own from a restored
         state: replaying step N runs this same code."""
-        cfg = self.cfg
-        t, data_before = time.perf_counter(), self.clock.data_s
+        cfg, clock = self.cfg, self.clock
         step_loss = torch.zeros((), device=self.device)
-        for k, (x, y) in enumerate(batch.micro_batches):
+        for k, (x, y) in enumerate(batch.micro_batches):   # (fetching one: data time)
+            clock.start()
             x = x.to(self.device, non_blocking=self.non_blocking)
             y = y.to(self.device, non_blocking=self.non_blocking)
             if cfg.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
+            clock.done("copy")
             last = k + 1 == batch.size
             sync = nullcontext() if self.ddp is None or last else self.ddp.no_sync()
             with sync:
                 with self._autocast():          # the forward pass only
                     loss = F.nll_loss(self.forward(x), y) / cfg.grad_accum_steps
-                self.scaler.scale(loss).backward()
+                clock.done("forward")
+                self.scaler.scale(loss).backward()      # (DDP's all-reduce included)
+                clock.done("backward")
             step_loss += loss.detach()
             self.pos.batch += 1
             self.pos.samples += len(y) * self.group.world   # every rank takes as many
@@ -663,7 +710,7 @@ class Trainer:
         self.first_bad_step = torch.where(
             (self.first_bad_step < 0) & ~torch.isfinite(step_loss),
             self.pos.step, self.first_bad_step)
-        self.clock.compute_s += time.perf_counter() - t - (self.clock.data_s - data_before)
+        clock.done("optimizer")
         return StepDone(step_loss, norm)
 
     def record(self, done: StepDone) -> None:
@@ -722,7 +769,7 @@ class Trainer:
         # The loss of a data-parallel step is the mean over the ranks (each rank's is the
         # mean of its shard); the gradient norm is already of the averaged gradients.
         self.last_loss = self.group.mean(step_loss).item()   # the sync of a log point
-        dt, samples, data_s, compute_s = self.clock.lap(self.pos.samples)
+        dt, samples, spent = self.clock.lap(self.pos.samples)
         memory = self.meter.read(self.model, self.optimizer)
         per_rank = self.group.gather(memory)
         if per_rank is not None:        # on the lead
@@ -739,7 +786,8 @@ class Trainer:
                    "lr": self.optimizer.param_groups[0]["lr"],
                    "grad_norm": norm.item() if norm is not None else None,
                    "samples_per_s": samples / dt if dt > 0 else None,
-                   "data_s": data_s, "compute_s": compute_s, **memory}
+                   "data_s": spent["data"], **{f"{k}_s": spent[k] for k in PHASES[1:]},
+                   "compute_s": sum(spent[k] for k in DEVICE_PHASES), **memory}
             self.recorder.row(row)
         self._check_finite()
 

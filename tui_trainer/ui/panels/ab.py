@@ -111,11 +111,12 @@ class ABPanel(Vertical):
         self._study = study
         rows = study["rows"]
         notes = "".join(f"\n{r.label}: {r.note}" for r in rows if r.note)
+        phases = "".join(f"\n{line}" for line in studies.phase_lines(rows))
         self.query_one("#ab-title", Static).update(Text(
             studies.title_text(study, rows) + ". " + studies.method_text(study, rows)
             + (" Enter on a row pairs it with the base." if len(rows) > 1 else "")
             + (f" {shown(study['message'], 300)}" if study["message"] else "")
-            + shown_lines(notes)))
+            + shown_lines(notes) + shown_lines(phases)))
         table = self.query_one("#ab-table", DataTable)
         cursor = table.cursor_row
         table.clear(columns=True)

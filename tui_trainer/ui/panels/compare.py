@@ -23,13 +23,21 @@ SUMMARY = ("train_loss", "eval_loss", "accuracy", "samples_per_s", "peak_memory_
 
 
 def summary_rows(runs: list[RunRow]) -> list[list[str]]:
-    """[figure label, value per run..., ratio of each later run to the first...]."""
+    """[figure label, value per run..., ratio of each later run to the first...]; then
+    where a step's time went, phase by phase (ms per step), where the runs recorded it."""
     out = []
     for key in SUMMARY:
         values = [_value(r, key) for r in runs]
         ratios = [figures.ratio(v, values[0]) for v in values[1:]]
         out.append([figures.LABELS[key], *(figures.fmt(v, key) for v in values),
                     *("-" if q is None else f"{q:.2f}x" for q in ratios)])
+    if all(r.phase_ms for r in runs):
+        phases = [dict(r.phase_ms or ()) for r in runs]
+        for key in figures.PHASES:
+            values = [p.get(key) for p in phases]
+            ratios = [figures.ratio(v, values[0]) for v in values[1:]]
+            out.append([f"{key} ms/step", *("-" if v is None else f"{v:.2f}" for v in values),
+                        *("-" if q is None else f"{q:.2f}x" for q in ratios)])
     return out
 
 
