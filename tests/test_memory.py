@@ -18,10 +18,14 @@ def _run(session, *extra: str) -> dict:
     return json.loads(r.out.strip().splitlines()[-1])
 
 
-def test_checkpointing_changes_memory_and_time_not_the_bits(tmp_path):
+def test_checkpointing_changes_memory_and_time_not_the_bits_nor_do_the_notes_knobs(
+        tmp_path):
     """off, full and selective: bit-identical at every fingerprint, dropout included (the
     recomputed blocks draw the forward's masks). With preserve_rng_state off they are not,
-    and the verdict names that setting."""
+    and the verdict names that setting. The notes' last knobs against the same base run:
+    init is another start, named by the verdict; eval_mode inference_mode gives the same
+    bits and evaluation as no_grad; the TF32 and cuDNN switches are applied and recorded
+    (on this CPU they change no kernel)."""
     for mode in ("off", "full", "selective"):
         _run(tmp_path, f"activation_checkpointing={mode}")
     store = SessionStore(tmp_path, create=False, readonly=True)
@@ -33,6 +37,21 @@ def test_checkpointing_changes_memory_and_time_not_the_bits(tmp_path):
     assert not v.identical and v.first_difference == 3
     assert any(e.startswith("preserve_rng_state = off with activation checkpointing")
                for e in v.explanations), v.explanations
+    _run(tmp_path, "init=xavier")
+    _run(tmp_path, "eval_mode=inference_mode")
+    _run(tmp_path, "float32_matmul_precision=high", "cudnn_allow_tf32=false",
+         "cudnn_enabled=false")
+    v = verdict(store, [1, 5])
+    assert not v.identical and v.first_difference == 0
+    assert any(e.startswith("init differs between the runs: 'default', 'xavier'")
+               for e in v.explanations), v.explanations
+    assert fingerprints(tmp_path, 6) == fingerprints(tmp_path, 1)
+    assert store.evals(6)[-1]["loss"] == store.evals(1)[-1]["loss"]
+    assert store.run(6)["settings"]["eval_mode"] == "inference_mode"
+    s = store.run(7)["settings"]
+    assert (s["float32_matmul_precision"], s["cudnn_allow_tf32"], s["cudnn_enabled"]) == \
+        ("high", False, False)
+    assert store.run(1)["settings"]["float32_matmul_precision"] == "highest"
 
 
 def test_checkpointing_keeps_the_bits_with_amp_channels_last_and_accumulation(tmp_path):
@@ -75,29 +94,6 @@ def test_memory_breaks_a_step_down_by_category_and_module_and_keeps_it(tmp_path)
     printed = tt("memory", "1", "--session", str(tmp_path))
     assert printed.rc == 0 and "At the step's peak:" in printed.out
     assert "activations (kept for backward)" in printed.out and "GrokkingNet.fc1" in printed.out
-
-
-def test_the_notes_last_knobs_init_eval_mode_tf32_and_cudnn(tmp_path):
-    """init: another start, named by the verdict; eval_mode inference_mode: the same bits
-    and the same evaluation as no_grad; the TF32 and cuDNN switches are applied and
-    recorded (on this CPU they change no kernel)."""
-    _run(tmp_path)
-    _run(tmp_path, "init=xavier")
-    _run(tmp_path, "eval_mode=inference_mode")
-    _run(tmp_path, "float32_matmul_precision=high", "cudnn_allow_tf32=false",
-         "cudnn_enabled=false")
-    store = SessionStore(tmp_path, create=False, readonly=True)
-    v = verdict(store, [1, 2])
-    assert not v.identical and v.first_difference == 0
-    assert any(e.startswith("init differs between the runs: 'default', 'xavier'")
-               for e in v.explanations), v.explanations
-    assert fingerprints(tmp_path, 3) == fingerprints(tmp_path, 1)
-    assert store.evals(3)[-1]["loss"] == store.evals(1)[-1]["loss"]
-    assert store.run(3)["settings"]["eval_mode"] == "inference_mode"
-    s = store.run(4)["settings"]
-    assert (s["float32_matmul_precision"], s["cudnn_allow_tf32"], s["cudnn_enabled"]) == \
-        ("high", False, False)
-    assert store.run(1)["settings"]["float32_matmul_precision"] == "highest"
 
 
 def test_checkpointing_under_compile_is_named_as_a_cause():
