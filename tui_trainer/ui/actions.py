@@ -234,24 +234,34 @@ class RunActions:
             return
         a, b = pair
         # said at once; its answer is kept after `wall` (before the process starts)
-        explaining = self._explaining = Job((a, b), None, time.monotonic(), time.time())
+        self._explaining = Job((a, b), None, time.monotonic(), time.time())
 
-        def start(_: Any, sup: Any) -> Any:
-            try:
-                return sup.explain(a, b)
-            except (SessionError, OSError) as e:
-                return e
-
-        def started(job: Any) -> None:
-            if isinstance(job, Exception):
-                self._explaining = None
-                self.notify(f"not explained: {job}", severity="error", timeout=12)
-            else:
-                explaining.job = job
-            self._draw()
+        def failed() -> None:
+            self._explaining = None
 
         self._tabs().active = "tab-divergence"
         self._draw()
+        self._start_job(self._explaining, lambda sup: sup.explain(a, b), "not explained",
+                        failed)
+
+    def _start_job(self, job: Job, launch: Callable[[Any], Any], refused: str,
+                   failed: Callable[[], None]) -> None:
+        """Starts a background command through the supervisor (in the writer's thread);
+        `job` gets its process, or `failed` is called and the user told `refused` and why."""
+        def start(_: Any, sup: Any) -> Any:
+            try:
+                return launch(sup)
+            except (SessionError, OSError) as e:
+                return e
+
+        def started(proc: Any) -> None:
+            if isinstance(proc, Exception):
+                failed()
+                self.notify(f"{refused}: {proc}", severity="error", timeout=12)
+            else:
+                job.job = proc
+            self._draw()
+
         self.write(start, started)
 
     def _explaining_now(self) -> tuple[int, int, float] | None:
@@ -314,23 +324,14 @@ class RunActions:
         if self._measuring is not None:
             self.notify(f"already measuring run {self._measuring.runs[0]}", severity="warning")
             return
-        job = self._measuring = Job((run_id,), None, time.monotonic(), time.time())
+        self._measuring = Job((run_id,), None, time.monotonic(), time.time())
         self.notify(f"measuring one step of a copy of run {run_id} (a few seconds) ...")
 
-        def start(_: Any, sup: Any) -> Any:
-            try:
-                return sup.memory(run_id)
-            except (SessionError, OSError) as e:
-                return e
+        def failed() -> None:
+            self._measuring = None
 
-        def started(proc: Any) -> None:
-            if isinstance(proc, Exception):
-                self._measuring = None
-                self.notify(f"not measured: {proc}", severity="error", timeout=12)
-            else:
-                job.job = proc
-
-        self.write(start, started)
+        self._start_job(self._measuring, lambda sup: sup.memory(run_id), "not measured",
+                        failed)
 
     def _measured(self, snap: Any) -> None:
         """After each tick: a breakdown that landed is shown (or said, when another screen

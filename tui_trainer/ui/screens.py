@@ -127,28 +127,44 @@ class HelpScreen(ModalScreen[None]):
         self.dismiss(None)
 
 
-class EvidenceScreen(ModalScreen[None]):
-    """What an explanation rests on (the Divergence tab's e): one fact a line, as text."""
+class TextScreen(ModalScreen[bool]):
+    """Lines of text from data (shown as text) under a title, in a dialog; with `again`, a
+    second button (and its key) that closes it answering True."""
 
-    BINDINGS = [Binding("escape,e,q", "dismiss", "Close")]
-
-    def __init__(self, title: str, lines: list[str]) -> None:
+    def __init__(self, title: str, lines: list[str], name: str,
+                 again: str | None = None) -> None:
         super().__init__()
-        self.title_text, self.lines = title, lines
+        self.title_text, self.lines, self.box, self.again = title, lines, name, again
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="evidence-box", classes="dialog"):
+        with Vertical(id=f"{self.box}-box", classes="dialog"):
             yield Static(Text(shown(self.title_text, 200), style="bold"))
-            with VerticalScroll(id="evidence-text"):
+            with VerticalScroll(id=f"{self.box}-text"):
                 yield Static(Text("\n".join(shown(line, 400) for line in self.lines)))
-            yield Button("Close", id="evidence-close", variant="primary", compact=True)
+            with Horizontal(classes="buttons"):
+                yield Button("Close", id="text-close", variant="primary", compact=True)
+                if self.again:
+                    yield Button(self.again, id="text-again", compact=True)
 
-    @on(Button.Pressed, "#evidence-close")
+    @on(Button.Pressed, "#text-close")
     def _close(self) -> None:
-        self.dismiss(None)
+        self.dismiss(False)
+
+    @on(Button.Pressed, "#text-again")
+    def _again(self) -> None:
+        self.dismiss(True)
 
 
-class MemoryScreen(ModalScreen[bool]):
+class EvidenceScreen(TextScreen):
+    """What an explanation rests on (the Divergence tab's e): one fact a line."""
+
+    BINDINGS = [Binding("escape,e,q", "dismiss(False)", "Close")]
+
+    def __init__(self, title: str, lines: list[str]) -> None:
+        super().__init__(title, lines, "evidence")
+
+
+class MemoryScreen(TextScreen):
     """A run's memory breakdown (the Plots tab's b): the peak by category and module; m
     measures it again."""
 
@@ -156,25 +172,7 @@ class MemoryScreen(ModalScreen[bool]):
                 Binding("m", "dismiss(True)", "Measure again")]
 
     def __init__(self, title: str, lines: list[str]) -> None:
-        super().__init__()
-        self.title_text, self.lines = title, lines
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="memory-box", classes="dialog"):
-            yield Static(Text(shown(self.title_text, 200), style="bold"))
-            with VerticalScroll(id="memory-text"):
-                yield Static(Text("\n".join(shown(line, 400) for line in self.lines)))
-            with Horizontal(classes="buttons"):
-                yield Button("Close", id="memory-close", variant="primary", compact=True)
-                yield Button("Measure again (m)", id="memory-again", compact=True)
-
-    @on(Button.Pressed, "#memory-close")
-    def _close(self) -> None:
-        self.dismiss(False)
-
-    @on(Button.Pressed, "#memory-again")
-    def _again(self) -> None:
-        self.dismiss(True)
+        super().__init__(title, lines, "memory", again="Measure again (m)")
 
 
 class QuitScreen(ModalScreen[str]):
