@@ -290,7 +290,6 @@ class Replay:
     must reproduce the run's recorded parameter hashes."""
 
     def __init__(self, side: Side):
-        self.side = side
         self.ranks: list[Trainer] = []
         self._rng: list[dict[str, Any] | None] = []
         for r in range(side.world):
@@ -336,16 +335,10 @@ class Replay:
 
     def step(self, batches: list[Step], between: Callable[[], None] | None = None) -> None:
         """One optimizer step of every rank; `between`: called once the gradients are
-        those the optimizer is given (averaged over the ranks), before it runs."""
-        if len(self.ranks) == 1:
-            if between is None:
-                self.lead.step(batches[0])
-                return
-            hook = self.lead.optimizer.register_step_pre_hook(lambda *_: between())
-            try:
-                self.lead.step(batches[0])
-            finally:
-                hook.remove()
+        those the optimizer is given (averaged over the ranks), before it runs (before its
+        clipping too)."""
+        if len(self.ranks) == 1 and between is None:
+            self.lead.step(batches[0])
             return
         wants: dict[int, bool] = {}
         for r, batch in enumerate(batches):
@@ -356,7 +349,8 @@ class Replay:
                     t.step(batch)
                 finally:
                     del t._optimizer_step
-        self._all_reduce()
+        if len(self.ranks) > 1:
+            self._all_reduce()
         if between is not None:
             between()
         for r in range(len(self.ranks)):
@@ -367,15 +361,21 @@ class Replay:
     def _all_reduce(self) -> None:
         """DDP's gradient average: each rank's gradient times 1/world (in its dtype), summed
         over the ranks in rank order; every rank gets the sum."""
-        scale = 1.0 / len(self.ranks)
         per_rank = [dict(t.model.named_parameters()) for t in self.ranks]
         for name, p in per_rank[0].items():
             if p.grad is None:
                 continue
-            parts = [q[name].grad * scale for q in per_rank]
-            total = functools.reduce(torch.add, parts)
+            total = ddp_average([q[name].grad for q in per_rank])
             for q in per_rank:
                 q[name].grad.copy_(total)
+
+
+def ddp_average(grads: list[torch.Tensor]) -> torch.Tensor:
+    """What DDP's all-reduce makes of the ranks' gradients: each times 1/world (in its
+    dtype, as DDP's reducer scales its bucket), summed in rank order (for two ranks the
+    order does not matter: a sum of two is the same either way round)."""
+    scale = 1.0 / len(grads)
+    return functools.reduce(torch.add, [g * scale for g in grads])
 
 
 def replay_hashes(side: Side, until: int) -> dict[int, str]:
@@ -501,8 +501,7 @@ def sums(capture: Capture, side: Side) -> dict[str, Any]:
 
     one = grads(torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts]))
     each = [grads(x, y) for x, y in parts]
-    scale = 1.0 / len(parts)
-    averaged = {n: functools.reduce(torch.add, [g[n] * scale for g in each]) for n in one}
+    averaged = {n: ddp_average([g[n] for g in each]) for n in one}
     differ = [n for n in one if not torch.equal(one[n], averaged[n])]
     out: dict[str, Any] = {
         "world": len(parts), "samples": sum(len(y) for _, y in parts),
