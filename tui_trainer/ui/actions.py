@@ -35,6 +35,12 @@ from .writer import STATE_KEY
 EXPLAIN_SETTLE_S = 3.0
 
 
+def twins_of(events: list[dict[str, Any]]) -> list[int]:
+    """The twins a run's checks trained (its `check_twin` events, read as untrusted)."""
+    return [c["data"]["twin"] for c in events if c.get("kind") == "check_twin"
+            and isinstance(c.get("data"), dict) and isinstance(c["data"].get("twin"), int)]
+
+
 @dataclass
 class Job:
     """A background command this dashboard started for runs (x: explain a pair, b: measure a
@@ -275,13 +281,13 @@ class RunActions:
             run_id, job = self._check_job
             if job.poll() is not None:
                 return None
-            events = self.snapshot.checks.get(run_id, [])
-            twins = [c["data"]["twin"] for c in events if c["kind"] == "check_twin"]
+            twins = twins_of(self.snapshot.checks.get(run_id, []))
             if not twins:
                 return None
             verdicts = [c for c in self.snapshot.checks.get(twins[-1], [])
                         if c["kind"] == "repro_verdict" and isinstance(c.get("data"), dict)
-                        and not c["data"].get("identical")]
+                        and not c["data"].get("identical")
+                        and isinstance(c.get("t"), (int, float))]
             if verdicts and for_pair(self.snapshot.checks.get(twins[-1], []),
                                      (run_id, twins[-1])) is None:
                 return (run_id, twins[-1], time.time() - verdicts[-1]["t"])

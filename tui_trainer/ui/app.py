@@ -37,7 +37,7 @@ from ..core.store import SessionStore
 from ..core.supervisor import Supervisor, WarmLauncher
 from ..core.text import shown, shown_lines
 from . import heap
-from .actions import Job, RunActions, SessionActions
+from .actions import Job, RunActions, SessionActions, twins_of
 from .announce import Announcer
 from .panels import TAB_PANELS
 from .panels.ab import ABPanel
@@ -427,8 +427,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         for said in self.announcer.news(snap):
             self.notify(said.text, severity=said.severity, timeout=said.timeout)
         if self._await_twin is not None:
-            twins = [c["data"]["twin"] for c in snap.checks.get(self._await_twin, [])
-                     if c["kind"] == "check_twin" and c["data"]]
+            twins = twins_of(snap.checks.get(self._await_twin, []))
             if twins:
                 self.pair = self.marked = [self._await_twin, twins[-1]]
                 self._await_twin = None

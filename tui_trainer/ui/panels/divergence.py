@@ -142,13 +142,19 @@ class DivergencePanel(Vertical):
         training = awaiting or any(runs[r].live for r in pair if r in runs)
         key = (pair, a.version, b.version, len(checks), awaiting, tuple(drift),
                tuple(runs[r].status for r in pair if r in runs))
-        if key == self._key:
-            self.show_explanation(pair, checks, self._identical, training, explaining)
-            return
-        self._key = key
+        if key != self._key:
+            self._key = key
+            self._show_pair(pair, runs, a, b, checks, training, drift)
+        self.show_explanation(pair, checks, self._identical, training, explaining)
+
+    def _show_pair(self, pair: tuple[int, int], runs: dict[int, RunRow], a: Any, b: Any,
+                   checks: list[dict[str, Any]], training: bool,
+                   drift: list[tuple[str, bool]]) -> None:
+        """The pair's verdict in words and its two plots (only when something they show
+        changed)."""
+        verdict = self.query_one("#verdict", Static)
         d = divergence(a.steps, b.steps, a.fingerprints, b.fingerprints)
         self._identical = d.identical
-        self.show_explanation(pair, checks, d.identical, training, explaining)
         names = f"A = {label(pair[0], runs)}, B = {label(pair[1], runs)}"
         pieces = divergence_text(
             names, d, checks, pair, training,
