@@ -6,21 +6,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from .explain import UNREADABLE
 from .store import SessionStore
 
 # The event a breakdown is kept as, on its run.
 EVENT = "memory_breakdown"
-UNREADABLE = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 
 
 def record(store: SessionStore, run_id: int, result: dict[str, Any]) -> None:
     store.add_event(run_id, EVENT, summary(result), step=result.get("step"), data=result)
 
 
-def newest(events: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The newest breakdown among a run's events (one that reads as one)."""
-    mine = [e["data"] for e in events if e.get("kind") == EVENT and isinstance(e.get("data"),
-                                                                              dict)]
+def newest(events: list[dict[str, Any]], since: float | None = None
+           ) -> dict[str, Any] | None:
+    """The newest breakdown among a run's events (one that reads as one; kept at or after
+    the time `since`, when given)."""
+    mine = [e["data"] for e in events if e.get("kind") == EVENT
+            and isinstance(e.get("data"), dict)
+            and (since is None or (isinstance(e.get("t"), (int, float)) and e["t"] >= since))]
     return mine[-1] if mine else None
 
 

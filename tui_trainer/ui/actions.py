@@ -30,9 +30,9 @@ from .screens import (ConfirmScreen, ContinueScreen, MemoryScreen, NameScreen, O
 from .writer import STATE_KEY
 
 
-# How long after its process ended an explanation is waited for in the session (the tick
-# read before the process wrote it does not hold it yet).
-EXPLAIN_SETTLE_S = 3.0
+# How long after its process ended a background command's answer is waited for in the
+# session (the tick read before the process wrote it does not hold it yet).
+JOB_SETTLE_S = 3.0
 
 
 def twins_of(events: list[dict[str, Any]]) -> list[int]:
@@ -50,6 +50,15 @@ class Job:
     started: float                  # monotonic
     wall: float                     # time.time() then: the session's events are after it
     ended: float | None = None
+
+    def gave_up(self) -> bool:
+        """Its process ended more than JOB_SETTLE_S ago (its answer, had it written one,
+        would be in the tick by now)."""
+        if self.job is None:
+            return False            # still starting
+        if self.ended is None and self.job.poll() is not None:
+            self.ended = time.monotonic()
+        return self.ended is not None and time.monotonic() - self.ended > JOB_SETTLE_S
 
 
 class RunActions:
@@ -299,14 +308,10 @@ class RunActions:
         e = self._explaining
         if e is None:
             return
-        if e.ended is None:
-            if e.job is None or e.job.poll() is None:
-                return          # starting, or working
-            e.ended = time.monotonic()
         a, b = e.runs
         if for_pair(snap.checks.get(b, []), e.runs, since=e.wall) is not None:
             self._explaining = None
-        elif time.monotonic() - e.ended > EXPLAIN_SETTLE_S:
+        elif e.gave_up():
             self._explaining = None
             code = e.job.poll()
             self.notify(f"explaining runs {a} and {b} failed (exit status {code}); its output "
@@ -343,22 +348,18 @@ class RunActions:
         """After each tick: a breakdown that landed is shown (or said, when another screen
         is up); a measurement that ended without one is said to have failed."""
         m = self._measuring
-        if m is None or m.job is None:
+        if m is None:
             return
         run_id = m.runs[0]
-        found = [e["data"] for e in snap.checks.get(run_id, [])
-                 if e.get("kind") == memory.EVENT and isinstance(e.get("data"), dict)
-                 and isinstance(e.get("t"), (int, float)) and e["t"] >= m.wall]
-        if found:
+        found = memory.newest(snap.checks.get(run_id, []), since=m.wall)
+        if found is not None:
             self._measuring = None
             if len(self.screen_stack) == 1:
-                self._show_memory(run_id, found[-1])
+                self._show_memory(run_id, found)
             else:
                 self.notify(f"run {run_id}'s memory breakdown is ready: b in the Plots tab")
             return
-        if m.ended is None and m.job.poll() is not None:
-            m.ended = time.monotonic()
-        if m.ended is not None and time.monotonic() - m.ended > EXPLAIN_SETTLE_S:
+        if m.gave_up():
             self._measuring = None
             self.notify(f"measuring run {run_id}'s memory failed (exit status "
                         f"{m.job.poll()}); its output is in logs/memory-run-{run_id}.log",
