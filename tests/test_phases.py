@@ -1,12 +1,15 @@
-"""Where a step's time goes: the phases a real training process records at log points."""
+"""What a real training process records at each log point about where a step's time goes
+and what memory it holds."""
 
 from __future__ import annotations
 
 from conftest import QUICK, db_rows, sets, tt
+from tui_trainer.core import figures
 from tui_trainer.core.figures import PHASES
+from tui_trainer.core.store import SessionStore
 
 
-def test_the_phases_of_a_logged_interval_add_up_to_its_time(tmp_path):
+def test_a_log_point_records_its_intervals_phases_and_the_memory_held(tmp_path):
     """Each row's phases (data, copy, forward, backward, optimizer, record) cover the
     interval's wall time: the loop spends nearly nothing outside them."""
     r = tt("run", "--session", str(tmp_path), *sets(*QUICK, "max_steps=30", "log_every=10",
@@ -21,3 +24,15 @@ def test_the_phases_of_a_logged_interval_add_up_to_its_time(tmp_path):
         assert all(p >= 0 for p in phases) and phases[2] > 0 and phases[3] > 0
         assert 0.8 * interval <= sum(phases) <= 1.02 * interval, (step, interval, phases)
         assert abs(compute - sum(phases[1:5])) < 1e-9
+
+    # memory: the interval's high-water mark is at least the resident set read with it; the
+    # training state's tensors are the parameters and SGD's momentum (gradients are freed
+    # by zero_grad before the log point), 4 bytes each; the peak-memory figure is the
+    # largest high-water mark
+    store = SessionStore(tmp_path, create=False, readonly=True)
+    params = store.run(1)["settings"]["parameters"]
+    mem = db_rows(tmp_path, "SELECT rss_bytes, peak_rss, tensor_bytes FROM steps")
+    assert all(peak >= rss > 0 and tensors == 8 * params for rss, peak, tensors in mem)
+    f = figures.run_figures(store, 1)
+    assert f["memory_kind"] == "RSS"
+    assert f["peak_memory_mib"] == max(peak for _, peak, _ in mem) / 2**20

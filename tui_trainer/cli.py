@@ -630,13 +630,19 @@ def cmd_ab(args: argparse.Namespace) -> int:
     return EXIT_STOPPED if status == "stopped" else EXIT_OK
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
-    from .core.explain import evidence_lines, explanation_text
+def _open_to_answer(args: argparse.Namespace) -> tuple[SessionStore, bool]:
+    """The session of a command that answers and keeps its answer there (explain, memory),
+    and whether it can keep it: on a read-only disk it answers without keeping."""
     session = _session_dir(args)
     try:
-        store, record = SessionStore(session, create=False), True
-    except ReadOnlySession:         # a session on a read-only disk: answered, not kept
-        store, record = SessionStore(session, create=False, readonly=True), False
+        return SessionStore(session, create=False), True
+    except ReadOnlySession:
+        return SessionStore(session, create=False, readonly=True), False
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from .core.explain import evidence_lines, explanation_text
+    store, record = _open_to_answer(args)
     with store:
         result = runner.explain(store, args.a, args.b, record=record)
     if args.json:
@@ -650,11 +656,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_memory(args: argparse.Namespace) -> int:
     from .core import memory
-    session = _session_dir(args)
-    with SessionStore(session, create=False) as store:
+    store, record = _open_to_answer(args)
+    with store:
         run = store.run(args.run)
         result = runner.memory(store, run)
-        memory.record(store, run["id"], result)
+        if record:
+            memory.record(store, run["id"], result)
     if args.json:
         print(json.dumps(_json_safe(result)))
     else:

@@ -5,8 +5,9 @@ with arguments from its typed builders; this module decides which runs to create
 them one after the other and records what it found. The CLI (`repro`, `ab`) parses and
 prints; the dashboard starts the same commands in the background.
 
-Imports torch only inside `device_refusal` (for the facts core.machine judges a config by)
-and `explain` (a replay, when the fingerprints alone cannot say where two runs part).
+Imports torch only inside `device_refusal` (for the facts core.machine judges a config by),
+`explain` (a replay, when the fingerprints alone cannot say where two runs part) and
+`memory` (one step of a copy of a run).
 """
 
 from __future__ import annotations

@@ -183,7 +183,7 @@ def _phase_lines(name: str, rows: Sequence[Mapping[str, Any]], xs: list[float], 
     """A run's step time by phase (figures.PHASES), in ms per step, stacked: each line is
     the sum of its phase and those before it, drawn for the phases that take at least
     `least_share` of the time (the smaller ones are in the next line's sum). Rows from
-    before phases were recorded: data and compute (s per interval's step) instead."""
+    before phases were recorded: data and compute instead, also in ms per step."""
     # the steps each row covers (the first: as many as the next row, its interval's length,
     # or all steps from 0 when it is alone)
     steps = [r["step"] - rows[k - 1]["step"] if k else
