@@ -22,9 +22,10 @@ from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
                                     create_selective_checkpoint_contexts)
 
 # What `selective` keeps: the outputs of the ops that cost the most to recompute.
-KEPT_OPS = {torch.ops.aten.convolution.default, torch.ops.aten.mm.default,
-            torch.ops.aten.addmm.default, torch.ops.aten._convolution.default,
-            torch.ops.aten.mkldnn_convolution.default}
+# (an op a build lacks, e.g. oneDNN's convolution, is left out rather than fail the import)
+KEPT_OPS = {getattr(getattr(torch.ops.aten, name, None), "default", None)
+            for name in ("convolution", "_convolution", "mkldnn_convolution", "mm", "addmm")
+            } - {None}
 
 
 def _keep_expensive(ctx: object, op: object, *args: object, **kwargs: object
