@@ -126,7 +126,7 @@ def test_a_study_forks_its_runs_and_stops_cleanly(tmp_path):
     be."""
     runtime = os.environ["XDG_RUNTIME_DIR"]         # the test's own (conftest)
     r = tt("ab", "--session", str(tmp_path), "--json", *sets(*QUICK), "--steps", "4",
-           "--vary", "eval_batch_size=100", "--repeats", "2")
+           "--vary", "eval_batch_size=100", "--repeats", "2", "--rerun-loaded", "0")
     assert r.rc == 0, r.err
     rows = json.loads(r.out)["rows"]
     assert rows[1]["bit_identical"] is True and rows[1]["done"] == 2

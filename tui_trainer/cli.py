@@ -199,7 +199,26 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--repeats", type=int, metavar="N", default=None,
                     help="rounds: how many times each arm trains (default: the study "
                          f"file's, else {study.DEFAULT_REPEATS}; an interval and a "
-                         "verdict need 3 or more; 1 or 2 show the ratios only)")
+                         "verdict need 6 or more at the 95%% level (5 at 90%%); fewer show the "
+                         "ratios only)")
+    sp.add_argument("--until-sure", type=float, metavar="WIDTH", default=None,
+                    help="add rounds until every variant's samples/s interval is at most "
+                         "WIDTH wide (high/low - 1: 0.05 is 5%%), or a bound is reached "
+                         f"(--max-rounds, default {study.DEFAULT_MAX_ROUNDS}; --max-time); "
+                         "the study says which ended it")
+    sp.add_argument("--max-rounds", type=int, metavar="N", default=None,
+                    help="--until-sure's bound on rounds")
+    sp.add_argument("--max-time", type=float, metavar="S", default=None,
+                    help="--until-sure's bound on seconds (the round under way finishes)")
+    sp.add_argument("--rerun-loaded", type=int, metavar="N", default=None,
+                    help="rounds that shared the CPU with another process (recorded around "
+                         "every run: other processes' CPU, steal, load, frequency) are "
+                         "trained again once the machine is quiet, at most N times in all "
+                         "(default: as many as rounds; 0: never, the verdicts say how many "
+                         "rounds were under load)")
+    sp.add_argument("--quiet-wait", type=float, metavar="S", default=None,
+                    help="how long to wait for a quiet machine before a re-run (default "
+                         f"{study.QUIET_WAIT_S:.0f} s; then the round is kept, marked)")
     study_args(sp)
 
     sp = sub.add_parser("sweep", help="seed noise: one config trained with N seeds",
@@ -567,9 +586,12 @@ def cmd_ab(args: argparse.Namespace) -> int:
         raise ConfigError("--jobs", f"must be 1 to {study.MAX_JOBS} (the cores of this machine), "
                           f"got {args.jobs}")
     if args.study is not None:
-        if (not sweep and (args.vary or args.repeats)) or args.config or args.sets \
-                or args.steps or args.level:
+        if (not sweep and (args.vary or args.repeats or args.until_sure is not None
+                           or args.max_rounds is not None or args.max_time is not None
+                           or args.rerun_loaded is not None or args.quiet_wait is not None)) \
+                or args.config or args.sets or args.steps or args.level:
             raise BadInput("--study runs a study as planned; it takes no --vary, --repeats, "
+                           "--until-sure, --max-rounds, --max-time, --rerun-loaded, "
                            "--config, --set, --steps or --level")
         with SessionStore(session, create=False) as store:
             study_id = store.study(args.study)["id"]
@@ -590,8 +612,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
         _check_name(name, "ab.name")
         steps = args.steps if args.steps is not None else \
             spec.get("steps") or DEFAULT_AB_STEPS
+        more = {} if sweep else {
+            "rerun_loaded": args.rerun_loaded, "until_sure": args.until_sure,
+            "max_rounds": args.max_rounds, "max_time_s": args.max_time,
+            "quiet_wait_s": args.quiet_wait}
         planned = study.prepare(base, vary, steps, repeats=repeats, name=name, level=args.level,
-                             jobs=args.jobs if args.jobs is not None else 1, file=args.config)
+                                jobs=args.jobs if args.jobs is not None else 1,
+                                file=args.config, **more)
         for note in planned.notes:
             say(f"{args.command}: {note}")
         with SessionStore(session) as store:
@@ -606,7 +633,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
              "repeats": record["spec"].get("repeats", 1),
              "level": record["spec"].get("level", stats.DEFAULT_LEVEL),
              "jobs": record["spec"].get("jobs", 1), "vary": record["spec"]["vary"],
-             "notes": record["spec"].get("notes", []), "rows": [r.to_dict() for r in rows]})))
+             "notes": record["spec"].get("notes", []),
+             "reruns": record["spec"].get("reruns", []),
+             "until_sure": record["spec"].get("until_sure"),
+             "ended_by": record["spec"].get("ended_by"),
+             "rows": [r.to_dict() for r in rows]})))
     else:
         width = _terminal_width()
 
@@ -620,10 +651,10 @@ def cmd_ab(args: argparse.Namespace) -> int:
                                                   width=width))))
         print(para(figures.EXPLAINED + " data wait: total time the loop waited for batches. "
                    + study.method_text(record, rows)))
-        for line in study.phase_lines(rows):
+        for line in study.phase_lines(rows) + study.rerun_lines(record):
             print(para(shown(line, 2000)))
         for note in record["spec"].get("notes", []):
-            print(para(f"note: {shown(note)}"))
+            print(para(f"note: {shown(note, 1000)}"))
     failed = any(r.status == "crashed" for r in rows)
     if failed or status == "crashed":
         return EXIT_FAILED

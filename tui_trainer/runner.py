@@ -13,6 +13,7 @@ Imports torch only inside `device_refusal` (for the facts core.machine judges a 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import signal
@@ -276,13 +277,17 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
             _stop_orphans(store, study, say)
             store.set_study_status(study_id, "running")
             status, message = "finished", None
-            variants = study["variants"]
-            places = study["spec"].get("layout") or [[i, 0] for i in range(len(variants))]
-            rounds = study["spec"].get("repeats", 1)
-            pending: set[Future] = set()
-            try:
+            started = time.monotonic()
+
+            def train_positions(positions: list[int]) -> None:
+                study = store.study(study_id)
+                variants = study["variants"]
+                places = study["spec"].get("layout") or [[i, 0] for i in range(len(variants))]
+                rounds = study["spec"].get("repeats", 1)
+                pending: set[Future] = set()
                 with ThreadPoolExecutor(max_workers=jobs) as pool:
-                    for i, v in enumerate(variants):
+                    for i in positions:
+                        v = variants[i]
                         while len(pending) >= jobs and not stop["asked"]:
                             done, pending = wait(pending, timeout=0.5,
                                                  return_when=FIRST_COMPLETED)
@@ -305,8 +310,10 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
                         if study["kind"] == "sweep":
                             name = f"sweep{study_id}-seed{v['config']['seed']}"
                         else:
+                            again = sum(1 for p in places[:i] if p == [arm, rnd])
                             name = f"ab{study_id}-{v['label']}" + \
-                                (f"-r{rnd + 1}" if rounds > 1 else "")
+                                (f"-r{rnd + 1}" if rounds > 1 else "") + \
+                                (f"-again{again}" if again else "")
                         run_id = store.create_run(v["config"], name=name)
                         store.set_study_run(study_id, v["position"], run_id)
                         say(f"{study['kind']}: {v['label']}"
@@ -317,6 +324,11 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
                         done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                         for f in done:
                             f.result()
+
+            try:
+                train_positions(list(range(len(study["variants"]))))
+                if not stop["asked"]:
+                    _after_plan(store, study_id, train_positions, stop, say, started)
                 if stop["asked"]:
                     status, message = "stopped", "stopped on request; run it again to continue"
             except BaseException as e:
@@ -329,6 +341,88 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return status
+
+
+def _after_plan(store: SessionStore, study_id: int, train_positions: Callable[[list[int]], None],
+                stop: dict[str, bool], say: Say, started: float) -> None:
+    """What a study does once its planned rounds are trained: trains again, when the machine
+    is quiet, the rounds that shared the CPU with another process (at most `rerun_loaded`
+    times in all); then, with `until_sure`, adds rounds until every variant's samples/s
+    interval is narrower than asked, or a bound is reached. What ended it is kept in the
+    spec (`ended_by`) and said."""
+    from .core import contention
+    from .core.study import QUIET_WAIT_S, add_round, rerun_round, table
+    study = store.study(study_id)
+    spec = study["spec"]
+    if study["kind"] != "ab" or (spec.get("repeats", 1) < 2 and spec.get("until_sure") is None):
+        return
+    def budget() -> int:        # re-runs left (a continued study counts those it made)
+        spec = store.study(study_id)["spec"]
+        if spec.get("jobs", 1) != 1:
+            return 0
+        return spec.get("rerun_loaded", 0) - len(spec.get("reruns", []))
+
+    def rerun_loaded() -> None:
+        while budget() > 0 and not stop["asked"]:
+            _, rows = table(store, study_id)
+            marked = sorted({r for row in rows[1:] for r in row.loaded_rounds})
+            if not marked:
+                return
+            rnd = marked[0]
+            limit = store.study(study_id)["spec"].get("quiet_wait_s", QUIET_WAIT_S)
+            say(f"ab: round {rnd + 1} shared the CPU with another process; waiting for a "
+                f"quiet machine (at most {limit:.0f} s) to train it again")
+            quiet, waited = contention.wait_quiet(limit, give_up=lambda: stop["asked"])
+            if stop["asked"]:
+                return
+            if not quiet:
+                note = (f"round {rnd + 1}: the machine was still busy after {waited:.0f} s; "
+                        "kept as measured under load")
+                say(f"ab: {note}")
+                _note(store, study_id, note)
+                return
+            positions = rerun_round(store, study_id, rnd, f"shared the CPU (waited "
+                                    f"{waited:.0f} s for quiet)")
+            train_positions(positions)
+
+    rerun_loaded()
+    target = spec.get("until_sure")
+    if target is None:
+        return
+    max_rounds, max_s = spec.get("max_rounds"), spec.get("max_time_s")
+    while not stop["asked"]:
+        _, rows = table(store, study_id)
+        widths = [(r.intervals or {}).get("samples_per_s") for r in rows[1:]
+                  if r.status != "skipped"]
+        widest = max((iv.width if iv is not None and iv.width is not None else math.inf)
+                     for iv in widths) if widths else math.inf
+        rounds = store.study(study_id)["spec"]["repeats"]
+        elapsed = time.monotonic() - started
+        wide = f"{widest:.1%} wide" if math.isfinite(widest) else "without an interval yet"
+        if widest <= target:
+            ended = (f"sure: every samples/s interval is {widest:.1%} wide or less (asked: "
+                     f"{target:.1%}) after {rounds} rounds")
+        elif max_rounds is not None and rounds >= max_rounds:
+            ended = (f"bound: {rounds} rounds (--max-rounds) with the widest samples/s "
+                     f"interval {wide} (asked: {target:.1%})")
+        elif max_s is not None and elapsed >= max_s:
+            ended = (f"bound: {elapsed:.0f} s (--max-time {max_s:.0f} s) after {rounds} rounds "
+                     f"with the widest samples/s interval {wide} (asked: {target:.1%})")
+        else:
+            say(f"ab: the widest samples/s interval is {wide}, asked {target:.1%}: "
+                f"round {rounds + 1}")
+            train_positions(add_round(store, study_id))
+            rerun_loaded()
+            continue
+        say(f"ab: {ended}")
+        spec = store.study(study_id)["spec"]
+        store.set_study_spec(study_id, {**spec, "ended_by": ended})
+        return
+
+
+def _note(store: SessionStore, study_id: int, note: str) -> None:
+    spec = store.study(study_id)["spec"]
+    store.set_study_spec(study_id, {**spec, "notes": [*spec.get("notes", []), note]})
 
 
 def _same_file(stream: Any, path: Path) -> bool:

@@ -183,7 +183,8 @@ def export_study(store: SessionStore, study_id: int, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     prefix = f"study-{study_id}"
     # One row per arm: each figure is the mean over its rounds; with rounds, the ratio's
-    # interval (from 3 rounds on), each round's ratio, its verdict and the sd over the rounds.
+    # interval (from 6 rounds on at 95%), each round's ratio, its verdict and the sd over
+    # the rounds.
     columns = ["position", "variant", "run_id", "runs", "rounds_done", "status", "steps"]
     for key, _, _ in FIGURES:
         columns += [key, f"{key}_ratio", f"{key}_ratio_low", f"{key}_ratio_high",

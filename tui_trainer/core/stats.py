@@ -2,32 +2,44 @@
 
 An A/B study with repeats trains the base and each variant once per round, the rounds
 interleaved (never all of A, then all of B), and the base and a variant of one round with the
-same seed. Each round gives one paired ratio variant/base. On the log scale these ratios are
-treated as a sample from a normal distribution (timing noise is multiplicative: a busy core
-slows a run by a factor, not by an amount), so
+same seed. Each round gives one paired ratio variant/base, taken on the log scale (timing
+noise is multiplicative: a busy core slows a run by a factor, not by an amount).
 
-    ratio = exp(mean(log r_i)),   interval = exp(mean ± t(level, n-1) * sd / sqrt(n))
+This machine's noise is heavy-tailed: most rounds within 2%, some 10 to 30% off when another
+process takes the core (docs/benchmarks.md). A Student-t interval assumes normal noise, and
+one such round moves its mean and widens or shifts it. So the ratio and its interval are
+rank-based instead (Hodges-Lehmann, with the Wilcoxon signed-rank interval):
 
-a Student-t interval of the geometric mean. A figure is "higher" (or "faster") only when the
-whole interval lies above 1, "lower" when it lies below, and otherwise within noise at that
-level. The seeds differ from round to round, so for accuracy and loss the spread between
-rounds is seed noise: a variant whose accuracy interval includes 1 is within seed noise.
+    ratio    = exp(median of the Walsh averages (x_i + x_j) / 2, i <= j)
+    interval = exp([w_(k), w_(M+1-k)])   (the M sorted Walsh averages)
 
-Below MIN_PAIRS rounds there is no interval and no verdict: with two pairs the t quantile is
-12.7 (one degree of freedom) and the interval spans everything from 0 to thousands, which
-says nothing. The per-round ratios are shown instead.
+with k the largest count for which P(W+ < k) <= (1 - level) / 2 under the signed-rank
+statistic's exact distribution (a normal approximation above EXACT_UP_TO rounds). It assumes
+only that the log ratios are independent and spread symmetrically around the true one (a
+busy core hits the base or the variant alike: the rounds are interleaved), and it covers at
+least `level` whatever the tails. The price: n rounds give at most 1 - 2 / 2^n, so a 95%
+interval needs 6 rounds (min_pairs), 90% 5, 80% 4. With fewer there is no interval and no
+verdict, and the per-round ratios are shown instead.
+
+A figure is "higher" (or "faster") only when the whole interval lies above 1, "lower" when it
+lies below, and otherwise within noise at that level. The seeds differ from round to round,
+so for accuracy and loss the spread between rounds is seed noise.
+
+The Student-t interval of the geometric mean (`t_interval`) is kept to compare against
+(benchmarks/ab_noise.py, tests/test_ab.py's coverage test).
 
 Core layer: standard library only.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 DEFAULT_LEVEL = 0.95
-MIN_PAIRS = 3       # the fewest rounds that give an interval (two degrees of freedom)
+EXACT_UP_TO = 60    # rounds up to which the signed-rank distribution is counted exactly
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -95,6 +107,49 @@ def t_quantile(p: float, df: float) -> float:
     return 0.5 * (lo + hi)
 
 
+def signed_rank_cdf(n: int) -> list[float]:
+    """P(W+ <= w) for w = 0 .. n(n+1)/2: the exact null distribution of the Wilcoxon
+    signed-rank statistic of n pairs (each of the 2^n sign patterns equally likely)."""
+    top = n * (n + 1) // 2
+    counts = [1] + [0] * top
+    for rank in range(1, n + 1):
+        for w in range(top, rank - 1, -1):
+            counts[w] += counts[w - rank]
+    total, acc, out = float(2 ** n), 0, []
+    for c in counts:
+        acc += c
+        out.append(acc / total)
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _rank_cut(n: int, level: float) -> tuple[int, float]:
+    """(k, coverage): the interval runs from the k-th smallest to the k-th largest Walsh
+    average and covers `coverage` >= level; k = 0 when n pairs cannot reach `level`."""
+    alpha = (1.0 - level) / 2.0
+    if n <= EXACT_UP_TO:
+        cdf = signed_rank_cdf(n)
+        k = 0
+        while k < len(cdf) and cdf[k] <= alpha + 1e-12:   # P(W+ <= k) = P(W+ < k + 1)
+            k += 1
+        return k, (1.0 - 2.0 * cdf[k - 1]) if k else 0.0
+    from statistics import NormalDist
+    mean, sd = n * (n + 1) / 4.0, math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0)
+    k = max(1, int(math.floor(mean - NormalDist().inv_cdf(1.0 - alpha) * sd - 0.5)) + 1)
+    return k, level
+
+
+def min_pairs(level: float = DEFAULT_LEVEL) -> int:
+    """The fewest rounds that give an interval at `level` (6 at 95%)."""
+    n = 1
+    while 2.0 / 2 ** n > 1.0 - level + 1e-12:
+        n += 1
+    return n
+
+
+MIN_PAIRS = min_pairs(DEFAULT_LEVEL)
+
+
 @dataclass(frozen=True)
 class Interval:
     """A ratio (geometric mean of paired ratios) with its confidence interval."""
@@ -104,11 +159,20 @@ class Interval:
     n: int
     level: float
     ratios: tuple[float, ...] = ()     # each round's ratio, in round order
+    coverage: float | None = None      # what the interval covers (>= level; rank-based)
+    method: str = "signed-rank"         # or "t" (t_interval, kept to compare against)
+
+    @property
+    def width(self) -> float | None:
+        """How wide the interval is, as high / low - 1 (0.10: the ratio is known to 10%)."""
+        if self.low is None or self.high is None or self.low <= 0:
+            return None
+        return self.high / self.low - 1.0
 
     def verdict(self, up: str = "higher", down: str = "lower",
                 same: str = "within noise") -> str:
         if self.low is None or self.high is None:
-            return no_interval(self.n)
+            return no_interval(self.n, self.level)
         if self.low > 1.0:
             return up
         if self.high < 1.0:
@@ -123,30 +187,55 @@ class Interval:
         return f"{self.ratio:.2f}x [{self.low:.2f}-{self.high:.2f}]"
 
 
-def ratio_interval(pairs: Iterable[tuple[float | None, float | None]],
-                   level: float = DEFAULT_LEVEL) -> Interval | None:
-    """The paired ratio variant/base over rounds with its `level` interval; pairs with a
-    missing, non-finite or non-positive value are left out. None without a usable pair."""
-    logs = [math.log(v / b) for b, v in pairs
+def _logs(pairs: Iterable[tuple[float | None, float | None]]) -> list[float]:
+    return [math.log(v / b) for b, v in pairs
             if b is not None and v is not None and math.isfinite(b) and math.isfinite(v)
             and b > 0 and v > 0]
+
+
+def ratio_interval(pairs: Iterable[tuple[float | None, float | None]],
+                   level: float = DEFAULT_LEVEL) -> Interval | None:
+    """The paired ratio variant/base over rounds (Hodges-Lehmann) with its signed-rank
+    interval at `level`; pairs with a missing, non-finite or non-positive value are left
+    out. None without a usable pair; no interval (low = high = None) with fewer than
+    min_pairs(level) pairs."""
+    logs = _logs(pairs)
+    n = len(logs)
+    if n == 0:
+        return None
+    ratios = tuple(math.exp(x) for x in logs)
+    walsh = sorted((logs[i] + logs[j]) / 2.0 for i in range(n) for j in range(i, n))
+    m = len(walsh)
+    middle = walsh[m // 2] if m % 2 else (walsh[m // 2 - 1] + walsh[m // 2]) / 2.0
+    k, coverage = _rank_cut(n, level)
+    if k == 0:
+        return Interval(math.exp(middle), None, None, n, level, ratios)
+    return Interval(math.exp(middle), math.exp(walsh[k - 1]), math.exp(walsh[m - k]), n, level,
+                    ratios, coverage)
+
+
+def t_interval(pairs: Iterable[tuple[float | None, float | None]],
+               level: float = DEFAULT_LEVEL) -> Interval | None:
+    """The Student-t interval of the geometric mean of the paired ratios (what studies used
+    before the rank-based interval; assumes normal log-ratio noise). Kept to compare."""
+    logs = _logs(pairs)
     n = len(logs)
     if n == 0:
         return None
     mean = sum(logs) / n
     ratios = tuple(math.exp(x) for x in logs)
-    if n < MIN_PAIRS:
-        return Interval(math.exp(mean), None, None, n, level, ratios)
+    if n < 3:
+        return Interval(math.exp(mean), None, None, n, level, ratios, method="t")
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
     half = t_quantile(0.5 + level / 2.0, n - 1) * sd / math.sqrt(n)
     return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, level,
-                    ratios)
+                    ratios, level, "t")
 
 
-def no_interval(n: int) -> str:
+def no_interval(n: int, level: float = DEFAULT_LEVEL) -> str:
     """What a ratio from too few rounds is, in words."""
-    return (f"no verdict: {n} round{'s' if n != 1 else ''}, an interval needs {MIN_PAIRS} "
-            "or more")
+    return (f"no verdict: {n} round{'s' if n != 1 else ''}, a {level:.0%} interval needs "
+            f"{min_pairs(level)} or more")
 
 
 def mean_sd(values: Sequence[float | None]) -> tuple[float | None, float | None, int]:
@@ -164,11 +253,13 @@ def pairs_needed(sd_log: float, effect: float, level: float = DEFAULT_LEVEL,
                  power: float = 0.9) -> int:
     """How many paired rounds make an effect of `effect` (e.g. 1.15) come out with its
     interval clear of 1 with probability about `power`, for paired log-ratio noise
-    `sd_log` (a normal approximation of the t-test's power)."""
+    `sd_log` (a normal approximation of the t-test's power; the signed-rank interval is
+    about as sharp on normal noise and sharper on heavy tails), and never fewer than an
+    interval at `level` needs."""
     from statistics import NormalDist
     z_power = NormalDist().inv_cdf(power)
     target = abs(math.log(effect))
-    for n in range(2, 1000):
+    for n in range(max(2, min_pairs(level)), 1000):
         t = t_quantile(0.5 + level / 2.0, n - 1)
         if (t + z_power) * sd_log / math.sqrt(n) <= target:
             return n

@@ -778,6 +778,27 @@ class SessionStore:
             c.execute("UPDATE study_runs SET run_id = ?, note = ? "
                       "WHERE study_id = ? AND position = ?", (run_id, note, study_id, position))
 
+    def add_study_runs(self, study_id: int, variants: list[dict[str, Any]],
+                       spec: dict[str, Any]) -> list[int]:
+        """More planned runs for a study (a round added, a loaded round trained again), at
+        the next positions, and the spec that places them; in one transaction. Returns
+        their positions."""
+        with self.transaction() as c:
+            top = c.execute("SELECT COALESCE(MAX(position), -1) FROM study_runs "
+                            "WHERE study_id = ?", (study_id,)).fetchone()[0]
+            positions = list(range(top + 1, top + 1 + len(variants)))
+            c.executemany(
+                "INSERT INTO study_runs (study_id, position, label, key, value, config) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(study_id, p, v["label"], v.get("key"), json.dumps(v.get("value")),
+                  json.dumps(v["config"])) for p, v in zip(positions, variants, strict=True)])
+            c.execute("UPDATE studies SET spec = ? WHERE id = ?", (json.dumps(spec), study_id))
+        return positions
+
+    def set_study_spec(self, study_id: int, spec: dict[str, Any]) -> None:
+        with self.transaction() as c:
+            c.execute("UPDATE studies SET spec = ? WHERE id = ?", (json.dumps(spec), study_id))
+
     def _reconcile_studies(self) -> None:
         """A study whose runner process is gone is marked crashed (it can be continued)."""
         if not self._has_studies:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import config
+from . import contention
 from . import figures
 from . import stats
 from .columns import cut, fit
@@ -122,7 +123,8 @@ def _label(key: str, value: Any) -> str:
 
 
 def plan(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: int,
-         repeats: int = 1) -> tuple[list[dict[str, Any]], list[str]]:
+         repeats: int = 1, level: float = stats.DEFAULT_LEVEL
+         ) -> tuple[list[dict[str, Any]], list[str]]:
     """The runs to train, in training order, each for `steps` steps; and notes on values
     left out (a value equal to the base's is the base). Every variant is validated here, so
     a bad combination stops the study before anything trains.
@@ -159,9 +161,9 @@ def plan(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: int,
     if len(arms) == 1 and (vary or repeats == 1):
         raise ConfigError("--vary", "every value given is the base's own; nothing to compare"
                           if vary else "give at least one KEY=V1,V2 to vary")
-    if 1 < repeats < stats.MIN_PAIRS and len(arms) > 1:
+    if 1 < repeats < stats.min_pairs(level) and len(arms) > 1:
         notes.append(f"{repeats} rounds give each round's ratio but no interval or verdict: "
-                     f"that needs {stats.MIN_PAIRS} rounds or more")
+                     f"a {level:.0%} interval needs {stats.min_pairs(level)} rounds or more")
     if repeats > 1 and base_cfg.seed is None:
         notes.append("seed = none: every run draws its own seed, so a round's base and "
                      "variants do not start alike (the intervals are wider)")
@@ -186,11 +188,39 @@ class Planned:
     notes: list[str]
 
 
+DEFAULT_MAX_ROUNDS = 30    # --until-sure's bound on rounds unless given
+QUIET_WAIT_S = 60.0        # how long a study waits for a quiet machine before a re-run
+
+
 def prepare(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: int, *,
             repeats: int, name: str, level: float | None = None, jobs: int = 1,
-            file: str | None = None) -> Planned:
+            file: str | None = None, rerun_loaded: int | None = None,
+            until_sure: float | None = None, max_rounds: int | None = None,
+            max_time_s: float | None = None, quiet_wait_s: float | None = None) -> Planned:
     """An A/B study (or, with no vary, a seed sweep of `repeats` seeds), planned and
-    checked; the one place the CLI and the dashboard build a study's spec."""
+    checked; the one place the CLI and the dashboard build a study's spec.
+
+    `rerun_loaded`: how many rounds that shared the CPU with another process may be trained
+    again once the machine is quiet (default: as many as there are rounds; 0: none).
+    `until_sure`: add rounds until every variant's samples/s interval is at most this wide
+    (high / low - 1, e.g. 0.05), or `max_rounds` / `max_time_s` is reached."""
+    if rerun_loaded is not None and not 0 <= rerun_loaded <= MAX_ROUNDS:
+        raise ConfigError("--rerun-loaded", f"must be 0 to {MAX_ROUNDS} (rounds trained "
+                          f"again at most), got {rerun_loaded}")
+    if until_sure is not None and not 0.001 <= until_sure <= 10:
+        raise ConfigError("--until-sure", "must be the interval's width to reach, as a "
+                          f"fraction from 0.001 to 10 (0.05: 5%), got {until_sure}")
+    if max_rounds is not None and not 1 <= max_rounds <= MAX_ROUNDS:
+        raise ConfigError("--max-rounds", f"must be 1 to {MAX_ROUNDS}, got {max_rounds}")
+    if quiet_wait_s is not None and not 0 <= quiet_wait_s <= 3600:
+        raise ConfigError("--quiet-wait", f"must be 0 to 3600 seconds, got {quiet_wait_s}")
+    if max_time_s is not None and not max_time_s > 0:
+        raise ConfigError("--max-time", f"must be seconds > 0, got {max_time_s}")
+    if (max_rounds is not None or max_time_s is not None) and until_sure is None:
+        raise ConfigError("--max-rounds" if max_rounds is not None else "--max-time",
+                          "bounds --until-sure; give --until-sure WIDTH with it")
+    if until_sure is not None and not vary:
+        raise ConfigError("--until-sure", "needs a variant to be sure of (--vary)")
     kind = "ab" if vary else "sweep"
     if kind == "sweep" and repeats < 2:
         raise ConfigError("--seeds", f"a seed sweep needs at least 2 seeds, got {repeats}")
@@ -204,11 +234,78 @@ def prepare(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: in
         raise ConfigError("--steps", f"must be >= 1, got {steps}")
     if repeats < 1:
         raise ConfigError("--repeats", f"must be >= 1, got {repeats}")
-    runs, notes = plan(base, vary, steps, repeats)
+    runs, notes = plan(base, vary, steps, repeats, check_level(level))
     spec = {"vary": [[k, v] for k, v in vary], "steps": steps, "notes": notes, "file": file,
             "repeats": repeats, "level": check_level(level), "jobs": jobs,
-            "layout": [[v["arm"], v["round"]] for v in runs]}
+            "layout": [[v["arm"], v["round"]] for v in runs],
+            "rerun_loaded": repeats if rerun_loaded is None else rerun_loaded,
+            "quiet_wait_s": QUIET_WAIT_S if quiet_wait_s is None else quiet_wait_s}
+    if until_sure is not None:
+        spec.update(until_sure=until_sure, max_time_s=max_time_s,
+                    max_rounds=max(repeats, max_rounds or DEFAULT_MAX_ROUNDS))
     return Planned(kind, name, spec, runs, notes)
+
+
+# --- rounds added after the plan ---------------------------------------------------------------
+
+def add_round(store: SessionStore, study_id: int) -> list[int]:
+    """One more round of every arm (--until-sure), planned like the others: seed + r, the
+    arms' order reversed every other round. Returns the positions to train."""
+    study = store.study(study_id)
+    spec = study["spec"]
+    places = spec["layout"]
+    rnd = spec["repeats"]
+    firsts: dict[int, dict[str, Any]] = {}
+    for v, (arm, r) in zip(study["variants"], places, strict=True):
+        if r == 0:
+            firsts.setdefault(arm, v)
+    arms = sorted(firsts)
+    order = arms if rnd % 2 == 0 else arms[::-1]
+    new = []
+    for arm in order:
+        v = firsts[arm]
+        cfg = dict(v["config"])
+        if cfg.get("seed") is not None:
+            cfg["seed"] = cfg["seed"] + rnd
+        new.append({**v, "config": cfg})
+    spec = {**spec, "repeats": rnd + 1, "layout": places + [[arm, rnd] for arm in order]}
+    return store.add_study_runs(study_id, new, spec)
+
+
+def rerun_round(store: SessionStore, study_id: int, rnd: int, why: str) -> list[int]:
+    """Round `rnd` of every arm trained again (same configs and seeds, same order); the new
+    runs take the round's place in the table, the old ones stay in the session and in the
+    spec's `reruns`. Returns the positions to train."""
+    study = store.study(study_id)
+    spec = study["spec"]
+    places = spec["layout"]
+    cells: dict[int, dict[str, Any]] = {}
+    for v, (arm, r) in zip(study["variants"], places, strict=True):
+        if r == rnd:
+            cells[arm] = v          # the newest of each arm's round
+    order = sorted(cells) if rnd % 2 == 0 else sorted(cells, reverse=True)
+    new = [{**cells[arm], "run_id": None, "note": None} for arm in order]
+    replaced = [cells[arm]["run_id"] for arm in order]
+    spec = {**spec, "layout": places + [[arm, rnd] for arm in order],
+            "reruns": [*spec.get("reruns", []),
+                       {"round": rnd, "replaced": replaced, "why": why}]}
+    return store.add_study_runs(study_id, new, spec)
+
+
+def rerun_lines(study: dict[str, Any]) -> list[str]:
+    """What was trained again and why, and what ended an --until-sure study."""
+    spec = study["spec"]
+    out = []
+    for r in spec.get("reruns", []):
+        if isinstance(r, dict) and isinstance(r.get("round"), int):
+            runs = ", ".join(str(x) for x in r.get("replaced", []) if isinstance(x, int))
+            out.append(f"round {r['round'] + 1} trained again: it "
+                       f"{shown(str(r.get('why')), 200)}"
+                       + (f" (runs {runs} kept in the session, out of the table)" if runs
+                          else ""))
+    if isinstance(spec.get("ended_by"), str):
+        out.append(f"--until-sure ended: {shown(spec['ended_by'], 400)}")
+    return out
 
 
 # --- the table -------------------------------------------------------------------------------
@@ -254,6 +351,10 @@ class Row:
     # and (a variant) each phase's ratio to the base, with an interval in rounds
     phase_ms: dict[str, float] | None = None
     phase_ratios: dict[str, stats.Interval | float | None] | None = None
+    # the rounds (0-based) in which this arm's run, or the base's, shared the CPU with
+    # another process (core.contention), and how many rounds the verdicts rest on
+    loaded_rounds: list[int] = field(default_factory=list)
+    compared_rounds: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -268,6 +369,13 @@ def _arm_status(statuses: list[str]) -> str:
     return "finished" if statuses else "queued"
 
 
+def loaded_of(store: SessionStore, run_id: int) -> bool:
+    """Whether a run was timed while another process took the CPU (its summary says)."""
+    summary = store.run(run_id)["summary"]
+    return contention.loaded(contention.read(summary.get("contention")
+                                             if isinstance(summary, dict) else None))
+
+
 def table(store: SessionStore, study_id: int,
           figures_of: Callable[[int], dict[str, Any]] | None = None,
           hashes_of: Callable[[int], dict[int, str]] | None = None
@@ -277,8 +385,21 @@ def table(store: SessionStore, study_id: int,
     `figures_of` / `hashes_of` where the caller keeps them already (the dashboard's
     reader)."""
     figures_of = figures_of or (lambda r: figures.run_figures(store, r))
-    hashes_of = hashes_of or (lambda r: figures.hashes(store.fingerprints(r)))
+    loaded: dict[int, bool] = {}
     study = store.study(study_id)
+    side_by_side = study["spec"].get("jobs", 1) > 1
+
+    def is_loaded(cell: Any) -> bool:
+        # Runs trained side by side share the CPU by design (the title says so): their
+        # neighbours are the study's own runs, not a mark against a round.
+        run_id = cell[0]["run_id"] if cell is not None else None
+        if side_by_side or run_id is None or not _finished(cell):
+            return False
+        if run_id not in loaded:
+            loaded[run_id] = loaded_of(store, run_id)
+        return loaded[run_id]
+
+    hashes_of = hashes_of or (lambda r: figures.hashes(store.fingerprints(r)))
     spec = study["spec"]
     level = spec.get("level", stats.DEFAULT_LEVEL)
     places = spec.get("layout") or [[i, 0] for i in range(len(study["variants"]))]
@@ -345,6 +466,11 @@ def table(store: SessionStore, study_id: int,
         row.bit_identical = (None if same and unfinished else same) if compared else None
         row.first_difference = first_diff
         if repeats > 1:
+            both = [r for r in range(repeats) if _finished(grid[0][r]) and
+                    _finished(grid[arm][r])]
+            row.compared_rounds = len(both)
+            row.loaded_rounds = [r for r in both
+                                 if is_loaded(grid[0][r]) or is_loaded(grid[arm][r])]
             row.intervals, row.verdicts = {}, {}
             for key, _, _ in FIGURES:
                 pairs = [(grid[0][r][1][key], grid[arm][r][1][key])   # type: ignore[index]
@@ -432,11 +558,14 @@ def verdict_text(r: Row) -> str:
     where they are not within noise."""
     if not r.position:
         return "(base)"
+    level = next((iv.level for iv in (r.intervals or {}).values() if iv is not None),
+                 stats.DEFAULT_LEVEL)
     if not r.verdicts:
-        return f"not yet: needs {stats.MIN_PAIRS} finished rounds" if r.rounds > 1 else ""
+        return f"not yet: needs {stats.min_pairs(level)} finished rounds" if r.rounds > 1 \
+            else ""
     few = [iv.n for iv in (r.intervals or {}).values() if iv is not None and iv.low is None]
     if few:
-        return stats.no_interval(min(few)) + " (per-round ratios shown)"
+        return stats.no_interval(min(few), level) + " (per-round ratios shown)" + load_text(r)
     words = []
     for key in ("samples_per_s", "accuracy"):
         if key in r.verdicts:
@@ -447,7 +576,15 @@ def verdict_text(r: Row) -> str:
         v = r.verdicts.get(key)
         if v and not v.startswith("within"):
             words.append(v)
-    return ", ".join(words)
+    return ", ".join(words) + load_text(r)
+
+
+def load_text(r: Row) -> str:
+    """`; measured under load: 3 of 6 rounds shared the CPU` (nothing when none did)."""
+    if not r.loaded_rounds:
+        return ""
+    return (f"; measured under load: {len(r.loaded_rounds)} of {r.compared_rounds} rounds "
+            "shared the CPU")
 
 
 def figure_cell(r: Row, key: str) -> str:
@@ -591,16 +728,18 @@ def method_text(study: dict[str, Any], rows: list[Row]) -> str:
             "unless far from 1 (use --repeats for an interval)."
     rounds = rows[0].rounds
     common = f"{rounds} rounds, the arms interleaved; round r trains seed + r in every arm. "
-    if rounds < stats.MIN_PAIRS:
-        return common + (f"A variant's (N.NNx; rounds a b) is the geometric mean of its "
-                         f"per-round ratios to the base, then each round's ratio: an "
-                         f"interval, and so a verdict, needs {stats.MIN_PAIRS} rounds or more "
-                         f"({DEFAULT_REPEATS}, the default, find a 15% difference on this "
-                         "kind of machine). The base shows mean ±sd over its rounds.")
-    return common + (f"A variant's (N.NNx [lo-hi]) is the geometric mean of its per-round "
-                     f"ratios to the base with a {level:.0%} t-interval; a verdict needs the "
-                     "whole interval above or below 1. The base shows mean ±sd over its "
-                     "rounds (seed noise for accuracy and loss).")
+    if rounds < stats.min_pairs(level):
+        return common + (f"A variant's (N.NNx; rounds a b ...) is the median ratio of its "
+                         f"rounds to the base's (Hodges-Lehmann), then each round's ratio: a "
+                         f"{level:.0%} interval, and so a verdict, needs "
+                         f"{stats.min_pairs(level)} rounds or more without assuming normal "
+                         f"noise ({DEFAULT_REPEATS}, the default, find a 15% difference on "
+                         "this kind of machine). The base shows mean ±sd over its rounds.")
+    return common + (f"A variant's (N.NNx [lo-hi]) is the median ratio of its rounds to the "
+                     f"base's (Hodges-Lehmann) with a {level:.0%} signed-rank interval, which "
+                     "holds on heavy-tailed noise (a round slowed by another process); a "
+                     "verdict needs the whole interval above or below 1. The base shows mean "
+                     "±sd over its rounds (seed noise for accuracy and loss).")
 
 
 def sweep_groups(studies: Any) -> list[tuple[str, tuple[int, ...]]]:

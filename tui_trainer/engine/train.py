@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..core import figures
+from ..core import contention, figures
 from ..core.figures import DEVICE_PHASES, PHASES
 from ..core.config import ConfigError, RunConfig
 from ..core.errors import CheckpointError, DiskFull, is_disk_full
@@ -379,6 +379,7 @@ class Trainer:
         # The first step whose loss is NaN/inf (-1: none yet), on the device.
         self.first_bad_step = torch.full((), -1, dtype=torch.long, device=self.device)
         self.meter = Meter(self.device)         # the memory figures of the log points
+        self.machine_at_start: contention.Snapshot | None = None
         self.rng_first_epoch: dict[str, Any] | None = None
         self.rng_epoch_start: dict[str, Any] | None = None
         self.elapsed_before = 0.0
@@ -629,6 +630,9 @@ class Trainer:
         self.bar = self._progress_bar()
         self.clock.lap(self.pos.samples)
         self.meter.start()
+        # What else took the CPU while this run was timed (core.contention); one process
+        # of a data-parallel run cannot tell its peers from strangers: not recorded there.
+        self.machine_at_start = None if self.group.active else contention.snapshot()
         self.model.train()
         if self.resume_state is None:
             self.record_fingerprint()     # step 0: were the two runs even initialised alike?
@@ -793,6 +797,8 @@ class Trainer:
 
     def _finish(self, status: str) -> Summary:
         cfg = self.cfg
+        machine = contention.between(self.machine_at_start, contention.snapshot()) \
+            if self.machine_at_start is not None else None
         if self.last_fingerprint is None or self.last_fingerprint[0] != self.pos.step:
             self.record_fingerprint()
         self._check_finite(parameters=True)      # every rank, so that all agree
@@ -830,6 +836,8 @@ class Trainer:
             checkpoint=self.recorder.newest_checkpoint(),
             dataset=self.loaders.info.name, device=str(self.device),
             figures=figs.state())
+        if machine is not None:
+            summary.extra["contention"] = machine
         if self.group.active:
             summary.extra.update(world_size=self.group.world, rank_peaks={
                 str(r): m for r, m in sorted(self.rank_peaks.items())},

@@ -77,7 +77,7 @@ HELP_PANELS = (
     ("A/B", "the price of each knob: the form's config is the base, each KEY=V1,V2 in the "
             "vary field adds one variant per value (or pick a ready study); every arm trains "
             "once per round and the table gives samples/s, data wait, peak memory, loss and "
-            "accuracy as ratios to the base (with an interval and a verdict from 3 rounds "
+            "accuracy as ratios to the base (with an interval and a verdict from 6 rounds "
             "on), and whether each variant is bit-identical to the base (enter on a row pairs "
             "it with the base)."),
     ("Log", "what the run's process printed, tracebacks included."),

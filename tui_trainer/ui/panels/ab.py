@@ -66,7 +66,7 @@ class ABPanel(Vertical):
             yield Input(str(studies.DEFAULT_REPEATS), id="ab-repeats", type="integer",
                         compact=True, tooltip="rounds (A/B) or seeds (sweep): each arm "
                         "trains this many times, interleaved, round r with seed + r; an "
-                        "interval and a verdict need 3 or more")
+                        "interval and a verdict need 6 or more (at 95%)")
             yield Button("Run study", id="ab-start", variant="success", compact=True)
             yield Button("Seed sweep", id="ab-sweep", compact=True,
                          tooltip="the form's config once per seed (as many as rounds)")
@@ -111,7 +111,8 @@ class ABPanel(Vertical):
         self._study = study
         rows = study["rows"]
         notes = "".join(f"\n{r.label}: {r.note}" for r in rows if r.note)
-        phases = "".join(f"\n{line}" for line in studies.phase_lines(rows))
+        phases = "".join(f"\n{line}" for line in studies.phase_lines(rows)
+                         + studies.rerun_lines(study))
         self.query_one("#ab-title", Static).update(Text(
             studies.title_text(study, rows) + ". " + studies.method_text(study, rows)
             + (" Enter on a row pairs it with the base." if len(rows) > 1 else "")

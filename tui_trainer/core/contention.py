@@ -1,0 +1,218 @@
+"""Was the machine fit to measure? What else ran while a run was timed.
+
+A run's samples/s is only its knob's price when nothing else took the CPU meanwhile. Around
+its timed training the engine takes two snapshots of the machine (`snapshot`) and keeps what
+happened between them (`between`) in the run's summary:
+
+- others_cores: CPU time every other process took per second of wall time (the machine's
+  busy time from /proc/stat minus the run's own, its loader workers included), in cores;
+- steal_cores: CPU time the hypervisor gave to other machines (a shared VM's neighbours);
+- own_cores: the run's own CPU time per second (how many cores it kept busy);
+- load1: the 1-minute load average at the start and the end (a lagging hint, not the test);
+- mhz: the CPU frequency at both ends, where Linux shows it.
+
+A run is *loaded* when others and steal together took more than LOADED_CORES cores on
+average: on a 2-core machine that is a fifth of the other core, well above what this
+machine's idle background takes (0.01 to 0.05 cores, docs/benchmarks.md) and well below one
+busy process. A study marks every round one of whose runs was loaded.
+
+Linux only (/proc); elsewhere `snapshot` returns None and nothing is marked. Core layer:
+standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+LOADED_CORES = 0.2      # others + steal above this, on average over the run: a loaded run
+QUIET_CORES = 0.1       # the machine is quiet again when everything together takes less
+QUIET_WINDOW_S = 2.0    # ... over this long
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    wall: float             # time.monotonic()
+    busy_s: float           # every CPU's busy time since boot (steal left out)
+    steal_s: float
+    own_s: float            # this process's CPU time, its reaped and live children included
+    load1: float | None
+    mhz: float | None
+
+
+def _clock_tick() -> float:
+    try:
+        return float(os.sysconf("SC_CLK_TCK"))
+    except (ValueError, OSError):
+        return 100.0
+
+
+def _machine() -> tuple[float, float] | None:
+    """(busy seconds, steal seconds) of all CPUs since boot, from /proc/stat."""
+    try:
+        line = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, line[1:9])
+    except (OSError, ValueError, IndexError):
+        return None
+    tick = _clock_tick()
+    return (user + nice + system + irq + softirq) / tick, steal / tick
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                kids = Path(f"/proc/{p}/task/{tid}/children").read_text().split()
+            except OSError:
+                continue
+            for k in kids:
+                if k.isdigit():
+                    out.append(int(k))
+                    todo.append(int(k))
+    return out
+
+
+def _cpu_of(pid: int) -> float:
+    """utime + stime of a live process (its reaped children included), in seconds."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        fields = text[text.rindex(")") + 2:].split()
+        return sum(int(fields[i]) for i in (11, 12, 13, 14)) / _clock_tick()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def own_cpu_s() -> float:
+    """This process's CPU time: its threads, its children waited for, its live descendants."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), \
+        resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+            + sum(_cpu_of(p) for p in _descendants(os.getpid())))
+
+
+def _load1() -> float | None:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _mhz() -> float | None:
+    """The mean current frequency of the CPUs, where Linux shows it (cpufreq, else
+    /proc/cpuinfo); None where it does not."""
+    freqs = []
+    for p in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_cur_freq"):
+        try:
+            freqs.append(int(p.read_text()) / 1000.0)
+        except (OSError, ValueError):
+            pass
+    if not freqs:
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("cpu MHz"):
+                    freqs.append(float(line.split(":", 1)[1]))
+        except (OSError, ValueError, IndexError):
+            pass
+    return round(sum(freqs) / len(freqs), 1) if freqs else None
+
+
+def snapshot() -> Snapshot | None:
+    """The machine and this process now; None where /proc cannot say."""
+    machine = _machine()
+    if machine is None:
+        return None
+    return Snapshot(time.monotonic(), machine[0], machine[1], own_cpu_s(), _load1(), _mhz())
+
+
+def between(a: Snapshot | None, b: Snapshot | None) -> dict[str, Any] | None:
+    """What the machine did between two snapshots of this process (a run's summary keeps
+    it); None when either is missing or no time passed."""
+    if a is None or b is None or b.wall - a.wall <= 0:
+        return None
+    wall = b.wall - a.wall
+    own = max(0.0, b.own_s - a.own_s)
+    others = max(0.0, (b.busy_s - a.busy_s) - own)
+    return {"wall_s": round(wall, 3), "own_cores": round(own / wall, 3),
+            "others_cores": round(others / wall, 3),
+            "steal_cores": round(max(0.0, b.steal_s - a.steal_s) / wall, 3),
+            "load1": [a.load1, b.load1], "mhz": [a.mhz, b.mhz],
+            "cores": os.cpu_count() or 1}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value) and value >= 0 else None
+
+
+def read(data: Any) -> dict[str, Any] | None:
+    """A recorded contention (a run's summary is untrusted: another tool or an old version
+    may have written it): its numbers, or None when it is not one."""
+    if not isinstance(data, dict):
+        return None
+    out = {k: _number(data.get(k)) for k in ("wall_s", "own_cores", "others_cores",
+                                              "steal_cores")}
+    if out["others_cores"] is None or out["wall_s"] is None:
+        return None
+    for k in ("load1", "mhz"):
+        v = data.get(k)
+        out[k] = [_number(x) for x in v[:2]] if isinstance(v, list) else [None, None]
+    return out
+
+
+def loaded(c: dict[str, Any] | None) -> bool:
+    """Whether another process (or machine) took enough CPU during the run to matter."""
+    return c is not None and (c["others_cores"] + (c.get("steal_cores") or 0.0)) > LOADED_CORES
+
+
+def text(c: dict[str, Any] | None) -> str:
+    """`others 1.02 cores, own 1.95, load 3.1, 2596 MHz` (what a round's mark rests on)."""
+    if c is None:
+        return "not recorded"
+    parts = [f"others {c['others_cores']:.2f} cores"]
+    if c.get("steal_cores"):
+        parts.append(f"stolen {c['steal_cores']:.2f}")
+    if c.get("own_cores") is not None:
+        parts.append(f"own {c['own_cores']:.2f}")
+    load = [x for x in c.get("load1") or [] if x is not None]
+    if load:
+        parts.append(f"load {max(load):.1f}")
+    mhz = [x for x in c.get("mhz") or [] if x is not None]
+    if mhz:
+        parts.append(f"{min(mhz):.0f} MHz")
+    return ", ".join(parts)
+
+
+def busy_now(window_s: float = QUIET_WINDOW_S) -> float | None:
+    """Cores busy (steal included) over the next `window_s` seconds, everything counted."""
+    a = _machine()
+    time.sleep(window_s)
+    b = _machine()
+    if a is None or b is None:
+        return None
+    return ((b[0] - a[0]) + (b[1] - a[1])) / window_s
+
+
+def wait_quiet(max_s: float, window_s: float = QUIET_WINDOW_S,
+               give_up: Callable[[], bool] = lambda: False) -> tuple[bool, float]:
+    """Waits, at most `max_s` seconds, until the machine is quiet (everything together below
+    QUIET_CORES over `window_s`), or `give_up` says so. (quiet?, seconds waited)."""
+    start = time.monotonic()
+    while not give_up():
+        busy = busy_now(window_s)
+        waited = time.monotonic() - start
+        if busy is None or busy < QUIET_CORES:
+            return True, waited
+        if waited + window_s > max_s:
+            return False, waited
+    return False, time.monotonic() - start
