@@ -18,6 +18,7 @@ from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import WARM_LINE
 from tui_trainer.ui.app import TrainerApp
 from tui_trainer.ui.panels.divergence import DivergencePanel
+from tui_trainer.ui.panels.profile import ProfilePanel
 from tui_trainer.ui.screens import EvidenceScreen, MemoryScreen
 from tui_trainer.ui.widgets.config_form import ConfigForm
 from tui_trainer.ui.widgets.plots import MetricPlot
@@ -752,7 +753,7 @@ async def test_continue_without_a_checkpoint_offers_a_restart_from_step_0(tmp_pa
         assert "restarted" in kinds
 
 
-async def test_b_in_the_plots_tab_measures_where_a_runs_memory_goes(tmp_path):
+async def test_b_measures_a_runs_memory_and_p_profiles_it(tmp_path):
     r = tt("run", "--session", str(tmp_path), "--set", "max_steps=4",
            *[x for kv in QUICK for x in ("--set", kv)])
     assert r.rc == 0, r.err
@@ -777,3 +778,17 @@ async def test_b_in_the_plots_tab_measures_where_a_runs_memory_goes(tmp_path):
         await pilot.press("b")
         await pilot.pause()
         assert not isinstance(app.screen, MemoryScreen) and app._measuring is None
+        # p in the Profile tab: the run under the cursor profiled on a copy, then shown
+        app.query_one("#tabs").active = "tab-profile"
+
+        def profile_text() -> str:
+            panel = app.panel(ProfilePanel)
+            return "" if panel is None else str(panel.query_one("#profile-text").render())
+        await until(pilot, lambda: "p: profile the run under the cursor" in profile_text())
+        app.query_one("#runs", DataTable).focus()
+        await pilot.press("p")
+        await until(pilot, lambda: "Profiling run 1:" in profile_text())
+        await until(pilot, lambda: "Operators by self time" in profile_text(), timeout=120)
+        text = profile_text()
+        assert "Profiling run 1" not in text and "conv1" in text and "Trace (Chrome" in text
+        assert app._profiling is None

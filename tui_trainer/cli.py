@@ -291,6 +291,29 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--dist-timeout", type=int, default=config.RunConfig().dist_timeout,
                     metavar="S")
 
+    sp = sub.add_parser("profile", help="where a run's step time goes, operator by operator: "
+                                        "K steps of a copy of it under torch.profiler",
+                        description="Trains K steps of a copy of run RUN (from its newest "
+                                    "checkpoint, after --warmup steps; the run itself is not "
+                                    "touched) under torch.profiler (CPU, and CUDA where the "
+                                    "run trains there; shapes and memory recorded) and says: "
+                                    "the time per step by phase, the operators by self time "
+                                    "(calls, share), each module's forward time, the memory "
+                                    "peak by category, and where the Chrome/Perfetto trace "
+                                    "is (beside the run's log). With a second run RUN_B, "
+                                    "profiles both and says which operators changed their "
+                                    "self time. Kept in the session: the dashboard's Profile "
+                                    "tab shows it and exports carry the trace.")
+    sp.add_argument("run", type=int, metavar="RUN", help="a run id")
+    sp.add_argument("run_b", type=int, metavar="RUN_B", nargs="?",
+                    help="a second run: profile both and diff them by operator")
+    sp.add_argument("--steps", type=int, default=10, metavar="K",
+                    help="steps profiled (default 10)")
+    sp.add_argument("--warmup", type=int, default=3, metavar="W",
+                    help="steps trained first, not profiled (default 3)")
+    sp.add_argument("--session", metavar="DIR")
+    sp.add_argument("--json", action="store_true")
+
     sp = sub.add_parser("runs", help="list a session's runs (reads only; works on a "
                                      "read-only session)")
     sp.add_argument("--session", metavar="DIR")
@@ -700,10 +723,42 @@ def cmd_memory(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    from .core import profiling
+    for flag, value, lo, hi in (("--steps", args.steps, 1, 1000), ("--warmup", args.warmup, 0,
+                                                                     1000)):
+        if not lo <= value <= hi:
+            raise ConfigError(flag, f"must be {lo} to {hi} steps, got {value}")
+    store, keep = _open_to_answer(args)
+    with store:
+        runs = [store.run(r) for r in ([args.run] if args.run_b is None
+                                       else [args.run, args.run_b])]
+        results = []
+        for run in runs:
+            result = runner.profile(store, run, args.steps, args.warmup, keep=keep)
+            if keep:
+                profiling.record(store, run["id"], result)
+            results.append(result)
+        session = store.dir
+    if args.json:
+        out: dict[str, Any] = {"profiles": results}
+        if len(results) == 2:
+            out["diff"] = profiling.diff(*results)
+        print(json.dumps(_json_safe(out)))
+        return EXIT_OK
+    for run, result in zip(runs, results, strict=True):
+        print("\n".join(profiling.lines(result, run["id"], session)))
+        if not keep:
+            print("(a read-only session: the profile and its trace are not kept)")
+    if len(results) == 2:
+        print("\n".join(profiling.diff_lines(*results, ids=(runs[0]["id"], runs[1]["id"]))))
+    return EXIT_OK
+
+
 COMMANDS = {"config": cmd_config, "run": cmd_run, "resume": cmd_resume, "runs": cmd_runs,
             "repro": cmd_repro, "export": cmd_export, "ab": cmd_ab, "sweep": cmd_ab,
             "machine": cmd_machine, "join": cmd_join, "worker": cmd_worker,
-            "explain": cmd_explain, "memory": cmd_memory}
+            "explain": cmd_explain, "memory": cmd_memory, "profile": cmd_profile}
 
 
 def _terminal_width() -> int | None:

@@ -172,6 +172,24 @@ def memory(store: SessionStore, run: dict[str, Any]) -> dict[str, Any]:
     return breakdown(cfg, load_checkpoint(kept[0]["path"]) if kept else None)
 
 
+def profile(store: SessionStore, run: dict[str, Any], steps: int, warmup: int,
+            keep: bool = True) -> dict[str, Any]:
+    """`steps` steps of a copy of `run` under torch.profiler (engine.profile, which imports
+    torch), from its newest usable checkpoint; with `keep`, the trace is written beside the
+    run's log and named in the result by its path inside the session."""
+    from .engine.checkpoint import load_checkpoint
+    from .engine.profile import profile as measure
+    cfg = from_dict(run["config"])
+    kept = store.usable_checkpoints(run["id"])
+    trace = store.log_path(run["id"]).with_name(
+        f"run-{run['id']}-profile-{time.strftime('%Y%m%d-%H%M%S')}.json") if keep else None
+    result = measure(cfg, load_checkpoint(kept[0]["path"]) if kept else None, steps, warmup,
+                     trace)
+    if trace is not None:
+        result["trace"] = str(trace.relative_to(store.dir))
+    return result
+
+
 def explain(store: SessionStore, a: int, b: int, record: bool = True) -> dict[str, Any]:
     """Where runs A and B part, and why: what the fingerprints say (core.explain.locate),
     then, where that is not the answer, the replay (engine.explain, which imports torch).

@@ -103,7 +103,26 @@ def export_runs(store: SessionStore, run_ids: list[int], out: Path) -> list[Path
     written.append(export_summary(store, run_ids, out))
     if len(run_ids) == 2 and (found := export_explanation(store, run_ids, out)) is not None:
         written.append(found)
+    written += [p for r in run_ids for p in export_profile(store, r, out)]
     return written + export_png(store, run_ids, out)
+
+
+def export_profile(store: SessionStore, run_id: int, out: Path) -> list[Path]:
+    """The run's newest profile, if it has one: its words and its Chrome/Perfetto trace
+    (a trace whose kept path leads out of the session is not followed)."""
+    from . import profiling
+    result = profiling.newest(store.events(run_id, (profiling.EVENT,)))
+    if result is None:
+        return []
+    out.mkdir(parents=True, exist_ok=True)
+    text = out / f"run-{run_id}-profile.txt"
+    text.write_text("\n".join(profiling.lines(result, run_id)) + "\n", encoding="utf-8")
+    written = [text]
+    trace = profiling.trace_path(store.dir, result)
+    if trace is not None:
+        import shutil
+        written.append(Path(shutil.copyfile(trace, out / f"run-{run_id}-profile-trace.json")))
+    return written
 
 
 def export_explanation(store: SessionStore, pair: list[int], out: Path) -> Path | None:

@@ -25,13 +25,15 @@ from . import figures
 from .config import DEFAULTS, world_size
 from .explain import EVENT as EXPLAINED
 from .memory import EVENT as MEASURED
+from .profiling import EVENT as PROFILED
 from .store import SessionStore
 
 FULL_EVERY_S = 10.0
 # The events of the runs a tick checks (the pair, the cursor's, a check's): determinism
 # verdicts, the twins checks made, replicas that drifted apart, explanations, memory
-# breakdowns.
-CHECK_EVENTS = ("repro_verdict", "check_twin", "replicas_drift", EXPLAINED, MEASURED)
+# breakdowns, profiles.
+CHECK_EVENTS = ("repro_verdict", "check_twin", "replicas_drift", EXPLAINED, MEASURED,
+                PROFILED)
 ENDED = ("finished", "stopped", "crashed", "diverged", "copied")
 
 

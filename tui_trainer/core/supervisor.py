@@ -498,6 +498,12 @@ class Supervisor:
         background; kept in the session as a `memory_breakdown` event on the run."""
         return self._job(["memory", str(run_id), "--json"], f"memory-run-{run_id}")
 
+    def profile(self, runs: tuple[int, ...]) -> subprocess.Popen:
+        """Where runs' step time goes (`tui-trainer profile`), measured on copies of them in
+        the background; kept in the session as a `profile` event on each run."""
+        ids = [str(r) for r in runs]
+        return self._job(["profile", *ids, "--json"], f"profile-{'-'.join(ids)}")
+
     def study(self, study_id: int) -> subprocess.Popen:
         """Trains a planned A/B study in the background."""
         return self._job(study_args(study_id), f"study-{study_id}")

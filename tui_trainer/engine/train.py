@@ -295,6 +295,7 @@ class Trainer:
         self.clock = Clock()          # made again for CUDA once the device is known
         self.bar: Any = None
         self.recorder = Recorder(None, 0)     # attach() gives the lead its session's
+        self.log = RunLog(None, None)         # a copy (explain, memory, profile) says nothing
         self.t_start = time.perf_counter()
 
     def attach(self, store: SessionStore | None, run_id: int, echo: TextIO | None) -> None:

@@ -18,7 +18,7 @@ from textual import work
 
 from ..core import machine
 from ..core.errors import SessionError
-from ..core import memory
+from ..core import memory, profiling
 from ..core.explain import for_pair
 from ..core.paths import sessions_dir
 from ..core.store import SessionStore
@@ -364,6 +364,52 @@ class RunActions:
             self.notify(f"measuring run {run_id}'s memory failed (exit status "
                         f"{m.job.poll()}); its output is in logs/memory-run-{run_id}.log",
                         severity="error", timeout=12)
+
+    def action_profile(self) -> None:
+        """p in the Profile tab: K steps of a copy of the run under the cursor under
+        torch.profiler, or of both runs of the pair (then the tab diffs them)."""
+        if not self.writable("not profiled"):
+            return
+        if self._profiling is not None:
+            self.notify(f"already profiling run(s) {', '.join(map(str, self._profiling.runs))}",
+                        severity="warning")
+            return
+        pair = self.selection.current_pair(self.runs)
+        if pair:
+            runs: tuple[int, ...] = tuple(pair)
+        else:
+            run = self._selected()
+            if run is None:
+                return
+            runs = (run.id,)
+        self._profiling = Job(runs, None, time.monotonic(), time.time())
+
+        def failed() -> None:
+            self._profiling = None
+
+        self._draw()
+        self._start_job(self._profiling, lambda sup: sup.profile(runs), "not profiled", failed)
+
+    def _profiling_now(self) -> tuple[tuple[int, ...], float] | None:
+        p = self._profiling
+        return None if p is None else (p.runs, time.monotonic() - p.started)
+
+    def _profiled(self, snap: Any) -> None:
+        """After each tick: a profile that landed (on the last of its runs) lets the job go;
+        one that ended without it is said to have failed."""
+        p = self._profiling
+        if p is None:
+            return
+        if profiling.newest(snap.checks.get(p.runs[-1], []), since=p.wall) is not None:
+            self._profiling = None
+            if self._tabs().active != "tab-profile":
+                self.notify(f"the profile of run(s) {', '.join(map(str, p.runs))} is ready: "
+                            "the Profile tab")
+        elif p.gave_up():
+            self._profiling = None
+            self.notify(f"profiling run(s) {', '.join(map(str, p.runs))} failed (exit status "
+                        f"{p.job.poll()}); its output is in logs/profile-"
+                        f"{'-'.join(map(str, p.runs))}.log", severity="error", timeout=12)
 
     def _show_memory(self, run_id: int, result: dict[str, Any]) -> None:
         def closed(again: Any) -> None:

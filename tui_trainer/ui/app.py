@@ -81,6 +81,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         Binding("x", "explain", "Explain"),
         Binding("e", "evidence", "Evidence", show=False),
         Binding("b", "memory", "Memory", show=False),       # the Plots tab's
+        Binding("p", "profile", "Profile", show=False),     # the Profile tab's
         Binding("ctrl+e", "export", "Export"),
         Binding("ctrl+s", "save_as", "Save as"),
         Binding("ctrl+o", "open_session", "Open"),
@@ -122,6 +123,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         self._explaining: Job | None = None      # an explain this dashboard started
         self._check_job: tuple[int, Any] | None = None  # the F7/F8 check: run, job
         self._measuring: Job | None = None       # a memory breakdown under way (b)
+        self._profiling: Job | None = None       # a profile under way (p)
         self._restoring = True
         self._saved_state: str | None = None
         self._state_text: str | None = None
@@ -433,6 +435,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
                 self._await_twin = None
         self._explain_ended(snap)
         self._measured(snap)
+        self._profiled(snap)
         if self.cursor_run is not None and self.cursor_run not in self.runs:
             self.cursor_run = None
         table.draw(self._tick())
@@ -447,7 +450,8 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         assert self.snapshot is not None
         starting = frozenset(r for r in self.runs if self.writer.supervisor.starting_cached(r))
         return Tick(self.snapshot, self.runs, self.selection, self.study_shown,
-                    self._await_twin, lines, starting, self._explaining_now())
+                    self._await_twin, lines, starting, self._explaining_now(),
+                    self._profiling_now())
 
     def _draw(self, lines: dict | None = None) -> None:
         """The visible tab's panel draws the tick (a panel skips what did not change)."""
@@ -567,12 +571,14 @@ class TrainerApp(RunActions, SessionActions, App[None]):
 
     # --- tabs, the form, help (the run actions, export and sessions: ui/actions.py) ----------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """x and e only where the Divergence tab is shown, b where the Plots tab is
-        (elsewhere the keys are free)."""
+        """x and e only where the Divergence tab is shown, b where the Plots tab is, p where
+        the Profile tab is (elsewhere the keys are free)."""
         if action in ("explain", "evidence") and self.panel(TabbedContent) is not None:
             return self._tabs().active == "tab-divergence"
         if action == "memory" and self.panel(TabbedContent) is not None:
             return self._tabs().active == "tab-plots"
+        if action == "profile" and self.panel(TabbedContent) is not None:
+            return self._tabs().active == "tab-profile"
         return True
 
     def action_evidence(self) -> None:

@@ -12,5 +12,6 @@ from .compare import ComparePanel
 from .divergence import DivergencePanel
 from .log import LogPanel
 from .plots import PlotsPanel
+from .profile import ProfilePanel
 
-TAB_PANELS = (PlotsPanel, DivergencePanel, ComparePanel, ABPanel, LogPanel)
+TAB_PANELS = (PlotsPanel, DivergencePanel, ComparePanel, ABPanel, ProfilePanel, LogPanel)

@@ -32,6 +32,7 @@ class Tick:
     lines: dict | None = None               # the Plots tab's lines, when it is visible
     starting: frozenset[int] = frozenset()  # runs this dashboard is starting
     explaining: tuple[int, int, float] | None = None    # A, B, seconds since it started
+    profiling: tuple[tuple[int, ...], float] | None = None  # runs, seconds since it started
 
 
 def plain(text: object, limit: int | None = 60) -> Text:

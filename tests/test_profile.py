@@ -1,0 +1,64 @@
+"""`tui-trainer profile`: where a run's step time goes, operator by operator; real runs of the
+shipped sample, a real torch.profiler, the trace file read back."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import QUICK, db_rows, sets, tt
+from tui_trainer.core import profiling
+from tui_trainer.core.export import export_runs
+from tui_trainer.core.store import SessionStore
+
+
+def test_profile_of_a_pair_by_operator_phase_module_and_memory_with_its_trace_and_diff(
+        tmp_path):
+    for extra in ([], ["amp=bf16"]):
+        r = tt("run", "--session", str(tmp_path), "--json", *sets(*QUICK, "max_steps=4", *extra))
+        assert r.rc == 0, r.err
+    steps_before = db_rows(tmp_path, "SELECT count(*) FROM steps")
+    r = tt("profile", "1", "2", "--steps", "2", "--warmup", "1", "--session", str(tmp_path),
+           "--json")
+    assert r.rc == 0, r.err
+    out = json.loads(r.out)
+    assert db_rows(tmp_path, "SELECT count(*) FROM steps") == steps_before   # runs untouched
+    a, b = out["profiles"]
+    for p in (a, b):
+        selfs = [o["self_ms"] for o in p["ops"]]
+        assert selfs == sorted(selfs, reverse=True) and selfs[0] > 0
+        assert 0.5 < sum(o["share"] for o in p["ops"]) <= 1.0 + 1e-9
+        assert any("convolution" in o["op"] for o in p["ops"][:10])
+        assert all(o["calls"] > 0 for o in p["ops"])
+        assert p["phases_ms"]["forward"] > 0 and p["phases_ms"]["backward"] > 0
+        # the phases are the engine's clock over the profiled steps: they fit in a step
+        assert sum(p["phases_ms"].values()) <= p["wall_ms"] * 1.02
+        assert {"conv1", "conv2", "fc1"} <= {m["module"] for m in p["modules"]}
+        assert p["memory"]["categories"]["parameters"] > 0 and p["from_checkpoint"]
+        trace = profiling.trace_path(tmp_path, p)
+        assert trace is not None and trace.parent == tmp_path / "logs"
+        events = json.loads(trace.read_text())["traceEvents"]
+        assert any(str(e.get("name", "")).startswith("aten::") for e in events)
+    # bf16's autocast casts: operators B has that A has not, or much more of them
+    diff = out["diff"]
+    changes = [abs(d["change_ms"]) for d in diff]
+    assert changes == sorted(changes, reverse=True)
+    assert any("to_copy" in d["op"] and (d["a_ms"] or 0) < d["b_ms"] for d in diff)
+    kept = db_rows(tmp_path, "SELECT run_id FROM events WHERE kind = ?", (profiling.EVENT,))
+    assert kept == [(1,), (2,)]
+    text = "\n".join(profiling.lines(a, 1, tmp_path))
+    assert "Operators by self time" in text and "By phase (ms per step): data" in text
+    assert f"ui.perfetto.dev): {profiling.trace_path(tmp_path, a)}" in text
+    assert "Operators whose self time changed most, 1 -> 2" in \
+        profiling.diff_lines(a, b, ids=(1, 2))[0]
+    # ctrl+e's export carries the words and the trace; a kept path that leads out of the
+    # session (a hostile or foreign session) is not followed, and damage is said
+    with SessionStore(tmp_path, create=False) as store:
+        written = {p.name for p in export_runs(store, [1], tmp_path / "export")}
+        assert {"run-1-profile.txt", "run-1-profile-trace.json"} <= written
+        store.add_event(1, profiling.EVENT, "hostile", data={**a, "trace": "../../etc/hostname"})
+        store.add_event(2, profiling.EVENT, "damaged", data={"ops": "x", "steps": 2})
+        written = {p.name for p in export_runs(store, [1], tmp_path / "export2")}
+        assert "run-1-profile.txt" in written and "run-1-profile-trace.json" not in written
+        # the damaged one is passed over: the newest that reads is the real one
+        assert profiling.newest(store.events(2, (profiling.EVENT,))) == profiling.read(b)
+    assert profiling.lines({"ops": "x"}) == ["the profile kept cannot be read (damaged)"]

@@ -1,0 +1,171 @@
+"""The words, tables and diffs of a profile (engine.profile measures it; the `profile`
+command prints it, the dashboard's Profile tab shows it, the session keeps it as an event
+on the run, exports copy its trace). Core layer: no torch, no textual.
+
+A kept profile is read back as untrusted (another tool, an old version or a hostile
+session may have written it): `read` keeps what has the right shape, and the trace's path
+must resolve inside the session.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from .figures import PHASES
+from .store import SessionStore
+from .text import shown
+
+EVENT = "profile"            # the event a profile is kept as, on its run
+SHOWN_OPS = 15               # operators a table shows
+
+
+def record(store: SessionStore, run_id: int, result: dict[str, Any]) -> None:
+    store.add_event(run_id, EVENT, summary(result), data=result)
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) \
+        and math.isfinite(v) else None
+
+
+def read(data: Any) -> dict[str, Any] | None:
+    """A kept profile with the shape this module reads, or None."""
+    if not isinstance(data, dict) or not isinstance(data.get("ops"), list):
+        return None
+    steps = data.get("steps")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        return None
+    ops = []
+    for o in data["ops"]:
+        if isinstance(o, dict) and isinstance(o.get("op"), str) and \
+                _num(o.get("self_ms")) is not None:
+            ops.append({"op": o["op"], "self_ms": _num(o["self_ms"]),
+                        "calls": _num(o.get("calls")) or 0.0,
+                        "share": _num(o.get("share")) or 0.0})
+    modules = [{"module": m["module"], "ms": _num(m.get("ms")) or 0.0}
+               for m in data.get("modules") or []
+               if isinstance(m, dict) and isinstance(m.get("module"), str)]
+    phases = data.get("phases_ms") if isinstance(data.get("phases_ms"), dict) else {}
+    memory = data.get("memory") if isinstance(data.get("memory"), dict) else {}
+    cats = memory.get("categories") if isinstance(memory.get("categories"), dict) else {}
+    return {"steps": steps, "warmup": data.get("warmup") if isinstance(data.get("warmup"), int)
+            else None, "device": str(data.get("device", "?")),
+            "batch": data.get("batch") if isinstance(data.get("batch"), int) else None,
+            "from_step": data.get("from_step") if isinstance(data.get("from_step"), int)
+            else None, "wall_ms": _num(data.get("wall_ms")), "self_ms": _num(data.get("self_ms")),
+            "phases_ms": {k: _num(phases.get(k)) for k in PHASES},
+            "ops": ops, "modules": modules,
+            "memory": {str(k): v for k, v in cats.items() if _num(v) is not None},
+            "memory_total": _num(memory.get("total")),
+            "memory_error": memory.get("error") if isinstance(memory.get("error"), str) else None,
+            "trace": data.get("trace") if isinstance(data.get("trace"), str) else None}
+
+
+def newest(events: list[dict[str, Any]], since: float | None = None) -> dict[str, Any] | None:
+    """The newest profile among a run's events that reads as one (kept at or after
+    `since`, when given)."""
+    for e in reversed(events):
+        if e.get("kind") != EVENT:
+            continue
+        if since is not None and not (isinstance(e.get("t"), (int, float)) and e["t"] >= since):
+            continue
+        got = read(e.get("data"))
+        if got is not None:
+            return got
+    return None
+
+
+def trace_path(session: Path, result: dict[str, Any]) -> Path | None:
+    """The trace file of a profile, when it exists inside the session (a path that leads
+    out of it is not followed)."""
+    rel = result.get("trace")
+    if not isinstance(rel, str) or not rel:
+        return None
+    root = Path(session).resolve()
+    path = (root / rel).resolve()
+    if not path.is_relative_to(root) or not path.is_file():
+        return None
+    return path
+
+
+def summary(result: dict[str, Any]) -> str:
+    top = ", ".join(f"{shown(o['op'], 40)} {o['share']:.0%}" for o in result["ops"][:3])
+    return (f"profiled {result['steps']} steps on {result['device']}: "
+            f"{result['wall_ms']:.1f} ms per step; top operators by self time: {top}")
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}" if v < 100 else f"{v:,.0f}"
+
+
+def lines(result: dict[str, Any], run_id: int | None = None, session: Path | None = None
+          ) -> list[str]:
+    """The profile as text: what was profiled, the phases, the operators by self time, the
+    modules' forward time, the memory peak by category, and where the trace is."""
+    p = read(result)
+    if p is None:
+        return ["the profile kept cannot be read (damaged)"]
+    who = f"run {run_id}" if run_id is not None else "the run"
+    out = [f"Profile of a copy of {who}: {p['steps']} steps after {p['warmup']} of warm-up, "
+           f"from step {p['from_step']}, on {shown(p['device'], 20)}, batch {p['batch']}, "
+           f"under torch.profiler: {_ms(p['wall_ms'])} ms per step."]
+    phases = [(k, v) for k, v in p["phases_ms"].items() if v is not None and v > 0]
+    if phases:
+        total = sum(v for _, v in phases)
+        out.append("By phase (ms per step): " + ", ".join(
+            f"{k} {_ms(v)} ({v / total:.0%})" for k, v in phases))
+    out += ["Operators by self time (ms per step; share of all operators' self time):",
+            f"  {'operator':<44}{'self ms':>9}{'share':>7}{'calls':>7}"]
+    for o in p["ops"][:SHOWN_OPS]:
+        out.append(f"  {shown(o['op'], 44):<44}{_ms(o['self_ms']):>9}{o['share']:>7.1%}"
+                   f"{o['calls']:>7.0f}")
+    if p["modules"]:
+        out.append("Forward by module (ms per step, its ops included): " + ", ".join(
+            f"{shown(m['module'], 30)} {_ms(m['ms'])}" for m in p["modules"][:10]))
+    if p["memory"]:
+        out.append("Memory at the step's peak (MiB; MemTracker, one more step): "
+                   + ", ".join(f"{shown(k, 30)} {v / 2**20:,.1f}"
+                               for k, v in sorted(p["memory"].items(), key=lambda kv: -kv[1])
+                               if v))
+    elif p["memory_error"]:
+        out.append(f"Memory by category: not measured ({shown(p['memory_error'], 200)})")
+    trace = trace_path(session, p) if session is not None else None
+    if trace is not None:
+        out.append(f"Trace (Chrome/Perfetto: chrome://tracing or ui.perfetto.dev): {trace}")
+    return out
+
+
+def diff(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each operator's self time per step in A and in B, the largest changes first (an
+    operator outside one profile's kept list counts as not seen there: None)."""
+    pa, pb = read(a), read(b)
+    if pa is None or pb is None:
+        return []
+    ia = {o["op"]: o["self_ms"] for o in pa["ops"]}
+    ib = {o["op"]: o["self_ms"] for o in pb["ops"]}
+    rows = []
+    for op in ia.keys() | ib.keys():
+        x, y = ia.get(op), ib.get(op)
+        rows.append({"op": op, "a_ms": x, "b_ms": y,
+                     "ratio": y / x if x and y is not None else None,
+                     "change_ms": (y or 0.0) - (x or 0.0)})
+    rows.sort(key=lambda r: -abs(r["change_ms"]))
+    return rows
+
+
+def diff_lines(a: dict[str, Any], b: dict[str, Any], ids: tuple[Any, Any] = ("A", "B"),
+               limit: int = SHOWN_OPS) -> list[str]:
+    """The operators whose self time changed most between two profiles, both figures."""
+    pa, pb = read(a), read(b)
+    if pa is None or pb is None:
+        return ["one of the two profiles cannot be read (damaged)"]
+    out = [f"Operators whose self time changed most, {ids[0]} -> {ids[1]} (ms per step): "
+           f"step {_ms(pa['wall_ms'])} -> {_ms(pb['wall_ms'])}",
+           f"  {'operator':<44}{str(ids[0]):>9}{str(ids[1]):>9}{'B/A':>7}{'change':>9}"]
+    for r in diff(a, b)[:limit]:
+        ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
+        out.append(f"  {shown(r['op'], 44):<44}{_ms(r['a_ms']):>9}{_ms(r['b_ms']):>9}"
+                   f"{ratio:>7}{r['change_ms']:>+9.2f}")
+    return out
