@@ -14,6 +14,7 @@ For each: every round's ratio and whether the round was marked, the rank-based i
 before), the verdict, the contention figures of the runs.
 
     .venv/bin/python benchmarks/ab_contention.py [--rounds 6] [--steps 200]
+        [--eval-samples 10000] [--only quiet|hog|hog+]
 """
 
 from __future__ import annotations
@@ -47,11 +48,11 @@ def finished(session: Path) -> int:
         return 0
 
 
-def study(session: Path, rounds: int, steps: int, extra: list[str],
+def study(session: Path, rounds: int, steps: int, eval_samples: int, extra: list[str],
           hog_until: int | None = None) -> dict:
     cmd = [sys.executable, "-m", "tui_trainer", "ab", "--session", str(session), "--json",
            "--vary", "cudnn_benchmark=on", "--steps", str(steps), "--repeats", str(rounds),
-           "--set", "dataset=mnist-sample", *extra]
+           "--set", "dataset=mnist-sample", "--set", f"eval_samples={eval_samples}", *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     h = hog() if hog_until is not None else None
     try:
@@ -88,6 +89,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--eval-samples", type=int, default=10000,
+                    help="the final evaluation's size (beside a hog it is most of a run)")
     ap.add_argument("--only", choices=("quiet", "hog", "hog+"))
     args = ap.parse_args()
     runs = 2 * args.rounds
@@ -100,7 +103,8 @@ def main() -> None:
             continue
         with tempfile.TemporaryDirectory(prefix="ttbench-") as d:
             t0 = time.monotonic()
-            result = study(Path(d), args.rounds, args.steps, extra, hog_until)
+            result = study(Path(d), args.rounds, args.steps, args.eval_samples, extra,
+                           hog_until)
             print(f"{name} ({time.monotonic() - t0:.0f} s):")
             report(name, Path(d), result)
 

@@ -100,6 +100,26 @@ CATEGORIES = {"PARAM": "parameters", "BUFFER": "buffers", "GRAD": "gradients",
               "TEMP": "temporaries", "OTH": "other"}
 
 
+def copy_of(cfg: Any, state: dict[str, Any] | None, steps: int, **changes: Any
+            ) -> tuple[Any, int]:
+    """A trainer of a copy of a run, set up from `state` (its checkpoint) or its config, in
+    this process, with room for `steps` more steps and nothing recorded; a data-parallel
+    run as one of its ranks (its share of the batch). (trainer, the run's world size)."""
+    from .train import Trainer
+    world = cfg.nproc * cfg.nnodes
+    # (epochs beyond the run's: a run copied at its end has steps left to take)
+    from ..core.config import FIELDS
+    epochs = min(cfg.epochs + 2 + steps, FIELDS["epochs"].metadata["hi"])
+    one = cfg.replace(nproc=1, nnodes=1, batch_size=cfg.batch_size // world, max_steps=0,
+                      eval_every=0, rdzv_endpoint="", epochs=epochs, **changes)
+    if state is not None and world > 1:
+        state = {**state, "world_size": 1, **state["ranks"][0]}
+    trainer = Trainer(one, checkpoint=state)
+    trainer.setup()
+    trainer.model.train()
+    return trainer, world
+
+
 def breakdown(cfg: Any, state: dict[str, Any] | None) -> dict[str, Any]:
     """One step of a copy of the run (from `state`, its checkpoint, or as its config starts
     it), after one step of warm-up, under MemTracker: the memory at the step's peak by
@@ -107,16 +127,7 @@ def breakdown(cfg: Any, state: dict[str, Any] | None) -> dict[str, Any]:
     run is measured as one of its ranks (its share of the batch, without DDP's buckets)."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    from .train import Trainer
-    world = cfg.nproc * cfg.nnodes
-    # (epochs beyond the run's: a run measured at its end has steps left to take)
-    one = cfg.replace(nproc=1, nnodes=1, batch_size=cfg.batch_size // world, compile="off",
-                      max_steps=0, eval_every=0, rdzv_endpoint="", epochs=cfg.epochs + 2)
-    if state is not None and world > 1:
-        state = {**state, "world_size": 1, **state["ranks"][0]}
-    trainer = Trainer(one, checkpoint=state)
-    trainer.setup()
-    trainer.model.train()
+    trainer, world = copy_of(cfg, state, steps=2, compile="off")
     steps = trainer.steps()
     trainer.step(next(steps))                     # warm-up: optimizer state, allocators
     batch = next(steps)
@@ -134,7 +145,7 @@ def breakdown(cfg: Any, state: dict[str, Any] | None) -> dict[str, Any]:
         modules.append({"module": stats.mod_fqn, "parameters": stats.parameter_mem,
                         "outputs": stats.output_mem,
                         "peak": max(stats.local_peak.values(), default=0)})
-    return {"device": str(trainer.device), "batch": one.batch_size, "world": world,
+    return {"device": str(trainer.device), "batch": trainer.cfg.batch_size, "world": world,
             "step": trainer.pos.step, "checkpointing": cfg.activation_checkpointing,
             "categories": cats, "total": total, "modules": modules,
             "from_checkpoint": state is not None}

@@ -51,16 +51,8 @@ def profile(cfg: Any, state: dict[str, Any] | None, steps: int, warmup: int,
             trace: Path | None) -> dict[str, Any]:
     """Profiles `steps` steps of a copy of the run (see the module's text). A data-parallel
     run is profiled as one of its ranks (its share of the batch)."""
-    from .memory import breakdown
-    from .train import Trainer
-    world = cfg.nproc * cfg.nnodes
-    one = cfg.replace(nproc=1, nnodes=1, batch_size=cfg.batch_size // world, max_steps=0,
-                      eval_every=0, rdzv_endpoint="", epochs=cfg.epochs + 2 + steps + warmup)
-    if state is not None and world > 1:
-        state = {**state, "world_size": 1, **state["ranks"][0]}
-    trainer = Trainer(one, checkpoint=state)
-    trainer.setup()
-    trainer.model.train()
+    from .memory import breakdown, copy_of
+    trainer, world = copy_of(cfg, state, steps=steps + warmup)
     it = trainer.steps()
     for _ in range(warmup):
         trainer.step(next(it))
@@ -106,7 +98,7 @@ def profile(cfg: Any, state: dict[str, Any] | None, steps: int, warmup: int,
         memory = breakdown(cfg, state)
     except (RuntimeError, ValueError, StopIteration) as e:
         memory = {"error": f"{type(e).__name__}: {e}"}
-    return {"device": str(trainer.device), "batch": one.batch_size, "world": world,
+    return {"device": str(trainer.device), "batch": trainer.cfg.batch_size, "world": world,
             "steps": steps, "warmup": warmup, "from_step": trainer.pos.step - steps,
             "from_checkpoint": state is not None, "compile": cfg.compile,
             "wall_ms": wall * 1000 / steps, "self_ms": self_total,

@@ -40,7 +40,8 @@ HELP_KEYS = (
     ("F8", "resume check: kill a twin of the run at a step you choose, resume it from its "
            "checkpoint, and compare it with the run"),
     ("F9", "show or hide the form (on a small terminal, a drawer over the whole width)"),
-    ("ctrl+t", "the next tab: Plots, Divergence, Compare, A/B, Log (the palette names each)"),
+    ("ctrl+t", "the next tab: Plots, Divergence, Compare, A/B, Profile, Log (the palette "
+               "names each)"),
     ("ctrl+e", "export PNG figures and CSVs (every point) of the marked runs, the pair, or "
                "the A/B study shown, into the session's exports/"),
     ("ctrl+s", "save the session as a new one"),
@@ -62,6 +63,9 @@ HELP_KEYS = (
     ("divergence", "x explains where the pair parts and why (the exact step, the first input "
                    "or op that differs, the setting it follows; it replays both runs from "
                    "their checkpoints), e shows what the answer rests on"),
+    ("profile", "p (Profile tab): where the step time of the run under the cursor (or of both "
+                "runs of the pair) goes: a copy trained under torch.profiler, by operator, "
+                "phase and module, with a Chrome/Perfetto trace; a pair is diffed by operator"),
 )
 HELP_PANELS = (
     ("Plots", "loss (raw and smoothed), throughput, memory (the process's resident memory; "
@@ -80,6 +84,8 @@ HELP_PANELS = (
             "accuracy as ratios to the base (with an interval and a verdict from 6 rounds "
             "on), and whether each variant is bit-identical to the base (enter on a row pairs "
             "it with the base)."),
+    ("Profile", "the newest profile of the run under the cursor, or the pair's operators "
+                "whose self time changed most (p profiles)."),
     ("Log", "what the run's process printed, tracebacks included."),
 )
 HELP_STATUSES = ("created, starting, running, finished, stopped (F3: it wrote a checkpoint), "
