@@ -180,7 +180,7 @@ def text(c: dict[str, Any] | None) -> str:
     if c is None:
         return "not recorded"
     parts = [f"others {c['others_cores']:.2f} cores"]
-    if c.get("steal_cores"):
+    if (c.get("steal_cores") or 0.0) >= 0.005:
         parts.append(f"stolen {c['steal_cores']:.2f}")
     if c.get("own_cores") is not None:
         parts.append(f"own {c['own_cores']:.2f}")
