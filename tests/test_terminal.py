@@ -118,6 +118,7 @@ def test_every_tab_is_usable_in_an_80x24_terminal(tmp_path, isolated_home):
         for tab, content in (("Divergence", ("|Δloss| per step", "not identical")),
                              ("Compare", ("B/A", "samples/s (training)", "0.95x")),
                              ("A/B", ("bit-identical to base", "seed=2", "accuracy %")),
+                             ("Profile", ("p: profile the run under the cursor",)),
                              ("Log", ("hello from run 2",)),
                              ("Plots", ("train loss (raw faint",))):
             term.tmux("send-keys", "C-t")
