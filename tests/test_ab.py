@@ -494,8 +494,7 @@ def test_rounds_beside_a_cpu_hog_are_marked_trained_again_and_until_sure_stops_a
     rounds until its bound, saying what ended it."""
     import subprocess
     import sys
-    import time
-    from conftest import tt_popen
+    from conftest import tt_popen, wait_until
     from tui_trainer.core import contention
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
@@ -510,9 +509,8 @@ def test_rounds_beside_a_cpu_hog_are_marked_trained_again_and_until_sure_stops_a
                 return len(db_rows(tmp_path, "SELECT id FROM runs WHERE status = 'finished'"))
             except sqlite3.OperationalError:      # not created yet
                 return 0
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None and finished() < 4:
-            time.sleep(0.2)
+        # the planned rounds are trained (or the study ended): the hog goes
+        wait_until(lambda: proc.poll() is not None or finished() >= 4, timeout=300)
     finally:
         hog.kill()
         hog.wait()
