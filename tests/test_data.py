@@ -60,12 +60,15 @@ def test_resident_and_torchvision_loaders_feed_the_same_normalized_images(tmp_pa
 
 
 def test_batch_shift_matches_torchvision_affine_shift():
-    img = torch.rand(3, 1, 28, 28)
-    dxy = torch.tensor([[2, -1], [0, 0], [-2, 2]])
-    out = data.shift_batch(img, dxy, fill=0.0)
-    for i, (dx, dy) in enumerate(dxy.tolist()):
-        ref = TF.affine(img[i], angle=0.0, translate=[dx, dy], scale=1.0, shear=[0.0])
-        assert torch.equal(out[i], ref), (dx, dy)
+    shifts = [(dx, dy) for dx in range(-data.MAX_SHIFT, data.MAX_SHIFT + 1)
+              for dy in range(-data.MAX_SHIFT, data.MAX_SHIFT + 1)]
+    img = torch.rand(len(shifts), 1, 28, 28)
+    for fill in (0.0, -0.4242):           # the resident loader fills with normalized black
+        out = data.shift_batch(img, torch.tensor(shifts), fill=fill)
+        for i, (dx, dy) in enumerate(shifts):
+            ref = TF.affine(img[i], angle=0.0, translate=[dx, dy], scale=1.0, shear=[0.0],
+                            fill=[fill])
+            assert torch.equal(out[i], ref), (dx, dy, fill)
 
 
 def test_workers_draw_their_own_numpy_streams_even_without_seed_workers(tmp_path):
