@@ -683,6 +683,40 @@ async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path)
         assert app.pair == [1, 2]
 
 
+async def test_the_ab_form_plans_an_until_sure_study_and_refuses_a_width_naming_it(tmp_path):
+    app = TrainerApp(tmp_path, poll=False)
+    said: list[str] = []
+    notify = app.notify
+    app.notify = lambda message, **kw: (said.append(str(message)),  # type: ignore
+                                        notify(message, **kw))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
+        await fill(pilot, QUICK_FORM)
+        app.query_one("#tabs").active = "tab-ab"
+        await pilot.pause()
+        app.query_one("#ab-vary", Input).value = "batch_size=32"
+        app.query_one("#ab-steps", Input).value = "400"
+        app.query_one("#ab-sure", Input).value = "0.01"
+        await click(pilot, "#ab-start")
+        await until(pilot, lambda: any("sure %" in m for m in said))
+        assert db_rows(tmp_path, "SELECT 1 FROM studies") == []      # refused, nothing run
+        app.query_one("#ab-sure", Input).value = "5"
+        await click(pilot, "#ab-start")
+        await until(pilot, lambda: db_rows(tmp_path, "SELECT 1 FROM studies") == [(1,)])
+        spec = db_rows(tmp_path, "SELECT json_extract(spec, '$.until_sure'), "
+                       "json_extract(spec, '$.max_rounds') FROM studies")
+        assert spec == [(0.05, 30)]
+        await until(pilot, lambda: any("at most 5.0% wide (at most 30 rounds)" in m
+                                       for m in said))
+        await until(pilot, lambda: db_rows(tmp_path, "SELECT status FROM studies") ==
+                    [("running",)], timeout=120)
+        await click(pilot, "#ab-stop")                 # 400 steps: stopped long before
+        await until(pilot, lambda: db_rows(tmp_path, "SELECT status FROM studies")
+                    not in ([("running",)], [("planned",)]), timeout=120)
+        assert all(status != "running" for status, in
+                   db_rows(tmp_path, "SELECT status FROM runs"))
+
+
 async def test_a_seed_sweep_from_the_dashboard_plots_a_band_and_its_spread(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:

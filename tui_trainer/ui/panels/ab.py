@@ -67,6 +67,13 @@ class ABPanel(Vertical):
                         compact=True, tooltip="rounds (A/B) or seeds (sweep): each arm "
                         "trains this many times, interleaved, round r with seed + r; an "
                         "interval and a verdict need 6 or more (at 95%)")
+            yield Label("sure %", classes="ab-label")
+            yield Input(placeholder="off", id="ab-sure", compact=True, restrict=r"[0-9.]*",
+                        tooltip="until sure: after the rounds, keep adding rounds "
+                        "(interleaved) until every variant's samples/s interval is at most "
+                        "this many percent wide (high / low - 1), at most "
+                        f"{studies.DEFAULT_MAX_ROUNDS} rounds (the CLI's --until-sure); empty: "
+                        "the rounds only")
             yield Button("Run study", id="ab-start", variant="success", compact=True)
             yield Button("Seed sweep", id="ab-sweep", compact=True,
                          tooltip="the form's config once per seed (as many as rounds)")
@@ -178,10 +185,11 @@ class ABPanel(Vertical):
             for key, text in (("steps", steps), ("rounds", repeats)):
                 if not text.isdigit() or int(text) < 1:
                     raise config.ConfigError(key, f"must be a whole number >= 1, got {text!r}")
+            sure = self._until_sure(sweep)
             name = "sweep" if sweep else \
                 Path(file).stem if file else "+".join(k for k, _ in vary)
             planned = studies.prepare(base, vary, int(steps), repeats=int(repeats), name=name,
-                                 file=file)
+                                      file=file, until_sure=sure)
         except config.ConfigError as e:
             self.notify(f"study not started: {e}", severity="error")
             return
@@ -196,9 +204,26 @@ class ABPanel(Vertical):
             what = "seed sweep" if sweep else "A/B study"
             self.notify(f"{what} {study_id} started: {len(planned.runs)} runs of {steps} "
                         "steps, one after the other"
+                        + (f", then more rounds until every interval is at most {sure:.1%} "
+                           f"wide (at most {planned.spec['max_rounds']} rounds)" if sure else "")
                         + (f" ({'; '.join(planned.notes)})" if planned.notes else ""))
 
         self.app.write(create, started, "study not started")
+
+    def _until_sure(self, sweep: bool) -> float | None:
+        """The "sure %" field as prepare's fraction (5 -> 0.05); None when empty or for a
+        seed sweep (nothing to be sure of)."""
+        text = self.query_one("#ab-sure", Input).value.strip().rstrip("%")
+        if not text or sweep:
+            return None
+        try:
+            percent = float(text)
+        except ValueError:
+            percent = float("nan")
+        if not 0.1 <= percent <= 1000:
+            raise config.ConfigError("sure %", "must be the interval's width to reach in "
+                                     f"percent, 0.1 to 1000 (e.g. 5), or empty, got {text!r}")
+        return percent / 100
 
     @on(Button.Pressed, "#ab-stop")
     def _stop(self, event: Button.Pressed) -> None:
