@@ -163,3 +163,26 @@ def test_phase_time_per_step_leaves_out_the_start_up_interval():
                             for r in rows]).phase_ms is None
     restored = figures.Figures.restore(f.state())
     assert restored.phase_ms == f.phase_ms
+
+
+def test_the_last_intervals_split_is_its_own_rows_phases_and_reads_as_shares():
+    rows = [{"step": s, "loss": 1.0, "samples_per_s": 100.0,
+             **{f"{k}_s": v for k, v in zip(figures.PHASES, phases)}}
+            for s, phases in ((10, (9, 0, 0, 0, 0, 0)),              # start-up: left out
+                              (20, (0.06, 0.0, 0.47, 0.44, 0.03, 0.0)),
+                              (25, (0.02, 0.0, 0.04, 0.03, 0.01, 0.0)))]
+    f = figures.figures(rows[:2])
+    assert f.last_phase_ms == pytest.approx({"data": 6, "copy": 0, "forward": 47,
+                                             "backward": 44, "optimizer": 3, "record": 0})
+    assert figures.split_text(f.last_phase_ms) == "100.0 ms: data 6% fwd 47% bwd 44% opt 3%"
+    f.add_step(rows[2])                                          # 5 steps this time
+    assert f.last_phase_ms["forward"] == pytest.approx(8.0)
+    assert figures.split_text(f.last_phase_ms).startswith("20.0 ms: data 20% fwd 40%")
+    assert figures.Figures.restore(f.state()).last_phase_ms == f.last_phase_ms
+    assert figures.figures(rows[:1]).last_phase_ms is None       # start-up alone: no split
+    assert figures.split_text(None) == "-"
+    # a summary is untrusted: a split with a phase missing, not a number or negative is none
+    for bad in ({"data": 1.0}, {k: "1" for k in figures.PHASES},
+                {k: -1.0 for k in figures.PHASES}, [1, 2]):
+        assert figures.Figures.restore({**f.state(), "last_phase_ms": bad}).last_phase_ms \
+            is None

@@ -6,7 +6,9 @@ from __future__ import annotations
 from conftest import QUICK, db_rows, sets, tt
 from tui_trainer.core import figures
 from tui_trainer.core.figures import PHASES
+from tui_trainer.core.reader import SessionReader
 from tui_trainer.core.store import SessionStore
+from tui_trainer.ui.panels.runs import cells
 
 
 def test_a_log_point_records_its_intervals_phases_and_the_memory_held(tmp_path):
@@ -36,3 +38,11 @@ def test_a_log_point_records_its_intervals_phases_and_the_memory_held(tmp_path):
     f = figures.run_figures(store, 1)
     assert f["memory_kind"] == "RSS"
     assert f["peak_memory_mib"] == max(peak for _, peak, _ in mem) / 2**20
+
+    # the run table's "step time (last log)": the last row's phases over the 10 steps it
+    # covers, read through the dashboard's reader (from the finished run's summary)
+    row = SessionReader(store).tick().runs[0]
+    last = dict(row.last_phase_ms)
+    assert last == {k: 1000 * v / 10 for k, v in zip(PHASES, rows[-1][3:])}
+    text = cells(row, False, row.status)["split"].plain
+    assert text.startswith(f"{sum(last.values()):.1f} ms: ") and " fwd " in text

@@ -101,6 +101,7 @@ class Figures:
     # seconds per phase and the steps they cover, the first (start-up) interval left out
     phase_s: dict[str, float] = field(default_factory=dict)
     phase_steps: int = 0
+    last_phase_ms: dict[str, float] | None = None   # ms per step by phase, the last interval
     _rates: list[float] = field(default_factory=list)   # sorted, first interval left out
     _first_seen: bool = False
     _smoother: Smoother = field(default_factory=Smoother)
@@ -108,7 +109,7 @@ class Figures:
 
     STATE = ("steps", "elapsed", "train_loss", "last_loss", "eval_loss", "accuracy",
              "eval_step", "peak_cuda", "peak_rss", "grad_norm", "data_wait_s", "phase_s",
-             "phase_steps")
+             "phase_steps", "last_phase_ms")
 
     def state(self) -> dict[str, Any]:
         """What a finished run stores in its summary, so that a reader need not read its
@@ -119,10 +120,12 @@ class Figures:
     @classmethod
     def restore(cls, state: Mapping[str, Any]) -> "Figures":
         f = cls(frozen=True, **{k: state.get(k) for k in cls.STATE
-                                if k not in ("data_wait_s", "phase_s", "phase_steps")},
+                                if k not in ("data_wait_s", "phase_s", "phase_steps",
+                                             "last_phase_ms")},
                 data_wait_s=state.get("data_wait_s") or 0.0,
                 phase_s=dict(state.get("phase_s") or {}),
-                phase_steps=state.get("phase_steps") or 0)
+                phase_steps=state.get("phase_steps") or 0,
+                last_phase_ms=_phases_or_none(state.get("last_phase_ms")))
         if finite(state.get("samples_per_s")):
             f._rates = [state["samples_per_s"]]
         return f
@@ -134,6 +137,7 @@ class Figures:
             for k in PHASES:
                 self.phase_s[k] = self.phase_s.get(k, 0.0) + row[f"{k}_s"]
             self.phase_steps += covered
+            self.last_phase_ms = {k: 1000 * row[f"{k}_s"] / covered for k in PHASES}
         self.steps = row["step"]
         self.elapsed = row.get("elapsed", self.elapsed)
         self.last_loss = row.get("loss")
@@ -199,6 +203,30 @@ class Figures:
                 "data_wait_s": self.data_wait_s if self.steps else None,
                 "phase_ms": self.phase_ms,
                 "wall_s": wall_s if wall_s is not None else self.elapsed}
+
+
+def _phases_or_none(value: Any) -> dict[str, float] | None:
+    """A kept phase split (a summary is untrusted): every phase a finite number, else None."""
+    if isinstance(value, dict) and all(finite(value.get(k)) and value[k] >= 0 for k in PHASES):
+        return {k: float(value[k]) for k in PHASES}
+    return None
+
+
+PHASE_SHORT = {"data": "data", "copy": "copy", "forward": "fwd", "backward": "bwd",
+               "optimizer": "opt", "record": "rec"}
+
+
+def split_text(ms: Mapping[str, float] | None, least: float = 0.01) -> str:
+    """`21.2 ms: data 6% fwd 47% bwd 44% opt 3%`: a step's time and each phase's share (the
+    phases under `least` of it left out); "-" when none was recorded."""
+    if not ms:
+        return "-"
+    total = sum(ms.values())
+    if total <= 0:
+        return "-"
+    parts = [f"{PHASE_SHORT.get(k, k)} {v / total:.0%}" for k, v in ms.items()
+             if v >= least * total]
+    return f"{total:.1f} ms: " + " ".join(parts)
 
 
 def figures(steps: Iterable[Mapping[str, Any]], evals: Iterable[Mapping[str, Any]] = ()

@@ -30,7 +30,7 @@ BASE_COLUMNS = (("mark", " "), ("id", "id"), ("name", "name"), ("status", "statu
                 ("progress", "progress"), ("step", "step"), ("epoch", "epoch"),
                 ("loss", "train loss"), ("eval", "eval loss"), ("acc", "acc"),
                 ("sps", "samples/s"), ("mem", "peak MiB"), ("elapsed", "elapsed"),
-                ("tags", "tags"), ("reason", "why it ended"))
+                ("split", "step time (last log)"), ("tags", "tags"), ("reason", "why it ended"))
 # Config keys shown as columns with `c` (the knobs people compare most).
 CONFIG_COLUMNS = ("seed", "batch_size", "lr", "loader", "deterministic", "amp", "num_threads",
                   "device")
@@ -38,7 +38,7 @@ SORTABLE = ("id", "name", "status", "step", "loss", "eval", "acc", "sps", "mem",
 # What a narrow table keeps, most important first (core.columns.fit); "why it ended" takes
 # what is left, cut; `a` shows every column (←/→ scroll).
 PRIORITY = ("mark", "id", "name", "status", "step", "loss", "acc", "reason", "sps", "tags",
-            "eval", "elapsed", "mem", "progress", "epoch")
+            "eval", "elapsed", "mem", "progress", "split", "epoch")
 BAR = 8
 
 
@@ -64,6 +64,7 @@ def cells(row: RunRow, marked: bool, status: str) -> dict[str, Text]:
         "mem": figures.fmt(row.peak_memory_mib, "peak_memory_mib")
         + ("" if row.memory_kind in (None, "RSS") else f" {row.memory_kind}"),
         "elapsed": figures.duration(row.elapsed), "tags": " ".join(row.tags),
+        "split": figures.split_text(dict(row.last_phase_ms or ())),
         "reason": row.reason or "",
     }
     out = {k: plain(v, 80 if k == "reason" else 40) for k, v in texts.items()}
