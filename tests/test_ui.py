@@ -52,6 +52,22 @@ async def fill(pilot, values: dict[str, str]) -> None:
     await pilot.pause()
 
 
+def notifications(app) -> list[str]:
+    """Every notification the app gives from now on, as text (they also show as usual)."""
+    said: list[str] = []
+    notify = app.notify
+    app.notify = lambda message, **kw: (said.append(str(message)),  # type: ignore
+                                        notify(message, **kw))
+    return said
+
+
+async def ab_tab_with_a_quick_form(pilot) -> None:
+    await pilot.app.ready()
+    await fill(pilot, QUICK_FORM)
+    pilot.app.query_one("#tabs").active = "tab-ab"
+    await pilot.pause()
+
+
 def status(session: Path, run_id: int) -> str | None:
     rows = db_rows(session, "SELECT status FROM runs WHERE id = ?", (run_id,))
     return rows[0][0] if rows else None
@@ -471,9 +487,7 @@ async def test_a_copy_saved_while_a_run_trains_says_what_it_was_and_never_crashe
     said: list[str] = []
     try:
         app = TrainerApp(session, poll=False)
-        notify = app.notify
-        app.notify = lambda message, **kw: (said.append(str(message)),  # type: ignore
-                                            notify(message, **kw))
+        said = notifications(app)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.app.ready()
             await until(pilot, lambda: cell(app, 1, "status") == "running")
@@ -635,15 +649,9 @@ async def test_resume_check_action_shows_the_verdict_in_the_divergence_panel(tmp
 @pytest.mark.slow
 async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
-    said: list[str] = []
-    notify = app.notify
-    app.notify = lambda message, **kw: (said.append(str(message)),  # type: ignore
-                                        notify(message, **kw))
+    said = notifications(app)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.app.ready()
-        await fill(pilot, QUICK_FORM)
-        app.query_one("#tabs").active = "tab-ab"
-        await pilot.pause()
+        await ab_tab_with_a_quick_form(pilot)
         app.query_one("#ab-vary", Input).value = "batch_size=oops"
         await click(pilot, "#ab-start")
         await pilot.pause()
@@ -685,15 +693,9 @@ async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path)
 
 async def test_the_ab_form_plans_an_until_sure_study_and_refuses_a_width_naming_it(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
-    said: list[str] = []
-    notify = app.notify
-    app.notify = lambda message, **kw: (said.append(str(message)),  # type: ignore
-                                        notify(message, **kw))
+    said = notifications(app)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.app.ready()
-        await fill(pilot, QUICK_FORM)
-        app.query_one("#tabs").active = "tab-ab"
-        await pilot.pause()
+        await ab_tab_with_a_quick_form(pilot)
         app.query_one("#ab-vary", Input).value = "batch_size=32"
         app.query_one("#ab-steps", Input).value = "400"
         app.query_one("#ab-sure", Input).value = "0.01"
@@ -720,10 +722,7 @@ async def test_the_ab_form_plans_an_until_sure_study_and_refuses_a_width_naming_
 async def test_a_seed_sweep_from_the_dashboard_plots_a_band_and_its_spread(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.app.ready()
-        await fill(pilot, QUICK_FORM)
-        app.query_one("#tabs").active = "tab-ab"
-        await pilot.pause()
+        await ab_tab_with_a_quick_form(pilot)
         app.query_one("#ab-steps", Input).value = "6"
         app.query_one("#ab-repeats", Input).value = "2"
         await click(pilot, "#ab-sweep")
