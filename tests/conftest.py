@@ -3,6 +3,7 @@ a real session directory under tmp_path, on the MNIST sample shipped with the pa
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -21,6 +22,14 @@ import pytest
 # Set before anything imports torch, so the test launcher and every run read it; the product
 # does the same for the jobs of a study trained side by side (runner: a share of the cores).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# Importing torchvision makes torch create its inductor cache folder; the product points it
+# into its own cache (tui_trainer/engine/__init__.py), the suite (which imports torchvision
+# itself too) into a folder of this test process, removed when it ends: nothing in /tmp stays.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    _inductor = tempfile.mkdtemp(prefix="ttinductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _inductor
+    atexit.register(shutil.rmtree, _inductor, ignore_errors=True)
 
 # Short runs: 10 steps an epoch on 640 of the shipped training digits.
 QUICK = ["dataset=mnist-sample", "train_samples=640", "eval_samples=200", "batch_size=64",

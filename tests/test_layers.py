@@ -3,15 +3,16 @@ textual, and the CLI's non-training commands start without torch."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 
-def _modules_after(code: str) -> set[str]:
+def _modules_after(code: str, env: dict[str, str] | None = None) -> set[str]:
     out = subprocess.run([sys.executable, "-c", code + "\nimport sys\n"
                           "print(' '.join(sorted(m.split('.')[0] for m in sys.modules)))"],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, env=env).stdout
     return set(out.split())
 
 
@@ -38,10 +39,17 @@ def test_the_runner_imports_no_torch_until_it_checks_a_device():
     assert "torch" not in mods and "textual" not in mods
 
 
-def test_engine_never_imports_textual():
-    mods = _modules_after("import tui_trainer.engine.train, tui_trainer.engine.data")
-    assert "torch" in mods
+def test_engine_never_imports_textual_nor_leaves_torchs_cache_folder_in_tmp(tmp_path):
+    """Importing torchvision makes torch create /tmp/torchinductor_<user>; the engine points
+    it into tui-trainer's cache first."""
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    (tmp_path / "tmp").mkdir()
+    env.update(TMPDIR=str(tmp_path / "tmp"), TUI_TRAINER_HOME=str(tmp_path / "home"))
+    mods = _modules_after("import tui_trainer.engine.train, tui_trainer.engine.data", env)
+    assert "torch" in mods and "torchvision" in mods
     assert "textual" not in mods
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert (tmp_path / "home" / "cache" / "torchinductor").is_dir()
 
 
 def test_cli_commands_that_do_not_train_leave_torch_unloaded():

@@ -50,6 +50,7 @@ def _threads() -> int:
 
 def warm_up() -> None:
     """Imports what a run needs (the same modules a cold `run` imports), nothing more."""
+    from . import engine  # noqa: F401  (first: it keeps torch's caches out of /tmp)
     import numpy  # noqa: F401
     import torch  # noqa: F401
     import torchvision  # noqa: F401

@@ -29,3 +29,11 @@ def default_data_dir() -> Path:
     if home:
         return Path(home) / "datasets"
     return Path(platformdirs.user_cache_dir(APP, appauthor=False)) / "datasets"
+
+
+def cache_dir() -> Path:
+    """Caches tui-trainer may rebuild (compiled kernels): TUI_TRAINER_HOME/cache, else the
+    user's cache folder; never the shared temporary folder."""
+    home = os.environ.get("TUI_TRAINER_HOME")
+    return Path(home) / "cache" if home else \
+        Path(platformdirs.user_cache_dir(APP, appauthor=False))
