@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Input, Select, Checkbox
 
-from conftest import QUICK, click, db_rows, tt, tt_popen
+from conftest import QUICK, click, db_rows, sets, tt, tt_popen
 from tui_trainer.core import machine
 from tui_trainer.core.figures import PHASES
 from tui_trainer.core.store import SessionStore
@@ -307,7 +307,7 @@ async def test_stop_then_continue(tmp_path):
 
 async def test_repeat_pairs_a_twin_and_the_divergence_panel_says_identical(tmp_path):
     r = tt("run", "--session", str(tmp_path), "--set", "max_steps=12",
-           *[x for kv in QUICK for x in ("--set", kv)])
+           *sets(*QUICK))
     assert r.rc == 0, r.err
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
@@ -327,7 +327,7 @@ async def test_repeat_pairs_a_twin_and_the_divergence_panel_says_identical(tmp_p
 
 
 async def test_divergence_finds_the_first_differing_step_of_runs_that_differ(tmp_path):
-    base = [x for kv in QUICK for x in ("--set", kv)] + ["--set", "max_steps=12"]
+    base = sets(*QUICK) + ["--set", "max_steps=12"]
     assert tt("run", "--session", str(tmp_path), *base).rc == 0
     assert tt("run", "--session", str(tmp_path), *base, "--set", "seed=5").rc == 0
     app = TrainerApp(tmp_path, poll=False)
@@ -383,7 +383,7 @@ def _explanation(app) -> str:
 
 
 async def test_compare_shows_config_diff_overlay_and_ratios(tmp_path):
-    base = [x for kv in QUICK for x in ("--set", kv)] + ["--set", "max_steps=10"]
+    base = sets(*QUICK) + ["--set", "max_steps=10"]
     assert tt("run", "--session", str(tmp_path), *base, "--set", "num_threads=2").rc == 0
     assert tt("run", "--session", str(tmp_path), *base, "--set", "batch_size=32",
               "--set", "num_threads=1").rc == 0
@@ -429,7 +429,7 @@ async def test_compare_shows_config_diff_overlay_and_ratios(tmp_path):
 
 async def test_save_as_and_reopen_restore_runs_and_screen_state(tmp_path, isolated_home):
     session = isolated_home / "sessions" / "orig"
-    base = [x for kv in QUICK for x in ("--set", kv)] + ["--set", "max_steps=4"]
+    base = sets(*QUICK) + ["--set", "max_steps=4"]
     assert tt("run", "--session", str(session), *base).rc == 0
     assert tt("run", "--session", str(session), *base).rc == 0
     app = TrainerApp(session, poll=False)
@@ -481,7 +481,7 @@ async def test_a_copy_saved_while_a_run_trains_says_what_it_was_and_never_crashe
     running in the original at step N), never "crashed", also once the original process
     has ended; the original stays the one place the run is written."""
     session = isolated_home / "sessions" / "orig"
-    base = [x for kv in QUICK for x in ("--set", kv)]
+    base = sets(*QUICK)
     live = tt_popen("run", "--session", str(session), *base, "--set", "epochs=200", quiet=True)
     copy = isolated_home / "sessions" / "copy"
     said: list[str] = []
@@ -518,7 +518,7 @@ async def test_a_copy_saved_while_a_run_trains_says_what_it_was_and_never_crashe
 
 
 async def test_reopening_marks_dead_runs_crashed_and_reattaches_to_live_ones(tmp_path):
-    base = [x for kv in QUICK for x in ("--set", kv)]
+    base = sets(*QUICK)
     killed = tt("run", "--session", str(tmp_path), *base, "--set", "checkpoint_every=3",
                 "--kill-at-step", "7")
     assert killed.rc != 0
@@ -598,7 +598,7 @@ def _verdict_text(app) -> str:
 
 async def test_verdict_action_trains_a_twin_and_explains_the_difference(tmp_path):
     r = tt("run", "--session", str(tmp_path), "--set", "max_steps=9", "--set", "seed=none",
-           *[x for kv in QUICK for x in ("--set", kv)])
+           *sets(*QUICK))
     assert r.rc == 0, r.err
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
@@ -621,7 +621,7 @@ async def test_verdict_action_trains_a_twin_and_explains_the_difference(tmp_path
 
 async def test_resume_check_action_shows_the_verdict_in_the_divergence_panel(tmp_path):
     r = tt("run", "--session", str(tmp_path), "--set", "max_steps=12",
-           *[x for kv in QUICK for x in ("--set", kv)])
+           *sets(*QUICK))
     assert r.rc == 0, r.err
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
@@ -788,7 +788,7 @@ async def test_continue_without_a_checkpoint_offers_a_restart_from_step_0(tmp_pa
 
 async def test_b_measures_a_runs_memory_and_p_profiles_it(tmp_path):
     r = tt("run", "--session", str(tmp_path), "--set", "max_steps=4",
-           *[x for kv in QUICK for x in ("--set", kv)])
+           *sets(*QUICK))
     assert r.rc == 0, r.err
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
