@@ -103,9 +103,13 @@ def test_launcher_killed_mid_epoch_resumes_bit_exact(straight, tmp_path):
     while time.time() < deadline and store.run(1)["status"] != "crashed":
         time.sleep(0.2)
     assert store.run(1)["status"] == "crashed"
-    assert not [p for p in psutil.process_iter(["cmdline"])
-                if "worker" in (p.info["cmdline"] or [])
-                and str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    # Every rank got its SIGKILL with the launcher's death; rank 1 may still be tearing
+    # down its memory a moment after rank 0 is gone, so this waits (bounded) for it to end.
+    ranks = [p for p in psutil.process_iter(["cmdline"])
+             if "worker" in (p.info["cmdline"] or [])
+             and str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    _, alive = psutil.wait_procs(ranks, timeout=30)
+    assert not alive
     r = tt("resume", "1", "--session", str(tmp_path), "--json")
     assert r.rc == 0, r.err
     assert r.json["resumed_from_step"] == 15 and r.json["steps"] == 44
