@@ -67,6 +67,40 @@ def test_knobs_are_checked_before_anything_starts(tmp_path):
         not db_rows(tmp_path / "s", "SELECT id FROM runs")          # nothing written
 
 
+def test_the_failed_rank_is_named_not_the_one_that_aborted_on_its_way_out(tmp_path):
+    """How the launcher names the rank that took a group down, from how each rank ended and
+    its last words on stderr (torchrun's per-rank logs). CI once read "rank 1 was killed by
+    SIGABRT" for a full disk on rank 0: rank 1 had said another rank ended first, then
+    aborted in gloo on its way out. A rank whose own words say it stopped because of
+    another is a consequence, whatever signal it died of."""
+    from tui_trainer.engine.distributed import RankFailure, failure_reason
+
+    def reason(*ranks: tuple[str, int, str | None]) -> str:
+        """ranks: each rank's (last words, exit status, signal), rank = position."""
+        logs = tmp_path / f"logs{len(list(tmp_path.iterdir()))}"
+        failures = []
+        for rank, (words, exitcode, sig) in enumerate(ranks):
+            f = logs / "run" / "attempt_0" / str(rank) / "stderr.log"
+            f.parent.mkdir(parents=True)
+            f.write_text(words)
+            failures.append(RankFailure(rank=rank, local_rank=rank, exitcode=exitcode,
+                                        pid=100 + rank, host="h", signal=sig))
+        return failure_reason(failures, logs, len(ranks), 900)
+
+    full = "tui-trainer: no space left on device while writing /s/step-10.pt"
+    after = ("12:00:00 stopping: another rank ended first (its connection closed); its own "
+             "output says why\nterminate called without an active exception\n")
+    why = reason((full, 1, None), (after, -6, "SIGABRT"))
+    assert why.startswith("rank 0 (pid 100 on h) exited with status 1"), why
+    assert why.endswith("its last words: no space left on device while writing /s/step-10.pt")
+    # The other way round: rank 1 killed outright, rank 0 (the lead) aborts after saying so.
+    why = reason((after, -6, "SIGABRT"), ("", -9, "SIGKILL"))
+    assert why.startswith("rank 1 (pid 101 on h) was killed by SIGKILL"), why
+    # Every rank a consequence (none said why): the one killed by a signal is named.
+    why = reason((after, 1, None), (after, -6, "SIGABRT"))
+    assert why.startswith("rank 1 (pid 101 on h) was killed by SIGABRT"), why
+
+
 def test_same_parallel_config_twice_is_bit_identical(straight, tmp_path):
     """Trained again, with activation checkpointing this time (its recomputed blocks under
     DDP draw each rank's own dropout masks again): bit-identical to the reference."""

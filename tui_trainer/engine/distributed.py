@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import torch
 import torch.distributed as dist
@@ -220,16 +220,22 @@ def stderr_tail(log_dir: Path, local_rank: int) -> str:
     return tail if len(tail) <= STDERR_TAIL_CHARS else "…" + tail[-STDERR_TAIL_CHARS:]
 
 
-def root_cause(failures: list[RankFailure]) -> RankFailure | None:
-    """The rank whose end most likely took the others down: one killed by a signal other
-    than the SIGTERM the agent sends to the survivors, else one that exited with an error,
-    else the first."""
+def root_cause(failures: list[RankFailure],
+               said: dict[int, str] | None = None) -> RankFailure | None:
+    """The rank whose end most likely took the others down. A rank whose own last words
+    (`said`, by local rank) say that another rank ended first is a consequence, whatever
+    signal it died of later; among the others: one killed by a signal other than the SIGTERM
+    the agent sends to the survivors, else one that exited with an error, else the first."""
     if not failures:
         return None
-    killed = [f for f in failures if f.signal and f.signal not in ("SIGTERM", "SIGINT")]
-    return (killed or failures)[0]
+    said = said or {}
+    own = [f for f in failures if ENDED_FIRST not in said.get(f.local_rank, "")] or failures
+    killed = [f for f in own if f.signal and f.signal not in ("SIGTERM", "SIGINT")]
+    return (killed or own)[0]
 
 
+# What a rank says when a collective failed because another rank's end closed its connection.
+ENDED_FIRST = "another rank ended first"
 # What gloo says when a collective waited dist_timeout for a peer.
 TIMED_OUT = "Timed out waiting"
 # What it says when the rank at the other end of a connection is gone.
@@ -247,8 +253,29 @@ def peer_lost(e: BaseException) -> str | None:
         return ("gave up waiting for another rank: "
                 + text[text.index(TIMED_OUT):].splitlines()[0])
     if any(words in text for words in PEER_GONE):
-        return "another rank ended first (its connection closed); its own output says why"
+        return f"{ENDED_FIRST} (its connection closed); its own output says why"
     return None
+
+
+class PeerLost(SystemExit):
+    """Raised (status 1) by a rank that stopped because of another rank (peer_lost), once it
+    has said so in one line and, on the lead, recorded it: run_rank then leaves at once."""
+
+
+def leave_at_once(code: int) -> NoReturn:
+    """How a rank whose peer is gone ends: without tearing its group down. gloo aborts now
+    and then (SIGABRT, "terminate called without an active exception") when a group with a
+    broken connection is destroyed, in destroy_process_group or at the interpreter's exit;
+    the launcher then read the consequence's SIGABRT and named it instead of the rank that
+    failed first. Nothing is left to save here (the run's log and store are closed, a rank
+    other than the lead records nothing); torchrun's agent ends the rank's process group
+    (its loader workers) after it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _own_words(said: str) -> str:
@@ -263,13 +290,14 @@ def failure_reason(failures: list[RankFailure], log_dir: Path, nproc: int,
     """Why a group failed, in words, from how its ranks ended and their last lines on
     stderr: the rank that took it down, or, when a rank gave up waiting in a collective,
     that the group hung (the rank that did not answer may well have been killed after)."""
-    cause = root_cause(failures)
+    tails = {f.local_rank: stderr_tail(log_dir, f.local_rank) for f in failures}
+    cause = root_cause(failures, tails)
     if cause is None:
         return None
-    said = _own_words(stderr_tail(log_dir, cause.local_rank))
+    said = _own_words(tails[cause.local_rank])
     if TIMED_OUT not in said:
         for f in failures:
-            words = stderr_tail(log_dir, f.local_rank) if f is not cause else ""
+            words = tails[f.local_rank] if f is not cause else ""
             if TIMED_OUT in words:
                 cause, said = f, words
                 break
@@ -398,6 +426,8 @@ def run_rank(args: RankArgs, say: Any = print) -> int:
                                kill_at_step=args.kill_at_step, group=group,
                                sampler_seed=payload["sampler_seed"])
         group.settle()                  # the ranks tear the group down together
+    except PeerLost as e:
+        leave_at_once(e.code)           # the group is broken: not torn down (never returns)
     except (config.ConfigError, CheckpointError) as e:
         if group.lead and args.run_id is not None:
             with SessionStore(session, create=False) as store:

@@ -42,7 +42,7 @@ from ..core.liveness import HEARTBEAT_S
 from ..core.store import SessionStore
 from .checkpoint import sweep
 from .data import Loaders, make_loaders
-from .distributed import Group, peer_lost, use_backend
+from .distributed import Group, PeerLost, peer_lost, use_backend
 from .recorder import Recorder
 from .memory import Meter
 from .models import build_model
@@ -967,7 +967,7 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
         if isinstance(e, DiskFull):
             raise e from None
         if consequence:
-            raise SystemExit(1) from None
+            raise PeerLost(1) from None
         raise
     finally:
         restore()
@@ -1023,7 +1023,7 @@ def _train_rank(trainer: Trainer, run_id: int, echo: TextIO | None) -> Summary:
             raise
         # Another rank ended first (its own words say why): one line, no traceback.
         trainer.log(f"stopping: {consequence}")
-        raise SystemExit(1) from None
+        raise PeerLost(1) from None
     finally:
         restore()
         trainer.log.close()
