@@ -220,6 +220,10 @@ def stderr_tail(log_dir: Path, local_rank: int) -> str:
     return tail if len(tail) <= STDERR_TAIL_CHARS else "…" + tail[-STDERR_TAIL_CHARS:]
 
 
+# What a rank says when a collective failed because another rank's end closed its connection.
+ENDED_FIRST = "another rank ended first"
+
+
 def root_cause(failures: list[RankFailure],
                said: dict[int, str] | None = None) -> RankFailure | None:
     """The rank whose end most likely took the others down. A rank whose own last words
@@ -234,8 +238,6 @@ def root_cause(failures: list[RankFailure],
     return (killed or own)[0]
 
 
-# What a rank says when a collective failed because another rank's end closed its connection.
-ENDED_FIRST = "another rank ended first"
 # What gloo says when a collective waited dist_timeout for a peer.
 TIMED_OUT = "Timed out waiting"
 # What it says when the rank at the other end of a connection is gone.
