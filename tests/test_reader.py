@@ -125,3 +125,33 @@ def test_an_ended_run_is_seeded_from_its_summary_and_trained_on_from_its_rows(tm
     assert (row.samples_per_s, row.train_loss, row.accuracy) == \
         (again.samples_per_s, again.train_loss, again.accuracy)
     assert row.samples_per_s != full.samples_per_s
+
+
+def test_a_study_run_started_while_the_table_is_drawn_waits_for_its_row(tmp_path,
+                                                                           monkeypatch):
+    """The study process starts a variant's run between the reader's read of the runs and
+    its drawing of the study table: the table keeps to the study as the reader read it (the
+    variant still queued) and shows the run once its row is read. (The dashboard's polling
+    thread died once of a KeyError there, and the A/B tab stopped updating.)"""
+    from conftest import wait_until
+    from tui_trainer.core import study as studies
+    w = _session(tmp_path, 1, 10)
+    runs, _ = studies.plan(config.DEFAULTS, [("lr", [0.1])], steps=10)
+    sid = w.create_study("ab", "s", {"repeats": 1, "steps": 10}, runs)
+    w.set_study_run(sid, 0, 1)
+    reader = SessionReader(SessionStore(tmp_path, readonly=True, create=False))
+    read_study = reader.store.study
+    started: list[int] = []
+
+    def study_read_after_a_start(study_id: int) -> dict:
+        if not started:              # the study process, meanwhile
+            started.append(w.create_run(runs[1]["config"], name="variant"))
+            w.set_study_run(sid, 1, started[0])
+        return read_study(study_id)
+    monkeypatch.setattr(reader.store, "study", study_read_after_a_start)
+    rows = reader.tick(study=sid).study["rows"]
+    assert [(r.label, r.run_id) for r in rows] == [("base", 1), ("lr=0.1", None)]
+    if not started:
+        study_read_after_a_start(sid)
+    assert wait_until(lambda: [r.run_id for r in reader.tick(study=sid).study["rows"]] ==
+                      [1, started[0]], timeout=30)

@@ -344,7 +344,7 @@ class SessionReader:
                 self.store, study_id,
                 figures_of=lambda r: {"status": self.rows[r].status, "steps": self.rows[r].step,
                                       **self.figures[r].as_dict()},
-                hashes_of=self.hashes_of)
+                hashes_of=self.hashes_of, study=st)
             self._study = {**study, "rows": rows}
         return self._study
 
