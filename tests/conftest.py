@@ -31,6 +31,39 @@ if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = _inductor
     atexit.register(shutil.rmtree, _inductor, ignore_errors=True)
 
+# Which device a test's claim is about (docs/architecture.md, "Tests and devices"): CPU
+# behaviour sets device=cpu, CUDA behaviour is marked `gpu` (skipped where CUDA is not),
+# and everything else runs on the default device (auto: CUDA where there is one) and asserts
+# what holds there (`on_cuda`).
+_cuda: dict[str, int] = {}
+
+
+def cuda_count() -> int:
+    """CUDA devices torch sees in this test process (0 without CUDA); asked once."""
+    if "n" not in _cuda:
+        import torch
+        _cuda["n"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return _cuda["n"]
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("gpu") is not None and cuda_count() == 0:
+        pytest.skip("needs a CUDA device: torch.cuda.is_available() is False here")
+
+
+def ranks_device(processes: int) -> str:
+    """The `device` setting of a claim that needs several processes: one GPU each where
+    there are that many, else the CPU (gloo)."""
+    return "device=auto" if cuda_count() >= processes else "device=cpu"
+
+
+def on_cuda(session: Path, run_id: int) -> bool:
+    """Whether the run trained on a CUDA device (its recorded effective settings)."""
+    from tui_trainer.core.store import SessionStore
+    run = SessionStore(session, create=False, readonly=True).run(run_id)
+    return str(run["settings"]["device"]).startswith("cuda")
+
+
 # Short runs: 10 steps an epoch on 640 of the shipped training digits.
 QUICK = ["dataset=mnist-sample", "train_samples=640", "eval_samples=200", "batch_size=64",
          "log_every=2", "fingerprint_every=3"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, db_rows, sets, tt, wait_for_row
+from conftest import QUICK, db_rows, on_cuda, sets, tt, wait_for_row
 from tui_trainer.core.store import SessionStore
 
 REQUIRED = {"run_id", "status", "steps", "epochs", "final_loss", "train_loss", "eval_loss",
@@ -42,7 +42,12 @@ def test_run_json_describes_the_run_and_the_store_holds_everything(tmp_path):
     assert d["wall_samples_per_s"] == pytest.approx(20 * 64 / d["elapsed_s"], rel=1e-3)
     assert all(s[1] > 0 and s[2] > 0 and s[3] > 0 and s[4] >= 0 and s[5] > 0 and s[6] > 1e6
                for s in steps)
-    assert all(s[7] is None for s in steps)        # no CUDA here: no CUDA memory figures
+    if on_cuda(tmp_path, 1):                       # CUDA's allocator: the state at least
+        params = SessionStore(tmp_path, create=False, readonly=True).run(1)["settings"][
+            "parameters"]
+        assert all(s[7] >= 8 * params for s in steps), steps
+    else:                                          # no CUDA: no CUDA memory figures
+        assert all(s[7] is None for s in steps)
     lrs = sorted({round(s[1], 8) for s in steps})
     assert lrs == [round(0.03 * 0.7, 8), 0.03]     # StepLR after the first epoch
     assert db_rows(tmp_path, "SELECT step FROM evals ORDER BY step") == [(10,), (20,)]

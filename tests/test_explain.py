@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import QUICK, db_rows, sets, tt
+from conftest import QUICK, db_rows, ranks_device, sets, tt
 from tui_trainer.core.explain import evidence_lines
 
 # 12 steps, fingerprints every 5 (0, 5, 10, 12): the replay searches steps 1 to 5.
@@ -53,8 +53,9 @@ def test_identical_runs_say_so_in_one_line_without_a_replay(tmp_path):
 def test_another_thread_count_is_named_down_to_the_op_and_the_setting(tmp_path):
     """Same seed and data, 1 vs 2 threads: everything going into the first differing step
     agrees, one op of it gives other bits on the same inputs, each thread count does so
-    every time, and switching num_threads alone turns A's result into B's."""
-    _runs(tmp_path, ["num_threads=1"], ["num_threads=2"])
+    every time, and switching num_threads alone turns A's result into B's. On the CPU: the
+    thread count does not touch CUDA's kernels."""
+    _runs(tmp_path, ["num_threads=1", "device=cpu"], ["num_threads=2", "device=cpu"])
     rc, result, text = _explain(tmp_path)
     assert rc == 3 and result["verdict"] == "op", result
     assert result["last_identical"] < result["step"] <= result["first_different"]
@@ -90,8 +91,9 @@ def test_other_augmentation_draws_are_named_as_the_batch(tmp_path):
 
 def test_runs_not_comparable_are_refused_and_lost_checkpoints_replayed_from_the_config(
         tmp_path):
-    _runs(tmp_path, [], ["model=examples"],
-          ["num_threads=2", "keep_checkpoints=1", "checkpoint_every=2"])
+    """On the CPU: run 3 differs from run 1 by its thread count (on CUDA it would not)."""
+    _runs(tmp_path, ["device=cpu"], ["model=examples", "device=cpu"],
+          ["num_threads=2", "keep_checkpoints=1", "checkpoint_every=2", "device=cpu"])
     r = tt("explain", "1", "2", "--session", str(tmp_path))
     assert r.rc == 2 and "not comparable" in r.err and "model (grokking vs examples)" in r.err
 
@@ -108,11 +110,12 @@ def test_runs_not_comparable_are_refused_and_lost_checkpoints_replayed_from_the_
 def test_a_resume_that_was_not_exact_is_named_by_the_state_it_lost(tmp_path):
     """B is killed at step 7 and continued from its checkpoint at step 6, whose torch RNG
     state was replaced (what a checkpoint that dropped it would do): B parts from A at step
-    7, and what differs going into it is that generator, not an op."""
+    7, and what differs going into it is that generator, not an op. On the CPU: that
+    generator draws the CPU's dropout masks (on CUDA, CUDA's generator does)."""
     import torch
-    _runs(tmp_path, ["checkpoint_every=3"])
-    killed = tt("run", "--session", str(tmp_path), "--kill-at-step", "7",
-                *sets(*SHORT, "checkpoint_every=3"))
+    cpu = ["checkpoint_every=3", "device=cpu"]
+    _runs(tmp_path, cpu)
+    killed = tt("run", "--session", str(tmp_path), "--kill-at-step", "7", *sets(*SHORT, *cpu))
     assert killed.rc != 0
     path = tmp_path / "checkpoints" / "run-2" / "step-00000006.pt"
     state = torch.load(path, weights_only=True)
@@ -127,7 +130,7 @@ def test_a_resume_that_was_not_exact_is_named_by_the_state_it_lost(tmp_path):
     # the same, keeping only the newest checkpoint: nothing to replay B's resume from, and
     # its config does not reproduce it; the missing checkpoint and the knob are named
     killed = tt("run", "--session", str(tmp_path), "--kill-at-step", "7",
-                *sets(*SHORT, "checkpoint_every=3", "keep_checkpoints=1"))
+                *sets(*SHORT, *cpu, "keep_checkpoints=1"))
     path = tmp_path / "checkpoints" / "run-3" / "step-00000006.pt"
     state = torch.load(path, weights_only=True)
     state["rng"]["torch"] = torch.Generator().manual_seed(99).get_state()
@@ -166,8 +169,10 @@ def test_one_process_against_two_names_the_shards_and_the_all_reduce(tmp_path):
     """nproc 1 vs 2 at the same global batch. B's ranks are replayed in this process, one
     after the other with DDP's gradient average, and must reproduce B's recorded hashes.
     Step 1's batch already differs (each rank takes its DistributedSampler shard), and on
-    B's own samples one backward against two averaged gives other sums as well."""
-    _runs(tmp_path, [], ["nproc=2"])
+    B's own samples one backward against two averaged gives other sums as well. Two
+    processes: one GPU each where there are two, else the CPU (gloo)."""
+    device = ranks_device(2)
+    _runs(tmp_path, [device], ["nproc=2", device])
     rc, result, text = _explain(tmp_path)
     assert rc == 3 and result["verdict"] == "input" and result["step"] == 1, result
     assert result["replay"]["reproduced"] == [True, True] and result["worlds"] == [1, 2]

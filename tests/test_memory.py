@@ -78,12 +78,18 @@ def test_memory_breaks_a_step_down_by_category_and_module_and_keeps_it(tmp_path)
         assert db_rows(tmp_path, "SELECT count(*) FROM steps") == steps_before
     off, full = found["off"], found["full"]
     params = SessionStore(tmp_path, create=False, readonly=True).run(1)["settings"]["parameters"]
+    from tui_trainer.engine.models import build_model
+    tensors = len(list(build_model("grokking").parameters()))
     for b in (off, full):
         cats = b["categories"]
-        # (gradients and momentum as MemTracker counts their storages: within 2%)
-        assert cats["parameters"] == 4 * params
+        # MemTracker counts what the allocator holds: on the CPU a tensor's bytes, on CUDA
+        # each block rounded up to 512 bytes (the parameters of 4 * 21,840 bytes in 8
+        # tensors take 89,600); gradients and momentum as it counts their storages: within
+        # 2% of that
+        rounding = 512 * tensors if b["device"].startswith("cuda") else 0
+        assert 4 * params <= cats["parameters"] <= 4 * params + rounding, (cats, b["device"])
         for key in ("gradients", "optimizer state"):
-            assert abs(cats[key] - 4 * params) <= 0.02 * 4 * params, (key, cats)
+            assert abs(cats[key] - cats["parameters"]) <= 0.02 * 4 * params, (key, cats)
         assert b["total"] == sum(cats.values()) and b["from_checkpoint"]
         assert [m["module"] for m in b["modules"]][:3] == ["GrokkingNet", "GrokkingNet.conv1",
                                                           "GrokkingNet.conv2"]

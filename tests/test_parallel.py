@@ -26,8 +26,10 @@ from tui_trainer.core.supervisor import Supervisor
 
 # 650 digits over 2 ranks: 325 each, 11 batches of 32 an epoch (a padded last one), 4 epochs.
 # One thread per process, whatever the machine's cores (the two-machine test compares bits).
+# Claims about the CPU and gloo (its time-outs, its messages), on a GPU machine too.
 PARALLEL = [*QUICK, "train_samples=650", "nproc=2", "epochs=4", "log_every=1",
-            "fingerprint_every=5", "checkpoint_every=5", "augment=torch", "num_threads=1"]
+            "fingerprint_every=5", "checkpoint_every=5", "augment=torch", "num_threads=1",
+            "device=cpu"]
 
 
 def _free_port() -> int:
@@ -60,7 +62,7 @@ def test_knobs_are_checked_before_anything_starts(tmp_path):
     with pytest.raises(config.ConfigError, match="device.*local rank"):
         config.from_dict({"nproc": 2, "device": "cuda:1"})
     assert config.from_dict({"nnodes": 2, "rdzv_endpoint": "10.0.0.1:29400"}).nnodes == 2
-    r = tt("run", "--session", str(tmp_path / "s"), *sets(*QUICK, "nproc=2",
+    r = tt("run", "--session", str(tmp_path / "s"), *sets(*QUICK, "nproc=2", "device=cpu",
                                                              "dist_backend=nccl"))
     assert r.rc == 2 and "dist_backend" in r.err and "nccl needs CUDA" in r.err
     assert not (tmp_path / "s" / "session.sqlite").exists() or \

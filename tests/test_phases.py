@@ -3,7 +3,7 @@ and what memory it holds."""
 
 from __future__ import annotations
 
-from conftest import QUICK, db_rows, sets, tt
+from conftest import QUICK, db_rows, on_cuda, sets, tt
 from tui_trainer.core import figures
 from tui_trainer.core.figures import PHASES
 from tui_trainer.core.reader import SessionReader
@@ -30,14 +30,24 @@ def test_a_log_point_records_its_intervals_phases_and_the_memory_held(tmp_path):
     # memory: the interval's high-water mark is at least the resident set read with it; the
     # training state's tensors are the parameters and SGD's momentum (gradients are freed
     # by zero_grad before the log point), 4 bytes each; the peak-memory figure is the
-    # largest high-water mark
+    # largest high-water mark: the process's (RSS) on the CPU, the allocator's on CUDA,
+    # where the allocator's peak holds at least the training state and its cache at least
+    # what is allocated
     store = SessionStore(tmp_path, create=False, readonly=True)
     params = store.run(1)["settings"]["parameters"]
-    mem = db_rows(tmp_path, "SELECT rss_bytes, peak_rss, tensor_bytes FROM steps")
-    assert all(peak >= rss > 0 and tensors == 8 * params for rss, peak, tensors in mem)
+    mem = db_rows(tmp_path, "SELECT rss_bytes, peak_rss, tensor_bytes, cuda_alloc, "
+                            "cuda_reserved, cuda_peak FROM steps")
+    assert all(peak >= rss > 0 and tensors == 8 * params for rss, peak, tensors, *_ in mem)
     f = figures.run_figures(store, 1)
-    assert f["memory_kind"] == "RSS"
-    assert f["peak_memory_mib"] == max(peak for _, peak, _ in mem) / 2**20
+    if on_cuda(tmp_path, 1):
+        assert all(reserved >= cpeak >= tensors and alloc >= tensors
+                   for _, _, tensors, alloc, reserved, cpeak in mem), mem
+        assert f["memory_kind"] == "GPU"
+        assert f["peak_memory_mib"] == max(row[5] for row in mem) / 2**20
+    else:
+        assert all(row[3:] == (None, None, None) for row in mem)
+        assert f["memory_kind"] == "RSS"
+        assert f["peak_memory_mib"] == max(peak for _, peak, *_ in mem) / 2**20
 
     # the run table's "step time (last log)": the last row's phases over the 10 steps it
     # covers, read through the dashboard's reader (from the finished run's summary)
