@@ -43,7 +43,15 @@ def read(data: Any) -> dict[str, Any] | None:
                 _num(o.get("self_ms")) is not None:
             ops.append({"op": o["op"], "self_ms": _num(o["self_ms"]),
                         "calls": _num(o.get("calls")) or 0.0,
-                        "share": _num(o.get("share")) or 0.0})
+                        "share": _num(o.get("share")) or 0.0,
+                        "device_ms": _num(o.get("device_ms")),
+                        "device_share": _num(o.get("device_share")) or 0.0})
+    kernels = [{"kernel": k["kernel"], "device_ms": _num(k["device_ms"]),
+                "calls": _num(k.get("calls")) or 0.0}
+               for k in data.get("kernels") or []
+               if isinstance(k, dict) and isinstance(k.get("kernel"), str)
+               and _num(k.get("device_ms")) is not None] \
+        if isinstance(data.get("kernels"), list) else []
     modules = [{"module": m["module"], "ms": _num(m.get("ms")) or 0.0}
                for m in data.get("modules") or []
                if isinstance(m, dict) and isinstance(m.get("module"), str)]
@@ -56,7 +64,8 @@ def read(data: Any) -> dict[str, Any] | None:
             "from_step": data.get("from_step") if isinstance(data.get("from_step"), int)
             else None, "wall_ms": _num(data.get("wall_ms")), "self_ms": _num(data.get("self_ms")),
             "phases_ms": {k: _num(phases.get(k)) for k in PHASES},
-            "ops": ops, "modules": modules,
+            "ops": ops, "modules": modules, "kernels": kernels,
+            "device_ms": _num(data.get("device_ms")),
             "memory": {str(k): v for k, v in cats.items() if _num(v) is not None},
             "memory_total": _num(memory.get("total")),
             "memory_error": memory.get("error") if isinstance(memory.get("error"), str) else None,
@@ -90,6 +99,15 @@ def trace_path(session: Path, result: dict[str, Any]) -> Path | None:
     return path
 
 
+def ranked(p: dict[str, Any]) -> list[dict[str, Any]]:
+    """A read profile's operators by what the device spent on them: their kernels' CUDA
+    time where the profile holds it (a CUDA run), else their self time on the CPU."""
+    if p.get("device_ms") is not None:
+        return sorted((o for o in p["ops"] if o.get("device_ms") is not None),
+                      key=lambda o: -o["device_ms"])
+    return sorted(p["ops"], key=lambda o: -o["self_ms"])
+
+
 def summary(result: dict[str, Any]) -> str:
     top = ", ".join(f"{shown(o['op'], 40)} {o['share']:.0%}" for o in result["ops"][:3])
     return (f"profiled {result['steps']} steps on {result['device']}: "
@@ -121,6 +139,16 @@ def lines(result: dict[str, Any], run_id: int | None = None, session: Path | Non
     for o in p["ops"][:SHOWN_OPS]:
         out.append(f"  {shown(o['op'], 44):<44}{_ms(o['self_ms']):>9}{o['share']:>7.1%}"
                    f"{o['calls']:>7.0f}")
+    if p["device_ms"] is not None:
+        out += [f"CUDA time by operator (ms per step: the kernels it launched; share of all "
+                f"{_ms(p['device_ms'])} ms of kernel time):",
+                f"  {'operator':<44}{'CUDA ms':>9}{'share':>7}{'calls':>7}"]
+        for o in ranked(p)[:SHOWN_OPS]:
+            out.append(f"  {shown(o['op'], 44):<44}{_ms(o['device_ms']):>9}"
+                       f"{o['device_share']:>7.1%}{o['calls']:>7.0f}")
+        if p["kernels"]:
+            out.append("Kernels by CUDA time (ms per step): " + ", ".join(
+                f"{shown(k['kernel'], 60)} {_ms(k['device_ms'])}" for k in p["kernels"][:5]))
     if p["modules"]:
         out.append("Forward by module (ms per step, its ops included): " + ", ".join(
             f"{shown(m['module'], 30)} {_ms(m['ms'])}" for m in p["modules"][:10]))
@@ -137,14 +165,15 @@ def lines(result: dict[str, Any], run_id: int | None = None, session: Path | Non
     return out
 
 
-def diff(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each operator's self time per step in A and in B, the largest changes first (an
-    operator outside one profile's kept list counts as not seen there: None)."""
+def diff(a: dict[str, Any], b: dict[str, Any], by: str = "self_ms") -> list[dict[str, Any]]:
+    """Each operator's self time per step in A and in B (`by="device_ms"`: its kernels' CUDA
+    time), the largest changes first (an operator outside one profile's kept list counts as
+    not seen there: None)."""
     pa, pb = read(a), read(b)
     if pa is None or pb is None:
         return []
-    ia = {o["op"]: o["self_ms"] for o in pa["ops"]}
-    ib = {o["op"]: o["self_ms"] for o in pb["ops"]}
+    ia = {o["op"]: o[by] for o in pa["ops"] if o[by] is not None}
+    ib = {o["op"]: o[by] for o in pb["ops"] if o[by] is not None}
     rows = []
     for op in ia.keys() | ib.keys():
         x, y = ia.get(op), ib.get(op)
@@ -164,8 +193,14 @@ def diff_lines(a: dict[str, Any], b: dict[str, Any], ids: tuple[Any, Any] = ("A"
     out = [f"Operators whose self time changed most, {ids[0]} -> {ids[1]} (ms per step): "
            f"step {_ms(pa['wall_ms'])} -> {_ms(pb['wall_ms'])}",
            f"  {'operator':<44}{str(ids[0]):>9}{str(ids[1]):>9}{'B/A':>7}{'change':>9}"]
-    for r in diff(a, b)[:limit]:
-        ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
-        out.append(f"  {shown(r['op'], 44):<44}{_ms(r['a_ms']):>9}{_ms(r['b_ms']):>9}"
-                   f"{ratio:>7}{r['change_ms']:>+9.2f}")
-    return out
+    tables = [("self_ms", out)]
+    if pa["device_ms"] is not None and pb["device_ms"] is not None:
+        tables.append(("device_ms", [
+            f"Operators whose CUDA time changed most, {ids[0]} -> {ids[1]} (ms per step): "
+            f"kernels {_ms(pa['device_ms'])} -> {_ms(pb['device_ms'])}", out[1]]))
+    for by, table in tables:
+        for r in diff(a, b, by)[:limit]:
+            ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
+            table.append(f"  {shown(r['op'], 44):<44}{_ms(r['a_ms']):>9}{_ms(r['b_ms']):>9}"
+                         f"{ratio:>7}{r['change_ms']:>+9.2f}")
+    return [line for _, table in tables for line in table]

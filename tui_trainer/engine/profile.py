@@ -6,7 +6,9 @@ unprofiled (allocators, optimizer state, one-off kernels), then `steps` steps un
 memory recorded). From that: the operators by self time (calls, share), the steps' time by
 phase (the engine's own Clock, as every run records it), each leaf module's forward time
 (a record_function scope around it), the memory peak by category (one more step under
-MemTracker, engine.memory), and a Chrome/Perfetto trace written where the caller says.
+MemTracker, engine.memory), and a Chrome/Perfetto trace written where the caller says. On
+CUDA also the GPU's side: each operator's kernel time (the kernels it launched), the
+kernels by their time on the device, and the steps' total kernel time.
 core.profiling words and diffs it; the session keeps it as an event on the run.
 """
 
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, record_function
 
 from ..core.figures import PHASES
@@ -74,8 +77,7 @@ def profile(cfg: Any, state: dict[str, Any] | None, steps: int, warmup: int,
         trace.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace))
     events = prof.key_averages()
-    device_attr = "self_device_time_total" if cuda else None
-    ops, modules = [], []
+    ops, kernels, modules = [], [], []
     for e in events:
         if e.key.startswith(SCOPE):
             modules.append({"module": e.key[len(SCOPE):], "ms": e.cpu_time_total / 1000 / steps,
@@ -83,16 +85,36 @@ def profile(cfg: Any, state: dict[str, Any] | None, steps: int, warmup: int,
             continue
         if e.key.startswith("ProfilerStep") or e.key.startswith("## "):
             continue
+        if cuda and e.device_type != DeviceType.CPU:
+            # a kernel (or a copy) as the GPU ran it: its time on the device (a named
+            # region's span on the GPU is no kernel: it would count its kernels twice)
+            if getattr(e, "is_user_annotation", False):
+                continue
+            kernels.append({"kernel": e.key, "device_ms": e.self_device_time_total / 1000 / steps,
+                            "calls": e.count / steps})
+            continue
         op = {"op": e.key, "self_ms": e.self_cpu_time_total / 1000 / steps,
               "total_ms": e.cpu_time_total / 1000 / steps, "calls": e.count / steps,
               "self_mem": e.self_cpu_memory_usage / steps}
-        if device_attr:
-            op["device_ms"] = getattr(e, device_attr, 0) / 1000 / steps
+        if cuda:      # the GPU time of the kernels this operator itself launched
+            op["device_ms"] = e.self_device_time_total / 1000 / steps
         ops.append(op)
-    ops.sort(key=lambda o: -o["self_ms"])
     self_total = sum(o["self_ms"] for o in ops)
+    device_total = sum(k["device_ms"] for k in kernels)
     for o in ops:
         o["share"] = o["self_ms"] / self_total if self_total else 0.0
+        if cuda:
+            o["device_share"] = o["device_ms"] / device_total if device_total else 0.0
+    # kept: the operators that take the most host time, and on CUDA those whose kernels
+    # take the most GPU time (a step can be bound by either)
+    by_self = sorted(ops, key=lambda o: -o["self_ms"])
+    kept = by_self[:TOP_OPS]
+    if cuda:
+        ids = {id(o) for o in kept}
+        kept += [o for o in sorted(ops, key=lambda o: -o["device_ms"])[:TOP_OPS]
+                 if id(o) not in ids and o["device_ms"] > 0]
+        kept.sort(key=lambda o: -o["self_ms"])
+    kernels.sort(key=lambda k: -k["device_ms"])
     modules.sort(key=lambda m: -m["ms"])
     try:
         memory = breakdown(cfg, state)
@@ -103,7 +125,8 @@ def profile(cfg: Any, state: dict[str, Any] | None, steps: int, warmup: int,
             "from_checkpoint": state is not None, "compile": cfg.compile,
             "wall_ms": wall * 1000 / steps, "self_ms": self_total,
             "phases_ms": {k: spent[k] * 1000 / steps for k in PHASES},
-            "ops": ops[:TOP_OPS], "op_count": len(ops), "modules": modules,
+            "ops": kept, "op_count": len(ops), "modules": modules,
+            "device_ms": device_total if cuda else None, "kernels": kernels[:TOP_OPS],
             "memory": {k: memory.get(k) for k in ("categories", "total", "error")
                        if k in memory},
             "trace": None}
