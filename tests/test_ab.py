@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from tui_trainer.core.figures import PHASES
-from conftest import QUICK, db_rows, fingerprints, sets, tt
+from conftest import QUICK, cuda_count, db_rows, fingerprints, sets, tt
 from tui_trainer.core.export import FIG_DPI, FIG_SIZE_IN
 from tui_trainer.core.store import SessionStore
 
@@ -128,6 +128,8 @@ def test_ab_prints_a_table_with_ratios(tmp_path):
     (["--vary", "colour=red"], "colour"),
     (["--vary", "persistent_workers=on"], "persistent_workers"),
     (["--vary", "seed=1"], "--vary"),
+    (["--vary", "amp=fp16,bf16+channels_last=on"], "--vary"),     # joined: one value each
+    (["--vary", "amp=bf16+lr=0"], "lr"),
     ([], "--vary"),
     (["--vary", "seed=2", "--steps", "0"], "--steps"),
     (["--vary", "seed=2"], "--vary"),           # the rounds vary the seed already
@@ -174,6 +176,21 @@ def test_ready_studies_run_as_they_are(tmp_path, study):
     rows = json.loads(r.out)["rows"]
     assert len(rows) >= 3
     assert all(row["status"] in ("finished", "skipped") for row in rows)
+    if study.stem == "gpu":
+        # every knob of the GPU's, joined where they act together; without CUDA the fp16
+        # arm says why it cannot run and the others train (with CUDA, every arm trains)
+        by_label = {row["label"]: row for row in rows}
+        assert list(by_label)[1:] == [
+            "cudnn_benchmark=on", "deterministic=off+cudnn_deterministic=off",
+            "pin_memory=on+non_blocking=on", "amp=fp16", "amp=bf16", "channels_last=on",
+            "compile=on", "float32_matmul_precision=high+cudnn_allow_tf32=on"]
+        fp16 = by_label.pop("amp=fp16")
+        if cuda_count() == 0:
+            assert fp16["status"] == "skipped" and "amp: fp16 needs a CUDA device" in \
+                fp16["note"], fp16
+        else:
+            assert fp16["status"] == "finished"
+        assert all(row["status"] == "finished" for row in by_label.values())
     # The base config of a study file also runs as a plain run (its [ab] table is skipped).
     r = tt("config", "--config", str(study), "--plain")
     assert r.rc == 0, r.err
@@ -523,6 +540,9 @@ def test_rounds_beside_a_cpu_hog_are_marked_trained_again_and_until_sure_stops_a
         c = contention.read(summary["contention"])
         assert c["others_cores"] > 0.5 and contention.loaded(c), c
         assert c["own_cores"] > 0.2 and c["load1"][0] is not None
+        # the study that started it was known (its own processes are not others'), and the
+        # hog, a stranger to it, is others'
+        assert c["study_cores"] is not None and c["cores"] >= 1
     variant = result["rows"][1]
     assert result["repeats"] == 3 and variant["done"] == 3
     assert result["ended_by"].startswith("bound: 3 rounds (--max-rounds)"), result["ended_by"]

@@ -13,6 +13,7 @@ Core layer: imports neither torch nor textual. The training itself is done by th
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,24 +47,43 @@ FIGURES = (("samples_per_s", "samples/s", figures.FORMATS["samples_per_s"]),
            ("accuracy", "accuracy %", figures.FORMATS["accuracy"]))
 
 
+# Knobs that go together in one arm: `pin_memory=on+non_blocking=on` (a "+" before the next
+# KEY=): one variant with both set, one value each.
+_JOINED = re.compile(r"\+(?=\s*[A-Za-z_][A-Za-z0-9_]*\s*=)")
+
+
 def parse_vary(specs: list[str]) -> list[tuple[str, list[Any]]]:
-    """`KEY=V1,V2` strings -> [(key, [typed values])], each value checked like --set."""
+    """`KEY=V1,V2` strings -> [(key, [typed values])], each value checked like --set. A
+    joined arm, `K1=V+K2=W`, is one variant setting both: ("K1+K2", [{K1: V, K2: W}])."""
     out: list[tuple[str, list[Any]]] = []
     for spec in specs:
-        key, sep, text = spec.partition("=")
-        key = key.strip()
-        if not sep or not key or not text.strip():
-            raise ConfigError("--vary", f"takes KEY=V1,V2,... (values separated by commas), "
-                              f"got {spec!r}")
-        if key in config.TRAINING_LENGTH_KEYS:
-            raise ConfigError("--vary", f"{key} cannot be varied: every variant trains for the "
-                              "same steps (use --steps)")
-        if any(key == k for k, _ in out):
-            raise ConfigError("--vary", f"{key} is given twice; put all its values in one "
-                              f"--vary {key}=V1,V2")
-        values = [config.check_value(key, config.parse_value(key, v)) for v in text.split(",")
-                  if v.strip()]
-        out.append((key, values))
+        parts = _JOINED.split(spec)
+        joined: dict[str, Any] = {}
+        for part in parts:
+            key, sep, text = part.partition("=")
+            key = key.strip()
+            if not sep or not key or not text.strip():
+                raise ConfigError("--vary", f"takes KEY=V1,V2,... (values separated by "
+                                  f"commas) or K1=V+K2=W (one arm setting both), got {spec!r}")
+            if key in config.TRAINING_LENGTH_KEYS:
+                raise ConfigError("--vary", f"{key} cannot be varied: every variant trains for "
+                                  "the same steps (use --steps)")
+            values = [config.check_value(key, config.parse_value(key, v))
+                      for v in text.split(",") if v.strip()]
+            if len(parts) > 1:
+                if len(values) != 1 or key in joined:
+                    raise ConfigError("--vary", f"{spec!r} joins knobs into one arm: each key "
+                                      "once, with one value (K1=V+K2=W)")
+                joined[key] = values[0]
+            else:
+                joined = {}
+                out_key, out_values = key, values
+        if joined:
+            out_key, out_values = "+".join(joined), [joined]
+        if any(out_key == k for k, _ in out):
+            raise ConfigError("--vary", f"{out_key} is given twice; put all its values in one "
+                              f"--vary {out_key}=V1,V2")
+        out.append((out_key, out_values))
     if not out:
         raise ConfigError("--vary", "give at least one KEY=V1,V2 to vary")
     return out
@@ -113,6 +133,8 @@ def read_study_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _label(key: str, value: Any) -> str:
+    if isinstance(value, dict):                  # a joined arm: K1=V+K2=W
+        return "+".join(_label(k, v) for k, v in value.items())
     if isinstance(value, bool):
         text = "on" if value else "off"
     elif value is None:
@@ -143,16 +165,17 @@ def plan(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: int,
     arms = [{"label": "base", "key": None, "value": None, "config": base_cfg}]
     notes: list[str] = []
     for key, values in vary:
-        if key == "seed" and repeats > 1:
+        if "seed" in key.split("+") and repeats > 1:
             raise ConfigError("--vary", "seed cannot be varied with --repeats above 1: the "
                               "repeats vary it already (round r trains seed + r); "
                               "`tui-trainer sweep` shows seed-to-seed noise")
         for value in values:
-            if value == getattr(base_cfg, key):
+            changes = value if isinstance(value, dict) else {key: value}
+            if all(v == getattr(base_cfg, k) for k, v in changes.items()):
                 notes.append(f"{_label(key, value)} is the base's value: the base row shows it")
                 continue
             try:
-                cfg = base_cfg.replace(**{key: value})
+                cfg = base_cfg.replace(**changes)
             except ConfigError as e:
                 raise ConfigError(e.key, f"{e.reason} (in the variant {_label(key, value)})") \
                     from None
@@ -369,6 +392,22 @@ def _arm_status(statuses: list[str]) -> str:
     return "finished" if statuses else "queued"
 
 
+def round_need(store: SessionStore, study_id: int, rnd: int) -> float | None:
+    """The most cores one run of round `rnd` kept busy (its recorded own cores): what a
+    re-run of the round needs free beside whatever else runs; None when none says."""
+    study = store.study(study_id)
+    places = study["spec"].get("layout") or [[i, 0] for i in range(len(study["variants"]))]
+    need = None
+    for v, (_, r) in zip(study["variants"], places, strict=True):
+        if r != rnd or v["run_id"] is None:
+            continue
+        summary = store.run(v["run_id"])["summary"]
+        c = contention.read(summary.get("contention") if isinstance(summary, dict) else None)
+        if c is not None and c.get("own_cores") is not None:
+            need = max(need or 0.0, c["own_cores"])
+    return need
+
+
 def loaded_of(store: SessionStore, run_id: int) -> bool:
     """Whether a run was timed while another process took the CPU (its summary says)."""
     summary = store.run(run_id)["summary"]
@@ -378,15 +417,16 @@ def loaded_of(store: SessionStore, run_id: int) -> bool:
 
 def table(store: SessionStore, study_id: int,
           figures_of: Callable[[int], dict[str, Any]] | None = None,
-          hashes_of: Callable[[int], dict[int, str]] | None = None
-          ) -> tuple[dict[str, Any], list[Row]]:
+          hashes_of: Callable[[int], dict[int, str]] | None = None,
+          study: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[Row]]:
     """The study and its rows, one per arm, figures so far included (it may still be
     running). The figures and parameter hashes of its runs come from the store, or from
     `figures_of` / `hashes_of` where the caller keeps them already (the dashboard's
-    reader)."""
+    reader, which also gives the `study` as it read it: the store's may already name a
+    run its figures do not hold yet)."""
     figures_of = figures_of or (lambda r: figures.run_figures(store, r))
     loaded: dict[int, bool] = {}
-    study = store.study(study_id)
+    study = study if study is not None else store.study(study_id)
     side_by_side = study["spec"].get("jobs", 1) > 1
 
     def is_loaded(cell: Any) -> bool:
