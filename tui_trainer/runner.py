@@ -369,7 +369,7 @@ def _after_plan(store: SessionStore, study_id: int, train_positions: Callable[[l
     interval is narrower than asked, or a bound is reached. What ended it is kept in the
     spec (`ended_by`) and said."""
     from .core import contention
-    from .core.study import QUIET_WAIT_S, add_round, rerun_round, table
+    from .core.study import QUIET_WAIT_S, add_round, rerun_round, round_need, table
     study = store.study(study_id)
     spec = study["spec"]
     if study["kind"] != "ab" or (spec.get("repeats", 1) < 2 and spec.get("until_sure") is None):
@@ -388,9 +388,13 @@ def _after_plan(store: SessionStore, study_id: int, train_positions: Callable[[l
                 return
             rnd = marked[0]
             limit = store.study(study_id)["spec"].get("quiet_wait_s", QUIET_WAIT_S)
-            say(f"ab: round {rnd + 1} shared the CPU with another process; waiting for a "
-                f"quiet machine (at most {limit:.0f} s) to train it again")
-            quiet, waited = contention.wait_quiet(limit, give_up=lambda: stop["asked"])
+            need = round_need(store, study_id, rnd)
+            room = contention.room_for(need)
+            say(f"ab: round {rnd + 1} shared the CPU with another process; waiting for "
+                f"room for it (everything else below {room:.1f} cores, at most "
+                f"{limit:.0f} s) to train it again")
+            quiet, waited = contention.wait_quiet(limit, give_up=lambda: stop["asked"],
+                                                  need_cores=need)
             if stop["asked"]:
                 return
             if not quiet:

@@ -5,16 +5,23 @@ its timed training the engine takes two snapshots of the machine (`snapshot`) an
 happened between them (`between`) in the run's summary:
 
 - others_cores: CPU time every other process took per second of wall time (the machine's
-  busy time from /proc/stat minus the run's own, its loader workers included), in cores;
+  busy time from /proc/stat minus the run's own, its loader workers included, and minus the
+  study's or check's own processes that started it), in cores;
 - steal_cores: CPU time the hypervisor gave to other machines (a shared VM's neighbours);
 - own_cores: the run's own CPU time per second (how many cores it kept busy);
+- study_cores: the CPU of the study (or check) that started the run, beside the run itself:
+  its own process, its warm launcher, its other runs (`--jobs`); not counted as others;
+- cores: the machine's CPUs;
 - load1: the 1-minute load average at the start and the end (a lagging hint, not the test);
 - mhz: the CPU frequency at both ends, where Linux shows it.
 
 A run is *loaded* when others and steal together took more than LOADED_CORES cores on
-average: on a 2-core machine that is a fifth of the other core, well above what this
-machine's idle background takes (0.01 to 0.05 cores, docs/benchmarks.md) and well below one
-busy process. A study marks every round one of whose runs was loaded.
+average *and* the machine had no room for them beside the run: others, steal and the run's
+own cores together above its cores less SPARE_CORES. On a 2-core machine a busy process
+beside a run is loaded, the idle background (0.01 to 0.05 cores, docs/benchmarks.md) is not;
+on a 16-core GPU machine a dashboard, the hypervisor's steal (0.05 to 0.25 cores seen on an
+H100's VM) and a neighbour on spare cores take nothing the run wanted. A study marks every
+round one of whose runs was loaded, and waits until there is room again (`wait_quiet`).
 
 Linux only (/proc); elsewhere `snapshot` returns None and nothing is marked. Core layer:
 standard library only.
@@ -30,9 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-LOADED_CORES = 0.2      # others + steal above this, on average over the run: a loaded run
-QUIET_CORES = 0.1       # the machine is quiet again when everything together takes less
-QUIET_WINDOW_S = 2.0    # ... over this long
+LOADED_CORES = 0.2      # others + steal above this, on average over the run, ...
+SPARE_CORES = 0.5       # ... with fewer than this many cores left idle: a loaded run
+QUIET_CORES = 0.1       # the machine is quiet again when everything together takes less,
+QUIET_WINDOW_S = 2.0    # over this long (or when the runs to come fit beside what runs)
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ class Snapshot:
     own_s: float            # this process's CPU time, its reaped and live children included
     load1: float | None
     mhz: float | None
+    owner_s: float | None = None   # the CPU time of the owner's process tree, this one's out
 
 
 def _clock_tick() -> float:
@@ -63,7 +72,8 @@ def _machine() -> tuple[float, float] | None:
     return (user + nice + system + irq + softirq) / tick, steal / tick
 
 
-def _descendants(pid: int) -> list[int]:
+def _descendants(pid: int, skip: int | None = None) -> list[int]:
+    """The live descendants of `pid` (those of `skip`, and `skip` itself, left out)."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
@@ -77,7 +87,7 @@ def _descendants(pid: int) -> list[int]:
             except OSError:
                 continue
             for k in kids:
-                if k.isdigit():
+                if k.isdigit() and int(k) != skip:
                     out.append(int(k))
                     todo.append(int(k))
     return out
@@ -91,6 +101,15 @@ def _cpu_of(pid: int) -> float:
         return sum(int(fields[i]) for i in (11, 12, 13, 14)) / _clock_tick()
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+def tree_cpu_s(pid: int, skip: int | None = None) -> float:
+    """CPU time of a live process and of its live descendants, each one's waited-for
+    children included (a run that ended, reaped by the launcher, stays counted); `skip`
+    and its own descendants left out (the run measuring, wherever it is in the tree)."""
+    if pid == skip:
+        return 0.0
+    return _cpu_of(pid) + sum(_cpu_of(p) for p in _descendants(pid, skip))
 
 
 def own_cpu_s() -> float:
@@ -127,12 +146,14 @@ def _mhz() -> float | None:
     return round(sum(freqs) / len(freqs), 1) if freqs else None
 
 
-def snapshot() -> Snapshot | None:
-    """The machine and this process now; None where /proc cannot say."""
+def snapshot(owner: int | None = None) -> Snapshot | None:
+    """The machine and this process now (and the process tree of `owner`, the study or
+    check that started this one); None where /proc cannot say."""
     machine = _machine()
     if machine is None:
         return None
-    return Snapshot(time.monotonic(), machine[0], machine[1], own_cpu_s(), _load1(), _mhz())
+    return Snapshot(time.monotonic(), machine[0], machine[1], own_cpu_s(), _load1(), _mhz(),
+                    tree_cpu_s(owner, skip=os.getpid()) if owner is not None else None)
 
 
 def between(a: Snapshot | None, b: Snapshot | None) -> dict[str, Any] | None:
@@ -142,12 +163,17 @@ def between(a: Snapshot | None, b: Snapshot | None) -> dict[str, Any] | None:
         return None
     wall = b.wall - a.wall
     own = max(0.0, b.own_s - a.own_s)
-    others = max(0.0, (b.busy_s - a.busy_s) - own)
-    return {"wall_s": round(wall, 3), "own_cores": round(own / wall, 3),
-            "others_cores": round(others / wall, 3),
-            "steal_cores": round(max(0.0, b.steal_s - a.steal_s) / wall, 3),
-            "load1": [a.load1, b.load1], "mhz": [a.mhz, b.mhz],
-            "cores": os.cpu_count() or 1}
+    study = max(0.0, b.owner_s - a.owner_s) \
+        if a.owner_s is not None and b.owner_s is not None else None
+    others = max(0.0, (b.busy_s - a.busy_s) - own - (study or 0.0))
+    out = {"wall_s": round(wall, 3), "own_cores": round(own / wall, 3),
+           "others_cores": round(others / wall, 3),
+           "steal_cores": round(max(0.0, b.steal_s - a.steal_s) / wall, 3),
+           "load1": [a.load1, b.load1], "mhz": [a.mhz, b.mhz],
+           "cores": os.cpu_count() or 1}
+    if study is not None:
+        out["study_cores"] = round(study / wall, 3)
+    return out
 
 
 def _number(value: Any) -> float | None:
@@ -161,9 +187,12 @@ def read(data: Any) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         return None
     out = {k: _number(data.get(k)) for k in ("wall_s", "own_cores", "others_cores",
-                                              "steal_cores")}
+                                              "steal_cores", "study_cores")}
     if out["others_cores"] is None or out["wall_s"] is None:
         return None
+    cores = data.get("cores")
+    out["cores"] = cores if isinstance(cores, int) and not isinstance(cores, bool) \
+        and 0 < cores <= 1 << 16 else None
     for k in ("load1", "mhz"):
         v = data.get(k)
         out[k] = [_number(x) for x in v[:2]] if isinstance(v, list) else [None, None]
@@ -171,8 +200,17 @@ def read(data: Any) -> dict[str, Any] | None:
 
 
 def loaded(c: dict[str, Any] | None) -> bool:
-    """Whether another process (or machine) took enough CPU during the run to matter."""
-    return c is not None and (c["others_cores"] + (c.get("steal_cores") or 0.0)) > LOADED_CORES
+    """Whether another process (or machine) took CPU the run could have used: more than
+    LOADED_CORES, on a machine left with fewer than SPARE_CORES idle (a record without the
+    machine's cores or the run's own: more than LOADED_CORES alone, as before)."""
+    if c is None:
+        return False
+    others = c["others_cores"] + (c.get("steal_cores") or 0.0)
+    if others <= LOADED_CORES:
+        return False
+    if c.get("cores") is None or c.get("own_cores") is None:
+        return True
+    return others + c["own_cores"] > c["cores"] - SPARE_CORES
 
 
 def text(c: dict[str, Any] | None) -> str:
@@ -184,6 +222,10 @@ def text(c: dict[str, Any] | None) -> str:
         parts.append(f"stolen {c['steal_cores']:.2f}")
     if c.get("own_cores") is not None:
         parts.append(f"own {c['own_cores']:.2f}")
+    if (c.get("study_cores") or 0.0) >= 0.005:
+        parts.append(f"study {c['study_cores']:.2f}")
+    if c.get("cores") is not None:
+        parts.append(f"of {c['cores']}")
     load = [x for x in c.get("load1") or [] if x is not None]
     if load:
         parts.append(f"load {max(load):.1f}")
@@ -203,15 +245,28 @@ def busy_now(window_s: float = QUIET_WINDOW_S) -> float | None:
     return ((b[0] - a[0]) + (b[1] - a[1])) / window_s
 
 
+def room_for(need_cores: float | None, cores: int | None = None) -> float:
+    """How busy the machine may be (in cores) for runs that take `need_cores` to be timed
+    unloaded beside it: what leaves them SPARE_CORES idle, and never less than QUIET_CORES
+    (None: QUIET_CORES, quiet as it can be)."""
+    if need_cores is None:
+        return QUIET_CORES
+    cores = cores or os.cpu_count() or 1
+    return max(QUIET_CORES, cores - SPARE_CORES - need_cores)
+
+
 def wait_quiet(max_s: float, window_s: float = QUIET_WINDOW_S,
-               give_up: Callable[[], bool] = lambda: False) -> tuple[bool, float]:
-    """Waits, at most `max_s` seconds, until the machine is quiet (everything together below
-    QUIET_CORES over `window_s`), or `give_up` says so. (quiet?, seconds waited)."""
+               give_up: Callable[[], bool] = lambda: False,
+               need_cores: float | None = None) -> tuple[bool, float]:
+    """Waits, at most `max_s` seconds, until the machine has room for runs that take
+    `need_cores` (everything busy below `room_for(need_cores)` over `window_s`; with no
+    need given, below QUIET_CORES), or `give_up` says so. (quiet?, seconds waited)."""
     start = time.monotonic()
+    limit = room_for(need_cores)
     while not give_up():
         busy = busy_now(window_s)
         waited = time.monotonic() - start
-        if busy is None or busy < QUIET_CORES:
+        if busy is None or busy < limit:
             return True, waited
         if waited + window_s > max_s:
             return False, waited

@@ -77,6 +77,17 @@ def owner_env() -> dict[str, str]:
     return {OWNER_ENV: f"{os.getpid()} {trust.start_time(os.getpid()) or 0}"}
 
 
+_owner: list[tuple[int, int]] = []     # (pid, start time) of this process's owner, if any
+
+
+def owner() -> int | None:
+    """The pid of the process that started this one with `owner_env` (a study, a check),
+    while that same process lives; None otherwise."""
+    if _owner and trust.same_process(_owner[0][0], _owner[0][1] or None):
+        return _owner[0][0]
+    return None
+
+
 def watch_owner(poll_s: float = 0.5) -> None:
     """In a child started with `owner_env`: once that owner is gone (a study killed with
     SIGKILL: its runs, forked by a launcher or started cold, would train on as orphans, and
@@ -87,6 +98,9 @@ def watch_owner(poll_s: float = 0.5) -> None:
         pid, started = (int(x) for x in value.split())
     except ValueError:
         return
+    if pid <= 0 or pid == os.getpid():
+        return
+    _owner[:] = [(pid, started)]
 
     def watch() -> None:
         while trust.same_process(pid, started or None):

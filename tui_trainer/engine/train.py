@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..core import contention, figures
+from ..core import contention, figures, supervisor
 from ..core.figures import DEVICE_PHASES, PHASES
 from ..core.config import ConfigError, RunConfig
 from ..core.errors import CheckpointError, DiskFull, is_disk_full
@@ -631,9 +631,11 @@ class Trainer:
         self.bar = self._progress_bar()
         self.clock.lap(self.pos.samples)
         self.meter.start()
-        # What else took the CPU while this run was timed (core.contention); one process
-        # of a data-parallel run cannot tell its peers from strangers: not recorded there.
-        self.machine_at_start = None if self.group.active else contention.snapshot()
+        # What else took the CPU while this run was timed (core.contention), the processes
+        # of the study that started it not counted; one process of a data-parallel run
+        # cannot tell its peers from strangers: not recorded there.
+        self.machine_at_start = None if self.group.active else \
+            contention.snapshot(supervisor.owner())
         self.model.train()
         if self.resume_state is None:
             self.record_fingerprint()     # step 0: were the two runs even initialised alike?
@@ -798,7 +800,8 @@ class Trainer:
 
     def _finish(self, status: str) -> Summary:
         cfg = self.cfg
-        machine = contention.between(self.machine_at_start, contention.snapshot()) \
+        machine = contention.between(self.machine_at_start,
+                                     contention.snapshot(supervisor.owner())) \
             if self.machine_at_start is not None else None
         if self.last_fingerprint is None or self.last_fingerprint[0] != self.pos.step:
             self.record_fingerprint()
