@@ -32,9 +32,9 @@ from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, 
 from .core.verdicts import verdict
 from .core.liveness import is_live
 from .core.store import SessionStore
-from .core.supervisor import (RENDEZVOUS_S, STOP_GRACE_S, UNKNOWN_EXIT, Supervisor, WarmChild,
-                              WarmLauncher, launch, owner_env, resume_args, torchrun_args,
-                              train_args)
+from .core.supervisor import (RENDEZVOUS_S, UNKNOWN_EXIT, Supervisor, WarmChild,
+                              WarmLauncher, launch, owner_env, resume_args, stop_grace_s,
+                              torchrun_args, train_args)
 
 Say = Callable[[str], None]
 
@@ -527,10 +527,10 @@ def train_group(session: Path | None, run_id: int | None, cfg: RunConfig,
             run = store.run(run_id)
             if reason is None and stopped_by is not None and \
                     run["stored_status"] in ("created", "running"):
-                # Asked to stop, the ranks were still there STOP_GRACE_S later (stuck in a
+                # Asked to stop, the ranks were still there stop_grace_s() later (stuck in a
                 # collective, or slower than that): torchrun killed them.
                 reason = (f"stopped by force at step {run['step']}: its processes had not "
-                          f"stopped {STOP_GRACE_S} s after being asked to ({stopped_by}; a "
+                          f"stopped {stop_grace_s()} s after being asked to ({stopped_by}; a "
                           "process waiting in a collective for a hung one never sees the "
                           "signal) and were killed; continue it from its newest checkpoint")
                 store.group_failed(run_id, reason, {"signal": stopped_by},

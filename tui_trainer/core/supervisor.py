@@ -210,15 +210,39 @@ RENDEZVOUS_S = 300     # how long the nodes of a run wait for one another
 STOP_GRACE_S = 15
 
 
+TORCHRUN_GRACE_S = 30   # torchrun's own grace, where it has no --shutdown-timeout
+
+
+def stop_grace_s() -> int:
+    """How long a data-parallel run's processes have once asked to stop, here."""
+    return STOP_GRACE_S if torchrun_knows("--shutdown-timeout") else TORCHRUN_GRACE_S
+
+
+def torchrun_knows(flag: str) -> bool:
+    """Whether this machine's torchrun takes `flag` (read from its source, torch not
+    imported): torch 2.11's has no --shutdown-timeout, and refused the whole command."""
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("torch")
+        where = spec.submodule_search_locations if spec is not None else None
+        text = (Path(list(where)[0]) / "distributed" / "run.py").read_text() if where else ""
+    except (ImportError, OSError, ValueError, IndexError):
+        return False
+    return f'"{flag}"' in text
+
+
 def torchrun_args(nproc: int, nnodes: int, endpoint: str, worker: list[str], log_dir: Path,
                   node_rank: int = 0, rendezvous_s: int = RENDEZVOUS_S) -> list[str]:
     """torchrun's command line for one data-parallel run: nproc processes here; on one
     machine a standalone rendezvous on a free port, across machines a static one at
     `endpoint` on node 0 (node ranks fixed, so rank 0 is on the machine with the session).
     Every rank's output is labelled [rank N] and kept per rank under `log_dir`; no restarts
-    (a failed rank ends the run, which is then continued from its checkpoint)."""
+    (a failed rank ends the run, which is then continued from its checkpoint). A torchrun
+    without --shutdown-timeout (torch 2.11) keeps its own grace (TORCHRUN_GRACE_S)."""
+    grace = ["--shutdown-timeout", str(STOP_GRACE_S)] if stop_grace_s() == STOP_GRACE_S \
+        else []
     args = ["--nproc-per-node", str(nproc), "--nnodes", str(nnodes), "--max-restarts", "0",
-            "--shutdown-timeout", str(STOP_GRACE_S), "--tee", "3", "--log-dir", str(log_dir),
+            *grace, "--tee", "3", "--log-dir", str(log_dir),
             "--log-line-prefix-template", "[rank ${rank}] "]
     if nnodes == 1 and not endpoint:
         args.append("--standalone")
