@@ -44,6 +44,24 @@ def test_peak_memory_is_the_gpu_peak_where_recorded_else_rss():
     assert figures.Figures().peak_memory == (None, None)
 
 
+def test_the_memory_plot_shows_the_gpus_memory_first_where_recorded():
+    """One definition for the dashboard's memory plot and the exported figure: on CUDA the
+    allocator's peak (bold) and its cache's reserved peak, then the host's RSS and the
+    state's tensors (faint); on the CPU the RSS peak (bold; a row without a high-water mark
+    reads its RSS then)."""
+    cpu = [{"step": 1, "peak_rss": 2**30, "rss_bytes": 2**29, "tensor_bytes": 2**20},
+           {"step": 2, "peak_rss": None, "rss_bytes": 2**29, "tensor_bytes": 2**20}]
+    assert figures.memory_lines(cpu) == [("RSS peak", [1024.0, 512.0], False),
+                                         ("state tensors", [1.0, 1.0], True)]
+    cuda = [{**r, "cuda_peak": 3 * 2**20, "cuda_reserved": 4 * 2**20} for r in cpu]
+    assert [(w, ys[0], faint) for w, ys, faint in figures.memory_lines(cuda)] == [
+        ("GPU peak", 3.0, False), ("GPU reserved", 4.0, True), ("RSS peak", 1024.0, True),
+        ("state tensors", 1.0, True)]
+    lines = plot_lines({7: RunSeries(steps=cuda)}, [7], {}, PlotOptions(width=100))
+    assert [ln.label for ln in lines["plot-memory"]] == [
+        "7 GPU peak", "7 GPU reserved", "7 RSS peak", "7 state tensors"]
+
+
 def test_train_loss_is_smoothed_and_a_diverged_loss_shows_as_nan():
     f = figures.figures(steps([1.0] * 3, losses=[3.0, 1.0, 2.0]))
     assert f.train_loss == pytest.approx(figures.smooth([3.0, 1.0, 2.0])[-1])

@@ -85,13 +85,11 @@ def _metric_figures(store: SessionStore, run_ids: list[int], labels: dict[int, s
                  [(labels[r], *_column(steps[r], "loss")) for r in run_ids], written)
     _line_figure(out / f"{prefix}-throughput.png", "Throughput", "samples / s",
                  [(labels[r], *_column(steps[r], "samples_per_s")) for r in run_ids], written)
-    mem = [(f"{labels[r]} RSS peak", *_column(
-        [{**s, "peak_rss": s.get("peak_rss") or s.get("rss_bytes")} for s in steps[r]],
-        "peak_rss", 1 / 2**20)) for r in run_ids]
-    mem += [(f"{labels[r]} state tensors", *_column(steps[r], "tensor_bytes", 1 / 2**20))
-            for r in run_ids if any(s.get("tensor_bytes") for s in steps[r])]
-    mem += [(f"{labels[r]} CUDA peak", *_column(steps[r], "cuda_peak", 1 / 2**20))
-            for r in run_ids if any(s.get("cuda_peak") for s in steps[r])]
+    mem = []
+    for r in run_ids:
+        for what, ys, _ in figures.memory_lines(steps[r]):
+            pts = [(s["step"], y) for s, y in zip(steps[r], ys) if y is not None]
+            mem.append((f"{labels[r]} {what}", [p[0] for p in pts], [p[1] for p in pts]))
     _line_figure(out / f"{prefix}-memory.png", "Memory", "MiB", mem, written)
 
 

@@ -205,6 +205,32 @@ class Figures:
                 "wall_s": wall_s if wall_s is not None else self.elapsed}
 
 
+def memory_lines(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, list[float | None], bool]]:
+    """A run's memory over its logged rows, in MiB, as the memory plot and the exported
+    figure draw it: (what, one value per row or None, faint). On CUDA the GPU's first
+    (the allocator's peak, the peak its cache reserved), then the training state's tensors
+    and the process's resident set (host memory: the data, the loader's buffers); on the
+    CPU the resident set's peak first."""
+    rows = list(rows)
+
+    def mib(key: str, fallback: str | None = None) -> list[float | None]:
+        out = []
+        for r in rows:
+            v = r.get(key) if finite(r.get(key)) and r.get(key) else \
+                r.get(fallback) if fallback else None
+            out.append(v / 2**20 if finite(v) and v else None)
+        return out
+    rss, tensors = mib("peak_rss", "rss_bytes"), mib("tensor_bytes")
+    gpu = mib("cuda_peak")
+    lines: list[tuple[str, list[float | None], bool]] = []
+    if any(v is not None for v in gpu):
+        lines += [("GPU peak", gpu, False), ("GPU reserved", mib("cuda_reserved"), True)]
+    lines.append(("RSS peak", rss, bool(lines)))
+    if any(v is not None for v in tensors):
+        lines.append(("state tensors", tensors, True))
+    return lines
+
+
 def _phases_or_none(value: Any) -> dict[str, float] | None:
     """A kept phase split (a summary is untrusted): every phase a finite number, else None."""
     if isinstance(value, dict) and all(finite(value.get(k)) and value[k] >= 0 for k in PHASES):

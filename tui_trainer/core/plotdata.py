@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .divergence import reduce_minmax
-from .figures import PHASES, smooth
+from .figures import PHASES, memory_lines, smooth
 
 X_AXES = {"step": "optimizer step", "samples": "samples (steps x batch)",
           "time": "training time s"}
@@ -159,19 +159,8 @@ def plot_lines(series: Mapping[int, Any], runs: Sequence[int], configs: Mapping[
             name, exs, [None if e.get("accuracy") is None else 100 * e["accuracy"]
                         for e in evals], i, opts))
         out["plot-throughput"].append(_line(name, xs, col("samples_per_s"), i, opts))
-        peak = [p if p else r for p, r in zip(col("peak_rss"), col("rss_bytes"))]
-        out["plot-memory"].append(_line(f"{name} RSS peak", xs, [v / 2**20 if v else None
-                                                                 for v in peak], i, opts))
-        tensors = col("tensor_bytes")
-        if any(tensors):
-            out["plot-memory"].append(_line(f"{name} state tensors", xs,
-                                            [v / 2**20 if v else None for v in tensors], i,
-                                            opts, faint=True))
-        cuda = col("cuda_peak")
-        if any(cuda):
-            out["plot-memory"].append(_line(f"{name} GPU peak", xs,
-                                            [v / 2**20 if v else None for v in cuda], i,
-                                            opts, faint=True))
+        out["plot-memory"] += [_line(f"{name} {what}", xs, ys, i, opts, faint=faint)
+                               for what, ys, faint in memory_lines(rows)]
         out["plot-timing"].extend(_phase_lines(name, rows, xs, i, opts))
         out["plot-lr"].append(_line(name, xs, col("lr"), i, opts))
         out["plot-grad"].append(_line(name, xs, col("grad_norm"), i, opts))
