@@ -517,7 +517,7 @@ def test_rounds_beside_a_cpu_hog_are_marked_trained_again_and_until_sure_stops_a
     try:
         proc = tt_popen("ab", "--session", str(tmp_path), "--json", *sets(*QUICK),
                         "--steps", "6", "--vary", "eval_batch_size=100", "--repeats", "2",
-                        "--rerun-loaded", "1", "--quiet-wait", "20", "--until-sure", "0.001",
+                        "--rerun-loaded", "1", "--quiet-wait", "5", "--until-sure", "0.001",
                         "--max-rounds", "3")
         def finished() -> int:
             if not (tmp_path / "session.sqlite").exists():
