@@ -219,6 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--quiet-wait", type=float, metavar="S", default=None,
                     help="how long to wait for a quiet machine before a re-run (default "
                          f"{study.QUIET_WAIT_S:.0f} s; then the round is kept, marked)")
+    sp.add_argument("--plan", action="store_true",
+                    help="say what the study would train (its arms, what each changes, the "
+                         "runs in all) and which arms this machine cannot run, and train "
+                         "nothing (no session is written)")
     study_args(sp)
 
     sp = sub.add_parser("sweep", help="seed noise: one config trained with N seeds",
@@ -598,6 +602,34 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _print_plan(planned: study.Planned, as_json: bool) -> int:
+    """`ab --plan`: the arms of a planned study, what each changes against the base, and
+    why this machine cannot run one, where it cannot (nothing trained, nothing written)."""
+    arms: dict[str, dict[str, Any]] = {}
+    base = next(r["config"] for r in planned.runs if r["label"] == "base")
+    for r in planned.runs:
+        if r["label"] in arms:
+            continue
+        changes = {k: v for k, v in r["config"].items() if v != base.get(k) and k != "seed"}
+        arms[r["label"]] = {"label": r["label"], "changes": changes,
+                            "not_possible": runner.device_refusal(r["config"])}
+    plan = {"name": planned.name, "steps": planned.spec["steps"],
+            "repeats": planned.spec.get("repeats", 1), "runs": len(planned.runs),
+            "arms": list(arms.values()), "notes": planned.notes}
+    if as_json:
+        print(json.dumps(_json_safe(plan)))
+        return 0
+    print(f"A/B study {shown(planned.name, 60)} (plan): {len(arms)} arms x "
+          f"{plan['repeats']} rounds of {plan['steps']} steps = {plan['runs']} runs")
+    for arm in arms.values():
+        what = ", ".join(f"{k} = {v}" for k, v in arm["changes"].items()) or "-"
+        why = f"  NOT POSSIBLE HERE: {arm['not_possible']}" if arm["not_possible"] else ""
+        print(f"  {shown(arm['label'], 60):<52} {shown(what, 80)}{shown(why, 200)}")
+    for note in planned.notes:
+        print(f"note: {shown(note, 300)}")
+    return 0
+
+
 def cmd_ab(args: argparse.Namespace) -> int:
     """`ab` and `sweep`: plan a study (or take one planned), train it, print its table."""
     session = _session_dir(args)
@@ -611,10 +643,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
     if args.study is not None:
         if (not sweep and (args.vary or args.repeats or args.until_sure is not None
                            or args.max_rounds is not None or args.max_time is not None
-                           or args.rerun_loaded is not None or args.quiet_wait is not None)) \
+                           or args.rerun_loaded is not None or args.quiet_wait is not None
+                           or args.plan)) \
                 or args.config or args.sets or args.steps or args.level:
             raise BadInput("--study runs a study as planned; it takes no --vary, --repeats, "
-                           "--until-sure, --max-rounds, --max-time, --rerun-loaded, "
+                           "--until-sure, --max-rounds, --max-time, --rerun-loaded, --plan, "
                            "--config, --set, --steps or --level")
         with SessionStore(session, create=False) as store:
             study_id = store.study(args.study)["id"]
@@ -642,6 +675,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
         planned = study.prepare(base, vary, steps, repeats=repeats, name=name, level=args.level,
                                 jobs=args.jobs if args.jobs is not None else 1,
                                 file=args.config, **more)
+        if getattr(args, "plan", False):
+            return _print_plan(planned, args.json)
         for note in planned.notes:
             say(f"{args.command}: {note}")
         with SessionStore(session) as store:
