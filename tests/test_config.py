@@ -57,6 +57,11 @@ BAD = [
     (["--set", "dataset=mnist"], "dataset", "data_dir"),
     (["--set", "num_workers=2", "--set", "loader=resident"], "num_workers", "must be 0"),
     (["--set", "noequals"], "noequals", "KEY=VALUE"),
+    (["--set", "lr_schedule=linear"], "lr_schedule", "one of step, onecycle, cosine"),
+    (["--set", "warmup_steps=10"], "warmup_steps", "for lr_schedule = cosine"),
+    (["--set", "optimizer=adadelta", "--set", "optimizer_impl=fused"], "optimizer_impl",
+     "sgd, adam and adamw"),
+    (["--set", "adam_beta2=1"], "adam_beta2", "< 1"),
 ]
 
 

@@ -54,9 +54,16 @@ RESUME_CASES = {
     "workers2-torch-augment": ["num_workers=2", "augment=torch", "seed_workers=true"],
     "workers2-persistent": ["num_workers=2", "augment=numpy", "seed_workers=true",
                             "persistent_workers=true"],
-    "resident-torch-augment": ["loader=resident", "augment=torch"],
-    "unseeded-workers-accumulation": ["num_workers=0", "augment=torch", "seed_workers=false",
-                                      "grad_accum_steps=2", "clip_grad_norm=1.0"],
+    # with the speed record's recipe: its net, Adam's betas, a fused update and one-cycle
+    # (the scheduler's state moves every step and must come back exactly)
+    "resident-torch-augment-onecycle": ["loader=resident", "augment=torch", "model=fast",
+                                        "optimizer=adam", "lr=0.01", "adam_beta1=0.7",
+                                        "adam_beta2=0.9", "optimizer_impl=fused",
+                                        "lr_schedule=onecycle"],
+    "unseeded-workers-accumulation-cosine": ["num_workers=0", "augment=torch",
+                                             "seed_workers=false", "grad_accum_steps=2",
+                                             "clip_grad_norm=1.0", "lr_schedule=cosine",
+                                             "warmup_steps=4", "optimizer_impl=foreach"],
 }
 
 
@@ -86,6 +93,13 @@ def test_resume_after_sigkill_mid_epoch_is_bit_identical(tmp_path, case):
     assert fa == fb
     assert resumed.json["param_sha256"] == straight.json["param_sha256"]
     assert resumed.json["status"] == "finished"
+    lrs = [lr for (lr,) in db_rows(tmp_path, "SELECT lr FROM steps WHERE run_id = 2 "
+                                             "ORDER BY step")]
+    assert lrs == [lr for (lr,) in db_rows(tmp_path, "SELECT lr FROM steps WHERE run_id = 1 "
+                                                     "ORDER BY step")]
+    if any(k.startswith("lr_schedule=") for k in extra):     # it moves every step
+        top = lrs.index(max(lrs))
+        assert 0 < top < len(lrs) - 1 and lrs[-1] < lrs[0] / 10, lrs
 
 
 def test_resume_after_external_sigkill_while_training(tmp_path):

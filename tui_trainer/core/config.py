@@ -144,7 +144,10 @@ class RunConfig:
     model: str = knob(
         "grokking", "grokking: the small two-conv net of the \"Grokking PyTorch\" notes (10 and "
         "20 5x5 filters, dropout). examples: the net of pytorch/examples mnist/main.py (32 and "
-        "64 3x3 filters, 1.2M parameters), heavier.", "speed", choices=("grokking", "examples"))
+        "64 3x3 filters, 1.2M parameters), heavier. fast: the net of the fastest published "
+        "MNIST recipe (tuomaso/train_mnist_fast: 24 5x5 and 32 3x3 filters, pooling before "
+        "ReLU, no dropout, 0.22M parameters).", "speed",
+        choices=("grokking", "examples", "fast"))
     amp: str = knob(
         "off", "Automatic mixed precision: fp16 (CUDA only, with a GradScaler against underflow) "
         "or bf16 (CUDA or CPU, no scaler needed). Faster on tensor-core GPUs; changes the "
@@ -199,7 +202,33 @@ class RunConfig:
         "practice: decaying them only hurts).", "optimisation")
     lr_step_gamma: float = knob(
         0.7, "Multiply the learning rate by this after every epoch (StepLR, as in "
-        "pytorch/examples); 1 keeps it constant.", "optimisation", lo=0, hi=1, lo_open=True)
+        "pytorch/examples); 1 keeps it constant. With lr_schedule = step only.",
+        "optimisation", lo=0, hi=1, lo_open=True)
+    lr_schedule: str = knob(
+        "step", "How the learning rate moves. step: times lr_step_gamma after every epoch "
+        "(StepLR). onecycle: up from lr/25 to lr over the first 30% of the run's steps, then "
+        "down to lr/25e4 (OneCycleLR, the speed records' choice). cosine: from lr down to 0 "
+        "along a half cosine (CosineAnnealingLR), after warmup_steps. onecycle and cosine "
+        "move every step, over the run's steps (epochs x steps an epoch, or max_steps).",
+        "optimisation", choices=("step", "onecycle", "cosine"))
+    warmup_steps: int = knob(
+        0, "With lr_schedule = cosine: the learning rate rises linearly to lr over the first "
+        "N steps, then the cosine follows over the rest (onecycle warms up by itself).",
+        "optimisation", lo=0, hi=10**9)
+    adam_beta1: float = knob(
+        0.9, "Adam's and AdamW's beta1: how long the running mean of the gradients remembers "
+        "(PyTorch's 0.9; the fastest MNIST recipe uses 0.7).", "optimisation", lo=0, hi=1,
+        hi_open=True)
+    adam_beta2: float = knob(
+        0.999, "Adam's and AdamW's beta2: how long the running mean of the squared gradients "
+        "remembers (PyTorch's 0.999; the fastest MNIST recipe uses 0.9).", "optimisation",
+        lo=0, hi=1, hi_open=True)
+    optimizer_impl: str = knob(
+        "auto", "How the optimizer updates the parameters: for-loop (one small kernel per "
+        "tensor and operation), foreach (each operation over all tensors at once), fused (the "
+        "whole update in one kernel; sgd, adam and adamw), auto (PyTorch's choice: foreach "
+        "on CUDA, for-loop on the CPU). The same maths in another order: other bits.",
+        "optimisation", choices=("auto", "for-loop", "foreach", "fused"))
     grad_accum_steps: int = knob(
         1, "Micro-batches whose gradients are summed before one optimizer step: an effective "
         "batch of batch_size x grad_accum_steps in the memory of one micro-batch.",
@@ -433,6 +462,13 @@ def check_combination(cfg: RunConfig) -> None:
     if world > 1 and re.match(r"^cuda:\d+$", cfg.device):
         raise ConfigError("device", "must be cuda or auto with nproc x nnodes > 1: each "
                           f"process takes the GPU of its local rank; got {cfg.device!r}")
+    if cfg.warmup_steps and cfg.lr_schedule != "cosine":
+        raise ConfigError("warmup_steps", f"is for lr_schedule = cosine (onecycle warms up by "
+                          f"itself, step does not); got lr_schedule = {cfg.lr_schedule}: set "
+                          "warmup_steps = 0")
+    if cfg.optimizer_impl == "fused" and cfg.optimizer == "adadelta":
+        raise ConfigError("optimizer_impl", "fused exists for sgd, adam and adamw, not "
+                          "adadelta; use auto, for-loop or foreach")
     if cfg.loader == "resident" and cfg.num_workers > 0:
         raise ConfigError("num_workers", "must be 0 with loader = resident (batches are "
                           "taken by index from one tensor; there is nothing for workers to do)")

@@ -17,7 +17,7 @@ BIT_RELEVANT_SETTINGS = (
     "num_threads", "loader", "augment", "num_workers", "seed_workers", "amp", "channels_last",
     "compile", "model", "device", "device_name", "torch", "cuda", "cudnn",
     "cublas_workspace_config", "data", "world_size", "dist_backend", "init",
-    "float32_matmul_precision", "cudnn_allow_tf32", "cudnn_enabled",
+    "float32_matmul_precision", "cudnn_allow_tf32", "cudnn_enabled", "optimizer_impl",
 )
 # What a setting reads as for a run recorded before it existed.
 SETTING_DEFAULTS = {"world_size": 1, "init": "default", "float32_matmul_precision": "highest",

@@ -27,6 +27,8 @@ WHY = {
                                  "or bfloat16: other numbers)"),
     "cudnn_allow_tf32": " (TF32 convolutions on Ampere and newer GPUs: other numbers)",
     "cudnn_enabled": " (cuDNN's convolutions or PyTorch's own: other kernels)",
+    "optimizer_impl": (" (a for-loop, foreach or fused optimizer does the same update in "
+                       "another order of float operations)"),
 }
 
 
@@ -80,6 +82,8 @@ def explain(runs: list[dict[str, Any]]) -> list[str]:
         values = [f.get(key, SETTING_DEFAULTS.get(key)) for f in fps]
         if key == "dist_backend" and None in values:
             continue              # a one-process run has none: world_size says it already
+        if key == "optimizer_impl" and None in values:
+            continue              # recorded before it was: not known, not a difference
         if len({repr(v) for v in values}) > 1:
             shown = ", ".join(repr(v) for v in values)
             extra = WHY.get(key, "")

@@ -92,6 +92,14 @@ def device_name(device: torch.device) -> str:
     return _cpu_name()
 
 
+def optimizer_impl(cfg: RunConfig, cuda: bool) -> str:
+    """The implementation the optimizer really uses (auto: PyTorch's own choice, foreach
+    for tensors on CUDA, the for-loop on the CPU)."""
+    if cfg.optimizer_impl != "auto":
+        return cfg.optimizer_impl
+    return "foreach" if cuda else "for-loop"
+
+
 def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any],
                        pin_memory: bool, model: nn.Module) -> dict[str, Any]:
     cuda = device.type == "cuda"
@@ -116,6 +124,9 @@ def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any
         "pin_memory": pin_memory,
         "non_blocking": cfg.non_blocking and cuda,
         "persistent_workers": cfg.persistent_workers and cfg.num_workers > 0,
+        "optimizer": cfg.optimizer,
+        "optimizer_impl": optimizer_impl(cfg, cuda),
+        "lr_schedule": cfg.lr_schedule,
         "amp": cfg.amp,
         "grad_scaler": cfg.amp == "fp16",
         "channels_last": cfg.channels_last,

@@ -1,4 +1,4 @@
-"""The two MNIST nets a run can train, their initial weights, and activation checkpointing.
+"""The MNIST nets a run can train, their initial weights, and activation checkpointing.
 
 Each net's forward is a few blocks (`blocks()`), run one after the other by `Blocks.forward`.
 That is where the `activation_checkpointing` knob is applied: `off` keeps every activation
@@ -115,7 +115,33 @@ class ExamplesNet(Blocks):
         return F.log_softmax(self.fc2(x), dim=1)
 
 
-MODELS = {"grokking": GrokkingNet, "examples": ExamplesNet}
+class FastNet(Blocks):
+    """The net of the fastest published MNIST recipe (tuomaso/train_mnist_fast, its final
+    notebook): 24 5x5 and 32 3x3 filters, pooling before ReLU (a quarter of the ReLU's
+    work), no dropout, 0.22M parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 24, 5, 1)
+        self.conv2 = nn.Conv2d(24, 32, 3, 1)
+        self.fc1 = nn.Linear(800, 256)
+        self.fc2 = nn.Linear(256, 10)
+
+    def blocks(self) -> tuple[Callable[[torch.Tensor], torch.Tensor], ...]:
+        return (self.features1, self.features2, self.classifier)
+
+    def features1(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(F.max_pool2d(self.conv1(x), 2))
+
+    def features2(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(F.max_pool2d(self.conv2(x), 2))
+
+    def classifier(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.fc1(torch.flatten(x, 1)))
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+MODELS = {"grokking": GrokkingNet, "examples": ExamplesNet, "fast": FastNet}
 
 
 @torch.no_grad()

@@ -249,14 +249,40 @@ def make_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
                        {"params": no_decay, "weight_decay": 0.0}]
     else:
         params = model.parameters()
+    # auto leaves the choice to PyTorch (foreach=None, fused=None), as it always was
+    impl = {"auto": {}, "for-loop": {"foreach": False}, "foreach": {"foreach": True},
+            "fused": {"fused": True}}[cfg.optimizer_impl]
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
-                               weight_decay=cfg.weight_decay)
+                               weight_decay=cfg.weight_decay, **impl)
     if cfg.optimizer == "adadelta":
-        return torch.optim.Adadelta(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.Adadelta(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **impl)
+    betas = (cfg.adam_beta1, cfg.adam_beta2)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay,
+                                **impl)
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay,
+                             **impl)
+
+
+def make_scheduler(cfg: RunConfig, optimizer: torch.optim.Optimizer, total_steps: int
+                   ) -> torch.optim.lr_scheduler.LRScheduler:
+    """The `lr_schedule` knob. step moves at each epoch's end; onecycle and cosine at every
+    optimizer step, over `total_steps` (the run's steps: epochs x steps an epoch, or
+    max_steps). Its state is in every checkpoint."""
+    sched = torch.optim.lr_scheduler
+    if cfg.lr_schedule == "onecycle":
+        # Adam's betas and SGD's momentum stay as set (the speed record's cycle_momentum off)
+        return sched.OneCycleLR(optimizer, max_lr=cfg.lr, total_steps=total_steps,
+                                cycle_momentum=False)
+    if cfg.lr_schedule == "cosine":
+        warm = min(cfg.warmup_steps, total_steps - 1)
+        cosine = sched.CosineAnnealingLR(optimizer, T_max=max(1, total_steps - warm))
+        if not warm:
+            return cosine
+        ramp = sched.LinearLR(optimizer, start_factor=1 / (warm + 1), total_iters=warm)
+        return sched.SequentialLR(optimizer, [ramp, cosine], milestones=[warm])
+    return sched.StepLR(optimizer, step_size=1, gamma=cfg.lr_step_gamma)
 
 
 class Trainer:
@@ -367,8 +393,11 @@ class Trainer:
         self.model = model
         self.sketch = ParamSketch(model) if self.lead else None
         self.optimizer = make_optimizer(cfg, model)
-        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=1,
-                                                         gamma=cfg.lr_step_gamma)
+        # the run's optimizer steps, for the schedules that move every step
+        per_epoch = -(-self.batches_per_epoch // cfg.grad_accum_steps)
+        self.total_steps = min(cfg.epochs * per_epoch, cfg.max_steps or math.inf)
+        self.scheduler = make_scheduler(cfg, self.optimizer, self.total_steps)
+        self.schedule_per_step = cfg.lr_schedule != "step"
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.amp == "fp16")
         self.amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.amp)
         # The compiled module shares the parameters; hashes and checkpoints use `model`.
@@ -677,7 +706,8 @@ class Trainer:
         cfg = self.cfg
         self.pos.epoch += 1
         self.pos.batch = 0
-        self.scheduler.step()
+        if not self.schedule_per_step:
+            self.scheduler.step()
         if cfg.eval_every and self.pos.epoch % cfg.eval_every == 0:
             self.evaluate()
         if cfg.checkpoint_every == 0 and self.pos.epoch < cfg.epochs \
@@ -770,6 +800,12 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.schedule_per_step:
+            # a run continued past its planned steps keeps the schedule's last rate
+            # (OneCycleLR refuses to step past its end; its end is in its state)
+            end = getattr(self.scheduler, "total_steps", self.total_steps)
+            if self.scheduler.last_epoch < end:
+                self.scheduler.step()
         return norm
 
     def _log_step(self, step_loss: torch.Tensor, norm: torch.Tensor | None) -> None:
