@@ -155,6 +155,20 @@ def test_autocast_is_named_at_its_first_op_with_the_dtypes(tmp_path):
         in text
 
 
+def test_another_optimizer_implementation_is_named_in_the_optimizer(tmp_path):
+    """for-loop against fused Adam: the same state goes into the step (the implementation's
+    flags are not state), the optimizer runs other ops, and the knob is named."""
+    _runs(tmp_path, ["optimizer=adam", "optimizer_impl=for-loop"],
+          ["optimizer=adam", "optimizer_impl=fused"])
+    rc, result, text = _explain(tmp_path)
+    op = result["op"]
+    assert rc == 3 and result["verdict"] == "op" and result["step"] == 1, result
+    assert op["phase"] == "optimizer" and op["other"] is not None and "_optimizer_step" in \
+        op["source"], op
+    assert "in the optimizer: A runs " in text
+    assert "The two configs differ in optimizer_impl for-loop vs fused." in text
+
+
 def test_channels_last_is_named_as_the_layout_the_difference_follows(tmp_path):
     _runs(tmp_path, [], ["channels_last=true"])
     rc, result, text = _explain(tmp_path)

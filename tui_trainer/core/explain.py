@@ -285,8 +285,12 @@ def explanation_text(result: dict[str, Any]) -> str:
             + sums + evidence + hint + cost
     if verdict == "op":
         op = result["op"]
+        # other ops on the same inputs: the code path differs, and what the configs differ in
+        # chose it (amp, optimizer_impl, ...)
+        paths = _config_changes(result) if op.get("other") and not op.get("why") else ""
+        path = f" The two configs differ in {paths}." if paths else ""
         return (f"{head} part at step {step}, {_op_text(op)}." + _why_text(op.get("why"))
-                + sums + evidence + hint + cost)
+                + path + sums + evidence + hint + cost)
     if verdict == "untraced":
         return (f"{head} part at step {step}; everything going into it agrees, and the ops of "
                 "a data-parallel step are not traced one by one." + sums + evidence + cost)

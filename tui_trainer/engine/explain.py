@@ -418,6 +418,18 @@ def _state_hashes(state: Any, prefix: str = "") -> dict[str, str]:
     return out
 
 
+# How an optimizer computes its update, not what goes into it (the optimizer_impl knob):
+# the same state under another implementation is the same input.
+IMPLEMENTATION_FLAGS = ("foreach", "fused", "capturable", "differentiable")
+
+
+def _optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    state = optimizer.state_dict()
+    groups = [{k: v for k, v in g.items() if k not in IMPLEMENTATION_FLAGS}
+              for g in state["param_groups"]]
+    return {**state, "param_groups": groups}
+
+
 def _recording(micro: Iterator[Any], into: list[Any]) -> Iterator[Any]:
     for x, y in micro:
         into.append((x.detach().clone(), y.detach().clone()))
@@ -448,7 +460,7 @@ def capture_step(side: Side, step: int) -> Capture:
         position = {"step": p.step, "epoch": p.epoch, "batch_in_epoch": p.batch}
         params = _state_hashes(dict(lead.model.named_parameters()))
         buffers = _state_hashes(dict(lead.model.named_buffers()))
-        optimizer = _state_hashes({"optimizer": lead.optimizer.state_dict(),
+        optimizer = _state_hashes({"optimizer": _optimizer_state(lead.optimizer),
                                    "scheduler": lead.scheduler.state_dict(),
                                    "scaler": lead.scaler.state_dict()})
         with replay.rank(0):
