@@ -11,9 +11,9 @@ and data.
   autocast, channels_last, resident data, deterministic), against the same reference.
 
 The three are interleaved (A B C A B C ...) so that drift in the machine's speed hits all
-alike, and the median of the repeats is reported. Goals: engine overhead under 3% of the
-reference; resident at least 3x the reference's samples/s at batch size 256; the
-fastest-cpu preset at least 4x.
+alike, and the median of the repeats is reported. Goals: engine overhead under 2% of the
+reference; resident at least 3x the reference's samples/s at batch size 256. The fastest-cpu
+preset's samples/s is shown; its goal is time to accuracy (benchmarks/time_to_accuracy.py).
 
     python benchmarks/throughput.py [--dataset fashion-mnist] [--batch-size 256]
                                     [--steps 200] [--repeats 3] [--device cpu]
@@ -117,13 +117,17 @@ def main() -> int:
     print(f"{'variant':<19} {'samples/s (median)':>19} {'vs reference':>13}")
     for k, v in med.items():
         print(f"{k:<19} {v:>19,.0f} {v / ref:>12.2f}x")
-    print(f"engine overhead: {overhead:+.1%} (goal < 3%)  -> "
-          f"{'MET' if overhead < 0.03 else 'NOT MET'}")
+    per_repeat = [(r - e) / r for r, e in zip(results["reference"], results["engine"])]
+    print(f"engine overhead: {overhead:+.1%} (each repeat: "
+          + ", ".join(f"{o:+.1%}" for o in per_repeat) + ") (goal < 2%)  -> "
+          f"{'MET' if overhead < 0.02 else 'NOT MET'}")
     print(f"best resident speed-up: {speedup:.2f}x (goal >= 3x)  -> "
           f"{'MET' if speedup >= 3 else 'NOT MET'}")
     fastest = med["preset-fastest-cpu"] / ref
-    print(f"fastest-cpu preset (batch {preset.batch_size}, amp {preset.amp}): {fastest:.2f}x "
-          f"the reference (goal >= 4x)  -> {'MET' if fastest >= 4 else 'NOT MET'}")
+    # (the preset is tuned for time to accuracy since issue 34, a net twice the size and
+    # three epochs: its goal is in benchmarks/time_to_accuracy.py, against the peer)
+    print(f"fastest-cpu preset (model {preset.model}, batch {preset.batch_size}, amp "
+          f"{preset.amp}): {fastest:.2f}x the reference's samples/s")
     if args.json:
         print(json.dumps({"median_samples_per_s": med, "overhead": overhead,
                           "resident_speedup": speedup, "runs": results}))
