@@ -188,3 +188,19 @@ def test_a_resume_that_does_not_reproduce_a_recorded_hash_says_so(tmp_path):
     assert step == 15 and json.loads(data)["before"] == "tampered"
     (message,), = db_rows(tmp_path, "SELECT message FROM events WHERE kind = 'resume_check'")
     assert message.startswith("resume NOT exact")
+
+
+@pytest.mark.parametrize("schedule", [["lr_schedule=onecycle"],
+                                      ["lr_schedule=cosine", "warmup_steps=3"]])
+def test_a_run_continued_past_its_schedule_keeps_its_last_rate(tmp_path, schedule):
+    """One epoch of a per-step schedule, continued for a second: the schedule is the one the
+    run started (its length from the checkpoint), and the second epoch trains at its last
+    rate (OneCycleLR would refuse to step past its end; a cosine would rise again)."""
+    first = tt("run", "--session", str(tmp_path), "--json",
+               *sets(*QUICK, "epochs=1", "log_every=1", *schedule))
+    assert first.rc == 0, first.err
+    more = tt("resume", "1", "--session", str(tmp_path), "--json", "--set", "epochs=2")
+    assert more.rc == 0 and more.json["steps"] == 20, more.err
+    lrs = [lr for (lr,) in db_rows(tmp_path, "SELECT lr FROM steps ORDER BY step")]
+    assert len(lrs) == 20 and max(lrs[:10]) > 10 * lrs[9]
+    assert lrs[10:] == [lrs[9]] * 10, lrs

@@ -285,6 +285,19 @@ def make_scheduler(cfg: RunConfig, optimizer: torch.optim.Optimizer, total_steps
     return sched.StepLR(optimizer, step_size=1, gamma=cfg.lr_step_gamma)
 
 
+def schedule_end(scheduler: Any) -> int | float:
+    """The step a per-step schedule ends at, from its own state (a checkpoint's, when the
+    run was continued with more epochs: the schedule it started keeps its length)."""
+    if hasattr(scheduler, "total_steps"):                         # OneCycleLR
+        return scheduler.total_steps
+    if hasattr(scheduler, "T_max"):                               # CosineAnnealingLR
+        return scheduler.T_max
+    parts = getattr(scheduler, "_schedulers", None)               # SequentialLR
+    if parts:
+        return scheduler._milestones[-1] + schedule_end(parts[-1])
+    return math.inf
+
+
 class Trainer:
     """One run's training. `setup()` checks and builds everything without touching the
     session; `attach()` then ties it to its row in the store."""
@@ -800,12 +813,10 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        if self.schedule_per_step:
+        if self.schedule_per_step and self.scheduler.last_epoch < schedule_end(self.scheduler):
             # a run continued past its planned steps keeps the schedule's last rate
-            # (OneCycleLR refuses to step past its end; its end is in its state)
-            end = getattr(self.scheduler, "total_steps", self.total_steps)
-            if self.scheduler.last_epoch < end:
-                self.scheduler.step()
+            # (OneCycleLR refuses to step past its end; a cosine would rise again)
+            self.scheduler.step()
         return norm
 
     def _log_step(self, step_loss: torch.Tensor, norm: torch.Tensor | None) -> None:
