@@ -10,6 +10,7 @@ Core layer: imports neither torch nor textual.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -218,6 +219,7 @@ def stop_grace_s() -> int:
     return STOP_GRACE_S if torchrun_knows("--shutdown-timeout") else TORCHRUN_GRACE_S
 
 
+@functools.lru_cache(maxsize=None)
 def torchrun_knows(flag: str) -> bool:
     """Whether this machine's torchrun takes `flag` (read from its source, torch not
     imported): torch 2.11's has no --shutdown-timeout, and refused the whole command."""
