@@ -19,6 +19,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ Say = Callable[[str], None]
 
 
 def train_child(store: SessionStore, run_id: int, args: list[str], expect_kill: bool = False,
-                children: list | None = None, warm: WarmLauncher | None = None,
+                children: Children | None = None, warm: WarmLauncher | None = None,
                 env: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Trains run `run_id` with `tui-trainer ARGS --json` in a child process, its progress
     and errors going to the run's log (where the dashboard shows them), and waits. Returns
@@ -53,7 +54,7 @@ def train_child(store: SessionStore, run_id: int, args: list[str], expect_kill: 
                   warm=warm, env={**(env or {}), **owner_env()})
     store.set_launcher(run_id, proc.pid)
     if children is not None:
-        children.append(proc)
+        children.add(proc)
     try:
         out, _ = proc.communicate()
     finally:
@@ -77,6 +78,40 @@ def train_child(store: SessionStore, run_id: int, args: list[str], expect_kill: 
         raise RuntimeError(f"run {run_id} failed (exit {proc.returncode}): {message}; "
                            f"its log: {log_path}")
     return json.loads(out.strip().splitlines()[-1])
+
+
+class Children:
+    """The run processes a study trains now. A stop reaches each of them once, also one
+    whose launch was under way while the stop was asked (it is signalled as it is added):
+    no run of a stopped study trains on to its last step."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: list[subprocess.Popen | WarmChild] = []
+        self.stopping = False
+
+    def add(self, proc: subprocess.Popen | WarmChild) -> None:
+        with self._lock:
+            self._live.append(proc)
+            late = self.stopping
+        if late:
+            proc.send_signal(signal.SIGTERM)
+
+    def remove(self, proc: subprocess.Popen | WarmChild) -> None:
+        with self._lock:
+            self._live.remove(proc)
+
+    def stop(self, signum: int) -> None:
+        """From the signal handler, on the main thread (which never holds the lock: only the
+        runs' threads add and remove)."""
+        with self._lock:
+            self.stopping = True
+            live = list(self._live)
+        for child in live:
+            # Ctrl-C reaches a cold-started run from the terminal itself; a forked one is
+            # in the warm launcher's process group.
+            if signum == signal.SIGTERM or isinstance(child, WarmChild):
+                child.send_signal(signal.SIGTERM)
 
 
 @dataclass
@@ -254,16 +289,12 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
     A variant is not a twin of the base (it has another config): the relation lives in the
     study's own rows (position 0 is the base), never in runs.twin_of."""
     from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-    children: list[subprocess.Popen] = []
+    children = Children()
     stop = {"asked": False}
 
     def on_signal(signum: int, frame: Any) -> None:
         stop["asked"] = True
-        for child in list(children):
-            # Ctrl-C reaches a cold-started run from the terminal itself; a forked one is
-            # in the warm launcher's process group.
-            if signum == signal.SIGTERM or isinstance(child, WarmChild):
-                child.send_signal(signal.SIGTERM)
+        children.stop(signum)
 
     def train(v: dict[str, Any], run_id: int) -> None:
         # A thread of its own: its own connection (SQLite connections stay in their thread).

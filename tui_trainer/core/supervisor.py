@@ -26,7 +26,7 @@ from typing import Any
 
 from . import trust
 from .config import world_size
-from .liveness import is_live
+from .liveness import is_live, process_alive
 from .store import SessionStore
 
 NICENESS = 10
@@ -507,6 +507,8 @@ class Supervisor:
         self.warm = warm
         self._children: dict[int, subprocess.Popen | WarmChild] = {}
         self._jobs: list[subprocess.Popen | WarmChild] = []
+        self._studies: dict[int, subprocess.Popen | WarmChild] = {}
+        self._stopped_studies: set[int] = set()
 
     def _spawn(self, args: list[str], log_path: Path) -> subprocess.Popen | WarmChild:
         return launch(self.store.dir, args, log_path, warm=self.warm)
@@ -546,15 +548,28 @@ class Supervisor:
 
     def study(self, study_id: int) -> subprocess.Popen:
         """Trains a planned A/B study in the background."""
-        return self._job(study_args(study_id), f"study-{study_id}")
+        proc = self._job(study_args(study_id), f"study-{study_id}")
+        self._studies[study_id] = proc
+        return proc
 
     def jobs_running(self) -> int:
         return sum(1 for p in self._jobs if p.poll() is None)
 
     def stop_study(self, study_id: int) -> bool:
-        """Asks a running study to stop: its current run stops with a checkpoint."""
+        """Asks a study to stop: its current run stops with a checkpoint. A study this
+        dashboard has just started, whose process has not yet marked it running, is asked
+        through that process (Stop pressed right after Run study is not lost)."""
         study = self.store.study(study_id)
-        return study["status"] == "running" and _terminate(study["pid"])
+        if study["status"] == "running":
+            # The session names the pid: signalled only while it is the process it was.
+            return process_alive(study["pid"], study["pid_started"]) and \
+                _terminate(study["pid"])
+        proc = self._studies.get(study_id)
+        if study["status"] == "planned" and proc is not None and proc.poll() is None:
+            self._stopped_studies.add(study_id)
+            proc.terminate()
+            return True
+        return False
 
     def start(self, config: dict[str, Any], name: str | None = None,
               twin_of: int | None = None) -> int:
@@ -604,6 +619,20 @@ class Supervisor:
                 if not self.store.readonly:
                     self.store.reconcile(run_id, reason=exit_text(code))
         self._jobs = [p for p in self._jobs if p.poll() is None]
+        for study_id, proc in list(self._studies.items()):
+            code = proc.poll()
+            if code is None:
+                continue
+            del self._studies[study_id]
+            if not self.store.readonly and self.store.study(study_id)["status"] == "planned":
+                # Its process ended before it marked the study running (a Stop that came
+                # before its signal handler did, or a crash at start): said, not left planned.
+                asked = study_id in self._stopped_studies
+                self.store.set_study_status(
+                    study_id, "stopped" if asked else "crashed",
+                    "stopped before its first run; run it again to start it" if asked else
+                    f"ended before its first run: {exit_text(code)}")
+            self._stopped_studies.discard(study_id)
         return ended
 
     def children(self) -> list[int]:

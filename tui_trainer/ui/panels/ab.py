@@ -97,7 +97,8 @@ class ABPanel(Vertical):
 
     # --- drawing ---------------------------------------------------------------------------
     def draw(self, tick: Tick) -> None:
-        self._shown_id = tick.study
+        if tick.study is not None:      # a tick drawn before a just-started study is chosen
+            self._shown_id = tick.study  # leaves Stop aimed at that study
         self.show_studies(tick.snap.studies, tick.study)
         self.show(tick.snap.study)
 
@@ -200,6 +201,7 @@ class ABPanel(Vertical):
             return study_id
 
         def started(study_id: int) -> None:
+            self._shown_id = study_id        # Stop reaches it before the next tick draws it
             self.post_message(self.StudyChosen(study_id))
             what = "seed sweep" if sweep else "A/B study"
             self.notify(f"{what} {study_id} started: {len(planned.runs)} runs of {steps} "
