@@ -26,12 +26,18 @@ def _session_state(session: Path) -> tuple:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """One short finished run whose only checkpoint the tests replace."""
+    """One short finished run with one checkpoint, which the tests replace: its replay root
+    at step 0 (kept whatever keep_checkpoints says) is taken away, so that a resume has no
+    older checkpoint to pass over to."""
+    import sqlite3
     session = tmp_path_factory.mktemp("session")
     r = tt("run", "--session", str(session), "--json", *sets(*QUICK, "epochs=1",
                                                                 "checkpoint_every=4",
                                                                 "keep_checkpoints=1"))
     assert r.rc == 0, r.err
+    with sqlite3.connect(session / "session.sqlite") as conn:
+        conn.execute("UPDATE checkpoints SET removed = 1 WHERE step = 0")
+    (session / "checkpoints" / "run-1" / "step-00000000.pt").unlink()
     return session, Path(r.json["checkpoint"])
 
 

@@ -52,9 +52,9 @@ def test_run_json_describes_the_run_and_the_store_holds_everything(tmp_path):
     assert lrs == [round(0.03 * 0.7, 8), 0.03]     # StepLR after the first epoch
     assert db_rows(tmp_path, "SELECT step FROM evals ORDER BY step") == [(10,), (20,)]
     assert db_rows(tmp_path, "SELECT step FROM fingerprints ORDER BY step")[-1] == (20,)
-    # keep_checkpoints=1: only the newest file stays.
-    files = list((tmp_path / "checkpoints" / "run-1").glob("*.pt"))
-    assert [f.name for f in files] == ["step-00000020.pt"]
+    # keep_checkpoints=1: the newest file stays, and the replay root at step 0 besides.
+    files = (tmp_path / "checkpoints" / "run-1").glob("*.pt")
+    assert sorted(f.name for f in files) == ["step-00000000.pt", "step-00000020.pt"]
     # The fingerprint records the effective settings and the data used.
     fp = json.loads(db_rows(tmp_path, "SELECT fingerprint FROM runs")[0][0])
     assert fp["deterministic_algorithms"] is True and fp["pin_memory"] is False

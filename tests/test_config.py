@@ -62,6 +62,8 @@ BAD = [
     (["--set", "optimizer=adadelta", "--set", "optimizer_impl=fused"], "optimizer_impl",
      "sgd, adam and adamw"),
     (["--set", "adam_beta2=1"], "adam_beta2", "< 1"),
+    (["--set", "model=resnet", "--set", "activation_checkpointing=full"],
+     "activation_checkpointing", "BatchNorm running statistics"),
 ]
 
 

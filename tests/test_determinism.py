@@ -204,3 +204,23 @@ def test_a_run_continued_past_its_schedule_keeps_its_last_rate(tmp_path, schedul
     lrs = [lr for (lr,) in db_rows(tmp_path, "SELECT lr FROM steps ORDER BY step")]
     assert len(lrs) == 20 and max(lrs[:10]) > 10 * lrs[9]
     assert lrs[10:] == [lrs[9]] * 10, lrs
+
+
+def test_an_op_deterministic_on_refuses_is_named_in_one_line_with_the_knob():
+    """PyTorch's own refusal (max_unpool1d has no deterministic implementation, on the CPU
+    too) becomes the run's one-line reason, naming the op and what to set."""
+    import torch
+    import torch.nn.functional as F
+    from tui_trainer.engine.knobs import determinism_refusal
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        with pytest.raises(RuntimeError) as raised:
+            F.max_unpool1d(torch.rand(1, 1, 4), torch.tensor([[[0, 2, 4, 6]]]), 2)
+    finally:
+        torch.use_deterministic_algorithms(before)
+    line = determinism_refusal(raised.value)
+    assert line is not None and "\n" not in line
+    assert line.startswith("deterministic = on refused max_unpooling")
+    assert "set deterministic = warn" in line
+    assert determinism_refusal(RuntimeError("CUDA out of memory")) is None

@@ -4,9 +4,13 @@ the real `explain` process; each case is a cause the explanation must name."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from conftest import QUICK, db_rows, ranks_device, sets, tt
-from tui_trainer.core.explain import evidence_lines
+from tui_trainer.core.explain import evidence_lines, explanation_text
 
 # 12 steps, fingerprints every 5 (0, 5, 10, 12): the replay searches steps 1 to 5.
 SHORT = [*QUICK, "max_steps=12", "fingerprint_every=5"]
@@ -97,8 +101,12 @@ def test_runs_not_comparable_are_refused_and_lost_checkpoints_replayed_from_the_
     r = tt("explain", "1", "2", "--session", str(tmp_path))
     assert r.rc == 2 and "not comparable" in r.err and "model (grokking vs examples)" in r.err
 
-    # run 3 keeps only its newest checkpoint (step 12): it is replayed from its seeded
-    # config, which must then reproduce its recorded hash (a seeded run's start is exact)
+    # run 3 keeps its newest checkpoint (step 12) and, whatever keep_checkpoints says, its
+    # replay root at step 0; with that root removed (by hand, or a session of an older
+    # tui-trainer) it is replayed from its seeded config, which must then reproduce its
+    # recorded hash (a seeded run's start is exact)
+    assert _checkpoint_steps(tmp_path, 3) == [0, 12]
+    _remove_checkpoints(tmp_path, 3, [0])
     rc, result, text = _explain(tmp_path, 1, 3)
     assert rc == 3 and result["verdict"] == "op", result
     assert result["replay"]["from_config"] == [False, True]
@@ -136,12 +144,90 @@ def test_a_resume_that_was_not_exact_is_named_by_the_state_it_lost(tmp_path):
     state["rng"]["torch"] = torch.Generator().manual_seed(99).get_state()
     torch.save(state, path)
     assert tt("resume", "3", "--session", str(tmp_path)).rc == 0
+    # keep_checkpoints=1 prunes neither step 0 nor step 6, where the resume started
+    assert _checkpoint_steps(tmp_path, 3) == [0, 6, 12]
+    _remove_checkpoints(tmp_path, 3, [0, 6])
     rc, result, text = _explain(tmp_path, 1, 3)
     assert rc == 3 and result["verdict"] == "not_reproduced", result
     assert result["replay"]["reproduced"] == [True, False]
-    assert "run 3 kept no checkpoint at or before step 6, where its replay should start (it " \
-        "keeps steps 12; keep_checkpoints = 1 keeps only the newest ones" in text
-    assert "B did not reproduce its recorded hash at step 10" in text
+    assert "run 3 has no checkpoint at or before step 6, where its replay should start (it " \
+        "keeps steps 12; its checkpoint at step 0 and those its resumes started from are " \
+        "never pruned" in text
+    assert "replaying B did not reproduce its recorded hash at step 10" in text
+    # this machine, asked, computes B's steps deterministically: the difference is not here
+    hunt = result["hunt"]
+    assert (hunt["side"], hunt["agree"], hunt["from_config"], hunt["steps"]) == \
+        ("B", True, True, 10)
+    assert hunt["elsewhere"] == []                  # trained here, with these libraries
+    assert "3 replays from B's seeded config agree with each other at every op of 10 steps: " \
+        "this machine computes them deterministically, so the difference came from " \
+        "elsewhere: its recorded settings show this machine" in text
+
+
+def _checkpoint_steps(session, run_id: int) -> list[int]:
+    return sorted(int(p.stem.split("-")[1])
+                  for p in (session / "checkpoints" / f"run-{run_id}").glob("step-*.pt"))
+
+
+def _remove_checkpoints(session, run_id: int, steps: list[int]) -> None:
+    """As a session of an older tui-trainer (which pruned them), or a user's rm, leaves it."""
+    import sqlite3
+    with sqlite3.connect(session / "session.sqlite") as conn:
+        for step in steps:
+            conn.execute("UPDATE checkpoints SET removed = 1 WHERE run_id = ? AND step = ?",
+                         (run_id, step))
+            (session / "checkpoints" / f"run-{run_id}" / f"step-{step:08d}.pt").unlink()
+
+
+PLANT = Path(__file__).parent / "plant"
+
+
+def planted(*args: str) -> subprocess.CompletedProcess:
+    """`tui-trainer ARGS` started cold, it and every process it starts with tests/plant on
+    PYTHONPATH (its sitecustomize adds the model `planted`, whose op plant::shuffled_sum
+    sums in an order drawn from os.urandom), and no warm launcher (whose forks lack it)."""
+    env = {**os.environ, "TUI_TRAINER_WARM": "0",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(PLANT), os.environ.get("PYTHONPATH"))
+                                         if p)}
+    return subprocess.run([sys.executable, "-m", "tui_trainer", *args], capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+def test_one_config_parted_by_a_nondeterministic_op_is_named_by_replays_of_one_state(
+        tmp_path):
+    """On the CPU (the planted op is a CPU op): one config trained twice parts; `repro` goes
+    on to explain, whose replay of A does not give A's bits; replays of one state side by
+    side, op by op, name the op that differs on identical inputs, where it is and what
+    deterministic=on does to it (nothing: it is the op's own code)."""
+    r = planted("repro", "--session", str(tmp_path), "--json",
+                *sets(*SHORT, "model=planted", "device=cpu", "deterministic=off"))
+    assert r.returncode == 3, r.stderr
+    result = json.loads(r.stdout)["explanation"]
+    assert result["verdict"] == "nondeterministic", result
+    hunt = result["hunt"]
+    op = hunt["op"]
+    assert (hunt["side"], hunt["replays"], hunt["from_checkpoint"], hunt["step"]) == \
+        ("A", 3, 0, 1)
+    assert (op["name"], op["phase"], op["module"]) == \
+        ("plant.shuffled_sum.default", "forward", "PlantedNet")
+    assert op["source"].endswith("(classifier)") and "sitecustomize.py" in op["source"]
+    assert op["inputs_agree"] and op["differing_replays"] >= 1
+    assert 0 < op["difference"]["elements"] <= op["difference"]["of"] == 64   # one per sample
+    fixes = hunt["fixes"]
+    assert fixes["alone_differs"] is True
+    assert fixes["tried"] == [{"key": "deterministic", "value": "on", "result": "differs"}]
+    text = explanation_text(result)
+    assert text.startswith("Runs 1 (A) and 2 (B): parameter hashes identical at step 0, "
+                           "different at step 5. Replaying A did not reproduce its own "
+                           "recorded hash, so this machine was asked: 3 replays from A's "
+                           "checkpoint at step 0 part at step 1, in the forward of "
+                           "`PlantedNet` (plant.shuffled_sum.default, float32 on cpu, called "
+                           "from "), text
+    assert "nondeterministic on this machine" in text
+    assert "Deterministic=on leaves it differing." in text
+    # kept on B for the Divergence tab and the exports, in the same words
+    kept = db_rows(tmp_path, "SELECT run_id, message FROM events WHERE kind = 'explanation'")
+    assert kept == [(2, text)]
 
 
 def test_autocast_is_named_at_its_first_op_with_the_dtypes(tmp_path):

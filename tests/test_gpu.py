@@ -178,3 +178,30 @@ def test_memory_and_profile_of_a_cuda_run_hold_the_gpus_own_figures(tmp_path):
     trace = profiling.trace_path(tmp_path, p)
     events = json.loads(trace.read_text())["traceEvents"]
     assert any(e.get("cat") == "kernel" for e in events)
+
+
+def test_resnet_with_determinism_off_is_answered_op_by_op_and_deterministic_on_refuses(
+        tmp_path):
+    """The residual net on CUDA with deterministic off and cuDNN's autotuner on, trained
+    twice (`repro`): the runs are identical, or explain names an op of the net that this
+    machine computes two ways on identical inputs. With deterministic = on (the default) the
+    stem's adaptive average pooling has no deterministic backward on CUDA: the run is refused
+    at its first backward in one line naming the op and the knob. (Not yet run on a GPU.)"""
+    knobs = [*CUDA, "model=resnet", "deterministic=off", "cudnn_deterministic=false",
+             "cudnn_benchmark=true", "max_steps=12", "fingerprint_every=5"]
+    r = tt("repro", "--session", str(tmp_path), "--json", *sets(*knobs))
+    v = json.loads(r.out)
+    if v["identical"]:
+        assert r.rc == 0 and "explanation" not in v
+    else:
+        assert r.rc == 3, r.err
+        e = v["explanation"]
+        assert e["verdict"] in ("nondeterministic", "op"), e
+        op = e["hunt"]["op"] if e["verdict"] == "nondeterministic" else e["op"]
+        assert op["module"].startswith("ResNet") and op["inputs_agree"], op
+        assert op["difference"]["elements"] > 0 and op["device"].startswith("cuda")
+    r = tt("run", "--session", str(tmp_path), *sets(*CUDA, "model=resnet", "max_steps=3"))
+    assert r.rc != 0
+    failed = db_rows(tmp_path, "SELECT message FROM events WHERE kind = 'failure'")
+    assert failed and "deterministic = on refused adaptive_avg_pool2d_backward_cuda" in \
+        failed[-1][0], failed

@@ -146,8 +146,11 @@ class RunConfig:
         "20 5x5 filters, dropout). examples: the net of pytorch/examples mnist/main.py (32 and "
         "64 3x3 filters, 1.2M parameters), heavier. fast: the net of the fastest published "
         "MNIST recipe (tuomaso/train_mnist_fast: 24 5x5 and 32 3x3 filters, pooling before "
-        "ReLU, no dropout, 0.22M parameters).", "speed",
-        choices=("grokking", "examples", "fast"))
+        "ReLU, no dropout, 0.22M parameters). resnet: a small residual net of the kind "
+        "trained on GPUs (BatchNorm, three residual stages, global average pooling, 0.08M "
+        "parameters), whose CUDA backward has a kernel PyTorch documents as nondeterministic "
+        "(adaptive average pooling): there the determinism knobs change the bits.", "speed",
+        choices=("grokking", "examples", "fast", "resnet"))
     amp: str = knob(
         "off", "Automatic mixed precision: fp16 (CUDA only, with a GradScaler against underflow) "
         "or bf16 (CUDA or CPU, no scaler needed). Faster on tensor-core GPUs; changes the "
@@ -284,7 +287,10 @@ class RunConfig:
         "end of each epoch only. One is always written at step 0 and when training ends or is "
         "stopped.", "bookkeeping", lo=0, hi=10**9)
     keep_checkpoints: int = knob(
-        3, "How many of a run's newest checkpoints to keep on disk.", "bookkeeping",
+        3, "How many of a run's newest checkpoints to keep on disk. The one at step 0 and "
+        "each one a resume started from are kept besides: explain replays from them (one "
+        "more file per run, the size of a checkpoint: the parameters and the optimizer's "
+        "state; `tui-trainer memory` shows it).", "bookkeeping",
         lo=1, hi=10000)
 
     # ---------------------------------------------------------------------------------------
@@ -469,6 +475,10 @@ def check_combination(cfg: RunConfig) -> None:
     if cfg.optimizer_impl == "fused" and cfg.optimizer == "adadelta":
         raise ConfigError("optimizer_impl", "fused exists for sgd, adam and adamw, not "
                           "adadelta; use auto, for-loop or foreach")
+    if cfg.model == "resnet" and cfg.activation_checkpointing != "off":
+        raise ConfigError("activation_checkpointing", "must be off with model = resnet: a "
+                          "recomputed block would update its BatchNorm running statistics a "
+                          "second time (other statistics than the run without it)")
     if cfg.loader == "resident" and cfg.num_workers > 0:
         raise ConfigError("num_workers", "must be 0 with loader = resident (batches are "
                           "taken by index from one tensor; there is nothing for workers to do)")

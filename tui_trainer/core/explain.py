@@ -161,6 +161,10 @@ def _why_text(why: dict[str, Any] | None) -> str:
         which = [x for x, ok in zip("AB", why["self_consistent"]) if not ok]
         return (f" Run twice on the same inputs, {' and '.join(which)}'s own results differ: "
                 "the op is nondeterministic on this device.")
+    if why["kind"] == "nondeterministic_between":
+        return (" Both runs have the same settings and the op the same inputs, yet its "
+                "results differ: nondeterministic on this machine (run again twice on those "
+                "inputs, each agreed with itself: it shows only now and then).")
     if why["kind"] == "setting":
         follows = "; ".join(f"{f['key']} ({f['a']} vs {f['b']})" for f in why["follows"])
         return (" Each configuration is deterministic on its own; the difference follows "
@@ -240,6 +244,69 @@ def _starts(replay: dict[str, Any]) -> str:
                         f"{x}'s checkpoint at step {n}" for x, n, f in zip("AB", steps, fresh))
 
 
+def _value(v: Any) -> str:
+    return ("on" if v else "off") if isinstance(v, bool) else str(v)
+
+
+def _price_text(p: dict[str, Any]) -> str:
+    """`; study 3 measured it at 0.88x the samples/s (0.85-0.91, slower)`."""
+    span = (f" ({p['low']:.2f}-{p['high']:.2f}" + (f", {p['verdict']})" if p.get("verdict")
+                                                    else ")")
+            if p.get("low") is not None and p.get("high") is not None else "")
+    return (f"; study {p['study']} measured it at {p['ratio']:.2f}x the samples/s{span} over "
+            f"{p['rounds']} round{'s' if p['rounds'] != 1 else ''}")
+
+
+def _fix_text(hunt: dict[str, Any]) -> str:
+    """What each setting that can make an op deterministic did to it, run again alone."""
+    f = hunt.get("fixes") or {}
+    tries = f.get("tries", 0)
+    prices = {(p["key"], p["value"]): p for p in hunt.get("price") or []}
+    said = []
+    for t in f.get("tried", []):
+        setting = f"{t['key']}={_value(t['value'])}"
+        if t["result"] == "raises":
+            said.append(f"{setting} refuses it ({t['error']})")
+        elif t["result"] == "agrees":
+            p = prices.get((t["key"], t["value"]))
+            said.append(f"{setting} makes it agree ({tries} runs on its recorded inputs gave "
+                        "one result" + (_price_text(p) if p else "; no A/B study of this "
+                                        "config has priced it yet") + ")")
+        elif t["result"] == "differs":
+            said.append(f"{setting} leaves it differing")
+        else:
+            said.append(f"{setting} cannot be told alone")
+    alone = (f" Run alone on its recorded inputs it differs too ({tries} runs)."
+             if f.get("alone_differs") else
+             f" Run alone on its recorded inputs it gave one result in {tries} runs: it "
+             "differs only inside the step (its timing, or what ran beside it).")
+    if said:
+        return alone + " " + "; ".join(said)[:1].upper() + "; ".join(said)[1:] + "."
+    fixed = {"deterministic": "deterministic=on", "cudnn_benchmark": "cudnn_benchmark=off",
+             "cudnn_deterministic": "cudnn_deterministic=on"}
+    already = " and ".join(fixed.get(k, k) for k in f.get("already") or [])
+    return alone + (f" This run has {already} already, and no setting of this tool reaches "
+                    "it: the op itself is nondeterministic (its own code, or a kernel those "
+                    "settings do not cover)." if already else "")
+
+
+def _elsewhere_text(hunt: dict[str, Any]) -> str:
+    """Where a run's bits came from when this machine replays it deterministically."""
+    diff = hunt.get("elsewhere") or []
+    if diff:
+        return ("the difference came from elsewhere: the run was recorded with "
+                + ", ".join(f"{d['key']} {d['recorded']}" for d in diff) + " (here: "
+                + ", ".join(f"{d['key']} {d['here']}" for d in diff) + ").")
+    return ("the difference came from elsewhere: its recorded settings show this machine "
+            "and these libraries (device, versions, threads), so it lies in something neither "
+            "its checkpoint nor its settings hold.")
+
+
+def _hunt_start(hunt: dict[str, Any]) -> str:
+    return (f"{hunt['side']}'s seeded config" if hunt.get("from_config") else
+            f"{hunt['side']}'s checkpoint at step {hunt['from_checkpoint']}")
+
+
 def explanation_text(result: dict[str, Any]) -> str:
     """One paragraph: where the runs part and why, then the evidence and its cost."""
     a, b = result["runs"]
@@ -265,8 +332,34 @@ def explanation_text(result: dict[str, Any]) -> str:
     replay = result.get("replay") or {}
     evidence = (f" Replayed from {_starts(replay)}, which reproduced the recorded hashes at "
                 f"step {first}." if replay.get("from_checkpoints") else "")
+    hunt = result.get("hunt") or {}
+    if verdict == "nondeterministic":
+        n = hunt["replays"]
+        asked = (f"{head}: parameter hashes {between}. Replaying {hunt['side']} did not "
+                 f"reproduce its own recorded hash, so this machine was asked: {n} replays "
+                 f"from {_hunt_start(hunt)} part at step {hunt['step']}")
+        if hunt.get("op"):
+            op = hunt["op"]
+            return (asked + f", {_op_text(op)}: nondeterministic on this machine "
+                    f"({op['differing_replays']} of the other {n - 1} replays differ from "
+                    "the first)." + _fix_text(hunt) + cost)
+        paths = hunt.get("paths") or {}
+        ops = [p["name"] if p else "nothing more" for p in (paths.get("first"),
+                                                             paths.get("other"))]
+        return (asked + f": from one state, one replay runs {ops[0]} where another runs "
+                f"{ops[1]}: the step takes another path from one run to the next on this "
+                "machine." + cost)
     if verdict == "not_reproduced":
         who = " and ".join(x for x, ok in zip("AB", replay.get("reproduced", ())) if not ok)
+        if hunt.get("agree"):
+            steps = hunt.get("steps", 0)
+            told = (f"{hunt['replays']} replays from {_hunt_start(hunt)} agree with each "
+                    f"other at every op of {steps} step{'s' if steps != 1 else ''}: this "
+                    "machine computes them deterministically, so " + _elsewhere_text(hunt))
+            missing = (" (" + "; ".join(result["missing"]) + ")") if result.get("missing") \
+                else ""
+            return (f"{head}: parameter hashes {between}, but replaying {who} did not "
+                    f"reproduce its recorded hash at step {first}{missing}. {told}" + cost)
         if result.get("missing"):
             return (f"{head}: parameter hashes {between}, and the step cannot be pinned down: "
                     + "; ".join(result["missing"]) + f"; replayed from its config instead, "
@@ -334,6 +427,39 @@ def evidence_lines(result: dict[str, Any]) -> list[str]:
                           f"its checkpoint at step {start}") + f", {steps} steps, "
                        + ("reproduced its recorded hash" if ok else
                           "did NOT reproduce its recorded hash"))
+    hunt = result.get("hunt")
+    if hunt and hunt.get("traced", True):
+        out.append(f"replays of {hunt['side']} from one state on this machine: "
+                   f"{hunt['replays']}, from " + ("its seeded config" if hunt.get("from_config")
+                                                  else f"its checkpoint at step "
+                                                  f"{hunt['from_checkpoint']}")
+                   + f", {hunt.get('steps', 0)} steps traced, "
+                   + ("every op the same in all" if hunt.get("agree") else
+                      f"parting at step {hunt.get('step')}")
+                   + f" ({hunt.get('seconds', 0):.1f} s)")
+        hop = hunt.get("op")
+        if hop:
+            out.append(f"nondeterministic op #{hop['index']} of the step: {hop['name']}, "
+                       f"{hop['phase']}, module {hop['module'] or '-'}, parameters "
+                       f"{', '.join(hop['params']) or '-'}")
+            if hop.get("source"):
+                out.append(f"called from: {hop['source']}")
+            out.append(f"inputs: {'identical' if hop.get('inputs_agree') else 'different'} "
+                       f"across the replays; outputs {', '.join(map(_short, hop['outputs']))} "
+                       f"vs {', '.join(map(_short, hop.get('other_outputs', [])))}")
+            out.append("difference: " + ", ".join(f"{k} {val}" for k, val in
+                                                   (hop.get("difference") or {}).items()))
+            fx = hunt.get("fixes") or {}
+            out.append(f"run alone {fx.get('tries', 0)} times on its recorded inputs: "
+                       + ("DIFFERENT results" if fx.get("alone_differs") else "one result"))
+            for t in fx.get("tried", []):
+                out.append(f"with {t['key']}={_value(t['value'])}: {t['result']}"
+                           + (f" ({t['error']})" if t.get("error") else ""))
+            for p in hunt.get("price") or []:
+                out.append(f"price of {p['key']}={_value(p['value'])}" + _price_text(p)
+                           .replace("; study", ": study", 1))
+        for d in hunt.get("elsewhere") or []:
+            out.append(f"recorded {d['key']}: {d['recorded']}; here: {d['here']}")
     if result.get("step") is not None and v not in ("initial", "refused"):
         out.append(f"first step whose result differs: {result['step']}")
     item = result.get("input")

@@ -873,6 +873,14 @@ class SessionStore:
     def usable_checkpoints(self, run_id: int) -> list[dict[str, Any]]:
         return [c for c in self.checkpoints(run_id) if c["path"] is not None]
 
+    def replay_roots(self, run_id: int) -> set[int]:
+        """The steps of a run's checkpoints that are never pruned: step 0 (where every replay
+        of its first steps starts, and `explain` asks this machine whether a step is
+        deterministic) and each step a resume started from."""
+        return {0} | {int(r["step"]) for r in self._q(
+            "SELECT step FROM events WHERE run_id = ? AND kind = 'resumed' AND step IS NOT NULL",
+            (run_id,))}
+
     def mark_checkpoint_removed(self, checkpoint_id: int) -> None:
         with self.transaction() as c:
             c.execute("UPDATE checkpoints SET removed = 1 WHERE id = ?", (checkpoint_id,))

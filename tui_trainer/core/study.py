@@ -526,6 +526,39 @@ def table(store: SessionStore, study_id: int,
     return study, rows
 
 
+# Config keys a price does not depend on: the run's length, its seed and its bookkeeping.
+PRICE_IGNORES = ("seed", "epochs", "max_steps", "log_every", "eval_every", "fingerprint_every",
+                 "checkpoint_every", "keep_checkpoints")
+
+
+def price(store: SessionStore, cfg: dict[str, Any], key: str, value: Any
+          ) -> dict[str, Any] | None:
+    """What switching `key` to `value` costs a run of config `cfg` in samples/s, as the
+    newest A/B study of that config measured it (its base equal to `cfg` in all but the
+    run's length, seed and bookkeeping, one variant that key at that value): the study,
+    the ratio, its interval and verdict where it trained in rounds. None where none did."""
+    for study in reversed(store.studies()):
+        variants = study["variants"]
+        if study["kind"] != "ab" or not variants:
+            continue
+        base = variants[0]["config"]
+        if any(base.get(k) != cfg.get(k) for k in set(base) | set(cfg)
+               if k not in PRICE_IGNORES):
+            continue
+        label = _label(key, value)
+        _, rows = table(store, study["id"])
+        row = next((r for r in rows if r.label == label), None)
+        if row is None or not row.ratios or row.ratios.get("samples_per_s") is None:
+            continue
+        iv = (row.intervals or {}).get("samples_per_s")
+        return {"study": study["id"], "label": label, "rounds": row.done,
+                "ratio": row.ratios["samples_per_s"],
+                "low": iv.low if iv is not None else None,
+                "high": iv.high if iv is not None else None,
+                "verdict": (row.verdicts or {}).get("samples_per_s")}
+    return None
+
+
 def _phase_ratios(grid: list, arm: int, row: Row, base: Row, repeats: int, level: float
                   ) -> dict[str, stats.Interval | float | None] | None:
     """Each phase's time per step as a ratio to the base: with an interval over the rounds

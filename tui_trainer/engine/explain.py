@@ -341,7 +341,14 @@ class Replay:
             self.lead.step(batches[0])
             return
         wants: dict[int, bool] = {}
+        # DDP broadcasts rank 0's buffers (BatchNorm's running statistics) to every rank
+        # as each forward begins: the others start the step from the lead's.
+        lead_buffers = [b.detach().clone() for b in self.lead.model.buffers()]
         for r, batch in enumerate(batches):
+            if r:
+                with torch.no_grad():
+                    for mine, lead in zip(self.ranks[r].model.buffers(), lead_buffers):
+                        mine.copy_(lead)
             with self.rank(r) as t:
                 # the optimizer waits for the all-reduce: asked now, run after it
                 t._optimizer_step = lambda want_norm, r=r: wants.__setitem__(r, want_norm)
@@ -546,13 +553,152 @@ def load_side(store: SessionStore, run: dict[str, Any], start: int) -> Side:
     if not kept:
         steps = sorted(c["step"] for c in store.usable_checkpoints(run["id"]))
         return Side(run=run, cfg=cfg, checkpoint_step=0, state=None, missing=(
-            f"run {run['id']} kept no checkpoint at or before step {start}, where its replay "
+            f"run {run['id']} has no checkpoint at or before step {start}, where its replay "
             f"should start (it keeps {'steps ' + ', '.join(map(str, steps)) if steps else 'none'}"
-            f"; keep_checkpoints = {cfg.keep_checkpoints} keeps only the newest ones: raise it "
-            "for runs you want explained)"))
+            "; its checkpoint at step 0 and those its resumes started from are never pruned, "
+            "so they were removed by hand, or by an older tui-trainer)"))
     newest = kept[0]
     return Side(run=run, cfg=cfg, checkpoint_step=newest["step"],
                 state=load_checkpoint(newest["path"]))
+
+
+# --- is this machine deterministic here? --------------------------------------------------
+
+HUNT_REPLAYS = 3        # replays of one state, side by side, whose ops are compared
+FIX_TRIES = 4           # runs of the op on its recorded inputs per setting tried
+
+# What the settings that make ops deterministic are set to for that, and the device they
+# act on ("" for any).
+FIXES = (("deterministic", "on", ""), ("cudnn_benchmark", False, "cuda"),
+         ("cudnn_deterministic", True, "cuda"))
+
+# The recorded settings that say which machine and libraries trained a run.
+MACHINE_KEYS = ("device_name", "device", "torch", "cuda", "cudnn", "torchvision", "numpy",
+                "python", "platform", "num_threads", "num_interop_threads")
+
+
+class Lockstep:
+    """`n` replays of one side from the same restored state, stepped one after the other,
+    each with its own global RNG states (swapped in around everything it does): with no
+    source of difference but the machine, they stay bit-identical."""
+
+    def __init__(self, side: Side, n: int):
+        self.replays: list[Replay] = []
+        self._rng: list[dict[str, Any]] = []
+        for _ in range(n):
+            r = Replay(side)            # its set-up puts the side's RNG states in place
+            self.replays.append(r)
+            self._rng.append(capture_rng(r.lead.loaders.generator, r.lead.cuda))
+
+    def step(self) -> list[list[Op]] | None:
+        """The next step of every replay, traced; each replay's ops (None: training ended)."""
+        traces = []
+        for i, r in enumerate(self.replays):
+            restore_rng(self._rng[i], r.lead.loaders.generator)
+            batches = r.next_step()
+            if batches is None:
+                return None
+            with torch.autograd.set_detect_anomaly(True, check_nan=False), \
+                    Trace(r.lead.model) as trace:
+                r.step(batches)
+            self._rng[i] = capture_rng(r.lead.loaders.generator, r.lead.cuda)
+            traces.append(trace.ops)
+        return traces
+
+    @property
+    def at(self) -> int:
+        return self.replays[0].lead.pos.step
+
+
+def _parting(traces: list[list[Op]]) -> tuple[int, int] | None:
+    """The first op at which a replay's trace differs from the first replay's (the op's
+    name, dtypes or outputs), and that replay; None when all agree."""
+    first = traces[0]
+    for j in range(max(len(t) for t in traces)):
+        for k, other in enumerate(traces[1:], 1):
+            if j >= len(first) or j >= len(other):
+                return j, k
+            x, y = first[j], other[j]
+            if (x.name, x.dtypes, x.outputs) != (y.name, y.dtypes, y.outputs):
+                return j, k
+    return None
+
+
+def hunt(side: Side, until: int, replays: int = HUNT_REPLAYS) -> dict[str, Any]:
+    """Asks this machine whether the side's steps are deterministic: `replays` replays from
+    the same restored state, every op of every step traced, up to step `until`. The first
+    op whose output differs across replays of identical inputs is the nondeterministic one
+    (with its module, call site and how many elements differ, and what each setting that
+    can make it deterministic does to it); with none, the replays agree, and what the run's
+    recorded settings show of the machine it trained on is set beside this one's."""
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"run": side.run["id"], "replays": replays,
+                           "from_checkpoint": side.checkpoint_step,
+                           "from_config": side.state is None}
+    if side.world > 1:
+        out.update(traced=False, seconds=time.perf_counter() - t0)
+        return out
+    lock = Lockstep(side, replays)
+    steps = 0
+    while lock.at < until and (traces := lock.step()) is not None:
+        steps += 1
+        parted = _parting(traces)
+        if parted is None:
+            continue
+        j, k = parted
+        x = traces[0][j] if j < len(traces[0]) else None
+        y = traces[k][j] if j < len(traces[k]) else None
+        out.update(agree=False, step=lock.at, steps=steps)
+        if x is None or y is None or (x.name, x.dtypes) != (y.name, y.dtypes):
+            out["paths"] = {"first": x.to_dict() if x else None,
+                            "other": y.to_dict() if y else None}
+        else:
+            # how many replays' results differ from the first's at this op
+            differing = sum(1 for t in traces[1:]
+                            if j >= len(t) or t[j].outputs != x.outputs)
+            o = next(n for n, (h1, h2) in enumerate(zip(x.outputs, y.outputs)) if h1 != h2)
+            out["op"] = {**x.to_dict(), "output": o, "difference": difference(x.out[o], y.out[o]),
+                         "inputs_agree": x.inputs == y.inputs, "other_outputs": y.outputs,
+                         "differing_replays": differing}
+            out["fixes"] = fixes(x, side)
+        out["seconds"] = time.perf_counter() - t0
+        return out
+    here = lock.replays[0].lead.settings
+    recorded = side.run.get("settings") or {}
+    out.update(agree=True, steps=steps, seconds=time.perf_counter() - t0,
+               elsewhere=[{"key": k, "recorded": recorded.get(k), "here": here.get(k)}
+                          for k in MACHINE_KEYS if k in recorded
+                          and recorded.get(k) != here.get(k)])
+    return out
+
+
+def fixes(op: Op, side: Side, tries: int = FIX_TRIES) -> dict[str, Any]:
+    """The op run `tries` times on its recorded inputs: under the side's own settings
+    (whether it differs alone, outside the step), then with each setting that can make it
+    deterministic switched to that value (what it does: raises, agrees, still differs)."""
+    def distinct() -> int:
+        return len({tuple(_run_again(op)) for _ in range(tries)})
+
+    _apply(side)
+    alone = distinct() > 1
+    out: dict[str, Any] = {"tries": tries, "alone_differs": alone, "tried": [], "already": []}
+    for key, value, device in FIXES:
+        if device and not op.device.startswith(device):
+            continue
+        setting = value == "on" if key == "deterministic" else value
+        if _knob(side, key) == setting:
+            out["already"].append(key)
+            continue
+        _apply(side, (key, setting))
+        try:
+            # an op that agrees with itself alone cannot show what a setting changes
+            result = ("agrees" if distinct() == 1 else "differs") if alone else "untold"
+            out["tried"].append({"key": key, "value": value, "result": result})
+        except RuntimeError as e:
+            out["tried"].append({"key": key, "value": value, "result": "raises",
+                                 "error": str(e).strip().splitlines()[0][:300]})
+    _apply(side)
+    return out
 
 
 # --- why an op differs ----------------------------------------------------------------------
@@ -610,7 +756,11 @@ def why(op_a: Op, op_b: Op, a: Side, b: Side) -> dict[str, Any]:
             if _run_again(op_a, layout) == op_b.outputs:
                 out["follows"].append({"key": "channels_last", "a": a.cfg.channels_last,
                                        "b": b.cfg.channels_last})
-        out["kind"] = "setting" if out["follows"] else "unknown"
+        same_settings = all(_knob(a, k) == _knob(b, k) for k in SWITCHES) and \
+            a.cfg.channels_last == b.cfg.channels_last
+        # Same op, same inputs, same settings, two results: only the machine differs.
+        out["kind"] = "setting" if out["follows"] else \
+            "nondeterministic_between" if same_settings else "unknown"
     _apply(a)
     return out
 
@@ -674,6 +824,19 @@ def first_differing_input(ca: Capture, cb: Capture) -> dict[str, Any] | None:
     return None
 
 
+def _prices(store: SessionStore, side: Side, found: dict[str, Any]) -> list[dict[str, Any]]:
+    """What each setting that made the op deterministic costs, where an A/B study of this
+    config measured it (core.study.price)."""
+    from ..core.study import price
+    out = []
+    for tried in (found.get("fixes") or {}).get("tried", []):
+        if tried["result"] == "agrees":
+            measured = price(store, side.run["config"], tried["key"], tried["value"])
+            if measured is not None:
+                out.append({"key": tried["key"], "value": tried["value"], **measured})
+    return out
+
+
 def replay(store: SessionStore, located: dict[str, Any]) -> dict[str, Any]:
     """Goes on from what the fingerprints said (core.explain.locate, verdict "replay"):
     the exact step, what went into it, the op and why, as a plain dict (core.explain words
@@ -690,8 +853,16 @@ def replay(store: SessionStore, located: dict[str, Any]) -> dict[str, Any]:
                      "from_config": [s.state is None for s in sides],
                      "steps": [len(h) for h in hashes], "reproduced": reproduced}
     if not all(reproduced):
-        out.update(verdict="not_reproduced", cost_s=time.perf_counter() - t0,
+        # A replay that does not give its own run's bits: is this machine deterministic
+        # there? The same state replayed side by side, op by op, says.
+        lost = next(i for i, ok in enumerate(reproduced) if not ok)
+        found = hunt(sides[lost], first)
+        out.update(verdict="nondeterministic" if found.get("agree") is False else
+                   "not_reproduced", hunt={**found, "side": "AB"[lost]},
                    missing=[s.missing for s, ok in zip(sides, reproduced) if s.missing and not ok])
+        if found.get("op"):
+            out["hunt"]["price"] = _prices(store, sides[lost], found)
+        out["cost_s"] = time.perf_counter() - t0
         return out
     both = max(side.checkpoint_step for side in sides)
     step = next(s for s in range(both + 1, first + 1) if hashes[0][s] != hashes[1][s])

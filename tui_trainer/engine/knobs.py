@@ -12,6 +12,7 @@ import math
 import os
 import platform
 import random
+import re
 from typing import Any
 
 import numpy as np
@@ -98,6 +99,18 @@ def optimizer_impl(cfg: RunConfig, cuda: bool) -> str:
     if cfg.optimizer_impl != "auto":
         return cfg.optimizer_impl
     return "foreach" if cuda else "for-loop"
+
+
+def determinism_refusal(e: BaseException) -> str | None:
+    """What PyTorch raises for an op that has no deterministic implementation while
+    torch.use_deterministic_algorithms(True) holds (deterministic = on), in one line naming
+    the op and the knob; None for any other error."""
+    m = re.search(r"(\w+) does not have a deterministic implementation", str(e))
+    if not isinstance(e, RuntimeError) or m is None:
+        return None
+    return (f"deterministic = on refused {m.group(1)}: PyTorch has no deterministic "
+            "implementation of it on this device; set deterministic = warn to run it and be "
+            "told where (its results can then differ run to run), or off")
 
 
 def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any],

@@ -141,7 +141,56 @@ class FastNet(Blocks):
         return F.log_softmax(self.fc2(x), dim=1)
 
 
-MODELS = {"grokking": GrokkingNet, "examples": ExamplesNet, "fast": FastNet}
+class BasicBlock(nn.Module):
+    """A residual block: two 3x3 convolutions with BatchNorm, the input added back (through
+    a 1x1 convolution where the shape changes)."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = nn.Sequential() if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+
+class ResNet(Blocks):
+    """A small residual net of the kind trained on GPUs, sized for MNIST: a 3x3 stem with
+    BatchNorm, adaptive average pooling from 28x28 to 12x12, three residual stages (16, 32
+    and 64 channels at 12, 6 and 3 pixels), global average pooling and one linear layer;
+    0.08M parameters. The stem's pooling windows overlap (28 is no multiple of 12): on CUDA
+    its backward adds into shared inputs with atomics, in no fixed order, which PyTorch
+    documents as nondeterministic (deterministic = on refuses it there); cuDNN's choice of
+    convolution algorithms (cudnn_benchmark, cudnn_deterministic) acts on its convolutions.
+    BatchNorm keeps running statistics (buffers) for evaluation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.layer1 = BasicBlock(16, 16, 1)
+        self.layer2 = BasicBlock(16, 32, 2)
+        self.layer3 = BasicBlock(32, 64, 2)
+        self.fc = nn.Linear(64, 10)
+
+    def blocks(self) -> tuple[Callable[[torch.Tensor], torch.Tensor], ...]:
+        return (self.stem, self.layer1, self.layer2, self.layer3, self.head)
+
+    def stem(self, x: torch.Tensor) -> torch.Tensor:
+        return F.adaptive_avg_pool2d(F.relu(self.bn1(self.conv1(x))), 12)
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)       # global average pooling
+        return F.log_softmax(self.fc(x), dim=1)
+
+
+MODELS = {"grokking": GrokkingNet, "examples": ExamplesNet, "fast": FastNet, "resnet": ResNet}
 
 
 @torch.no_grad()
@@ -155,13 +204,12 @@ def init_weights(model: nn.Module, how: str) -> None:
             continue
         if how == "normal":
             nn.init.normal_(m.weight, 0.0, 0.02)
-            nn.init.zeros_(m.bias)
         elif how == "xavier":
             nn.init.xavier_uniform_(m.weight)
-            m.bias.fill_(0.01)
         else:
             nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
-            nn.init.zeros_(m.bias)
+        if m.bias is not None:              # (resnet's convolutions have none)
+            m.bias.fill_(0.01) if how == "xavier" else nn.init.zeros_(m.bias)
 
 
 def build_model(name: str, checkpointing: str = "off", preserve_rng_state: bool = True,

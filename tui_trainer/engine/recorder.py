@@ -59,9 +59,9 @@ class Recorder:
     def checkpoint(self, step: int, epoch: int, batch: int, state: Callable[[], dict[str, Any]],
                    keep: int) -> Path | None:
         """Writes `state()` as the checkpoint of `step` and records it, then removes the
-        oldest beyond `keep`: unlisted first, deleted second, so a kill in between leaves an
-        unlisted file (swept when the run next starts), never a listed checkpoint without
-        its file. `state` is called only here, on the lead. Returns the file."""
+        oldest beyond `keep`, but never the run's replay roots (SessionStore.replay_roots):
+        unlisted first, deleted second, so a kill in between leaves an unlisted file (swept
+        when the run next starts), never a listed checkpoint without its file. `state` is called only here, on the lead. Returns the file."""
         if self.store is None or self.writer is None:
             return None
         path = self.store.checkpoint_dir(self.run_id) / f"step-{step:08d}.pt"
@@ -70,7 +70,9 @@ class Recorder:
         self.writer.flush()
         self.store.add_checkpoint(self.run_id, step, epoch, batch, path)
         fault_point("recorded")
-        for old in self.store.usable_checkpoints(self.run_id)[keep:]:
+        roots = self.store.replay_roots(self.run_id)        # kept whatever `keep` says
+        for old in [c for c in self.store.usable_checkpoints(self.run_id)[keep:]
+                    if c["step"] not in roots]:
             self.store.mark_checkpoint_removed(old["id"])
             fault_point("unlisted")
             Path(old["path"]).unlink(missing_ok=True)

@@ -47,7 +47,7 @@ from .recorder import Recorder
 from .memory import Meter
 from .models import build_model
 from .knobs import (ParamSketch, apply_knobs, capture_rng, check_device_knobs,
-                    effective_settings, param_fingerprint, resolve_device, restore_rng)
+                    determinism_refusal, effective_settings, param_fingerprint, resolve_device, restore_rng)
 
 
 @dataclass
@@ -998,7 +998,7 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
         if consequence:
             trainer.log(f"stopping: {consequence}")
         reason = str(e) if isinstance(e, DiskFull) else consequence or \
-            f"{type(e).__name__}: {e}"
+            determinism_refusal(e) or f"{type(e).__name__}: {e}"
         try:
             # Keep what was measured up to the failure, and how far it got.
             trainer.recorder.progress(trainer.pos.step, trainer._epoch_float(), flush=True)
