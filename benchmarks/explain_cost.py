@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -31,12 +32,27 @@ CASES = {
     "amp": ([], ["amp=bf16"]),
     "channels_last": ([], ["channels_last=true"]),
     "nproc": ([], ["nproc=2"]),
+    # One config, different bits (issue 35): the op this machine computes two ways.
+    # planted: the test-only op of tests/plant (a sum in an order drawn from os.urandom).
+    "planted": (["model=planted", "device=cpu", "deterministic=off"],
+                ["model=planted", "device=cpu", "deterministic=off"]),
+    # On a GPU: the residual net with deterministic and cuDNN's deterministic choice off and
+    # its autotuner on (needs CUDA).
+    "gpu_resnet": (["model=resnet", "device=cuda", "deterministic=off",
+                    "cudnn_deterministic=false", "cudnn_benchmark=true"],
+                   ["model=resnet", "device=cuda", "deterministic=off",
+                    "cudnn_deterministic=false", "cudnn_benchmark=true"]),
 }
+PLANT = Path(__file__).resolve().parent.parent / "tests" / "plant"
 
 
-def tui(*args: str) -> subprocess.CompletedProcess:
+def tui(*args: str, plant: bool = False) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if plant:       # the planted model in this process and the ones it starts
+        env.update(PYTHONPATH=os.pathsep.join(p for p in (str(PLANT), env.get("PYTHONPATH"))
+                                              if p), TUI_TRAINER_WARM="0")
     return subprocess.run([sys.executable, "-m", "tui_trainer", *args], capture_output=True,
-                          text=True, timeout=900)
+                          text=True, timeout=900, env=env)
 
 
 def sets(values: list[str]) -> list[str]:
@@ -53,28 +69,30 @@ def main() -> int:
     common = [*BASE, f"model={args.model}", f"max_steps={steps}",
               f"fingerprint_every={args.every}"]
     print(f"{args.model}, fingerprints every {args.every} steps, {steps} steps a run")
-    print(f"{'case':<14} {'verdict':<15} {'step':>5} {'cost_s':>7} {'command_s':>10} "
+    print(f"{'case':<14} {'verdict':<16} {'step':>5} {'cost_s':>7} {'command_s':>10} "
           f"{'train A s':>10}")
     for name in args.cases.split(","):
         a, b = CASES[name]
+        plant = name == "planted"
         with tempfile.TemporaryDirectory() as tmp:
             session = str(Path(tmp) / "s")
             t0 = time.perf_counter()
-            r = tui("run", "--session", session, *sets([*common, *a]))
+            r = tui("run", "--session", session, *sets([*common, *a]), plant=plant)
             train_s = time.perf_counter() - t0
-            r2 = tui("run", "--session", session, *sets([*common, *b]))
+            r2 = tui("run", "--session", session, *sets([*common, *b]), plant=plant)
             if r.returncode or r2.returncode:
                 print(f"{name:<14} training failed: {(r.stderr or r2.stderr)[-300:]}")
                 continue
             t0 = time.perf_counter()
-            e = tui("explain", "1", "2", "--session", session, "--json")
+            e = tui("explain", "1", "2", "--session", session, "--json", plant=plant)
             command_s = time.perf_counter() - t0
             if e.returncode not in (0, 3):
                 print(f"{name:<14} explain failed: {e.stderr[-300:]}")
                 continue
             result = json.loads(e.stdout)
             cost = result.get("cost_s")
-            print(f"{name:<14} {result['verdict']:<15} {str(result.get('step', '-')):>5} "
+            step = result.get("step", (result.get("hunt") or {}).get("step", "-"))
+            print(f"{name:<14} {result['verdict']:<16} {str(step):>5} "
                   f"{cost if cost is not None else float('nan'):>7.2f} {command_s:>10.2f} "
                   f"{train_s:>10.2f}", flush=True)
     return 0

@@ -97,6 +97,17 @@ def test_ab_table_holds_every_variant_with_figures_and_exports(tmp_path):
     pngs = sorted(f.name for f in files if f.suffix == ".png")
     assert pngs == [f"study-1-{n}.png" for n in
                     ("divergence", "loss", "memory", "ratios", "throughput")]
+    # the price explain quotes for a setting that fixes an op: this study's ratio, for a run
+    # of the base's config whatever its length or seed; none for another config or value
+    from tui_trainer.core.study import price
+    store = SessionStore(tmp_path, create=False, readonly=True)
+    config = store.run(base["run_id"])["config"]
+    quoted = price(store, {**config, "seed": 9, "max_steps": 500}, "deterministic", "off")
+    assert quoted is not None and quoted["study"] == study["study_id"]
+    assert quoted["ratio"] == pytest.approx(rows["deterministic=off"]["ratios"]["samples_per_s"])
+    assert quoted["low"] is None and quoted["rounds"] == 1          # one round: no interval
+    assert price(store, {**config, "lr": 0.5}, "deterministic", "off") is None
+    assert price(store, config, "deterministic", "warn") is None
     for name in pngs:
         with Image.open(tmp_path / "exports" / name) as img:
             assert img.format == "PNG"
@@ -193,8 +204,8 @@ def test_the_gpu_study_plans_every_gpu_knob_and_says_what_cannot_run_here(tmp_pa
     assert tt("ab", "--study", "1", "--plan", "--session", str(tmp_path)).rc == 2
 
 
-@pytest.mark.parametrize("study", [s for s in STUDIES if s.stem != "gpu"],
-                         ids=[s.stem for s in STUDIES if s.stem != "gpu"])
+@pytest.mark.parametrize("study", [s for s in STUDIES if not s.stem.startswith("gpu")],
+                         ids=[s.stem for s in STUDIES if not s.stem.startswith("gpu")])
 def test_ready_studies_run_as_they_are(tmp_path, study):
     # (the small net for every study: each arm's two steps on the examples net at batch
     # 1024 cost the suite seconds and prove nothing more about the file)

@@ -193,7 +193,7 @@ def planted(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300, env=env)
 
 
-def test_one_config_parted_by_a_nondeterministic_op_is_named_by_replays_of_one_state(
+async def test_one_config_parted_by_a_nondeterministic_op_is_named_by_replays_of_one_state(
         tmp_path):
     """On the CPU (the planted op is a CPU op): one config trained twice parts; `repro` goes
     on to explain, whose replay of A does not give A's bits; replays of one state side by
@@ -228,6 +228,27 @@ def test_one_config_parted_by_a_nondeterministic_op_is_named_by_replays_of_one_s
     # kept on B for the Divergence tab and the exports, in the same words
     kept = db_rows(tmp_path, "SELECT run_id, message FROM events WHERE kind = 'explanation'")
     assert kept == [(2, text)]
+    # the dashboard's Divergence tab shows it for the pair, and e what it rests on
+    from textual.widgets import DataTable
+    from tui_trainer.ui.app import TrainerApp
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.ready()
+        await app.poll_now()
+        app.query_one("#runs", DataTable).focus()
+        await pilot.press("space", "down", "space")
+        assert app.pair == [1, 2]
+        app.query_one("#tabs").active = "tab-divergence"
+        await pilot.pause()
+        await app.poll_now()
+        await pilot.pause()
+        shown = str(app.query_one("#explanation").render())
+        assert "nondeterministic on this machine" in shown and "plant.shuffled_sum" in shown
+        await pilot.press("e")
+        await pilot.pause()
+        evidence = str(app.screen.query_one("#evidence-text Static").render())
+        assert "nondeterministic op #" in evidence and "with deterministic=on: differs" in \
+            evidence
 
 
 def test_autocast_is_named_at_its_first_op_with_the_dtypes(tmp_path):

@@ -433,7 +433,8 @@ def evidence_lines(result: dict[str, Any]) -> list[str]:
                    f"{hunt['replays']}, from " + ("its seeded config" if hunt.get("from_config")
                                                   else f"its checkpoint at step "
                                                   f"{hunt['from_checkpoint']}")
-                   + f", {hunt.get('steps', 0)} steps traced, "
+                   + f", {hunt.get('steps', 0)} step{'' if hunt.get('steps') == 1 else 's'}"
+                   " traced, "
                    + ("every op the same in all" if hunt.get("agree") else
                       f"parting at step {hunt.get('step')}")
                    + f" ({hunt.get('seconds', 0):.1f} s)")
@@ -452,6 +453,8 @@ def evidence_lines(result: dict[str, Any]) -> list[str]:
             fx = hunt.get("fixes") or {}
             out.append(f"run alone {fx.get('tries', 0)} times on its recorded inputs: "
                        + ("DIFFERENT results" if fx.get("alone_differs") else "one result"))
+            if fx.get("already"):
+                out.append("set for determinism already: " + ", ".join(fx["already"]))
             for t in fx.get("tried", []):
                 out.append(f"with {t['key']}={_value(t['value'])}: {t['result']}"
                            + (f" ({t['error']})" if t.get("error") else ""))
