@@ -352,10 +352,16 @@ def explanation_text(result: dict[str, Any]) -> str:
     if verdict == "not_reproduced":
         who = " and ".join(x for x, ok in zip("AB", replay.get("reproduced", ())) if not ok)
         if hunt.get("agree"):
-            steps = hunt.get("steps", 0)
+            steps, short = hunt.get("steps", 0), hunt.get("short_of", 0)
             told = (f"{hunt['replays']} replays from {_hunt_start(hunt)} agree with each "
-                    f"other at every op of {steps} step{'s' if steps != 1 else ''}: this "
-                    "machine computes them deterministically, so " + _elsewhere_text(hunt))
+                    f"other at every op of {'the first ' if short else ''}{steps} "
+                    f"step{'s' if steps != 1 else ''}" + (
+                        f" (the search stops there, {short} steps short of the differing "
+                        "fingerprint; a smaller fingerprint_every narrows it): so far this "
+                        "machine computes them deterministically; if the rest agrees too, "
+                        if short else
+                        ": this machine computes them deterministically, so ")
+                    + _elsewhere_text(hunt))
             missing = (" (" + "; ".join(result["missing"]) + ")") if result.get("missing") \
                 else ""
             return (f"{head}: parameter hashes {between}, but replaying {who} did not "

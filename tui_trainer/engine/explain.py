@@ -565,6 +565,7 @@ def load_side(store: SessionStore, run: dict[str, Any], start: int) -> Side:
 # --- is this machine deterministic here? --------------------------------------------------
 
 HUNT_REPLAYS = 3        # replays of one state, side by side, whose ops are compared
+HUNT_STEPS = 100        # steps traced at most (about 0.05 s a step a replay, grokking, CPU)
 FIX_TRIES = 4           # runs of the op on its recorded inputs per setting tried
 
 # What the settings that make ops deterministic are set to for that, and the device they
@@ -624,7 +625,8 @@ def _parting(traces: list[list[Op]]) -> tuple[int, int] | None:
     return None
 
 
-def hunt(side: Side, until: int, replays: int = HUNT_REPLAYS) -> dict[str, Any]:
+def hunt(side: Side, until: int, replays: int = HUNT_REPLAYS,
+         most: int | None = None) -> dict[str, Any]:
     """Asks this machine whether the side's steps are deterministic: `replays` replays from
     the same restored state, every op of every step traced, up to step `until`. The first
     op whose output differs across replays of identical inputs is the nondeterministic one
@@ -638,9 +640,10 @@ def hunt(side: Side, until: int, replays: int = HUNT_REPLAYS) -> dict[str, Any]:
     if side.world > 1:
         out.update(traced=False, seconds=time.perf_counter() - t0)
         return out
+    most = HUNT_STEPS if most is None else most
     lock = Lockstep(side, replays)
     steps = 0
-    while lock.at < until and (traces := lock.step()) is not None:
+    while lock.at < until and steps < most and (traces := lock.step()) is not None:
         steps += 1
         parted = _parting(traces)
         if parted is None:
@@ -666,6 +669,7 @@ def hunt(side: Side, until: int, replays: int = HUNT_REPLAYS) -> dict[str, Any]:
     here = lock.replays[0].lead.settings
     recorded = side.run.get("settings") or {}
     out.update(agree=True, steps=steps, seconds=time.perf_counter() - t0,
+               short_of=max(0, until - lock.at),      # steps left untraced (the bound)
                elsewhere=[{"key": k, "recorded": recorded.get(k), "here": here.get(k)}
                           for k in MACHINE_KEYS if k in recorded
                           and recorded.get(k) != here.get(k)])
