@@ -21,6 +21,7 @@ from conftest import (QUICK, db_rows, fingerprints, in_private_mount, sets, tt, 
                       wait_for_row, wait_until)
 from tui_trainer.core import config
 from tui_trainer.core.liveness import HEARTBEAT_S
+from tui_trainer.core.reader import stall_note
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import Supervisor
 
@@ -308,8 +309,10 @@ def test_a_hung_rank_ends_the_run_after_dist_timeout_naming_the_hang(tmp_path):
     after dist_timeout the waiting rank gives up and the run is crashed saying the group
     hung, not "exited with status 1"; every process ends."""
     proc = tt_popen("run", "--session", str(tmp_path), "--json",
-                    *sets(*PARALLEL, "epochs=400", "dist_timeout=15"))
+                    *sets(*PARALLEL, "epochs=400", "dist_timeout=20"))
     wait_for_row(tmp_path, "SELECT 1 FROM steps WHERE run_id = 1 AND step >= 6")
+    # (its heartbeat has measured its pace: two beats while it stepped)
+    wait_for_row(tmp_path, "SELECT 1 FROM runs WHERE id = 1 AND pace_s > 0")
     ranks = _ranks(proc.pid)
     ranks["1"].suspend()
 
@@ -318,6 +321,15 @@ def test_a_hung_rank_ends_the_run_after_dist_timeout_naming_the_hang(tmp_path):
                                                    "FROM runs WHERE id = 1")
         return status == "running" and beat - moved >= 2 * HEARTBEAT_S
     assert wait_until(beating_but_not_moving, timeout=180)
+    # It reads stalled at its own pace (20 of its steps, at least 5 s), long before the
+    # fixed minute that would come after dist_timeout had ended it, and says the pace.
+    store = SessionStore(tmp_path, create=False, readonly=True)
+    assert wait_until(lambda: store.run(1)["stalled_s"] is not None, timeout=15), \
+        {k: store.run(1)[k] for k in ("busy", "pace_s", "progressed", "heartbeat", "step")}
+    run = store.run(1)
+    assert run["status"] == "running" and run["pace_s"] > 0, run
+    assert "it stepped every" in stall_note(run) and "without a step reads stalled" in \
+        stall_note(run)
     # Rank 0 gives up after dist_timeout and stores the run crashed; then the stopped rank
     # is let go, so that it ends on the agent's SIGTERM instead of 30 s later by SIGKILL.
     wait_for_row(tmp_path, "SELECT 1 FROM runs WHERE id = 1 AND status = 'crashed'")
@@ -327,8 +339,8 @@ def test_a_hung_rank_ends_the_run_after_dist_timeout_naming_the_hang(tmp_path):
     run = SessionStore(tmp_path, create=False, readonly=True).run(1)
     assert run["status"] == "crashed", run
     why = run["summary"]["error"]
-    assert "the group hung: rank 0 waited 15 s (dist_timeout)" in why, why
-    assert "Timed out waiting 15000ms" in why, why
+    assert "the group hung: rank 0 waited 20 s (dist_timeout)" in why, why
+    assert "Timed out waiting 20000ms" in why, why
     assert "group hung" in err.strip().splitlines()[-1], err[-3000:]
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
                    for p in ranks.values())

@@ -132,8 +132,9 @@ def test_a_copy_marks_only_live_runs_copied_and_dead_ones_read_crashed_there_too
 
 def test_a_live_run_whose_step_does_not_move_reads_stalled(tmp_path):
     """A process that beats but does not train (a data-parallel rank hung, the others in a
-    collective waiting for it) reads stalled once its step has not moved for STALL_S: in
-    the store, the run table's row and `runs`; a beat that saw the step move clears it."""
+    collective waiting for it) reads stalled once its step has not moved for its window
+    (STALL_S while its pace is not known, else 20 of its steps, at least 5 s): in the
+    store, the run table's row and `runs`; a beat that saw the step move clears it."""
     from conftest import tt
     from tui_trainer.core.reader import SessionReader
     from tui_trainer.core.liveness import STALL_S
@@ -161,6 +162,20 @@ def test_a_live_run_whose_step_does_not_move_reads_stalled(tmp_path):
     assert listed["status"] == "stalled" and listed["stalled_s"] >= STALL_S + 15
     text = tt("runs", "--session", str(tmp_path)).out
     assert f"run {rid} stalled: no step for" in text and "at step 412" in text
+    # The window follows the run's own pace (its heartbeat measures it): a run that steps
+    # 30 times a second is stalled after 6 s without a step, and says what it expected ...
+    store.heartbeat(rid, progressed=time.time() - 6, pace_s=1 / 30)
+    run = store.run(rid)
+    assert run["stalled_s"] >= 6
+    assert "it stepped every 0.033 s, so 0:05 without a step reads stalled" in stall_note(run)
+    # ... but not while it does something else than stepping (the window is then STALL_S),
+    store.heartbeat(rid, progressed=time.time() - 6, busy="evaluating")
+    assert store.run(rid)["stalled_s"] is None
+    # and a run of 2 s a step has 40 s
+    store.heartbeat(rid, progressed=time.time() - 30, pace_s=2.0)
+    assert store.run(rid)["stalled_s"] is None
+    store.heartbeat(rid, progressed=time.time() - 41)
+    assert store.run(rid)["stalled_s"] >= 41
     store.heartbeat(rid, progressed=time.time())            # it moved again
     assert store.run(rid)["stalled_s"] is None
     # A run whose process is gone is not stalled but crashed, whatever its progress says.

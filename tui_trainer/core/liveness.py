@@ -20,9 +20,15 @@ import psutil
 HEARTBEAT_S = 2.0
 # A run whose heartbeat is older than this is dead, whatever its pid says.
 STALE_S = 30.0
-# A live run (fresh heartbeat) whose step has not moved for this long reads as stalled: a
-# data-parallel rank hung or stopped, a collective waiting for it (see dist_timeout).
+# A live run (fresh heartbeat) whose step has not moved for its stall window reads as
+# stalled: a data-parallel rank hung or stopped, a collective waiting for it (see
+# dist_timeout), a loop stuck. The window follows the run's own pace: STALL_STEPS of its
+# steps, never less than STALL_FLOOR_S (two and a half heartbeats: a beat that comes late
+# is not a stall). While the run does something other than stepping (evaluating, writing a
+# checkpoint, starting its data loader), or before its pace is known, it is STALL_S.
 STALL_S = 60.0
+STALL_FLOOR_S = 5.0
+STALL_STEPS = 20
 
 
 def process_start_time(pid: int) -> float | None:
@@ -75,12 +81,26 @@ def dead_reason(run: dict[str, Any]) -> str | None:
     return None
 
 
+def _number(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) \
+        and x == x and x >= 0 else None
+
+
+def stall_window(run: dict[str, Any]) -> float:
+    """How long a live run's step may stand still before it reads stalled: STALL_STEPS of
+    its own steps (at least STALL_FLOOR_S) while it trains steps; STALL_S while it is busy
+    with something else or its pace is not known yet (an older session)."""
+    pace = _number(run.get("pace_s"))
+    if run.get("busy") or pace is None:
+        return STALL_S
+    return max(STALL_FLOOR_S, STALL_STEPS * pace)
+
+
 def stalled_for(run: dict[str, Any]) -> float | None:
-    """How long a live run's step has not moved, when that is STALL_S or more (its
+    """How long a live run's step has not moved, when that is its stall window or more (its
     process beats, but does not train); else None."""
-    progressed = run.get("progressed")
-    if run["status"] != "running" or not isinstance(progressed, (int, float)) \
-            or isinstance(progressed, bool):
+    progressed = _number(run.get("progressed"))
+    if run["status"] != "running" or progressed is None:
         return None
     idle = time.time() - progressed
-    return idle if idle >= STALL_S else None
+    return idle if idle >= stall_window(run) else None

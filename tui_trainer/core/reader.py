@@ -24,6 +24,7 @@ from typing import Any
 from . import figures
 from .config import DEFAULTS, world_size
 from .explain import EVENT as EXPLAINED
+from .liveness import stall_window
 from .memory import EVENT as MEASURED
 from .profiling import EVENT as PROFILED
 from .store import SessionStore
@@ -60,8 +61,13 @@ def stall_note(run: dict[str, Any]) -> str | None:
                f"a collective; they give up after dist_timeout ({timeout} s)")
     else:
         why = "its loop is stuck (a data-loader worker, a long operation)"
-    return (f"no step for {figures.duration(idle)} (at step {run['step']}) though its process "
-            f"beats: {why}. Stop ends it")
+    pace = run.get("pace_s")
+    expected = (f"; it stepped every {f'{pace:.2g} s' if pace < 60 else figures.duration(pace)}"
+                f", so {figures.duration(stall_window(run))} without a step reads stalled"
+                if isinstance(pace, (int, float)) and not isinstance(pace, bool) and pace > 0
+                and not run.get("busy") else "")
+    return (f"no step for {figures.duration(idle)} (at step {run['step']}{expected}) though "
+            f"its process beats: {why}. Stop ends it")
 
 
 @dataclass(frozen=True)

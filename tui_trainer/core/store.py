@@ -110,9 +110,10 @@ CREATE TABLE IF NOT EXISTS run_labels (
 # read-only open of an older session reads them as empty.
 OPTIONAL_TABLES = frozenset({"studies", "study_runs", "run_labels"})
 # Columns added since, the same way: {table: {column: its type}}. runs.progressed is when the
-# training process last saw its step move (its heartbeat thread writes it): a live run whose
-# step has not moved for STALL_S reads as stalled.
-OPTIONAL_COLUMNS = {"runs": {"progressed": "REAL"},
+# training process last saw its step move (its heartbeat thread writes it), runs.pace_s its
+# own seconds per step and runs.busy what it does besides stepping (evaluating, ...): a live
+# run whose step has not moved for its stall window (core.liveness) reads as stalled.
+OPTIONAL_COLUMNS = {"runs": {"progressed": "REAL", "pace_s": "REAL", "busy": "TEXT"},
                     "steps": {c: "REAL" for c in ("peak_rss", "tensor_bytes", "copy_s",
                                                   "forward_s", "backward_s", "optimizer_s",
                                                   "record_s")}}
@@ -448,11 +449,15 @@ class SessionStore:
                       (pid, process_start_time(pid), socket.gethostname(), now, now, now,
                        run_id))
 
-    def heartbeat(self, run_id: int, progressed: float | None = None) -> None:
-        """The training process is alive; `progressed`: when it last saw its step move."""
+    def heartbeat(self, run_id: int, progressed: float | None = None,
+                  pace_s: float | None = None, busy: str | None = None) -> None:
+        """The training process is alive; `progressed`: when it last saw its step (or its
+        other work) move; `pace_s`: its seconds per step so far; `busy`: what it does now
+        besides stepping (None: training steps)."""
         with self.transaction() as c:
-            c.execute("UPDATE runs SET heartbeat = ?, progressed = COALESCE(?, progressed) "
-                      "WHERE id = ?", (time.time(), progressed, run_id))
+            c.execute("UPDATE runs SET heartbeat = ?, progressed = COALESCE(?, progressed), "
+                      "pace_s = COALESCE(?, pace_s), busy = ? WHERE id = ?",
+                      (time.time(), progressed, pace_s, busy, run_id))
 
     def set_progress(self, run_id: int, step: int, epoch: float) -> None:
         with self.transaction() as c:

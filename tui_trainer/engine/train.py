@@ -219,24 +219,27 @@ class RunLog:
 
 class _Heartbeat(threading.Thread):
     """Beats from its own thread and its own connection, so a long step, an evaluation or
-    torch.compile never makes a live run look dead. Each beat also says when the step (read
-    from `position`, the loop's own counter) last moved: a run that beats but does not
-    train (a data-parallel rank hung, its peers waiting in a collective) reads as stalled."""
+    torch.compile never makes a live run look dead. Each beat also says when the loop
+    (`position`: its step, and what it does besides stepping, Trainer.busy) last moved,
+    the run's own seconds per step so far, and what it is busy with: a run that beats but
+    does not train (a data-parallel rank hung, its peers waiting in a collective) reads as
+    stalled once its step has stood still for its stall window (core.liveness)."""
 
-    def __init__(self, session_dir: Path, run_id: int, position: Callable[[], int]):
+    def __init__(self, session_dir: Path, run_id: int,
+                 position: Callable[[], tuple[int, str | None, float | None]]):
         super().__init__(daemon=True, name="heartbeat")
         self.session_dir, self.run_id, self.position = session_dir, run_id, position
         self.halt = threading.Event()
 
     def run(self) -> None:
         store = SessionStore(self.session_dir, create=False, verify=False)  # checked already
-        seen, moved = self.position(), time.time()
+        seen, moved = self.position()[:2], time.time()
         try:
             while not self.halt.wait(HEARTBEAT_S):
-                step = self.position()
-                if step != seen:
-                    seen, moved = step, time.time()
-                store.heartbeat(self.run_id, moved)
+                step, busy, pace = self.position()
+                if (step, busy) != seen:
+                    seen, moved = (step, busy), time.time()
+                store.heartbeat(self.run_id, moved, pace, busy)
         finally:
             store.close()
 
@@ -318,6 +321,13 @@ class Trainer:
         self.progress = progress
         self.kill_at_step = kill_at_step
         self.stop_requested = False
+        # What the loop does besides training steps, for the heartbeat (None: stepping): a
+        # step that stands still while it evaluates is no stall.
+        self.busy: str | None = "starting"
+        # Its seconds per step (a moving average within epochs, data waits included): the
+        # pace its stall window follows.
+        self.pace_s: float | None = None
+        self._paced_at: float | None = None
         self.pos = Position()
         self.last_loss: float | None = None
         self.last_eval: dict[str, float] | None = None
@@ -477,6 +487,13 @@ class Trainer:
         RNG states are gathered) and the lead writes the one file."""
         if self._check_finite(parameters=True):
             return
+        busy, self.busy = self.busy, "writing a checkpoint"
+        try:
+            self._write_checkpoint()
+        finally:
+            self.busy = busy
+
+    def _write_checkpoint(self) -> None:
         mine = {"rng": self._rng(), "rng_epoch_start": self.rng_epoch_start,
                 "rng_first_epoch": self.rng_first_epoch}
         ranks = self.group.gather(mine)
@@ -658,12 +675,22 @@ class Trainer:
             t = time.perf_counter()
             self.record(done)
             self.clock.add("record", time.perf_counter() - t)
+            self._pace()
             if status := self.should_stop():
                 break
         if self.bar is not None:
             self.bar.close()
             self.log.bar = None
         return self._finish(status or "finished")
+
+    def _pace(self) -> None:
+        """One more step done: the time since the step before (within an epoch; steps()
+        forgets the last one at each epoch's start) into the run's pace."""
+        now = time.perf_counter()
+        if self._paced_at is not None:
+            sample = now - self._paced_at
+            self.pace_s = sample if self.pace_s is None else 0.8 * self.pace_s + 0.2 * sample
+        self._paced_at = now
 
     def _begin(self) -> None:
         self.t_start = time.perf_counter()
@@ -692,11 +719,18 @@ class Trainer:
         checkpoint of that moment records it."""
         cfg = self.cfg
         while self.pos.epoch < cfg.epochs and self.pos.step < self.limit:
+            self.busy = "starting the epoch's data loading"     # (workers start here)
+            self._paced_at = None
             it = self._epoch_iterator()
-            while (first := self._next_batch(it)) is not None:
+            first = self._next_batch(it)
+            while first is not None:
                 size = min(cfg.grad_accum_steps, self.batches_per_epoch - self.pos.batch)
+                self.busy = None
                 yield Step(size, self._rest_of_step(first, it, size))
+                first = self._next_batch(it)
+            self.busy = "ending the epoch (evaluation, checkpoint)"
             self._end_epoch()
+        self.busy = "finishing"
 
     def _next_batch(self, it: Iterator[Any]) -> Any:
         """The loader's next batch (None at the epoch's end); waiting for it is data time."""
@@ -979,7 +1013,8 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
     trainer.log(f"run {run_id} on {trainer.settings['device']} "
                 f"({trainer.settings['device_name']}){processes}, data: "
                 f"{trainer.loaders.info.description}")
-    heartbeat = _Heartbeat(store.dir, run_id, lambda: trainer.pos.step)
+    heartbeat = _Heartbeat(store.dir, run_id,
+                           lambda: (trainer.pos.step, trainer.busy, trainer.pace_s))
     heartbeat.start()
     restore = _listen(trainer)
     try:
