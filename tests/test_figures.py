@@ -204,3 +204,53 @@ def test_the_last_intervals_split_is_its_own_rows_phases_and_reads_as_shares():
                 {k: -1.0 for k in figures.PHASES}, [1, 2]):
         assert figures.Figures.restore({**f.state(), "last_phase_ms": bad}).last_phase_ms \
             is None
+
+
+def test_not_learning_is_a_stretch_of_steps_at_chance_or_of_zero_gradients():
+    chance = math.log(10)
+    f = figures.Figures()
+    for step in range(2, 51, 2):
+        f.add_step({"step": step, "loss": chance, "grad_norm": 0.0})
+    assert f.not_learning is None                         # 48 steps: not yet
+    f.add_step({"step": 52, "loss": chance, "grad_norm": 0.0})
+    assert f.not_learning == ("zero_grad", 50)
+    # a gradient again ends the stretch of zeros; the loss is still at chance
+    f.add_step({"step": 54, "loss": chance, "grad_norm": 0.5})
+    assert f.not_learning == ("chance", 52)
+    # a finished run's summary keeps it
+    assert figures.Figures.restore(f.state()).not_learning == ("chance", 52)
+    text = figures.not_learning_text(f, {"init": "kaiming", "lr": 0.03, "optimizer": "sgd"})
+    assert text.startswith("not learning: its loss has stayed at chance (2.30, ln 10 = 2.30")
+    assert "init = kaiming with this seed" in text and "lr = 0.03 with sgd" in text
+    # a loss that leaves chance ends it (the smoothed loss follows within a few points)
+    for step in range(56, 80, 2):
+        f.add_step({"step": step, "loss": 1.0, "grad_norm": 0.5})
+    assert f.not_learning is None and figures.not_learning_text(f, {}) is None
+
+
+def test_a_run_that_does_not_learn_says_so_with_what_usually_causes_it(tmp_path):
+    """device=cpu: lr 1e-6 leaves the net where it started, at chance, for its 60 steps;
+    `runs`, its JSON and the run table say "not learning", why and what usually causes it;
+    the same run at lr 0.03 learns and says nothing of it."""
+    from conftest import QUICK, sets, tt
+    from tui_trainer.core.reader import SessionReader
+    from tui_trainer.core.store import SessionStore
+    from tui_trainer.ui.panels.runs import cells
+    for lr in ("0.000001", "0.03"):
+        r = tt("run", "--session", str(tmp_path),
+               *sets(*QUICK, "device=cpu", f"lr={lr}", "max_steps=60", "epochs=20"))
+        assert r.rc == 0, r.err
+    stuck, fine = tt("runs", "--session", str(tmp_path), "--json").json
+    assert fine["not_learning"] is None
+    why = stuck["not_learning"]
+    assert why.startswith("not learning: its loss has stayed at chance (2.3"), why
+    assert "lr = 1e-06 with sgd" in why and "eval accuracy" in why
+    assert f"run 1 finished, {why}" in tt("runs", "--session", str(tmp_path)).out
+    reader = SessionReader(SessionStore(tmp_path, create=False, readonly=True))
+    reader.tick()
+    row = cells(reader.rows[1], False, "finished")
+    assert row["status"].plain == "finished, not learning"
+    assert row["reason"].plain.rstrip("…") == why[:79]
+    assert cells(reader.rows[2], False, "finished")["status"].plain == "finished"
+    assert matches(reader.rows[1], "not learning") and not matches(reader.rows[2],
+                                                                    "not learning")

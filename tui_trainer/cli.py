@@ -466,6 +466,7 @@ def run_rows(store: SessionStore) -> list[dict[str, Any]]:
             "run_id": run["id"], "name": run["name"],
             "status": shown_status(run["status"], run["stalled_s"]),
             "reason": stall_note(run) or reason_of(summary), "stalled_s": run["stalled_s"],
+            "not_learning": f["not_learning_text"],
             "steps": run["step"], "epochs": run["epoch"],
             "train_loss": f["train_loss"], "eval_loss": f["eval_loss"],
             "eval_accuracy": f["accuracy"],
@@ -511,6 +512,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in rows:
         if r["status"] in ("crashed", "diverged", "copied", "stalled") and r["reason"]:
             print(f"run {r['run_id']} {r['status']}: {shown(r['reason'], 300)}")
+        elif r["not_learning"]:
+            print(f"run {r['run_id']} {r['status']}, {r['not_learning']}")
     return EXIT_OK
 
 

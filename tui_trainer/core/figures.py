@@ -28,6 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 SMOOTHING = 0.8          # the EMA weight of the smoothed training loss (as TensorBoard's 0.8)
+# A run that does not learn: its smoothed training loss at chance, CHANCE_BAND around ln 10
+# (what a net that guesses among the 10 digits gets; a fresh net's loss lies a little above
+# it), or its gradient norm 0, for NOT_LEARNING_STEPS steps or more. (Every net starts at
+# chance; one that learns leaves it within some 20 steps.)
+CHANCE_LOSS = math.log(10)
+CHANCE_BAND = (-0.05, 0.10)
+NOT_LEARNING_STEPS = 50
 
 # Where a step's time goes, in the order a step spends it: waiting for the loader, copying
 # the batch to the device, forward (and loss), backward (a data-parallel run's all-reduce
@@ -106,10 +113,13 @@ class Figures:
     _first_seen: bool = False
     _smoother: Smoother = field(default_factory=Smoother)
     frozen: bool = False        # restored from a summary: more rows need every row again
+    # the first step of the current stretch at chance (smoothed loss), or of zero gradients
+    chance_from: int | None = None
+    zero_grad_from: int | None = None
 
     STATE = ("steps", "elapsed", "train_loss", "last_loss", "eval_loss", "accuracy",
              "eval_step", "peak_cuda", "peak_rss", "grad_norm", "data_wait_s", "phase_s",
-             "phase_steps", "last_phase_ms")
+             "phase_steps", "last_phase_ms", "chance_from", "zero_grad_from")
 
     def state(self) -> dict[str, Any]:
         """What a finished run stores in its summary, so that a reader need not read its
@@ -159,6 +169,22 @@ class Figures:
             self.data_wait_s += row["data_s"]
         if row.get("grad_norm") is not None:
             self.grad_norm = row["grad_norm"]
+            zero = finite(self.grad_norm) and self.grad_norm == 0
+            self.zero_grad_from = (self.zero_grad_from if self.zero_grad_from is not None
+                                   else row["step"]) if zero else None
+        at_chance = finite(self.train_loss) and \
+            CHANCE_BAND[0] <= self.train_loss - CHANCE_LOSS <= CHANCE_BAND[1]
+        self.chance_from = (self.chance_from if self.chance_from is not None
+                            else row["step"]) if at_chance else None
+
+    @property
+    def not_learning(self) -> tuple[str, int] | None:
+        """("zero_grad" or "chance", for how many steps) once a run has not learned for
+        NOT_LEARNING_STEPS steps; None while it learns (or has not run that long)."""
+        for kind, since in (("zero_grad", self.zero_grad_from), ("chance", self.chance_from)):
+            if since is not None and self.steps - since >= NOT_LEARNING_STEPS:
+                return kind, self.steps - since
+        return None
 
     def add_eval(self, row: Mapping[str, Any]) -> None:
         self.eval_step = row["step"]
@@ -202,7 +228,8 @@ class Figures:
                 "train_loss": self.train_loss, "accuracy": self.accuracy,
                 "data_wait_s": self.data_wait_s if self.steps else None,
                 "phase_ms": self.phase_ms,
-                "wall_s": wall_s if wall_s is not None else self.elapsed}
+                "wall_s": wall_s if wall_s is not None else self.elapsed,
+                "not_learning": list(self.not_learning) if self.not_learning else None}
 
 
 def memory_lines(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, list[float | None], bool]]:
@@ -265,6 +292,29 @@ def figures(steps: Iterable[Mapping[str, Any]], evals: Iterable[Mapping[str, Any
     return f
 
 
+def not_learning_text(f: Figures, config: Mapping[str, Any]) -> str | None:
+    """Why a run reads "not learning", with what usually causes it and what the config
+    shows of it; None while it learns."""
+    stuck = f.not_learning
+    if stuck is None:
+        return None
+    kind, steps = stuck
+    acc = (f"; eval accuracy {accuracy_text(f.accuracy)}" if finite(f.accuracy)
+           and f.accuracy < 0.2 else "")
+    init, lr, opt = config.get("init", "default"), config.get("lr"), config.get("optimizer")
+    if kind == "zero_grad":
+        what = (f"not learning: its gradient norm has been 0 for {steps} steps (nothing "
+                "reaches the parameters)")
+    else:
+        what = (f"not learning: its loss has stayed at chance ({f.train_loss:.2f}, ln 10 = "
+                f"2.30: guessing among 10 digits) for {steps} steps{acc}")
+    causes = [f"a dead start (init = {init} with this seed: ReLUs that never fire; try "
+              "another seed or init = default)" if init != "default" else
+              "a dead start (ReLUs that never fire: try another seed)",
+              f"an lr too high or too low (lr = {lr} with {opt})"]
+    return f"{what}; usually {causes[0]}, or {causes[1]}"
+
+
 def run_figures(store: Any, run_id: int) -> dict[str, Any]:
     """A run's figures from a session store (reads every row of the run: for the CLI and
     exports; the dashboard keeps a Figures per run and feeds it new rows)."""
@@ -272,7 +322,8 @@ def run_figures(store: Any, run_id: int) -> dict[str, Any]:
     f = figures(store.steps(run_id), store.evals(run_id))
     summary = run["summary"] or {}
     return {"status": run["status"], "steps": run["step"],
-            **f.as_dict(wall_s=summary.get("elapsed_s", f.elapsed))}
+            **f.as_dict(wall_s=summary.get("elapsed_s", f.elapsed)),
+            "not_learning_text": not_learning_text(f, run["config"] or {})}
 
 
 def fmt(value: Any, key: str) -> str:

@@ -472,6 +472,15 @@ def table(store: SessionStore, study_id: int,
                 mean, sd, _ = stats.mean_sd([f[key] for f in figs])
                 setattr(row, key, mean)
                 row.spread[key] = sd
+            stuck = [f["not_learning"] for f in figs if f.get("not_learning")]
+            if stuck and row.note is None:
+                row.note = (f"not learning in {len(stuck)} of {len(figs)} finished or "
+                            "running round" + ("s" if len(figs) > 1 else "") + ": " +
+                            ("its loss stayed at chance (ln 10)" if any(
+                                k == "chance" for k, _ in stuck) else
+                             "its gradient norm stayed 0") +
+                            f" for {figures.NOT_LEARNING_STEPS} steps or more; "
+                            "its runs' rows say why")
             phased = [f["phase_ms"] for f in figs if f.get("phase_ms")]
             if phased:
                 row.phase_ms = {k: stats.mean_sd([p[k] for p in phased])[0]

@@ -80,8 +80,12 @@ class PlotsPanel(Vertical):
         if tick.lines is None or tick.lines is self._lines:
             return
         self._lines = tick.lines
-        names = ", ".join(label(r, tick.runs) for r in tick.selection.plotted())
-        self.show(tick.lines, shown(names, 80) or "no run selected")
+        plotted = tick.selection.plotted()
+        names = ", ".join(label(r, tick.runs) for r in plotted)
+        stuck = [r for r in plotted if r in tick.runs and tick.runs[r].not_learning]
+        warn = f" · not learning: {', '.join(map(str, stuck))} (its row says why)" \
+            if stuck else ""
+        self.show(tick.lines, (shown(names, 80) or "no run selected") + warn)
 
     def show(self, lines: dict[str, list[Line]], note: str) -> None:
         for pid, _, _ in PANELS:

@@ -65,11 +65,15 @@ def cells(row: RunRow, marked: bool, status: str) -> dict[str, Text]:
         + ("" if row.memory_kind in (None, "RSS") else f" {row.memory_kind}"),
         "elapsed": figures.duration(row.elapsed), "tags": " ".join(row.tags),
         "split": figures.split_text(dict(row.last_phase_ms or ())),
-        "reason": row.reason or "",
+        "reason": row.reason or row.not_learning or "",
     }
+    if row.not_learning and status in ("running", "finished", "stopped"):
+        texts["status"] = f"{status}, not learning"
     out = {k: plain(v, 80 if k == "reason" else 40) for k, v in texts.items()}
     if status in ("crashed", "diverged", "stalled"):
         out["status"].stylize("bold red" if status == "crashed" else "bold yellow")
+    elif row.not_learning:
+        out["status"].stylize("bold yellow")
     return out
 
 
@@ -87,6 +91,7 @@ def matches(row: RunRow, text: str) -> bool:
     """The filter: every word must appear in the name, status, tags, notes or a config
     value (`key=value` words match that config key)."""
     hay = " ".join([row.name, row.status, shown_status(row.status, row.stalled_s),
+                    "not learning" if row.not_learning else "",
                     " ".join(row.tags), row.notes, str(row.id)]).lower()
     for word in text.lower().split():
         if "=" in word:
