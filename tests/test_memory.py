@@ -113,3 +113,36 @@ def test_checkpointing_under_compile_is_named_as_a_cause():
                for r in explain(runs))
     eager = [{"config": {**r["config"], "compile": "off"}, "settings": {}} for r in runs]
     assert not any("checkpointing" in r for r in explain(eager))
+
+
+def test_the_memory_figure_counts_the_workers_and_shows_their_part(tmp_path):
+    """Host memory of a run with two DataLoader workers: every log point records what the
+    workers hold alone (their USS), the run's host figure is its process's RSS plus that,
+    and `runs`, the run table and Compare show the workers' part; a run without workers
+    has none. (On CUDA the run's figure is the GPU's, and the workers' part is host memory
+    beside it.)"""
+    from tui_trainer.core.reader import SessionReader
+    from tui_trainer.ui.panels.compare import summary_rows
+    from tui_trainer.ui.panels.runs import cells
+    for workers in (0, 2):
+        r = tt("run", "--session", str(tmp_path),
+               *sets(*QUICK, f"num_workers={workers}", "max_steps=12"))
+        assert r.rc == 0, r.err
+    rows = {run: db_rows(tmp_path, "SELECT peak_rss, workers_uss FROM steps WHERE run_id = ? "
+                                   "ORDER BY step", (run,)) for run in (1, 2)}
+    assert all(w == 0 for _, w in rows[1])
+    assert all(w > 1e6 for _, w in rows[2]), rows[2]        # two processes' own pages
+    listed = {r["run_id"]: r for r in tt("runs", "--session", str(tmp_path), "--json").json}
+    assert listed[1]["workers_mib"] is None
+    workers_mib = max(w for _, w in rows[2]) / 2**20
+    assert listed[2]["workers_mib"] == workers_mib
+    if listed[2]["memory_kind"] == "RSS":
+        assert listed[2]["peak_memory_mib"] >= max(p + w for p, w in rows[2]) / 2**20 - 1e-6
+    reader = SessionReader(SessionStore(tmp_path, create=False, readonly=True))
+    reader.tick()
+    assert cells(reader.rows[2], False, "finished")["mem"].plain.endswith(
+        f"({workers_mib:,.0f} workers)")
+    assert "workers" not in cells(reader.rows[1], False, "finished")["mem"].plain
+    part = [row for row in summary_rows([reader.rows[1], reader.rows[2]])
+            if row[0].strip().startswith("of it, workers")]
+    assert part and part[0][2] == f"{workers_mib:,.0f}"

@@ -117,6 +117,11 @@ def test_same_parallel_config_twice_is_bit_identical(straight, tmp_path):
     assert run["settings"]["world_size"] == 2 and run["settings"]["dist_backend"] == "gloo"
     assert run["settings"]["batch_per_process"] == 32
     assert set(run["summary"]["rank_peaks"]) == {"0", "1"}
+    # the run's host memory counts both ranks: rank 1's own pages beside rank 0's RSS
+    mem = db_rows(tmp_path, "SELECT peak_rss, ranks_uss FROM steps WHERE run_id = 1")
+    assert mem and all(others > 1e6 for _, others in mem), mem
+    listed, = tt("runs", "--session", str(tmp_path), "--json").json
+    assert listed["peak_memory_mib"] >= max(p + o for p, o in mem) / 2**20 - 1e-6
     log = (tmp_path / "logs" / "run-1.log").read_text()
     assert "[rank 0]" in log and "[rank 1]" in log          # every rank's output, labelled
     events = [k for (k,) in db_rows(tmp_path, "SELECT kind FROM events WHERE run_id = 1")]

@@ -472,6 +472,7 @@ def run_rows(store: SessionStore) -> list[dict[str, Any]]:
             "eval_accuracy": f["accuracy"],
             "samples_per_s": f["samples_per_s"],
             "peak_memory_mib": f["peak_memory_mib"], "memory_kind": f["memory_kind"],
+            "workers_mib": f["workers_mib"],
             "elapsed_s": f["wall_s"],
             "dataset": run["dataset"], "created": run["created"],
             "checkpoint": checkpoints[0]["path"] if checkpoints else None,

@@ -56,7 +56,9 @@ LABELS = {"samples_per_s": "samples/s (training)", "data_wait_s": "data wait s",
           "accuracy": "eval accuracy %", "wall_s": "wall time s"}
 EXPLAINED = (
     "samples/s: training throughput, the median of the logged intervals with the first "
-    "(start-up) left out; peak memory: GPU peak allocated on CUDA, else process RSS; eval "
+    "(start-up) left out; peak memory: GPU peak allocated on CUDA, else the run's RSS (its "
+    "process's, plus what its DataLoader workers and other ranks hold alone, their USS; the "
+    "workers' part in brackets); eval "
     "loss/accuracy: the last evaluation on the held-out set; train loss: logged mini-batch "
     f"losses smoothed (EMA {SMOOTHING}).")
 
@@ -103,6 +105,10 @@ class Figures:
     eval_step: int | None = None
     peak_cuda: float | None = None
     peak_rss: float | None = None
+    # the whole run's host memory: the (lead) process's RSS, plus what its DataLoader
+    # workers and other ranks hold alone (USS); and the workers' part of it
+    peak_tree: float | None = None
+    peak_workers: float | None = None
     grad_norm: float | None = None
     data_wait_s: float = 0.0                # total time the loop waited for batches
     # seconds per phase and the steps they cover, the first (start-up) interval left out
@@ -119,7 +125,8 @@ class Figures:
 
     STATE = ("steps", "elapsed", "train_loss", "last_loss", "eval_loss", "accuracy",
              "eval_step", "peak_cuda", "peak_rss", "grad_norm", "data_wait_s", "phase_s",
-             "phase_steps", "last_phase_ms", "chance_from", "zero_grad_from")
+             "phase_steps", "last_phase_ms", "chance_from", "zero_grad_from", "peak_tree",
+             "peak_workers")
 
     def state(self) -> dict[str, Any]:
         """What a finished run stores in its summary, so that a reader need not read its
@@ -165,6 +172,11 @@ class Figures:
         rss = row.get("peak_rss") if finite(row.get("peak_rss")) else row.get("rss_bytes")
         if finite(rss):
             self.peak_rss = max(self.peak_rss or 0.0, rss)
+            workers = row.get("workers_uss") if finite(row.get("workers_uss")) else 0.0
+            ranks = row.get("ranks_uss") if finite(row.get("ranks_uss")) else 0.0
+            self.peak_tree = max(self.peak_tree or 0.0, rss + workers + ranks)
+            if workers > 0:
+                self.peak_workers = max(self.peak_workers or 0.0, workers)
         if finite(row.get("data_s")):
             self.data_wait_s += row["data_s"]
         if row.get("grad_norm") is not None:
@@ -209,12 +221,19 @@ class Figures:
 
     @property
     def peak_memory(self) -> tuple[float | None, str | None]:
-        """(bytes, "GPU" or "RSS")."""
+        """(bytes, "GPU" or "RSS"). RSS: the whole run's host memory, its process's resident
+        set plus what its DataLoader workers and other ranks hold alone (USS; a page shared
+        with the process is counted once, in its RSS)."""
         if self.peak_cuda:
             return self.peak_cuda, "GPU"
-        if self.peak_rss:
-            return self.peak_rss, "RSS"
+        if self.peak_tree or self.peak_rss:
+            return max(self.peak_tree or 0.0, self.peak_rss or 0.0), "RSS"
         return None, None
+
+    @property
+    def workers_mib(self) -> float | None:
+        """The DataLoader workers' part of the host memory (their USS at its peak), MiB."""
+        return None if self.peak_workers is None else self.peak_workers / 2**20
 
     @property
     def peak_memory_mib(self) -> float | None:
@@ -229,6 +248,7 @@ class Figures:
                 "data_wait_s": self.data_wait_s if self.steps else None,
                 "phase_ms": self.phase_ms,
                 "wall_s": wall_s if wall_s is not None else self.elapsed,
+                "workers_mib": self.workers_mib,
                 "not_learning": list(self.not_learning) if self.not_learning else None}
 
 
@@ -248,11 +268,17 @@ def memory_lines(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, list[floa
             out.append(v / 2**20 if finite(v) and v else None)
         return out
     rss, tensors = mib("peak_rss", "rss_bytes"), mib("tensor_bytes")
+    workers = mib("workers_uss")
     gpu = mib("cuda_peak")
     lines: list[tuple[str, list[float | None], bool]] = []
     if any(v is not None for v in gpu):
         lines += [("GPU peak", gpu, False), ("GPU reserved", mib("cuda_reserved"), True)]
     lines.append(("RSS peak", rss, bool(lines)))
+    if any(v for v in workers):
+        # the process and its DataLoader workers (what they hold alone), and the workers
+        lines.append(("RSS + workers", [r + w if r is not None and w is not None else None
+                                        for r, w in zip(rss, workers)], bool(lines[:-1])))
+        lines.append(("workers (USS)", workers, True))
     if any(v is not None for v in tensors):
         lines.append(("state tensors", tensors, True))
     return lines

@@ -100,6 +100,7 @@ class RunRow:
     stalled_s: float | None = None   # a live run's step has not moved for this long
     phase_ms: tuple[tuple[str, float], ...] | None = None   # ms per step by phase (figures)
     not_learning: str | None = None  # why it reads "not learning" (figures.not_learning_text)
+    workers_mib: float | None = None  # its DataLoader workers' part of peak_memory_mib
     last_phase_ms: tuple[tuple[str, float], ...] | None = None   # ... its last interval
 
     @property
@@ -267,7 +268,8 @@ class SessionReader:
             hidden=labels.get("hidden", False), dataset=run["dataset"],
             phase_ms=tuple(f.phase_ms.items()) if f.phase_ms else None,
             last_phase_ms=tuple(f.last_phase_ms.items()) if f.last_phase_ms else None,
-            not_learning=figures.not_learning_text(f, run["config"] or {}))
+            not_learning=figures.not_learning_text(f, run["config"] or {}),
+            workers_mib=f.workers_mib)
 
     def _seed_figures(self, run: dict[str, Any]) -> figures.Figures:
         """A run seen for the first time: an ended run's figures from its summary (written by

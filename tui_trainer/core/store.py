@@ -47,7 +47,7 @@ NAN_TEXT = "NaN"
 STEP_COLUMNS = ("step", "epoch", "elapsed", "loss", "lr", "grad_norm", "samples_per_s",
                 "data_s", "compute_s", "rss_bytes", "cuda_alloc", "cuda_reserved", "cuda_peak",
                 "peak_rss", "tensor_bytes", "copy_s", "forward_s", "backward_s", "optimizer_s",
-                "record_s")
+                "record_s", "workers_uss", "ranks_uss")
 EVAL_COLUMNS = ("step", "epoch", "loss", "accuracy")
 FINGERPRINT_COLUMNS = ("step", "sha256", "l2", "sketch")
 
@@ -63,7 +63,7 @@ CREATE TABLE IF NOT EXISTS runs (
     heartbeat REAL, started REAL, ended REAL,
     fingerprint TEXT, dataset TEXT,
     step INTEGER NOT NULL DEFAULT 0, epoch REAL NOT NULL DEFAULT 0,
-    summary TEXT, twin_of INTEGER, progressed REAL
+    summary TEXT, twin_of INTEGER, progressed REAL, pace_s REAL, busy TEXT
 );
 CREATE TABLE IF NOT EXISTS steps (
     id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id), t REAL NOT NULL,
@@ -116,7 +116,7 @@ OPTIONAL_TABLES = frozenset({"studies", "study_runs", "run_labels"})
 OPTIONAL_COLUMNS = {"runs": {"progressed": "REAL", "pace_s": "REAL", "busy": "TEXT"},
                     "steps": {c: "REAL" for c in ("peak_rss", "tensor_bytes", "copy_s",
                                                   "forward_s", "backward_s", "optimizer_s",
-                                                  "record_s")}}
+                                                  "record_s", "workers_uss", "ranks_uss")}}
 
 
 class SessionStore:

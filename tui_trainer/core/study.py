@@ -370,6 +370,7 @@ class Row:
     intervals: dict[str, stats.Interval | None] | None = None
     verdicts: dict[str, str] | None = None
     spread: dict[str, float | None] | None = None          # sd over the rounds
+    workers_mib: float | None = None     # the DataLoader workers' part of peak memory
     # milliseconds per step in each phase (core.figures.PHASES), the mean over its rounds,
     # and (a variant) each phase's ratio to the base, with an interval in rounds
     phase_ms: dict[str, float] | None = None
@@ -472,6 +473,8 @@ def table(store: SessionStore, study_id: int,
                 mean, sd, _ = stats.mean_sd([f[key] for f in figs])
                 setattr(row, key, mean)
                 row.spread[key] = sd
+            row.workers_mib = stats.mean_sd([f.get("workers_mib") for f in figs])[0] \
+                if any(f.get("workers_mib") for f in figs) else None
             stuck = [f["not_learning"] for f in figs if f.get("not_learning")]
             if stuck and row.note is None:
                 row.note = (f"not learning in {len(stuck)} of {len(figs)} finished or "
@@ -676,6 +679,8 @@ def figure_cell(r: Row, key: str) -> str:
     cell = figures.fmt(value, key)
     if value is None:
         return cell
+    if key == "peak_memory_mib" and r.workers_mib:      # its DataLoader workers' part
+        cell += f" (workers {figures.fmt(r.workers_mib, key)})"
     if r.rounds > 1 and not r.position:
         sd = (r.spread or {}).get(key)
         return cell + (f" ±{figures.fmt(sd, key)}" if sd is not None else "")

@@ -84,6 +84,7 @@ class Meter:
         mem: dict[str, float | None] = {
             "rss_bytes": float(self.process.memory_info().rss), "peak_rss": _peak_rss(),
             "tensor_bytes": float(state_bytes(model, optimizer)),
+            "workers_uss": self.workers_uss(), "own_uss": self.own_uss(),
             "cuda_alloc": None, "cuda_reserved": None, "cuda_peak": None}
         if self.cuda:
             mem["cuda_alloc"] = float(torch.cuda.memory_allocated(self.device))
@@ -91,6 +92,31 @@ class Meter:
             mem["cuda_peak"] = float(torch.cuda.max_memory_allocated(self.device))
             torch.cuda.reset_peak_memory_stats(self.device)
         return mem
+
+
+    def workers_uss(self) -> float | None:
+        """The memory of this process's children (its DataLoader workers) that is theirs
+        alone (USS: the pages they do not share, with this process or anyone): what the
+        workers add. The pages a forked worker still shares with this process are in this
+        process's RSS already. 0 without workers; None where the system does not tell."""
+        total = 0
+        for child in self.process.children(recursive=True):
+            try:
+                total += child.memory_full_info().uss
+            except psutil.NoSuchProcess:
+                continue                        # a worker that just ended
+            except (psutil.AccessDenied, AttributeError):
+                return None
+        return float(total)
+
+    def own_uss(self) -> float | None:
+        """This process's memory that is its alone (USS): what another rank of a
+        data-parallel run adds beside the first (libraries shared between them counted once,
+        in the first's RSS)."""
+        try:
+            return float(self.process.memory_full_info().uss)
+        except (psutil.AccessDenied, AttributeError, psutil.NoSuchProcess):
+            return None
 
 
 # --- on demand: one step, accounted by category and module ------------------------------------

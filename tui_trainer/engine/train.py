@@ -869,6 +869,12 @@ class Trainer:
                             peak[key] = max(peak.get(key) or 0.0, value)
                 memory = {k: max((m[k] for m in per_rank if m[k] is not None), default=None)
                           for k in memory}
+                # the whole group: every rank's workers, and what each rank past the first
+                # holds alone (core.figures adds them to the lead's RSS)
+                memory["workers_uss"] = sum(m["workers_uss"] or 0.0 for m in per_rank)
+                others = [m["own_uss"] for m in per_rank[1:]]
+                memory["ranks_uss"] = None if None in others else sum(others)
+            memory.pop("own_uss", None)
             row = {"step": self.pos.step, "epoch": self._epoch_float(),
                    "elapsed": self.elapsed(), "loss": self.last_loss,
                    "lr": self.optimizer.param_groups[0]["lr"],

@@ -31,6 +31,11 @@ def summary_rows(runs: list[RunRow]) -> list[list[str]]:
         ratios = [figures.ratio(v, values[0]) for v in values[1:]]
         out.append([figures.LABELS[key], *(figures.fmt(v, key) for v in values),
                     *("-" if q is None else f"{q:.2f}x" for q in ratios)])
+        if key == "peak_memory_mib" and any(r.workers_mib for r in runs):
+            values = [r.workers_mib or 0.0 for r in runs]
+            ratios = [figures.ratio(v, values[0]) for v in values[1:]]
+            out.append(["  of it, workers (USS)", *(figures.fmt(v, key) for v in values),
+                        *("-" if q is None else f"{q:.2f}x" for q in ratios)])
     if all(r.phase_ms for r in runs):
         phases = [dict(r.phase_ms or ()) for r in runs]
         for key in figures.PHASES:

@@ -62,7 +62,9 @@ def cells(row: RunRow, marked: bool, status: str) -> dict[str, Text]:
         "acc": figures.accuracy_text(row.accuracy),
         "sps": figures.fmt(row.samples_per_s, "samples_per_s"),
         "mem": figures.fmt(row.peak_memory_mib, "peak_memory_mib")
-        + ("" if row.memory_kind in (None, "RSS") else f" {row.memory_kind}"),
+        + ("" if row.memory_kind in (None, "RSS") else f" {row.memory_kind}")
+        + (f" ({figures.fmt(row.workers_mib, 'peak_memory_mib')} workers)"
+           if row.workers_mib else ""),
         "elapsed": figures.duration(row.elapsed), "tags": " ".join(row.tags),
         "split": figures.split_text(dict(row.last_phase_ms or ())),
         "reason": row.reason or row.not_learning or "",
