@@ -59,3 +59,44 @@ def test_an_installed_copy_carries_its_presets_sample_data_and_stylesheet(tmp_pa
     assert eval(out[2]) == sorted(p.name for p in (shipped / "presets" / "ab").glob("*.toml"))
     assert eval(out[3]) == sorted(p.name for p in (shipped / "assets" / "mnist-sample").iterdir())
     assert int(out[4]) == (shipped / "ui" / "app.tcss").stat().st_size
+
+
+def test_no_two_modules_of_the_package_import_each_other():
+    """The package's modules import in one direction: no circle, whether an import is at the
+    top of a module or inside a function (train, distributed and memory once imported each
+    other). Read with `ast`, nothing imported."""
+    import ast
+    root = Path(__file__).resolve().parent.parent / "tui_trainer"
+    names = {p: ".".join(p.relative_to(root.parent).with_suffix("").parts)
+             for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path, name in names.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        out = graph.setdefault(name.removesuffix(".__init__"), set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+                for alias in node.names:      # `from . import x` may name a module
+                    full = f"{target}.{alias.name}"
+                    out.add(full if full in names.values() else target)
+    modules = set(graph)
+    edges = {m: {t for t in ts if t in modules and t != m} for m, ts in graph.items()}
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for t in sorted(edges[m]):
+            if state.get(t) == 1:
+                return path[path.index(t):] + [t]
+            if t not in state and (found := visit(t)):
+                return found
+        state[m] = 2
+        path.pop()
+        return None
+    for m in sorted(modules):
+        if m not in state:
+            circle = visit(m)
+            assert circle is None, " -> ".join(circle)

@@ -427,7 +427,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from .engine.distributed import RankArgs, run_rank
+    from .engine.rank import RankArgs, run_rank
     return run_rank(RankArgs(
         session=_session_dir(args) if args.session else None, run_id=args.run_id,
         sets=args.sets, checkpoint=args.checkpoint, events=args.events,

@@ -2,7 +2,7 @@
 and trained in one process or as a data-parallel group. The one place that decides which.
 
 cli.py parses and prints; this module starts, resumes and trains, and says how the run
-ended (`Ended`). One rank of a group runs engine.distributed.run_rank; the group's launcher
+ended (`Ended`). One rank of a group runs engine.rank.run_rank; the group's launcher
 (torchrun's agent) is runner.train_group. torch is imported only when training starts.
 """
 

@@ -44,7 +44,7 @@ from .checkpoint import sweep
 from .data import Loaders, make_loaders
 from .distributed import Group, PeerLost, peer_lost, use_backend
 from .recorder import Recorder
-from .memory import Meter
+from .meter import Meter
 from .models import build_model
 from .knobs import (ParamSketch, apply_knobs, capture_rng, check_device_knobs,
                     determinism_refusal, effective_settings, param_fingerprint, resolve_device, restore_rng)
