@@ -100,3 +100,22 @@ def test_no_two_modules_of_the_package_import_each_other():
         if m not in state:
             circle = visit(m)
             assert circle is None, " -> ".join(circle)
+
+
+def test_each_command_is_a_module_of_its_own_holding_its_parser_and_its_run():
+    """`tui-trainer --help` lists the commands; each one's parser and what it does live in
+    tui_trainer/commands/<command>.py (`sweep` shares `ab`'s), and cli.py is the front door
+    only: the top-level options, the dispatch, the exit status."""
+    from tui_trainer import cli, commands
+    listed = subprocess.run([sys.executable, "-m", "tui_trainer", "--help"], capture_output=True,
+                            text=True, timeout=60).stdout
+    names = [line.split()[0] for line in listed.split("COMMAND\n", 1)[1].split("\n\n")[0]
+             .splitlines() if line.startswith("    ") and not line.startswith("     ")]
+    assert "run" in names and "explain" in names and len(names) >= 13, names
+    for name in [*names, "worker"]:
+        module = commands.BY_NAME[name]
+        assert Path(module.__file__).stem == ("ab" if name == "sweep" else name)
+        assert callable(module.add) and callable(module.run)
+    source = Path(cli.__file__).read_text()
+    assert "def cmd_" not in source and "add_parser(" not in source
+    assert source.count("\n") < 150

@@ -1,0 +1,195 @@
+"""`tui-trainer ab` and `tui-trainer sweep`: a study (each knob's price, or seed noise), trained and tabled."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import runner
+from ..core import config, figures, stats, study
+from ..core.config import ConfigError
+from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, BadInput
+from ..core.store import SessionStore
+from ..core.text import shown
+from .common import (DEFAULT_AB_STEPS, check_name, config_args, json_safe, session_dir,
+                     study_args, terminal_width)
+
+
+def add(sub: Any) -> None:
+    sp = sub.add_parser("ab", help="the price of each knob: an A/B study",
+                        description="Train the base config and one variant per value of "
+                                    "each --vary key, for the same steps, and show a table: "
+                                    "samples/s, time waiting for data, peak memory, final "
+                                    "loss and accuracy, each also as a ratio to the base, and "
+                                    "whether each variant is bit-identical to the base. With "
+                                    "--repeats N (default "
+                                    f"{study.DEFAULT_REPEATS}) every arm trains N "
+                                    "times, interleaved, round r with seed + r, and every "
+                                    "ratio comes with a confidence interval and a verdict: "
+                                    "faster, slower or within noise (within seed noise for "
+                                    "accuracy and loss). A study file (experiments/ab/) holds "
+                                    "a base config and an [ab] table with its vary list and "
+                                    "steps.")
+    config_args(sp)
+    sp.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
+                    help="a key and the values to try, one variant each (repeatable)")
+    sp.add_argument("--repeats", type=int, metavar="N", default=None,
+                    help="rounds: how many times each arm trains (default: the study "
+                         f"file's, else {study.DEFAULT_REPEATS}; an interval and a "
+                         "verdict need 6 or more at the 95%% level (5 at 90%%); fewer show the "
+                         "ratios only)")
+    sp.add_argument("--until-sure", type=float, metavar="WIDTH", default=None,
+                    help="add rounds until every variant's samples/s interval is at most "
+                         "WIDTH wide (high/low - 1: 0.05 is 5%%), or a bound is reached "
+                         f"(--max-rounds, default {study.DEFAULT_MAX_ROUNDS}; --max-time); "
+                         "the study says which ended it")
+    sp.add_argument("--max-rounds", type=int, metavar="N", default=None,
+                    help="--until-sure's bound on rounds")
+    sp.add_argument("--max-time", type=float, metavar="S", default=None,
+                    help="--until-sure's bound on seconds (the round under way finishes)")
+    sp.add_argument("--rerun-loaded", type=int, metavar="N", default=None,
+                    help="rounds that shared the CPU with another process (recorded around "
+                         "every run: other processes' CPU, steal, load, frequency) are "
+                         "trained again once the machine is quiet, at most N times in all "
+                         "(default: as many as rounds; 0: never, the verdicts say how many "
+                         "rounds were under load)")
+    sp.add_argument("--quiet-wait", type=float, metavar="S", default=None,
+                    help="how long to wait for a quiet machine before a re-run (default "
+                         f"{study.QUIET_WAIT_S:.0f} s; then the round is kept, marked)")
+    sp.add_argument("--plan", action="store_true",
+                    help="say what the study would train (its arms, what each changes, the "
+                         "runs in all) and which arms this machine cannot run, and train "
+                         "nothing (no session is written)")
+    study_args(sp)
+
+    sp = sub.add_parser("sweep", help="seed noise: one config trained with N seeds",
+                        description="Train one config N times, seed, seed+1, ..., and show "
+                                    "each figure's mean and spread over the seeds (the noise "
+                                    "any knob's effect on accuracy has to beat). The dashboard "
+                                    "draws the runs as a mean line with a min-max band, and "
+                                    "its Divergence tab shows how the spread grows over "
+                                    "steps.")
+    config_args(sp)
+    sp.add_argument("--seeds", type=int, metavar="N", default=study.DEFAULT_SEEDS,
+                    help=f"how many seeds (default {study.DEFAULT_SEEDS})")
+    study_args(sp)
+
+
+def _print_plan(planned: study.Planned, as_json: bool) -> int:
+    """`ab --plan`: the arms of a planned study, what each changes against the base, and
+    why this machine cannot run one, where it cannot (nothing trained, nothing written)."""
+    arms: dict[str, dict[str, Any]] = {}
+    base = next(r["config"] for r in planned.runs if r["label"] == "base")
+    for r in planned.runs:
+        if r["label"] in arms:
+            continue
+        changes = {k: v for k, v in r["config"].items() if v != base.get(k) and k != "seed"}
+        arms[r["label"]] = {"label": r["label"], "changes": changes,
+                            "not_possible": runner.device_refusal(r["config"])}
+    plan = {"name": planned.name, "steps": planned.spec["steps"],
+            "repeats": planned.spec.get("repeats", 1), "runs": len(planned.runs),
+            "arms": list(arms.values()), "notes": planned.notes}
+    if as_json:
+        print(json.dumps(json_safe(plan)))
+        return 0
+    print(f"A/B study {shown(planned.name, 60)} (plan): {len(arms)} arms x "
+          f"{plan['repeats']} rounds of {plan['steps']} steps = {plan['runs']} runs")
+    for arm in arms.values():
+        what = ", ".join(f"{k} = {v}" for k, v in arm["changes"].items()) or "-"
+        why = f"  NOT POSSIBLE HERE: {arm['not_possible']}" if arm["not_possible"] else ""
+        print(f"  {shown(arm['label'], 60):<52} {shown(what, 80)}{shown(why, 200)}")
+    for note in planned.notes:
+        print(f"note: {shown(note, 300)}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """`ab` and `sweep`: plan a study (or take one planned), train it, print its table."""
+    session = session_dir(args)
+    check_name(args.name)
+    SessionStore.check(session)
+    say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    sweep = args.command == "sweep"
+    if args.jobs is not None and not 1 <= args.jobs <= study.MAX_JOBS:
+        raise ConfigError("--jobs", f"must be 1 to {study.MAX_JOBS} (the cores of this machine), "
+                          f"got {args.jobs}")
+    if args.study is not None:
+        if (not sweep and (args.vary or args.repeats or args.until_sure is not None
+                           or args.max_rounds is not None or args.max_time is not None
+                           or args.rerun_loaded is not None or args.quiet_wait is not None
+                           or args.plan)) \
+                or args.config or args.sets or args.steps or args.level:
+            raise BadInput("--study runs a study as planned; it takes no --vary, --repeats, "
+                           "--until-sure, --max-rounds, --max-time, --rerun-loaded, --plan, "
+                           "--config, --set, --steps or --level")
+        with SessionStore(session, create=False) as store:
+            study_id = store.study(args.study)["id"]
+    else:
+        if sweep:
+            file_values = config.read_toml(args.config) if args.config else {}
+            spec: dict[str, Any] = {}
+            vary, repeats = [], args.seeds
+        else:
+            file_values, spec = ({}, {}) if not args.config else study.read_study_file(args.config)
+            vary = study.parse_vary(list(spec.get("vary", [])) + args.vary)
+            repeats = args.repeats if args.repeats is not None else \
+                spec.get("repeats") or study.DEFAULT_REPEATS
+        values = {**file_values, **config.parse_overrides(args.sets)}
+        base = config.from_dict({**config.DEFAULTS.to_dict(), **values})
+        name = args.name or spec.get("name") or \
+            (Path(args.config).stem if args.config else args.command)
+        check_name(name, "ab.name")
+        steps = args.steps if args.steps is not None else \
+            spec.get("steps") or DEFAULT_AB_STEPS
+        more = {} if sweep else {
+            "rerun_loaded": args.rerun_loaded, "until_sure": args.until_sure,
+            "max_rounds": args.max_rounds, "max_time_s": args.max_time,
+            "quiet_wait_s": args.quiet_wait}
+        planned = study.prepare(base, vary, steps, repeats=repeats, name=name, level=args.level,
+                                jobs=args.jobs if args.jobs is not None else 1,
+                                file=args.config, **more)
+        if getattr(args, "plan", False):
+            return _print_plan(planned, args.json)
+        for note in planned.notes:
+            say(f"{args.command}: {note}")
+        with SessionStore(session) as store:
+            study_id = store.create_study(planned.kind, name, planned.spec, planned.runs)
+    status = runner.run_study(session, study_id, say, jobs=args.jobs)
+    with SessionStore(session, create=False) as store:
+        record, rows = study.table(store, study_id)
+    if args.json:
+        print(json.dumps(json_safe(
+            {"study_id": study_id, "kind": record["kind"], "name": record["name"],
+             "status": status, "steps": record["spec"]["steps"],
+             "repeats": record["spec"].get("repeats", 1),
+             "level": record["spec"].get("level", stats.DEFAULT_LEVEL),
+             "jobs": record["spec"].get("jobs", 1), "vary": record["spec"]["vary"],
+             "notes": record["spec"].get("notes", []),
+             "reruns": record["spec"].get("reruns", []),
+             "until_sure": record["spec"].get("until_sure"),
+             "ended_by": record["spec"].get("ended_by"),
+             "rows": [r.to_dict() for r in rows]})))
+    else:
+        width = terminal_width()
+
+        def para(text: str) -> str:      # prose wraps at words, tables are fitted
+            import textwrap
+            return textwrap.fill(text, width, break_on_hyphens=False) if width else text
+
+        print(para(study.title_text(record, rows, status)))
+        print("\n".join(line if i <= len(rows) else para(line) for i, line in
+                        enumerate(study.format_table(rows, sweep=record["kind"] == "sweep",
+                                                  width=width))))
+        print(para(figures.EXPLAINED + " data wait: total time the loop waited for batches. "
+                   + study.method_text(record, rows)))
+        for line in study.phase_lines(rows) + study.rerun_lines(record):
+            print(para(shown(line, 2000)))
+        for note in record["spec"].get("notes", []):
+            print(para(f"note: {shown(note, 1000)}"))
+    failed = any(r.status == "crashed" for r in rows)
+    if failed or status == "crashed":
+        return EXIT_FAILED
+    return EXIT_STOPPED if status == "stopped" else EXIT_OK
