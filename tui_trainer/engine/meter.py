@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,13 +66,31 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
             + _bytes(once(v for s in optimizer.state.values() for v in s.values())))
 
 
-class Meter:
-    """The memory figures of one training process, read at log points."""
+# USS is read from /proc/PID/smaps_rollup: about 17 ms for a process that imported torch
+# (thousands of mappings) on this VM, against a step of a few ms: read at most this often,
+# the last reading kept for the log points in between.
+USS_EVERY_S = 5.0
 
-    def __init__(self, device: torch.device) -> None:
+
+class Meter:
+    """The memory figures of one training process, read at log points. `rank`: a process
+    of a data-parallel run (its own USS is read too)."""
+
+    def __init__(self, device: torch.device, rank: bool = False) -> None:
         self.device = device
         self.cuda = device.type == "cuda"
+        self.rank = rank
         self.process = psutil.Process()
+        self._uss_at: float | None = None
+        self._uss: tuple[float | None, float | None] = (None, None)
+
+    def _unique(self) -> tuple[float | None, float | None]:
+        """(workers_uss, own_uss), read again once USS_EVERY_S has passed."""
+        now = time.monotonic()
+        if self._uss_at is None or now - self._uss_at >= USS_EVERY_S:
+            self._uss_at = now
+            self._uss = (self.workers_uss(), self.own_uss() if self.rank else None)
+        return self._uss
 
     def start(self) -> None:
         """The first interval starts now (not at the imports and the dataset's loading)."""
@@ -83,7 +102,7 @@ class Meter:
         mem: dict[str, float | None] = {
             "rss_bytes": float(self.process.memory_info().rss), "peak_rss": _peak_rss(),
             "tensor_bytes": float(state_bytes(model, optimizer)),
-            "workers_uss": self.workers_uss(), "own_uss": self.own_uss(),
+            **dict(zip(("workers_uss", "own_uss"), self._unique())),
             "cuda_alloc": None, "cuda_reserved": None, "cuda_peak": None}
         if self.cuda:
             mem["cuda_alloc"] = float(torch.cuda.memory_allocated(self.device))

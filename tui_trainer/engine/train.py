@@ -431,7 +431,7 @@ class Trainer:
         self.clock = Clock(self.cuda)
         # The first step whose loss is NaN/inf (-1: none yet), on the device.
         self.first_bad_step = torch.full((), -1, dtype=torch.long, device=self.device)
-        self.meter = Meter(self.device)         # the memory figures of the log points
+        self.meter = Meter(self.device, rank=g.active)   # the memory figures of log points
         self.machine_at_start: contention.Snapshot | None = None
         self.rng_first_epoch: dict[str, Any] | None = None
         self.rng_epoch_start: dict[str, Any] | None = None
