@@ -31,6 +31,15 @@ if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = _inductor
     atexit.register(shutil.rmtree, _inductor, ignore_errors=True)
 
+# Every process the suite starts keeps its temporary files in a folder of the test process
+# that started it, removed when that ends: a process a test kills as it starts can be caught
+# in Python's probe of the temporary folder (a 4-byte file, "blat"), which then stays.
+if "TT_SUITE_TMP" not in os.environ:
+    _tmp = tempfile.mkdtemp(prefix="tttmp-")
+    os.environ["TT_SUITE_TMP"] = os.environ["TMPDIR"] = _tmp
+    tempfile.tempdir = None                         # asked again: this folder from now on
+    atexit.register(shutil.rmtree, _tmp, ignore_errors=True)
+
 # Which device a test's claim is about (docs/architecture.md, "Tests and devices"): CPU
 # behaviour sets device=cpu, CUDA behaviour is marked `gpu` (skipped where CUDA is not),
 # and everything else runs on the default device (auto: CUDA where there is one) and asserts

@@ -185,10 +185,10 @@ PLANT = Path(__file__).parent / "plant"
 def planted(*args: str) -> subprocess.CompletedProcess:
     """`tui-trainer ARGS` started cold, it and every process it starts with tests/plant on
     PYTHONPATH (its sitecustomize adds the model `planted`, whose op plant::shuffled_sum
-    sums in an order drawn from os.urandom), and no warm launcher (whose forks lack it)."""
-    env = {**os.environ, "TUI_TRAINER_WARM": "0",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(PLANT), os.environ.get("PYTHONPATH"))
-                                         if p)}
+    sums in an order drawn from os.urandom): not the test session's warm launcher (whose
+    forks lack it), but one of its own, started with the plant."""
+    env = {k: v for k, v in os.environ.items() if k != "TUI_TRAINER_WARM"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PLANT), env.get("PYTHONPATH")) if p)
     return subprocess.run([sys.executable, "-m", "tui_trainer", *args], capture_output=True,
                           text=True, timeout=300, env=env)
 

@@ -314,7 +314,7 @@ def test_a_hung_rank_ends_the_run_after_dist_timeout_naming_the_hang(tmp_path):
     after dist_timeout the waiting rank gives up and the run is crashed saying the group
     hung, not "exited with status 1"; every process ends."""
     proc = tt_popen("run", "--session", str(tmp_path), "--json",
-                    *sets(*PARALLEL, "epochs=400", "dist_timeout=20"))
+                    *sets(*PARALLEL, "epochs=400", "dist_timeout=15"))
     wait_for_row(tmp_path, "SELECT 1 FROM steps WHERE run_id = 1 AND step >= 6")
     # (its heartbeat has measured its pace: two beats while it stepped)
     wait_for_row(tmp_path, "SELECT 1 FROM runs WHERE id = 1 AND pace_s > 0")
@@ -329,7 +329,7 @@ def test_a_hung_rank_ends_the_run_after_dist_timeout_naming_the_hang(tmp_path):
     # It reads stalled at its own pace (20 of its steps, at least 5 s), long before the
     # fixed minute that would come after dist_timeout had ended it, and says the pace.
     store = SessionStore(tmp_path, create=False, readonly=True)
-    assert wait_until(lambda: store.run(1)["stalled_s"] is not None, timeout=15), \
+    assert wait_until(lambda: store.run(1)["stalled_s"] is not None, timeout=10), \
         {k: store.run(1)[k] for k in ("busy", "pace_s", "progressed", "heartbeat", "step")}
     run = store.run(1)
     assert run["status"] == "running" and run["pace_s"] > 0, run
@@ -344,8 +344,8 @@ def test_a_hung_rank_ends_the_run_after_dist_timeout_naming_the_hang(tmp_path):
     run = SessionStore(tmp_path, create=False, readonly=True).run(1)
     assert run["status"] == "crashed", run
     why = run["summary"]["error"]
-    assert "the group hung: rank 0 waited 20 s (dist_timeout)" in why, why
-    assert "Timed out waiting 20000ms" in why, why
+    assert "the group hung: rank 0 waited 15 s (dist_timeout)" in why, why
+    assert "Timed out waiting 15000ms" in why, why
     assert "group hung" in err.strip().splitlines()[-1], err[-3000:]
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
                    for p in ranks.values())
