@@ -24,7 +24,7 @@ import threading
 import time
 import traceback
 import warnings
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
@@ -487,18 +487,16 @@ class Trainer:
         RNG states are gathered) and the lead writes the one file."""
         if self._check_finite(parameters=True):
             return
-        busy, self.busy = self.busy, "writing a checkpoint"
-        try:
-            self._write_checkpoint()
-        finally:
-            self.busy = busy
-
-    def _write_checkpoint(self) -> None:
         mine = {"rng": self._rng(), "rng_epoch_start": self.rng_epoch_start,
                 "rng_first_epoch": self.rng_first_epoch}
-        ranks = self.group.gather(mine)
+        ranks = self.group.gather(mine)        # (a collective: a hung rank holds it here)
         p = self.pos
-        path = self.recorder.checkpoint(p.step, p.epoch, p.batch, lambda: {
+        with self._doing("writing a checkpoint"):
+            path = self._checkpoint_file(p, mine, ranks)
+        self.last_checkpoint, self.last_checkpoint_step = path, p.step
+
+    def _checkpoint_file(self, p: Position, mine: dict[str, Any], ranks: Any) -> Path | None:
+        return self.recorder.checkpoint(p.step, p.epoch, p.batch, lambda: {
             "run_id": self.run_id, "config": self.cfg.to_dict(),
             "step": p.step, "epoch": p.epoch, "batch_in_epoch": p.batch,
             "samples_seen": p.samples, "elapsed": self.elapsed(),
@@ -512,7 +510,6 @@ class Trainer:
             **({"ranks": ranks, "sampler": {"seed": self.sampler_seed, "epoch": p.epoch}}
                if self.group.active else {}),
         }, keep=self.cfg.keep_checkpoints)
-        self.last_checkpoint, self.last_checkpoint_step = path, p.step
 
     def record_fingerprint(self) -> None:
         """A hash of the parameters. In a data-parallel run every rank hashes its replica and
@@ -590,7 +587,7 @@ class Trainer:
             return
         grad_off = torch.inference_mode() if self.cfg.eval_mode == "inference_mode" \
             else torch.no_grad()
-        with grad_off:
+        with grad_off, self._doing("evaluating"):
             self._evaluate()
 
     def _evaluate(self) -> None:
@@ -683,6 +680,16 @@ class Trainer:
             self.log.bar = None
         return self._finish(status or "finished")
 
+    @contextmanager
+    def _doing(self, what: str) -> Iterator[None]:
+        """The loop's work besides stepping, for the heartbeat (Trainer.busy): local work
+        only, never a collective (a hung rank must read stalled at the step's pace)."""
+        before, self.busy = self.busy, what
+        try:
+            yield
+        finally:
+            self.busy = before
+
     def _pace(self) -> None:
         """One more step done: the time since the step before (within an epoch; steps()
         forgets the last one at each epoch's start) into the run's pace."""
@@ -728,9 +735,8 @@ class Trainer:
                 self.busy = None
                 yield Step(size, self._rest_of_step(first, it, size))
                 first = self._next_batch(it)
-            self.busy = "ending the epoch (evaluation, checkpoint)"
+            self.busy = None        # (the epoch's end marks its evaluation and checkpoint)
             self._end_epoch()
-        self.busy = "finishing"
 
     def _next_batch(self, it: Iterator[Any]) -> Any:
         """The loader's next batch (None at the epoch's end); waiting for it is data time."""
