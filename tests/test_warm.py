@@ -346,3 +346,35 @@ def test_a_rank_or_a_join_is_never_forked(tmp_path, warm, args):
         said = f.read().decode()
     assert child is None
     assert "is not forked by the warm launcher" in said and "starting cold" in said
+
+
+def test_a_forked_child_waits_for_its_clients_go_ahead_and_ends_unheard_without_it(
+        tmp_path, warm):
+    """The launcher forks at once, but the child runs its command only once the client has
+    believed the answer and said go; a client that gives up (a time-out, an answer it does
+    not believe) starts the run cold and closes the pipe unsaid: the forked child then ends
+    without a word (no "forked" line in the log, nothing run), so that one process trains
+    the run and its log says which."""
+    import json
+    import socket
+    outcomes = {}
+    for go in (b"", b"1"):
+        log = tmp_path / f"log-{len(go)}"
+        go_r, go_w = os.pipe()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn, \
+                open(log, "ab") as out:
+            conn.connect(str(warm.path))
+            request = {"args": ["config", "--plain"], "env": dict(os.environ),
+                       "cwd": str(tmp_path), "detach": True}
+            socket.send_fds(conn, [json.dumps(request).encode()],
+                            [out.fileno(), out.fileno(), go_r])
+            os.close(go_r)
+            assert "pid" in json.loads(conn.recv(4096))     # forked, waiting
+            time.sleep(0.5)
+            assert log.read_text() == ""                    # nothing said before the go
+            os.write(go_w, go) if go else None
+            os.close(go_w)
+            outcomes[go] = json.loads(conn.recv(4096))["exit"]
+        text = log.read_text()
+        assert (WARM_LINE in text) == bool(go) and ("seed = 1" in text) == bool(go), text
+    assert outcomes == {b"": 0, b"1": 0}

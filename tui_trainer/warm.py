@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import select
 import selectors
 import signal
 import socket
@@ -39,6 +40,7 @@ from .core.trust import Untrusted, check_peer
 MAX_REQUEST = 1 << 20
 MAX_PENDING = 32        # connections whose request is not read yet
 REQUEST_S = 5.0         # how long a connection may take to send its request
+GO_AHEAD_S = 60.0       # how long a forked child waits for its client's go-ahead
 
 
 def _threads() -> int:
@@ -175,10 +177,11 @@ class Launcher:
         fds: list[int] = []
         try:
             conn.setblocking(False)
-            data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 2)
+            data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 3)
             request = _valid(json.loads(data))
-            if len(fds) != 2:
-                raise ValueError("a request passes two file descriptors (stdout, stderr)")
+            if len(fds) != 3:
+                raise ValueError("a request passes three file descriptors (stdout, stderr, "
+                                 "the read end of the client's go-ahead pipe)")
         except (OSError, ValueError, TypeError) as e:
             for fd in fds:
                 os.close(fd)
@@ -262,6 +265,18 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)    # the launcher's clean-up is not its
+        # The client checks the answer (the pid is the launcher's child, and its own) and
+        # only then says go; a client that gave up (a time-out, an answer it could not
+        # believe) starts the run cold instead and closes the pipe: this process ends
+        # without a word, so that one process trains the run and its log says which.
+        go = fds.pop()
+        ready, _, _ = select.select([go], [], [], GO_AHEAD_S)
+        told = os.read(go, 1) if ready else b""
+        os.close(go)
+        if told != b"1":
+            for fd in fds:
+                os.close(fd)
+            os._exit(0)
         if request.get("detach", True):
             os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)

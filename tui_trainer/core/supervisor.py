@@ -431,6 +431,10 @@ class WarmLauncher:
         if not self.ready() or self.path is None:
             return None
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # The child it forks waits for a go-ahead on this pipe, given once its pid is
+        # believed; given up (closed unsaid), it ends without a word while the run starts
+        # cold: never two processes for one run, and the log says which one trains it.
+        go_r, go_w = os.pipe()
         try:
             # Nothing (the environment, the log descriptors) goes to a socket or a process
             # that is not this user's own (core/trust.py); every answer is checked.
@@ -439,17 +443,22 @@ class WarmLauncher:
             conn.connect(str(self.path))
             launcher = trust.check_peer(conn)
             request = {"args": args, "env": env, "cwd": os.getcwd(), "detach": detach}
-            socket.send_fds(conn, [json.dumps(request).encode()], [stdout, stderr])
+            socket.send_fds(conn, [json.dumps(request).encode()], [stdout, stderr, go_r])
             pid, started = trust.check_child(json.loads(conn.recv(4096) or b"{}"), launcher)
             conn.settimeout(None)
         except (OSError, ValueError, trust.Untrusted) as e:
             conn.close()
+            os.close(go_w)
             try:        # into the run's log, where its cold start follows
                 os.write(stderr, f"tui-trainer: the warm launcher was not used ({e}); "
                                  "starting cold\n".encode(errors="replace"))
             except OSError:
                 pass
             return None
+        finally:
+            os.close(go_r)
+        os.write(go_w, b"1")
+        os.close(go_w)
         return WarmChild(pid, conn, out, started)
 
     def close(self) -> None:
