@@ -6,9 +6,12 @@ Start instead of after five seconds of imports.
 hand; not a command of the CLI, which this module uses and which does not import it) imports
 what training needs, without running any torch op (no thread pool, no CUDA: a fork after
 either is unsafe), then listens on a Unix socket. A request carries a command line, its
-environment and working directory, and the file descriptors for its stdout and stderr (passed
-over the socket, SCM_RIGHTS); the launcher forks, answers the child's pid, and when the child
-ends, its exit status (as Popen gives it: negative for a signal). The child is what a cold
+environment and working directory, and the file descriptors for its stdout and stderr and
+the read end of a go-ahead pipe (passed over the socket, SCM_RIGHTS); the launcher forks,
+answers the child's pid, and when the child ends, its exit status (as Popen gives it:
+negative for a signal). The child runs its command only once the client, having believed
+the answer, says go; without it (the client gave up and starts the run cold) it ends
+without a word. The child is what a cold
 `python -m tui_trainer ARGS` would be: its own process session (it outlives the dashboard),
 stdin from /dev/null, output unbuffered, numpy's and torch's global RNGs seeded from the OS
 as at interpreter start (Python's hash seed alone is the launcher's, shared by its forks);
