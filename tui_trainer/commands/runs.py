@@ -81,5 +81,5 @@ def run(args: argparse.Namespace) -> int:
         if r["status"] in ("crashed", "diverged", "copied", "stalled") and r["reason"]:
             print(f"run {r['run_id']} {r['status']}: {shown(r['reason'], 300)}")
         elif r["not_learning"]:
-            print(f"run {r['run_id']} {r['status']}, {r['not_learning']}")
+            print(f"run {r['run_id']} {r['status']}, {shown(r['not_learning'], 300)}")
     return EXIT_OK
