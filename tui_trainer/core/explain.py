@@ -338,6 +338,12 @@ def explanation_text(result: dict[str, Any]) -> str:
         asked = (f"{head}: parameter hashes {between}. Replaying {hunt['side']} did not "
                  f"reproduce its own recorded hash, so this machine was asked: {n} replays "
                  f"from {_hunt_start(hunt)} part at step {hunt['step']}")
+        if hunt.get("op") and not hunt["op"].get("inputs_agree", True):
+            # what differs comes into the step from outside the traced ops
+            return (asked + f", {_op_text(hunt['op'])}: its inputs already differ from one "
+                    "replay of the same state to the next, so what differs comes from outside "
+                    "the step's ops (the data loading, or a draw from a generator the "
+                    "checkpoint does not hold) on this machine." + cost)
         if hunt.get("op"):
             op = hunt["op"]
             return (asked + f", {_op_text(op)}: nondeterministic on this machine "
