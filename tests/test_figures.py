@@ -230,17 +230,21 @@ def test_not_learning_is_a_stretch_of_steps_at_chance_or_of_zero_gradients():
 
 def test_a_run_that_does_not_learn_says_so_with_what_usually_causes_it(tmp_path):
     """device=cpu: lr 1e-6 leaves the net where it started, at chance, for its 60 steps;
-    `runs`, its JSON and the run table say "not learning", why and what usually causes it;
-    the same run at lr 0.03 learns and says nothing of it."""
+    `repro` (its verdict beside), `runs`, its JSON and the run table say "not learning", why
+    and what usually causes it; the same run at lr 0.03 learns and says nothing of it."""
+    import json
     from conftest import QUICK, sets, tt
     from tui_trainer.core.reader import SessionReader
     from tui_trainer.core.store import SessionStore
     from tui_trainer.ui.panels.runs import cells
-    for lr in ("0.000001", "0.03"):
-        r = tt("run", "--session", str(tmp_path),
-               *sets(*QUICK, "device=cpu", f"lr={lr}", "max_steps=60", "epochs=20"))
-        assert r.rc == 0, r.err
-    stuck, fine = tt("runs", "--session", str(tmp_path), "--json").json
+    slow = sets(*QUICK, "device=cpu", "max_steps=60", "epochs=20")
+    r = tt("repro", "--session", str(tmp_path), "--json", *slow, "--set", "lr=0.000001")
+    assert r.rc == 0, r.err                                 # identical, and not learning
+    said = json.loads(r.out)["not_learning"]
+    assert set(said) == {"1", "2"} and said["1"].startswith("not learning: its loss"), said
+    r = tt("run", "--session", str(tmp_path), *slow, "--set", "lr=0.03")
+    assert r.rc == 0, r.err
+    stuck, _, fine = tt("runs", "--session", str(tmp_path), "--json").json
     assert fine["not_learning"] is None
     why = stuck["not_learning"]
     assert why.startswith("not learning: its loss has stayed at chance (2.3"), why
@@ -251,6 +255,6 @@ def test_a_run_that_does_not_learn_says_so_with_what_usually_causes_it(tmp_path)
     row = cells(reader.rows[1], False, "finished")
     assert row["status"].plain == "finished, not learning"
     assert row["reason"].plain.rstrip("…") == why[:79]
-    assert cells(reader.rows[2], False, "finished")["status"].plain == "finished"
-    assert matches(reader.rows[1], "not learning") and not matches(reader.rows[2],
+    assert cells(reader.rows[3], False, "finished")["status"].plain == "finished"
+    assert matches(reader.rows[1], "not learning") and not matches(reader.rows[3],
                                                                     "not learning")

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .core import machine
+from .core import figures, machine
 from .core.config import ConfigError, RunConfig, from_dict
 from .core import explain as explained
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, EXIT_STOPPED,
@@ -186,6 +186,9 @@ def repro(store: SessionStore, check: Check, say: Say,
                     data={"mode": mode, "resume_at": check.resume_at, **v.to_dict()})
     out = {"mode": mode, "resume_at": check.resume_at, "config": cfg.to_dict(),
            **v.to_dict()}
+    # identical or not, runs that do not learn are said beside the verdict
+    stuck = {r: figures.run_figures(store, r)["not_learning_text"] for r in ids}
+    out["not_learning"] = {str(r): t for r, t in stuck.items() if t}
     if not v.identical and v.first_difference is not None:
         # Where the first two part, and why (kept in the session: the Divergence tab, the
         # exports); a pair that cannot be explained says why instead.

@@ -12,7 +12,7 @@ from ..core import config, figures, supervisor
 from ..core.config import ConfigError
 from ..core.errors import EXIT_NOT_IDENTICAL, EXIT_OK, BadInput
 from ..core.store import SessionStore
-from ..core.text import shown_lines
+from ..core.text import shown, shown_lines
 from .common import config_args, session_dir
 
 
@@ -74,6 +74,8 @@ def _print_verdict(r: dict[str, Any]) -> None:
     what = ("resumed run vs straight run" if r["mode"] == "resume"
             else f"{len(r['runs'])} runs of one config")
     print(f"{what}: runs {', '.join(map(str, r['runs']))}")
+    for run_id, why in (r.get("not_learning") or {}).items():
+        print(f"run {run_id} is {shown(why, 300)}")
     if r["identical"]:
         print(f"verdict: BIT-IDENTICAL at all {r['fingerprints_compared']} parameter "
               "fingerprints compared")
