@@ -146,3 +146,8 @@ def test_the_memory_figure_counts_the_workers_and_shows_their_part(tmp_path):
     part = [row for row in summary_rows([reader.rows[1], reader.rows[2]])
             if row[0].strip().startswith("of it, workers")]
     assert part and part[0][2] == f"{workers_mib:,.0f}"
+    # and the exported points carry it
+    import csv
+    assert tt("export", "2", "--session", str(tmp_path)).rc == 0
+    with open(tmp_path / "exports" / "run-2-steps.csv", newline="") as f:
+        assert [float(r["workers_uss"]) for r in csv.DictReader(f)] == [w for _, w in rows[2]]

@@ -830,3 +830,44 @@ async def test_b_measures_a_runs_memory_and_p_profiles_it(tmp_path):
         text = profile_text()
         assert "Profiling run 1" not in text and "conv1" in text and "Trace (Chrome" in text
         assert app._profiling is None
+
+
+async def test_at_80x24_the_ab_results_are_reached_by_tab_and_by_wheel_to_the_last_column(
+        tmp_path):
+    """A finished study whose title is long (the notes of arms this machine cannot run, on
+    the CPU; the method), at 80x24: Tab reaching the results brings the table's header into
+    view, ten wheel turns over the title do too, and the table scrolls sideways a column a
+    right-arrow press, to its last one."""
+    from textual import events
+    r = tt("ab", "--session", str(tmp_path), *sets(*QUICK), "--vary", "amp=fp16",
+           "--vary", "device=cuda", "--vary", "batch_size=32", "--steps", "2",
+           "--repeats", "2", "--rerun-loaded", "0")
+    assert r.rc == 0, r.err
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.ready()
+        app.query_one("#tabs").active = "tab-ab"
+        await pilot.pause()
+        await until(pilot, lambda: app.query_one("#ab-table", DataTable).row_count == 4)
+        body, table = app.query_one("#ab-body"), app.query_one("#ab-table", DataTable)
+
+        def header_shown() -> bool:
+            return body.region.contains(table.region.x, table.region.y)
+        for _ in range(20):
+            await pilot.press("tab")
+            await pilot.pause()
+            if app.focused is body:
+                break
+        assert app.focused is body and header_shown(), (body.region, table.region)
+        body.scroll_home(animate=False)
+        await pilot.pause()
+        for _ in range(10):
+            await pilot._post_mouse_events([events.MouseScrollDown], widget="#ab-title",
+                                           offset=(10, 0))
+        await pilot.pause()
+        assert header_shown(), (body.region, table.region)
+        await pilot.press("tab")
+        assert app.focused is table
+        await pilot.press(*["right"] * 5)          # a column a press, to the last one
+        await pilot.pause()
+        assert table.max_scroll_x > 5 and table.scroll_x == 5

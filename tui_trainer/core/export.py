@@ -33,8 +33,8 @@ def export_csv(store: SessionStore, run_id: int, out: Path) -> list[Path]:
     steps = store.steps(run_id)
     step_cols = ["step", "epoch", "elapsed", "loss", "lr", "grad_norm", "samples_per_s",
                  "data_s", "copy_s", "forward_s", "backward_s", "optimizer_s", "record_s",
-                 "compute_s", "rss_bytes", "peak_rss", "tensor_bytes", "cuda_alloc",
-                 "cuda_reserved", "cuda_peak"]
+                 "compute_s", "rss_bytes", "peak_rss", "workers_uss", "ranks_uss",
+                 "tensor_bytes", "cuda_alloc", "cuda_reserved", "cuda_peak"]
     return [
         _write_csv(out / f"run-{run_id}-steps.csv", steps, step_cols),
         _write_csv(out / f"run-{run_id}-evals.csv", store.evals(run_id),

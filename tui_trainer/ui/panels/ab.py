@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
@@ -237,6 +237,15 @@ class ABPanel(Vertical):
         self.app.write(lambda _, sup: sup.stop_study(sid), lambda ok: self.notify(
             f"stopping study {sid} (its current run writes a checkpoint)" if ok
             else "no study running", severity="information" if ok else "warning"))
+
+    @on(events.DescendantFocus)
+    def _results_focused(self, event: events.DescendantFocus) -> None:
+        """Tab reaching the results' scroll area brings the table's header into view: on a
+        small terminal a long title (its notes, the method) fills the area above it. The
+        title stays a key away (up, page up), the table one Tab further."""
+        if event.widget.id == "ab-body":
+            self.query_one("#ab-body", VerticalScroll).scroll_to_widget(
+                self.query_one("#ab-table"), animate=False, top=True)
 
     @on(Button.Pressed, "#ab-export")
     def _export(self, event: Button.Pressed) -> None:
