@@ -369,8 +369,17 @@ def test_a_forked_child_waits_for_its_clients_go_ahead_and_ends_unheard_without_
             socket.send_fds(conn, [json.dumps(request).encode()],
                             [out.fileno(), out.fileno(), go_r])
             os.close(go_r)
-            assert "pid" in json.loads(conn.recv(4096))     # forked, waiting
-            time.sleep(0.5)
+            pid = json.loads(conn.recv(4096))["pid"]        # forked, waiting
+            # blocked in select on the pipe (where the kernel hides wait channels: asleep)
+            wchan = Path(f"/proc/{pid}/wchan")
+
+            def waiting() -> bool:
+                where = wchan.read_text()
+                if where.strip() == "0":
+                    import psutil
+                    return psutil.Process(pid).status() == psutil.STATUS_SLEEPING
+                return "poll" in where or "select" in where
+            assert wait_until(waiting)
             assert log.read_text() == ""                    # nothing said before the go
             os.write(go_w, go) if go else None
             os.close(go_w)
