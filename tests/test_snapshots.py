@@ -146,3 +146,34 @@ def test_continue_dialog_shows_its_values(snap_compare, tmp_path, size):
         await pilot.pause(0.1)
 
     assert snap_compare(_app(tmp_path), terminal_size=SIZES[size], run_before=continue_dialog)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_model_tab_shows_the_pair_side_by_side_with_their_difference(snap_compare, tmp_path,
+                                                                       size):
+    """The Model tab of the marked pair: what two real grokking runs (seeds 1 and 2, step
+    20 of the sample, trained on this CPU) saw in digit 7, kept in tests/fixtures: the digit,
+    the probabilities, each convolution of both runs on one scale and their difference."""
+    import shutil
+    from pathlib import Path
+    fixtures = Path(__file__).parent / "fixtures"
+    _fill(tmp_path, tab="tab-model")
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    shutil.copy(fixtures / "activations-grokking.npz", tmp_path / "logs")
+    s = SessionStore(tmp_path)
+    s.add_event(1, "activations", "kept",
+                data=json.loads((fixtures / "activations-grokking.json").read_text()))
+    s.close()
+
+    async def drawn(pilot):
+        if not pilot.app.has_class("-small"):
+            pilot.app.action_toggle_form()
+        await _settle(pilot)
+        panel = pilot.app.query_one("#model-panel")
+        for _ in range(200):        # the pictures are built in a thread
+            if panel.shown is not None and panel.query_one("#model-picture").content:
+                break
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+
+    assert snap_compare(_app(tmp_path), terminal_size=SIZES[size], run_before=drawn)

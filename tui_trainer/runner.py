@@ -228,6 +228,55 @@ def profile(store: SessionStore, run: dict[str, Any], steps: int, warmup: int,
     return result
 
 
+def checkpoint_at(store: SessionStore, run: dict[str, Any], step: int | None
+                  ) -> dict[str, Any]:
+    """A run's kept checkpoint at `step` (None: its newest), or why there is none."""
+    kept = store.usable_checkpoints(run["id"])
+    if not kept:
+        raise BadInput(f"run {run['id']} has no checkpoint in the session, so there are no "
+                       "weights to show (a run keeps one at step 0 and every checkpoint_every "
+                       "steps; one started before that was kept has none)")
+    if step is None:
+        return kept[0]
+    found = next((c for c in kept if c["step"] == step), None)
+    if found is None:
+        steps = ", ".join(str(c["step"]) for c in reversed(kept[:12]))
+        raise BadInput(f"--step {step}: run {run['id']} keeps no checkpoint at that step; it "
+                       f"keeps step(s) {steps}")
+    return found
+
+
+def activations(store: SessionStore, runs: list[dict[str, Any]], how: str,
+                index: int | None, step: int | None) -> tuple[dict[str, Any], Any]:
+    """One digit of the evaluation set through each run's model at a kept checkpoint (at
+    `step`, or its newest): engine.activations, which imports torch. The digit is picked
+    once (by index, at random, or the one the first run gets most confidently wrong) and
+    shown to every run. (metadata, arrays): core.activations keeps and draws them."""
+    from .core import activations as drawn
+    from .engine import activations as seen
+    from .engine.checkpoint import load_checkpoint
+    cfgs = [from_dict(r["config"]) for r in runs]
+    points = [checkpoint_at(store, r, step) for r in runs]
+    data = seen.EvalSet(cfgs[0])
+    if len(runs) == 2:
+        other = seen.EvalSet(cfgs[1]) if cfgs[1].dataset != cfgs[0].dataset or \
+            cfgs[1].eval_samples != cfgs[0].eval_samples else data
+        if other.info.name != data.info.name or len(other) != len(data):
+            raise BadInput(f"runs {runs[0]['id']} and {runs[1]['id']} evaluate on different "
+                           f"digits ({data.info.name}, {len(data):,} against "
+                           f"{other.info.name}, {len(other):,}): compare runs of one "
+                           "evaluation set")
+    if how == "index":
+        data.check(int(index or 0))
+    models = [seen.restore(c, load_checkpoint(p["path"])) for c, p in zip(cfgs, points)]
+    digit = seen.pick(how, index, models[0], data)
+    found = [seen.seen(m, data, digit) for m in models]
+    return drawn.combine([r["id"] for r in runs], [p["step"] for p in points],
+                         [c.model for c in cfgs], found,
+                         {"dataset": data.info.name, "digit": digit, "how": how,
+                          "label": int(data.y[digit]), "image": data.raw[digit, 0].numpy()})
+
+
 def explain(store: SessionStore, a: int, b: int, record: bool = True) -> dict[str, Any]:
     """Where runs A and B part, and why: what the fingerprints say (core.explain.locate),
     then, where that is not the answer, the replay (engine.explain, which imports torch).

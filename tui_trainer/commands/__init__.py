@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import (ab, config, explain, export, join, machine, memory, profile, repro, resume,
+from . import (ab, activations, config, explain, export, join, machine, memory, profile, repro, resume,
                run, runs, worker)
 
 ORDER: tuple[ModuleType, ...] = (config, run, resume, repro, ab, export, machine, join, worker,
-                                 profile, runs, memory, explain)
+                                 profile, runs, memory, explain, activations)
 BY_NAME = {"config": config, "run": run, "resume": resume, "repro": repro, "ab": ab,
            "sweep": ab, "export": export, "machine": machine, "join": join, "worker": worker,
-           "profile": profile, "runs": runs, "memory": memory, "explain": explain}
+           "profile": profile, "runs": runs, "memory": memory, "explain": explain,
+           "activations": activations}

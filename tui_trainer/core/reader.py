@@ -23,6 +23,7 @@ from typing import Any
 
 from . import figures
 from .config import DEFAULTS, world_size
+from .activations import EVENT as SEEN
 from .explain import EVENT as EXPLAINED
 from .liveness import stall_window
 from .memory import EVENT as MEASURED
@@ -32,9 +33,9 @@ from .store import SessionStore
 FULL_EVERY_S = 10.0
 # The events of the runs a tick checks (the pair, the cursor's, a check's): determinism
 # verdicts, the twins checks made, replicas that drifted apart, explanations, memory
-# breakdowns, profiles.
+# breakdowns, profiles, what a net sees in a digit.
 CHECK_EVENTS = ("repro_verdict", "check_twin", "replicas_drift", EXPLAINED, MEASURED,
-                PROFILED)
+                PROFILED, SEEN)
 ENDED = ("finished", "stopped", "crashed", "diverged", "copied")
 
 

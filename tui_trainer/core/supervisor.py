@@ -555,6 +555,14 @@ class Supervisor:
         ids = [str(r) for r in runs]
         return self._job(["profile", *ids, "--json"], f"profile-{'-'.join(ids)}")
 
+    def activations(self, runs: tuple[int, ...], choice: list[str]) -> subprocess.Popen:
+        """What runs see in a digit (`tui-trainer activations`, `choice` its --digit and
+        --step), in the background; kept in the session as an `activations` event on the
+        first run."""
+        ids = [str(r) for r in runs]
+        return self._job(["activations", *ids, *choice, "--json"],
+                         f"activations-{'-'.join(ids)}")
+
     def study(self, study_id: int) -> subprocess.Popen:
         """Trains a planned A/B study in the background."""
         proc = self._job(study_args(study_id), f"study-{study_id}")

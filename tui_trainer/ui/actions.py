@@ -18,13 +18,14 @@ from textual import work
 
 from ..core import machine
 from ..core.errors import SessionError
-from ..core import memory, profiling
+from ..core import activations, memory, profiling
 from ..core.explain import for_pair
 from ..core.paths import sessions_dir
 from ..core.store import SessionStore
 from ..core.supervisor import Supervisor
-from ..core.text import name_problem
+from ..core.text import name_problem, shown
 from .panels.launch import LaunchPanel
+from .panels.model import ModelPanel
 from .screens import (ConfirmScreen, ContinueScreen, MemoryScreen, NameScreen, OpenScreen,
                       QuitScreen)
 from .writer import STATE_KEY
@@ -33,6 +34,18 @@ from .writer import STATE_KEY
 # How long after its process ended a background command's answer is waited for in the
 # session (the tick read before the process wrote it does not hold it yet).
 JOB_SETTLE_S = 3.0
+
+
+def job_said(log: Path) -> str:
+    """The last line a background command wrote (its refusal, when it refused), shown as
+    text."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 4096))
+            tail = f.read().decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        return "its output cannot be read"
+    return shown(tail[-1], 300) if tail else "it wrote nothing"
 
 
 def twins_of(events: list[dict[str, Any]]) -> list[int]:
@@ -410,6 +423,73 @@ class RunActions:
             self.notify(f"profiling run(s) {', '.join(map(str, p.runs))} failed (exit status "
                         f"{p.job.poll()}); its output is in logs/profile-"
                         f"{'-'.join(map(str, p.runs))}.log", severity="error", timeout=12)
+
+    # --- the Model tab: what runs see in a digit ----------------------------------------
+    def action_model(self, what: str) -> None:
+        """The Model tab's keys (panels/model.py): show, a digit (by index, at random, the
+        worst), the checkpoint before or after, the maps' size, one layer or all."""
+        panel = self.panel(ModelPanel)
+        if panel is None:
+            return
+        if what == "show":
+            panel.ask()
+        elif what == "digit":
+            panel.ask_digit()
+        elif what in ("random", "worst"):
+            panel.ask_how(what)
+        elif what in ("earlier", "later"):
+            runs = panel.target
+            if not runs or not self.writable("no other checkpoint shown"):
+                return
+
+            def kept(store: Any, _: Any) -> list[int]:
+                steps = [{c["step"] for c in store.usable_checkpoints(r)} for r in runs]
+                return sorted(set.intersection(*steps))
+
+            self.write(kept, lambda steps: panel.ask_step(steps, what == "later"),
+                       failed="the kept checkpoints could not be read")
+        elif what in ("bigger", "smaller"):
+            panel.resize_maps(what == "bigger")
+        elif what == "layer":
+            panel.next_layer()
+
+    def on_model_panel_asked(self, event: ModelPanel.Asked) -> None:
+        if not self.writable("not shown"):
+            return
+        if self._activating is not None:
+            self.notify("already computing what run(s) "
+                        f"{', '.join(map(str, self._activating.runs))} see", severity="warning")
+            return
+        runs, args = event.runs, event.choice.args()
+        self._activating = Job(runs, None, time.monotonic(), time.time())
+
+        def failed() -> None:
+            self._activating = None
+
+        self._draw()
+        self._start_job(self._activating, lambda sup: sup.activations(runs, args), "not shown",
+                        failed)
+
+    def _activating_now(self) -> tuple[tuple[int, ...], float] | None:
+        a = self._activating
+        return None if a is None else (a.runs, time.monotonic() - a.started)
+
+    def _activated(self, snap: Any) -> None:
+        """After each tick: an answer that landed lets the job go; a command that ended
+        without one is said to have failed, with its first refusal line (a digit out of
+        range, a run with no checkpoint) from its log."""
+        a = self._activating
+        if a is None:
+            return
+        if activations.newest(snap.checks.get(a.runs[0], []), a.runs, since=a.wall) is not None:
+            self._activating = None
+            return
+        if a.gave_up():
+            self._activating = None
+            name = f"logs/activations-{'-'.join(map(str, a.runs))}.log"
+            self.notify(f"what run(s) {', '.join(map(str, a.runs))} see was not computed: "
+                        f"{job_said(self.session_dir / name)} (its output: {name})",
+                        severity="error", timeout=12)
 
     def _show_memory(self, run_id: int, result: dict[str, Any]) -> None:
         def closed(again: Any) -> None:

@@ -82,6 +82,16 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         Binding("e", "evidence", "Evidence", show=False),
         Binding("b", "memory", "Memory", show=False),       # the Plots tab's
         Binding("p", "profile", "Profile", show=False),     # the Profile tab's
+        # the Model tab's (model.py says what each does)
+        Binding("g", "model('show')", "Show", show=False),
+        Binding("d", "model('digit')", "Digit", show=False),
+        Binding("D", "model('random')", "Random digit", show=False),
+        Binding("w", "model('worst')", "Worst digit", show=False),
+        Binding("left_square_bracket", "model('earlier')", "Earlier checkpoint", show=False),
+        Binding("right_square_bracket", "model('later')", "Later checkpoint", show=False),
+        Binding("plus", "model('bigger')", "Bigger", show=False),
+        Binding("minus", "model('smaller')", "Smaller", show=False),
+        Binding("v", "model('layer')", "Layer", show=False),
         Binding("ctrl+e", "export", "Export"),
         Binding("ctrl+s", "save_as", "Save as"),
         Binding("ctrl+o", "open_session", "Open"),
@@ -124,6 +134,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         self._check_job: tuple[int, Any] | None = None  # the F7/F8 check: run, job
         self._measuring: Job | None = None       # a memory breakdown under way (b)
         self._profiling: Job | None = None       # a profile under way (p)
+        self._activating: Job | None = None      # the Model tab's computation under way
         self._restoring = True
         self._saved_state: str | None = None
         self._state_text: str | None = None
@@ -436,6 +447,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         self._explain_ended(snap)
         self._measured(snap)
         self._profiled(snap)
+        self._activated(snap)
         if self.cursor_run is not None and self.cursor_run not in self.runs:
             self.cursor_run = None
         table.draw(self._tick())
@@ -451,7 +463,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         starting = frozenset(r for r in self.runs if self.writer.supervisor.starting_cached(r))
         return Tick(self.snapshot, self.runs, self.selection, self.study_shown,
                     self._await_twin, lines, starting, self._explaining_now(),
-                    self._profiling_now())
+                    self._profiling_now(), self._activating_now())
 
     def _draw(self, lines: dict | None = None) -> None:
         """The visible tab's panel draws the tick (a panel skips what did not change)."""
@@ -572,13 +584,15 @@ class TrainerApp(RunActions, SessionActions, App[None]):
     # --- tabs, the form, help (the run actions, export and sessions: ui/actions.py) ----------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """x and e only where the Divergence tab is shown, b where the Plots tab is, p where
-        the Profile tab is (elsewhere the keys are free)."""
+        the Profile tab is, the Model tab's keys where it is (elsewhere the keys are free)."""
         if action in ("explain", "evidence") and self.panel(TabbedContent) is not None:
             return self._tabs().active == "tab-divergence"
         if action == "memory" and self.panel(TabbedContent) is not None:
             return self._tabs().active == "tab-plots"
         if action == "profile" and self.panel(TabbedContent) is not None:
             return self._tabs().active == "tab-profile"
+        if action == "model" and self.panel(TabbedContent) is not None:
+            return self._tabs().active == "tab-model"
         return True
 
     def action_evidence(self) -> None:

@@ -40,7 +40,7 @@ HELP_KEYS = (
     ("F8", "resume check: kill a twin of the run at a step you choose, resume it from its "
            "checkpoint, and compare it with the run"),
     ("F9", "show or hide the form (on a small terminal, a drawer over the whole width)"),
-    ("ctrl+t", "the next tab: Plots, Divergence, Compare, A/B, Profile, Log (the palette "
+    ("ctrl+t", "the next tab: Plots, Divergence, Compare, A/B, Profile, Model, Log (the palette "
                "names each)"),
     ("ctrl+e", "export PNG figures and CSVs (every point) of the marked runs, the pair, or "
                "the A/B study shown, into the session's exports/"),
@@ -66,6 +66,10 @@ HELP_KEYS = (
     ("profile", "p (Profile tab): where the step time of the run under the cursor (or of both "
                 "runs of the pair) goes: a copy trained under torch.profiler, by operator, "
                 "phase and module, with a Chrome/Perfetto trace; a pair is diffed by operator"),
+    ("model", "Model tab: g shows what the net of the run under the cursor (or both runs of "
+              "the pair) sees in a digit at its newest checkpoint; d a digit by index, D a "
+              "random one, w the one the run gets most confidently wrong, [ ] the checkpoint "
+              "before or after, + - the maps' size, v one layer or all"),
 )
 HELP_PANELS = (
     ("Plots", "loss (raw and smoothed), throughput, memory (the process's resident memory; "
@@ -86,6 +90,10 @@ HELP_PANELS = (
             "it with the base)."),
     ("Profile", "the newest profile of the run under the cursor, or the pair's operators "
                 "whose self time changed most (p profiles)."),
+    ("Model", "what the net sees in one digit: the digit, every channel of each "
+              "convolution's output and the ten class probabilities, at a kept checkpoint; "
+              "for the pair side by side on one colour scale a layer, with their difference "
+              "(g computes it in the background; `tui-trainer activations` gives the PNG)."),
     ("Log", "what the run's process printed, tracebacks included."),
 )
 HELP_STATUSES = ("created, starting, running, finished, stopped (F3: it wrote a checkpoint), "

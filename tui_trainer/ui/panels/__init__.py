@@ -11,7 +11,9 @@ from .ab import ABPanel
 from .compare import ComparePanel
 from .divergence import DivergencePanel
 from .log import LogPanel
+from .model import ModelPanel
 from .plots import PlotsPanel
 from .profile import ProfilePanel
 
-TAB_PANELS = (PlotsPanel, DivergencePanel, ComparePanel, ABPanel, ProfilePanel, LogPanel)
+TAB_PANELS = (PlotsPanel, DivergencePanel, ComparePanel, ABPanel, ProfilePanel, ModelPanel,
+              LogPanel)

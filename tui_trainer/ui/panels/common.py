@@ -33,6 +33,7 @@ class Tick:
     starting: frozenset[int] = frozenset()  # runs this dashboard is starting
     explaining: tuple[int, int, float] | None = None    # A, B, seconds since it started
     profiling: tuple[tuple[int, ...], float] | None = None  # runs, seconds since it started
+    activating: tuple[tuple[int, ...], float] | None = None  # runs, seconds since it started
 
 
 def plain(text: object, limit: int | None = 60) -> Text:

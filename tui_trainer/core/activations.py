@@ -1,0 +1,302 @@
+"""What a net sees in one digit, run against run: the words, the shared colour scales, the
+mosaics of feature maps, the PNG, and how the session keeps it. engine.activations measures
+it; the `activations` command and the Model tab show it. Core layer: no torch, no textual
+(numpy for the maps; matplotlib only for the PNG and the colour maps).
+
+What is kept: an `activations` event on the first run (its `data` is the metadata below)
+and the maps in an .npz beside the run's log (`file`, relative to the session; read with
+allow_pickle=False, its size and shapes checked against the metadata).
+
+    runs, steps, models        one entry per run (one or two)
+    dataset, digit, how, label the digit: its index in the evaluation set, how it was chosen
+    probs, predicted           per run: the ten class probabilities, the class predicted
+    layers                     per convolution: name, shape (C, H, W), the colour scale
+                               shared by the runs (lo, hi), and for two runs of the same
+                               shape the largest |A - B| (diff; None otherwise)
+    file, png                  the maps, and the PNG drawn of them
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .store import SessionStore
+
+if TYPE_CHECKING:
+    import numpy as np
+
+EVENT = "activations"
+MAPS_CMAP = "viridis"           # a layer's maps, one scale for both runs
+DIFF_CMAP = "RdBu_r"            # A - B: blue where B is higher, red where A is
+MAX_FILE = 64 * 2**20           # an .npz larger than this is not read (a hostile session)
+HOW_WORDS = {"index": "chosen by index", "random": "drawn at random",
+             "worst": "the one {run} gets wrong with the highest confidence"}
+
+
+# --- from the engine's answer to what is kept -----------------------------------------------
+
+def combine(runs: list[int], steps: list[int], models: list[str], seen: list[dict[str, Any]],
+            digit: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The metadata and the arrays of one digit seen by one or two runs."""
+    import numpy as np
+    arrays: dict[str, np.ndarray] = {"input": np.asarray(digit.pop("image"), np.float32)}
+    names: list[str] = []
+    for k, s in enumerate(seen):
+        for name, m in s["maps"].items():
+            arrays[f"{k}:{name}"] = np.asarray(m, np.float32)
+            if name not in names:
+                names.append(name)
+    layers = []
+    for name in names:
+        mine = [arrays.get(f"{k}:{name}") for k in range(len(seen))]
+        present = [m for m in mine if m is not None]
+        lo, hi = _span(np.concatenate([m.ravel() for m in present]))
+        diff = None
+        if len(mine) == 2 and all(m is not None for m in mine) and mine[0].shape == mine[1].shape:
+            diff = _span(np.abs(mine[0] - mine[1]).ravel())[1]
+        layers.append({"name": name, "shape": list(present[0].shape), "lo": lo, "hi": hi,
+                       "diff": diff, "in": [m is not None for m in mine]})
+    meta = {"runs": runs, "steps": steps, "models": models, **digit,
+            "probs": [s["probs"] for s in seen], "predicted": [s["predicted"] for s in seen],
+            "layers": layers}
+    return meta, arrays
+
+
+def _span(values: np.ndarray) -> tuple[float, float]:
+    """The least and greatest finite values (0, 0 when none is: a run that diverged)."""
+    import numpy as np
+    finite = values[np.isfinite(values)]
+    return (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+
+
+def stem(meta: dict[str, Any]) -> str:
+    """The files' common name: runs, steps, digit."""
+    runs = "-".join(str(r) for r in meta["runs"])
+    steps = "-".join(str(s) for s in meta["steps"])
+    return f"run-{runs}-activations-step-{steps}-digit-{meta['digit']}"
+
+
+def keep(store: SessionStore, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """The maps beside the first run's log, and the event that names them."""
+    import numpy as np
+    path = store.log_path(meta["runs"][0]).with_name(
+        f"{stem(meta)}-{time.strftime('%Y%m%d-%H%M%S')}.npz")
+    np.savez_compressed(path, **{k.replace(":", "__"): v for k, v in arrays.items()})
+    meta["file"] = str(path.relative_to(store.dir))
+    png = Path(meta.get("png") or "")
+    if png.is_absolute() and png.is_relative_to(store.dir):
+        meta["png"] = str(png.relative_to(store.dir))      # the session can move
+    store.add_event(meta["runs"][0], EVENT, summary(meta), step=meta["steps"][0], data=meta)
+
+
+# --- reading it back (untrusted: a session may come from anywhere) ---------------------------
+
+def newest(events: list[dict[str, Any]], runs: tuple[int, ...] | None = None,
+           since: float | None = None) -> dict[str, Any] | None:
+    """The newest kept answer among a run's events (for exactly these runs, when given; kept
+    at or after `since`, when given) that reads as one."""
+    for e in reversed(events):
+        d = e.get("data")
+        if e.get("kind") != EVENT or not readable(d):
+            continue
+        if runs is not None and tuple(d["runs"]) != tuple(runs):
+            continue
+        if since is not None and not (isinstance(e.get("t"), (int, float)) and e["t"] >= since):
+            continue
+        return d
+    return None
+
+
+def readable(d: Any) -> bool:
+    try:
+        n = len(d["runs"])
+        return (1 <= n <= 2 and all(isinstance(r, int) for r in d["runs"])
+                and all(len(d[k]) == n for k in ("steps", "models", "probs", "predicted"))
+                and all(len(p) == 10 for p in d["probs"])
+                and isinstance(d["digit"], int) and isinstance(d["file"], str)
+                and all(isinstance(L["name"], str) and len(L["shape"]) == 3
+                        and len(L["in"]) == n for L in d["layers"]))
+    except (KeyError, TypeError, IndexError):
+        return False
+
+
+def load(session: Path, meta: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The kept maps, checked: the file lies inside the session, is at most MAX_FILE bytes,
+    holds arrays only (no pickles) of the shapes the metadata gives. ValueError says what
+    is wrong."""
+    import numpy as np
+    root = Path(session).resolve()
+    path = (root / meta["file"]).resolve()
+    if not path.is_relative_to(root):
+        raise ValueError(f"the kept maps' path {meta['file']!r} leads outside the session")
+    if not path.is_file():
+        raise ValueError(f"the kept maps ({meta['file']}) are gone from the session")
+    if path.stat().st_size > MAX_FILE:
+        raise ValueError(f"the kept maps ({meta['file']}) are larger than "
+                         f"{MAX_FILE // 2**20} MiB; not read")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            out = {k.replace("__", ":"): np.asarray(z[k], np.float32) for k in z.files}
+    except (OSError, ValueError, KeyError, EOFError) as e:
+        raise ValueError(f"the kept maps ({meta['file']}) cannot be read: {e}") from None
+    if out.get("input", np.zeros(0)).ndim != 2:
+        raise ValueError(f"the kept maps ({meta['file']}) hold no input digit")
+    for L in meta["layers"]:
+        for k, here in enumerate(L["in"]):
+            m = out.get(f"{k}:{L['name']}")
+            if here and (m is None or list(m.shape) != list(L["shape"])):
+                raise ValueError(f"the kept maps ({meta['file']}) do not match their "
+                                 f"description (layer {L['name']})")
+    return out
+
+
+# --- what is drawn ----------------------------------------------------------------------
+
+def mosaic(maps: np.ndarray, cols: int, gap: int = 1, vgap: int | None = None
+           ) -> np.ndarray:
+    """A layer's C maps (C x H x W) as one image of `cols` tiles a row, NaN between tiles
+    (drawn as the background): `gap` pixels across, `vgap` down (default the same)."""
+    import numpy as np
+    c, h, w = maps.shape
+    v = gap if vgap is None else vgap
+    cols = max(1, min(cols, c))
+    rows = math.ceil(c / cols)
+    out = np.full((rows * (h + v) - v, cols * (w + gap) - gap), np.nan, np.float32)
+    for i in range(c):
+        r, q = divmod(i, cols)
+        out[r * (h + v):r * (h + v) + h, q * (w + gap):q * (w + gap) + w] = maps[i]
+    return out
+
+
+def views(meta: dict[str, Any], arrays: dict[str, np.ndarray], name: str
+          ) -> list[tuple[str, np.ndarray, str, float, float]]:
+    """What one layer's row shows, left to right: each run's maps on the layer's shared
+    scale, then A - B on a symmetric scale of its own: (title, maps, colour map, lo, hi)."""
+    L = next(x for x in meta["layers"] if x["name"] == name)
+    out = []
+    for k, here in enumerate(L["in"]):
+        if here:
+            out.append((f"run {meta['runs'][k]} (step {meta['steps'][k]})",
+                        arrays[f"{k}:{name}"], MAPS_CMAP, L["lo"], L["hi"]))
+    if L["diff"] is not None:
+        d = L["diff"] or 1e-12
+        a, b = meta["runs"]
+        out.append((f"run {a} - run {b}", arrays[f"0:{name}"] - arrays[f"1:{name}"],
+                    DIFF_CMAP, -d, d))
+    return out
+
+
+def colours(values: np.ndarray, cmap: str, lo: float, hi: float) -> np.ndarray:
+    """RGBA bytes (H x W x 4) of values on [lo, hi] through a matplotlib colour map; NaN is
+    transparent."""
+    import numpy as np
+    from matplotlib import colormaps
+    span = (hi - lo) or 1.0
+    norm = np.clip((values - lo) / span, 0.0, 1.0)
+    rgba = (colormaps[cmap](np.nan_to_num(norm)) * 255).astype(np.uint8)
+    rgba[np.isnan(values)] = 0
+    return rgba
+
+
+def _pct(p: float) -> str:
+    return f"{100 * p:.1f}%"
+
+
+def summary(meta: dict[str, Any]) -> str:
+    runs = " and ".join(f"run {r} at step {s}" for r, s in zip(meta["runs"], meta["steps"]))
+    said = ", ".join(f"{c} ({_pct(p[c])})" for c, p in zip(meta["predicted"], meta["probs"]))
+    return (f"digit {meta['digit']} (label {meta['label']}) through {runs}: predicted {said}; "
+            f"{len(meta['layers'])} convolution(s)")
+
+
+def lines(meta: dict[str, Any]) -> list[str]:
+    """The words beside the pictures: which digit, which checkpoints, what each run predicts,
+    the ten probabilities, and each layer's scale."""
+    runs, steps = meta["runs"], meta["steps"]
+    how = HOW_WORDS.get(meta.get("how"), "").format(run=f"run {runs[0]}")
+    out = [f"Digit {meta['digit']} of the {meta.get('dataset', '?')} evaluation set"
+           + (f" ({how})" if how else "") + f", labelled {meta['label']}."]
+    for r, s, m, c, p in zip(runs, steps, meta["models"], meta["predicted"], meta["probs"]):
+        mark = "right" if c == meta["label"] else "wrong"
+        out.append(f"Run {r}, checkpoint at step {s} (model {m}): predicts {c} with "
+                   f"{_pct(p[c])} ({mark}).")
+    head = "class " + "".join(f"{'run ' + str(r):>10}" for r in runs) + \
+        (f"{'A - B':>9}" if len(runs) == 2 else "")
+    out += ["", head]
+    for c in range(10):
+        row = f"{c:>5} " + "".join(f"{_pct(p[c]):>10}" for p in meta["probs"])
+        if len(runs) == 2:
+            row += f"{100 * (meta['probs'][0][c] - meta['probs'][1][c]):>+8.1f}"
+        out.append(row + ("   <- label" if c == meta["label"] else ""))
+    for L in meta["layers"]:
+        out.append("")
+        out.append(layer_line(meta, L))
+    return out
+
+
+def layer_line(meta: dict[str, Any], L: dict[str, Any]) -> str:
+    c, h, w = L["shape"]
+    who = [f"run {r}" for r, here in zip(meta["runs"], L["in"]) if here]
+    text = (f"{L['name']}: {c} channel(s) of {h}x{w}; colour {L['lo']:.3g} (dark) to "
+            f"{L['hi']:.3g} (yellow)" + (", one scale for both runs" if len(who) == 2 else ""))
+    if L["diff"] is not None:
+        text += (f"; run {meta['runs'][0]} - run {meta['runs'][1]}: identical" if L["diff"] == 0
+                 else f"; run {meta['runs'][0]} - run {meta['runs'][1]} up to "
+                      f"{L['diff']:.3g} (red: A higher, blue: B higher)")
+    elif len(meta["runs"]) == 2:
+        text += f" (only in {who[0]}: no difference drawn)" if len(who) == 1 else \
+            " (shapes differ: no difference drawn)"
+    return text
+
+
+# --- the PNG ------------------------------------------------------------------------------
+
+def png(meta: dict[str, Any], arrays: dict[str, np.ndarray], path: Path) -> Path:
+    """The same views as one PNG (matplotlib): the digit and the probabilities, then one row
+    a convolution: each run's maps on one shared scale and their difference, each with
+    its colour bar."""
+    import numpy as np
+    from .export import FIG_DPI, _pyplot
+    plt = _pyplot()
+    n = len(meta["runs"])
+    cols = n + (1 if n == 2 else 0)
+    rows = 1 + len(meta["layers"])
+    heights = [1.0] + [_aspect(L) for L in meta["layers"]]
+    fig = plt.figure(figsize=(5.0 * max(cols, 2), 3.2 * sum(heights)), dpi=FIG_DPI)
+    grid = fig.add_gridspec(rows, max(cols, 2), height_ratios=heights)
+    ax = fig.add_subplot(grid[0, 0])
+    ax.imshow(arrays["input"], cmap="gray", vmin=0, vmax=1)
+    ax.set_title(f"digit {meta['digit']} (label {meta['label']})")
+    ax.axis("off")
+    ax = fig.add_subplot(grid[0, 1:])
+    width = 0.8 / n
+    for k, (r, p) in enumerate(zip(meta["runs"], meta["probs"])):
+        ax.bar(np.arange(10) + (k - (n - 1) / 2) * width, p, width,
+               label=f"run {r} (step {meta['steps'][k]})")
+    ax.set_xticks(range(10))
+    ax.set_ylim(0, 1)
+    ax.set_title("class probabilities")
+    ax.legend(fontsize="small")
+    for i, L in enumerate(meta["layers"], start=1):
+        for j, (title, maps, cmap, lo, hi) in enumerate(views(meta, arrays, L["name"])):
+            ax = fig.add_subplot(grid[i, j])
+            img = mosaic(maps, math.ceil(math.sqrt(maps.shape[0])))
+            shown = ax.imshow(np.ma.masked_invalid(img), cmap=cmap, vmin=lo, vmax=hi,
+                              interpolation="nearest")
+            ax.set_title(f"{L['name']}: {title}", fontsize="small")
+            ax.axis("off")
+            fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.02)
+    fig.suptitle(summary(meta), fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=FIG_DPI)
+    plt.close(fig)
+    return path
+
+
+def _aspect(L: dict[str, Any]) -> float:
+    c, h, w = L["shape"]
+    cols = math.ceil(math.sqrt(c))
+    return max(0.6, (math.ceil(c / cols) * (h + 1)) / (cols * (w + 1)))
