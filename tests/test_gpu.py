@@ -205,3 +205,30 @@ def test_resnet_with_determinism_off_is_answered_op_by_op_and_deterministic_on_r
     failed = db_rows(tmp_path, "SELECT message FROM events WHERE kind = 'failure'")
     assert failed and "deterministic = on refused adaptive_avg_pool2d_backward_cuda" in \
         failed[-1][0], failed
+
+
+def test_memory_of_a_cuda_run_keeps_the_allocators_snapshot_of_its_step(tmp_path):
+    """On CUDA, `memory` records the allocator's history for the step it measures: the
+    snapshot lies beside the run's log, holds the device's segments and its trace of
+    allocations and frees (what https://pytorch.org/memory_viz opens), and exports copy
+    it; the timeline by category is there too, its peak the breakdown's."""
+    import pickle
+    from tui_trainer.core import memory
+    r = tt("run", "--session", str(tmp_path), *sets(*CUDA, "max_steps=4"))
+    assert r.rc == 0, r.err
+    r = tt("memory", "1", "--session", str(tmp_path), "--json")
+    assert r.rc == 0, r.err
+    b = json.loads(r.out)
+    assert b["device"].startswith("cuda") and b["snapshot"].startswith("logs/run-1-memory-")
+    path = tmp_path / b["snapshot"]
+    with open(path, "rb") as f:          # written by the test's own run: trusted here
+        snap = pickle.load(f)
+    assert snap["segments"] and any(snap["device_traces"])
+    actions = {e["action"] for trace in snap["device_traces"] for e in trace}
+    assert {"alloc", "free_completed"} <= actions, actions
+    t = memory.timeline(b)
+    assert t is not None and max(sum(p[3:]) for p in t["points"]) == b["total"]
+    assert "pytorch.org/memory_viz" in "\n".join(memory.lines(b))
+    r = tt("export", "1", "--session", str(tmp_path), "--json")
+    assert r.rc == 0, r.err
+    assert any(f.endswith("run-1-memory-snapshot.pickle") for f in json.loads(r.out)["files"])

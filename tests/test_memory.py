@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from conftest import QUICK, db_rows, fingerprints, sets, tt
 from tui_trainer.core.store import SessionStore
@@ -151,3 +152,44 @@ def test_the_memory_figure_counts_the_workers_and_shows_their_part(tmp_path):
     assert tt("export", "2", "--session", str(tmp_path)).rc == 0
     with open(tmp_path / "exports" / "run-2-steps.csv", newline="") as f:
         assert [float(r["workers_uss"]) for r in csv.DictReader(f)] == [w for _, w in rows[2]]
+
+
+def test_memory_draws_the_steps_timeline_by_category_on_the_cpu_and_exports_it(tmp_path):
+    """device=cpu: `memory` notes the memory by category after every operator of the step
+    (MemTracker's accounting): the phases come in the order the step runs them, the
+    parameters hold still, the timeline's highest point is the breakdown's peak, and the
+    words say that the allocator's own history is CUDA-only. Exports carry it as CSV and
+    PNG; the dashboard's memory view (b) draws it."""
+    import csv
+    from PIL import Image
+    from tui_trainer.core import memory
+    _run(tmp_path, "max_steps=4", "device=cpu")
+    r = tt("memory", "1", "--session", str(tmp_path), "--json")
+    assert r.rc == 0, r.err
+    b = json.loads(r.out)
+    t = memory.timeline(b)
+    assert t is not None and b["snapshot"] is None
+    phases = [p[0] for p in t["points"]]
+    order = [ph for i, ph in enumerate(phases) if i == 0 or phases[i - 1] != ph]
+    assert order == ["forward", "backward", "between", "optimizer", "after"], order
+    params = [p[3 + t["categories"].index("parameters")] for p in t["points"]]
+    assert len(set(params)) == 1 and params[0] == b["categories"]["parameters"]
+    assert max(sum(p[3:]) for p in t["points"]) == b["total"]
+    acts = t["categories"].index("activations (kept for backward)")
+    forward = [p[3 + acts] for p in t["points"] if p[0] == "forward"]
+    assert forward[0] == 0 < max(forward)            # the forward keeps activations ...
+    assert t["points"][-1][3 + acts] < 1024          # ... and the step ends without them
+    #                                                  (a few scalars of its own bookkeeping)
+    assert any("GrokkingNet.conv1" == p[1] for p in t["points"])
+    words = "\n".join(memory.lines(b))
+    assert "Timeline of the step" in words and "is CUDA-only" in words
+    r = tt("export", "1", "--session", str(tmp_path), "--json")
+    assert r.rc == 0, r.err
+    files = {Path(f).name: Path(f) for f in json.loads(r.out)["files"]}
+    with open(files["run-1-memory-timeline.csv"], newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(t["points"]) and rows[0]["phase"] == "forward"
+    assert int(rows[0]["parameters"]) == params[0]
+    with Image.open(files["run-1-memory-timeline.png"]) as img:
+        assert img.format == "PNG" and img.size == (1000, 600)
+    assert "Timeline of the step" in files["run-1-memory.txt"].read_text()

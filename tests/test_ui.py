@@ -803,9 +803,14 @@ async def test_b_measures_a_runs_memory_and_p_profiles_it(tmp_path):
         assert app.query_one("#tabs").active == "tab-plots" and app.cursor_run == 1
         await pilot.press("b")          # none yet: measured on a copy, then shown
         await until(pilot, lambda: isinstance(app.screen, MemoryScreen))
-        text = str(app.screen.query_one("#memory-text Static").render())
+        text = "\n".join(str(s.render()) for s in app.screen.query("#memory-text Static"))
         assert "At the step's peak:" in text and "GrokkingNet.conv1" in text
         assert "activations (kept for backward)" in text
+        # the step's timeline, drawn above the words: the peak, the phases, the legend
+        await until(pilot, lambda: app.screen.query("#memory-timeline"), 10)
+        chart = str(app.screen.query_one("#memory-timeline").render())
+        assert " MiB" in chart and "▄" in chart and "━ backward" in chart
+        assert "█ activations (kept for backward)" in chart
         await pilot.press("m")          # measured again, shown again
         await until(pilot, lambda: len(db_rows(tmp_path, "SELECT 1 FROM events WHERE kind = "
                                                          "'memory_breakdown'")) == 2)

@@ -200,14 +200,21 @@ def repro(store: SessionStore, check: Check, say: Say,
     return out
 
 
-def memory(store: SessionStore, run: dict[str, Any]) -> dict[str, Any]:
-    """One step of a copy of `run` measured by category and module (engine.memory, which
-    imports torch), from its newest usable checkpoint."""
+def memory(store: SessionStore, run: dict[str, Any], keep: bool = True) -> dict[str, Any]:
+    """One step of a copy of `run` measured by category and module, with its timeline
+    (engine.memory, which imports torch), from its newest usable checkpoint; on CUDA, with
+    `keep`, the allocator's snapshot of the step is written beside the run's log and named
+    in the result by its path inside the session."""
     from .engine.checkpoint import load_checkpoint
     from .engine.memory import breakdown
     cfg = from_dict(run["config"])
     kept = store.usable_checkpoints(run["id"])
-    return breakdown(cfg, load_checkpoint(kept[0]["path"]) if kept else None)
+    snapshot = store.log_path(run["id"]).with_name(
+        f"run-{run['id']}-memory-{time.strftime('%Y%m%d-%H%M%S')}.pickle") if keep else None
+    result = breakdown(cfg, load_checkpoint(kept[0]["path"]) if kept else None, snapshot)
+    if result.get("snapshot"):
+        result["snapshot"] = str(Path(result["snapshot"]).relative_to(store.dir))
+    return result
 
 
 def profile(store: SessionStore, run: dict[str, Any], steps: int, warmup: int,

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     store, record = open_to_answer(args)
     with store:
         run = store.run(args.run)
-        result = runner.memory(store, run)
+        result = runner.memory(store, run, keep=record)
         if record:
             memory.record(store, run["id"], result)
     if args.json:

@@ -102,7 +102,67 @@ def export_runs(store: SessionStore, run_ids: list[int], out: Path) -> list[Path
     if len(run_ids) == 2 and (found := export_explanation(store, run_ids, out)) is not None:
         written.append(found)
     written += [p for r in run_ids for p in export_profile(store, r, out)]
+    written += [p for r in run_ids for p in export_memory(store, r, out)]
     return written + export_png(store, run_ids, out)
+
+
+def export_memory(store: SessionStore, run_id: int, out: Path) -> list[Path]:
+    """The run's newest memory breakdown, if it has one: its words, its step's timeline as
+    CSV (a row an operator: phase, module, operator, bytes by category) and as a stacked
+    PNG, and on CUDA the allocator's snapshot (for https://pytorch.org/memory_viz; a
+    snapshot whose kept path leads out of the session is not followed)."""
+    from . import memory
+    result = memory.newest(store.events(run_id, (memory.EVENT,)))
+    if result is None:
+        return []
+    out.mkdir(parents=True, exist_ok=True)
+    text = out / f"run-{run_id}-memory.txt"
+    text.write_text("\n".join(memory.lines(result)) + "\n", encoding="utf-8")
+    written = [text]
+    t = memory.timeline(result)
+    if t is not None:
+        written.append(_write_csv(
+            out / f"run-{run_id}-memory-timeline.csv",
+            [{"operator": i, "phase": p[0], "module": p[1], "op": p[2],
+              **dict(zip(t["categories"], p[3:]))} for i, p in enumerate(t["points"])],
+            ["operator", "phase", "module", "op", *t["categories"]]))
+        _timeline_figure(t, f"Memory over one training step of run {run_id} "
+                            f"({result.get('device', '?')}, batch {result.get('batch', '?')})",
+                         out / f"run-{run_id}-memory-timeline.png", written)
+    snap = result.get("snapshot")
+    if isinstance(snap, str) and snap:
+        root = store.dir.resolve()
+        path = (root / snap).resolve()
+        if path.is_relative_to(root) and path.is_file():
+            import shutil
+            written.append(Path(shutil.copyfile(path, out / f"run-{run_id}-memory-snapshot"
+                                                           ".pickle")))
+    return written
+
+
+def _timeline_figure(t: dict[str, Any], title: str, path: Path, written: list[Path]) -> None:
+    """The timeline stacked by category, the phases shaded behind it."""
+    from .memory import COLOURS, PHASE_COLOURS
+    fig, ax = _pyplot().subplots(figsize=FIG_SIZE_IN, dpi=FIG_DPI)
+    xs = list(range(len(t["points"])))
+    ys = [[p[3 + i] / 2**20 for p in t["points"]] for i in range(len(t["categories"]))]
+    ax.stackplot(xs, ys, labels=t["categories"], step="post",
+                 colors=[tuple(v / 255 for v in COLOURS.get(c, (128, 128, 128)))
+                         for c in t["categories"]])
+    start = 0
+    for i in range(1, len(xs) + 1):
+        if i == len(xs) or t["points"][i][0] != t["points"][start][0]:
+            phase = t["points"][start][0]
+            ax.axvspan(start, i, alpha=0.08, color=tuple(v / 255 for v in PHASE_COLOURS[phase]))
+            ax.text((start + i) / 2, 1.0, phase, transform=ax.get_xaxis_transform(),
+                    ha="center", va="bottom", fontsize="small")
+            start = i
+    ax.set_title(title, pad=18)
+    ax.set_xlabel("operator (in the order the step ran them)")
+    ax.set_ylabel("MiB")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", loc="upper left")
+    _save(fig, path, written)
 
 
 def export_profile(store: SessionStore, run_id: int, out: Path) -> list[Path]:

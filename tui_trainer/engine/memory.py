@@ -7,8 +7,8 @@ engine.meter's.)
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
-
 
 from ..core.config import FIELDS
 from .train import Trainer
@@ -38,25 +38,111 @@ def copy_of(cfg: Any, state: dict[str, Any] | None, steps: int, **changes: Any
     return trainer, world
 
 
-def breakdown(cfg: Any, state: dict[str, Any] | None) -> dict[str, Any]:
+MAX_POINTS = 4000          # a timeline longer than this keeps every k-th point and the peak
+SNAPSHOT_ENTRIES = 200_000  # the CUDA allocator's history kept for the step
+
+
+def _category(key: Any) -> str:
+    return CATEGORIES.get(str(key).rsplit(".", 1)[-1].split(":")[0].strip(), str(key))
+
+
+def _timeline_tracker() -> Any:
+    """MemTracker that also notes, after every operator, the memory by category, the
+    phase (forward, backward, between them and the optimizer: the gradients' norm,
+    clipping, unscaling; optimizer; after it) and the innermost module running: the step's
+    timeline. Public API only: MemTracker's current snapshot, a ModTracker of its own for
+    the module and phase, the optimizer's step hooks for the optimizer."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.distributed._tools.mod_tracker import ModTracker
+
+    class Timeline(MemTracker):
+        def __init__(self) -> None:
+            super().__init__()
+            self.points: list[tuple[str, str, str, dict[str, int]]] = []
+            self.where = ModTracker()
+            self.in_optimizer = False
+            self.stepped = False
+            self.backward_seen = False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            self.note(getattr(func, "__name__", str(func)))
+            return out
+
+        def note(self, op: str) -> None:
+            snap = self.get_tracker_snapshot("current")
+            self.backward_seen = self.backward_seen or self.where.is_bw
+            phase = "optimizer" if self.in_optimizer else "after" if self.stepped else \
+                "backward" if self.where.is_bw else "between" if self.backward_seen else \
+                "forward"
+            inner = max(self.where.parents, key=lambda n: (n != "Global", n.count(".")),
+                        default="")
+            self.points.append((phase, inner, op, {str(d): {_category(k): v for k, v in
+                                                            s.items()}
+                                                   for d, s in snap.items()}))
+
+    return Timeline()
+
+
+def _timeline(points: list[tuple[str, str, str, dict[str, dict[str, int]]]], device: str
+              ) -> dict[str, Any]:
+    """The points as columns: category names once, then per point its phase, module,
+    operator and bytes by category (at most MAX_POINTS: every k-th and the peak)."""
+    cats = [c for c in CATEGORIES.values()
+            if any(p[3].get(device, {}).get(c) for p in points)]
+    rows = [[phase, module, op, *[int(p.get(device, {}).get(c, 0)) for c in cats]]
+            for phase, module, op, p in points]
+    if len(rows) > MAX_POINTS:
+        k = -(-len(rows) // MAX_POINTS)
+        peak = max(range(len(rows)), key=lambda i: sum(rows[i][3:]))
+        rows = [r for i, r in enumerate(rows) if i % k == 0 or i == peak]
+    return {"categories": cats, "points": rows, "unit": "bytes"}
+
+
+def breakdown(cfg: Any, state: dict[str, Any] | None, snapshot: Path | None = None
+              ) -> dict[str, Any]:
     """One step of a copy of the run (from `state`, its checkpoint, or as its config starts
     it), after one step of warm-up, under MemTracker: the memory at the step's peak by
-    category, and each module's own peak with its parameters and outputs. A data-parallel
-    run is measured as one of its ranks (its share of the batch, without DDP's buckets)."""
-    from torch.distributed._tools.mem_tracker import MemTracker
+    category, each module's own peak with its parameters and outputs, and the step's
+    timeline (the memory by category after each operator). On CUDA the allocator's
+    history of that step is also recorded and written to `snapshot` (a pickle that
+    https://pytorch.org/memory_viz opens). A data-parallel run is measured as one of its
+    ranks (its share of the batch, without DDP's buckets)."""
+    import torch
 
     trainer, world = copy_of(cfg, state, steps=2, compile="off")
     steps = trainer.steps()
     trainer.step(next(steps))                     # warm-up: optimizer state, allocators
     batch = next(steps)
-    tracker = MemTracker()
+    tracker = _timeline_tracker()
     tracker.track_external(trainer.model, trainer.optimizer)
-    with tracker:
-        trainer.step(batch)
+
+    def optimizer(on: bool) -> Any:
+        def hook(*_: Any) -> None:
+            tracker.in_optimizer = on
+            tracker.stepped = tracker.stepped or not on
+        return hook
+    hooks = [trainer.optimizer.register_step_pre_hook(optimizer(True)),
+             trainer.optimizer.register_step_post_hook(optimizer(False))]
+    history = snapshot is not None and trainer.device.type == "cuda"
+    if history:
+        torch.cuda.memory._record_memory_history(max_entries=SNAPSHOT_ENTRIES)
+    try:
+        with tracker, tracker.where:
+            tracker.note("start")
+            trainer.step(batch)
+            tracker.note("end")
+        if history:
+            torch.cuda.synchronize()
+            torch.cuda.memory._dump_snapshot(str(snapshot))
+    finally:
+        for h in hooks:
+            h.remove()
+        if history:
+            torch.cuda.memory._record_memory_history(enabled=None)
     peak = tracker.get_tracker_snapshot("peak")
     device = next(iter(peak), trainer.device)
-    cats = {CATEGORIES.get(str(k).rsplit(".", 1)[-1].split(":")[0].strip(), str(k)): v
-            for k, v in peak.get(device, {}).items() if "Total" not in str(k)}
+    cats = {_category(k): v for k, v in peak.get(device, {}).items() if "Total" not in str(k)}
     total = next((v for k, v in peak.get(device, {}).items() if "Total" in str(k)), None)
     modules = []
     for stats in tracker.memory_tracking.values():
@@ -66,4 +152,6 @@ def breakdown(cfg: Any, state: dict[str, Any] | None) -> dict[str, Any]:
     return {"device": str(trainer.device), "batch": trainer.cfg.batch_size, "world": world,
             "step": trainer.pos.step, "checkpointing": cfg.activation_checkpointing,
             "categories": cats, "total": total, "modules": modules,
-            "from_checkpoint": state is not None}
+            "from_checkpoint": state is not None,
+            "timeline": _timeline(tracker.points, str(device)),
+            "snapshot": str(snapshot) if history else None}

@@ -495,8 +495,7 @@ class RunActions:
         def closed(again: Any) -> None:
             if again:
                 self.measure_memory(run_id)
-        self.push_screen(MemoryScreen(f"Where run {run_id}'s memory goes",
-                                      memory.lines(result)), closed)
+        self.push_screen(MemoryScreen(f"Where run {run_id}'s memory goes", result), closed)
 
     def action_verdict(self) -> None:
         run = self._checkable()

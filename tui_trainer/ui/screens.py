@@ -179,14 +179,29 @@ class EvidenceScreen(TextScreen):
 
 
 class MemoryScreen(TextScreen):
-    """A run's memory breakdown (the Plots tab's b): the peak by category and module; m
+    """A run's memory breakdown (the Plots tab's b): the step's timeline as a stacked
+    chart by category (when the breakdown has one), the peak by category and module; m
     measures it again."""
 
     BINDINGS = [Binding("escape,b,q", "dismiss(False)", "Close"),
                 Binding("m", "dismiss(True)", "Measure again")]
 
-    def __init__(self, title: str, lines: list[str]) -> None:
-        super().__init__(title, lines, "memory", again="Measure again (m)")
+    def __init__(self, title: str, result: dict) -> None:
+        from ..core import memory
+        super().__init__(title, memory.lines(result), "memory", again="Measure again (m)")
+        self.timeline = memory.timeline(result)
+
+    def on_mount(self) -> None:
+        if self.timeline is not None:
+            self.call_after_refresh(self._chart)    # once the dialog has its width
+
+    def _chart(self) -> None:
+        from .widgets.pictures import stacked
+        box = self.query_one("#memory-text")
+        width = max(30, box.scrollable_content_region.width - 4)
+        height = max(4, min(12, self.app.size.height // 4))
+        box.mount(Static(stacked(self.timeline, width, height), id="memory-timeline"),
+                  before=0)
 
 
 class QuitScreen(ModalScreen[str]):

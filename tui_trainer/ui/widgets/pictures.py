@@ -16,6 +16,7 @@ from rich.text import Text
 from rich_pixels import Pixels
 
 from ...core.activations import colours
+from ...core.text import shown
 
 LEGEND_CELLS = 16
 
@@ -87,4 +88,57 @@ def probability_table(meta: dict[str, Any]) -> Text:
             text.append(f"  {columns[k][c]}", style=style)
             text.append(f" {100 * p[c]:5.1f}%")
         text.append(" ← label\n" if c == meta["label"] else "\n")
+    return text
+
+
+def stacked(t: dict[str, Any], width: int, height: int) -> Text:
+    """A memory timeline (core.memory.timeline) as a stacked chart in half blocks: a column
+    per slice of the step's operators (its highest point), the categories stacked bottom to
+    top in their colours, the peak's MiB on the left; below, the phases and the legend."""
+    from ...core.memory import COLOURS, PHASE_COLOURS, columns, peak_point
+    cats = t["categories"]
+    top = max(1, sum(peak_point(t)[3:]))
+    label = f"{top / 2**20:,.1f} MiB"
+    pad = len(label) + 1
+    cols = columns(t, max(8, width - pad))
+    levels = 2 * height
+    # the category at each pixel (None: above the column's total), bottom row first
+    grid = []
+    for p in cols:
+        edges, run = [], 0
+        for b in p[3:]:
+            run += b
+            edges.append(run)
+        column = []
+        for level in range(levels):
+            mid = (level + 0.5) * top / levels
+            column.append(next((cats[i] for i, e in enumerate(edges) if mid < e), None))
+        grid.append(column)
+    text = Text(no_wrap=True, overflow="crop")
+    for row in range(height):
+        lower, upper = 2 * (height - 1 - row), 2 * (height - 1 - row) + 1
+        text.append(label.rjust(pad - 1) + " " if row == 0 else
+                    ("0 MiB".rjust(pad - 1) + " " if row == height - 1 else " " * pad))
+        for column in grid:
+            lo, up = column[lower], column[upper]
+            if lo is None:
+                text.append(" ")
+                continue
+            style = "rgb({},{},{})".format(*COLOURS.get(lo, (128, 128, 128)))
+            if up is not None:
+                style += " on rgb({},{},{})".format(*COLOURS.get(up, (128, 128, 128)))
+            text.append("▄", style=style)
+        text.append("\n")
+    text.append(" " * pad)
+    for p in cols:
+        text.append("━", style="rgb({},{},{})".format(*PHASE_COLOURS[p[0]]))
+    text.append("\n" + " " * pad)
+    for phase, rgb in PHASE_COLOURS.items():
+        if any(p[0] == phase for p in cols):
+            text.append("━ ", style="rgb({},{},{})".format(*rgb))
+            text.append(f"{phase}  ")
+    text.append("\n" + " " * pad)
+    for c in cats:
+        text.append("█ ", style="rgb({},{},{})".format(*COLOURS.get(c, (128, 128, 128))))
+        text.append(f"{shown(c, 40)}  ")
     return text
