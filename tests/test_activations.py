@@ -100,6 +100,13 @@ def test_the_same_digit_through_two_runs_as_a_png_kept_and_refused_where_wrong(t
     assert "identical" in activations.layer_line(same, same["layers"][0])
     kinds = db_rows(tmp_path, "SELECT count(*) FROM events WHERE kind = 'activations'")
     assert kinds == [(3,)]
+    # Exports of the pair draw its kept view again (and each run's own: run 1's worst).
+    r = tt("export", "1", "2", "--session", str(tmp_path), "--out", str(tmp_path / "x"),
+           "--json")
+    assert r.rc == 0, r.err
+    names = {Path(f).name for f in json.loads(r.out)["files"]}
+    assert {"run-1-2-activations-step-6-6-digit-5.png",
+            f"run-1-activations-step-3-digit-{found['digit']}.png"} <= names, names
     # Refused, naming what is wrong, with nothing kept: a digit out of range (the eval set
     # holds 200), not a digit, negative; a step with no checkpoint; a run with none.
     store = SessionStore(tmp_path)

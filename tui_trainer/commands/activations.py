@@ -48,6 +48,9 @@ def add(sub: Any) -> None:
                     help="the checkpoint at step S (of each run; default: each run's newest)")
     sp.add_argument("--out", metavar="DIR",
                     help="write the PNG here instead of SESSION/exports")
+    sp.add_argument("--no-png", action="store_true",
+                    help="keep the maps for the dashboard without drawing the PNG (what the "
+                         "Model tab asks for: export draws it from them)")
     sp.add_argument("--session", metavar="DIR")
     sp.add_argument("--json", action="store_true")
 
@@ -64,17 +67,8 @@ def run(args: argparse.Namespace) -> int:
         ids = [args.run] if args.run_b is None else [args.run, args.run_b]
         runs = [store.run(r) for r in ids]
         meta, arrays = runner.activations(store, runs, how, index, args.step)
-        out = Path(args.out).expanduser().resolve() if args.out else store.dir / "exports"
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            path = activations.png(meta, arrays, out / f"{activations.stem(meta)}.png")
-        except OSError as e:
-            if is_disk_full(e):
-                raise DiskFull(e.filename or out) from None
-            hint = "" if args.out else "; give --out DIR to write it elsewhere"
-            raise ExportFailed(f"cannot write the PNG to {out}: {e.strerror or e}{hint}") \
-                from None
-        meta["png"] = str(path)
+        path = None if args.no_png else _png(args, store, meta, arrays)
+        meta["png"] = str(path) if path else None
         if keep:
             kept = dict(meta)               # (kept with the PNG's path inside the session)
             activations.keep(store, kept, arrays)
@@ -85,5 +79,20 @@ def run(args: argparse.Namespace) -> int:
     print("\n".join(activations.lines(meta)))
     if not keep:
         print("(a read-only session: the maps are not kept for the dashboard)")
-    print(f"PNG: {path}")
+    if path:
+        print(f"PNG: {path}")
     return EXIT_OK
+
+
+def _png(args: argparse.Namespace, store: Any, meta: dict, arrays: dict) -> Path:
+    from ..core import activations
+    out = Path(args.out).expanduser().resolve() if args.out else store.dir / "exports"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return activations.png(meta, arrays, out / f"{activations.stem(meta)}.png")
+    except OSError as e:
+        if is_disk_full(e):
+            raise DiskFull(e.filename or out) from None
+        hint = "" if args.out else "; give --out DIR to write it elsewhere"
+        raise ExportFailed(f"cannot write the PNG to {out}: {e.strerror or e}{hint}") \
+            from None

@@ -103,7 +103,29 @@ def export_runs(store: SessionStore, run_ids: list[int], out: Path) -> list[Path
         written.append(found)
     written += [p for r in run_ids for p in export_profile(store, r, out)]
     written += [p for r in run_ids for p in export_memory(store, r, out)]
+    written += export_activations(store, run_ids, out)
     return written + export_png(store, run_ids, out)
+
+
+def export_activations(store: SessionStore, run_ids: list[int], out: Path) -> list[Path]:
+    """What the Model tab shows, as PNG: the pair's newest kept view (two runs exported)
+    and each run's own, drawn again from the kept maps (maps that cannot be read, e.g. a
+    hostile session's, are left out)."""
+    from . import activations
+    wanted = [tuple(run_ids)] if len(run_ids) == 2 else []
+    wanted += [(r,) for r in run_ids]
+    written = []
+    for runs in wanted:
+        meta = activations.newest(store.events(runs[0], (activations.EVENT,)), runs)
+        if meta is None:
+            continue
+        try:
+            arrays = activations.load(store.dir, meta)
+        except ValueError:
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        written.append(activations.png(meta, arrays, out / f"{activations.stem(meta)}.png"))
+    return written
 
 
 def export_memory(store: SessionStore, run_id: int, out: Path) -> list[Path]:

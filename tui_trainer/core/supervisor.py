@@ -560,7 +560,7 @@ class Supervisor:
         --step), in the background; kept in the session as an `activations` event on the
         first run."""
         ids = [str(r) for r in runs]
-        return self._job(["activations", *ids, *choice, "--json"],
+        return self._job(["activations", *ids, *choice, "--no-png", "--json"],
                          f"activations-{'-'.join(ids)}")
 
     def study(self, study_id: int) -> subprocess.Popen:
