@@ -149,7 +149,7 @@ def _session_with(tmp_path: Path, meta: dict) -> SessionStore:
     return store
 
 
-def test_kept_maps_from_a_hostile_session_are_refused_naming_why(tmp_path):
+def test_kept_maps_from_a_hostile_session_are_refused_naming_why(tmp_path, monkeypatch):
     meta = json.loads((FIXTURES / "activations-grokking.json").read_text())
     npz = FIXTURES / "activations-grokking.npz"
     (tmp_path / "logs").mkdir()
@@ -172,6 +172,12 @@ def test_kept_maps_from_a_hostile_session_are_refused_naming_why(tmp_path):
     np.savez(tmp_path / "logs" / "pickled.npz", input=np.array([{"x": 1}], dtype=object))
     with pytest.raises(ValueError, match="cannot be read"):
         activations.load(tmp_path, {**meta, "file": "logs/pickled.npz"})
+    # arrays that would unpack to more than the bound are not unpacked (a small file of
+    # compressed zeros can hold gigabytes)
+    monkeypatch.setattr(activations, "MAX_ARRAYS", 1000)
+    with pytest.raises(ValueError, match="would take 0 MiB unpacked, more than 0 MiB"):
+        activations.load(tmp_path, meta)
+    monkeypatch.undo()
     big = tmp_path / "logs" / "big.npz"
     with open(big, "wb") as f:
         f.truncate(activations.MAX_FILE + 1)
@@ -179,6 +185,10 @@ def test_kept_maps_from_a_hostile_session_are_refused_naming_why(tmp_path):
         activations.load(tmp_path, {**meta, "file": "logs/big.npz"})
     # Metadata that does not read as an answer is passed over, not shown.
     events = [{"kind": activations.EVENT, "data": {**meta, "probs": [[0.1] * 9] * 2}},
+              {"kind": activations.EVENT, "data": {**meta, "probs": [["x"] * 10] * 2}},
+              {"kind": activations.EVENT, "data": {**meta, "predicted": [11, 0]}},
+              {"kind": activations.EVENT, "data": {**meta, "layers": [
+                  {**meta["layers"][0], "shape": [10, 24, 10**9]}]}},
               {"kind": activations.EVENT, "data": {**meta, "runs": ["1", 2]}}]
     assert activations.newest(events) is None
     assert activations.newest([{"kind": activations.EVENT, "data": meta}]) == meta

@@ -119,6 +119,7 @@ def test_every_tab_is_usable_in_an_80x24_terminal(tmp_path, isolated_home):
                              ("Compare", ("B/A", "samples/s (training)", "0.95x")),
                              ("A/B", ("bit-identical to base", "seed=2", "accuracy %")),
                              ("Profile", ("p: profile the run under the cursor",)),
+                             ("Model", ("g: what the net sees in a digit",)),
                              ("Log", ("hello from run 2",)),
                              ("Plots", ("train loss (raw faint",))):
             term.tmux("send-keys", "C-t")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 EVENT = "activations"
 MAPS_CMAP = "viridis"           # a layer's maps, one scale for both runs
 DIFF_CMAP = "RdBu_r"            # A - B: blue where B is higher, red where A is
-MAX_FILE = 64 * 2**20           # an .npz larger than this is not read (a hostile session)
+MAX_FILE = 64 * 2**20           # an .npz larger than this is not read (a hostile session),
+MAX_ARRAYS = 256 * 2**20        # nor one whose arrays would unpack to more than this
 HOW_WORDS = {"index": "chosen by index", "random": "drawn at random",
              "worst": "the one {run} gets wrong with the highest confidence"}
 
@@ -110,15 +112,30 @@ def newest(events: list[dict[str, Any]], runs: tuple[int, ...] | None = None,
     return None
 
 
+def _ints(xs: Any, lo: int, hi: int) -> bool:
+    return all(isinstance(x, int) and not isinstance(x, bool) and lo <= x <= hi for x in xs)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def readable(d: Any) -> bool:
+    """Whether kept metadata reads as an answer (a session may come from anywhere): every
+    field of the type and range the drawing uses."""
     try:
         n = len(d["runs"])
-        return (1 <= n <= 2 and all(isinstance(r, int) for r in d["runs"])
+        return (1 <= n <= 2 and _ints(d["runs"], 0, 2**62) and _ints(d["steps"], 0, 2**62)
                 and all(len(d[k]) == n for k in ("steps", "models", "probs", "predicted"))
-                and all(len(p) == 10 for p in d["probs"])
-                and isinstance(d["digit"], int) and isinstance(d["file"], str)
+                and all(len(p) == 10 and all(_number(x) for x in p) for p in d["probs"])
+                and _ints(d["predicted"], 0, 9) and _ints([d["digit"], d["label"]], 0, 2**31)
+                and isinstance(d["file"], str)
                 and all(isinstance(L["name"], str) and len(L["shape"]) == 3
-                        and len(L["in"]) == n for L in d["layers"]))
+                        and _ints(L["shape"][:1], 1, 4096) and _ints(L["shape"][1:], 1, 1024)
+                        and _number(L["lo"]) and _number(L["hi"])
+                        and (L["diff"] is None or _number(L["diff"]))
+                        and len(L["in"]) == n and all(isinstance(x, bool) for x in L["in"])
+                        and any(L["in"]) for L in d["layers"]))
     except (KeyError, TypeError, IndexError):
         return False
 
@@ -139,8 +156,12 @@ def load(session: Path, meta: dict[str, Any]) -> dict[str, np.ndarray]:
                          f"{MAX_FILE // 2**20} MiB; not read")
     try:
         with np.load(path, allow_pickle=False) as z:
+            unpacked = sum(info.file_size for info in z.zip.infolist())
+            if unpacked > MAX_ARRAYS:
+                raise ValueError(f"its arrays would take {unpacked // 2**20:,} MiB unpacked, "
+                                 f"more than {MAX_ARRAYS // 2**20} MiB; not read")
             out = {k.replace("__", ":"): np.asarray(z[k], np.float32) for k in z.files}
-    except (OSError, ValueError, KeyError, EOFError) as e:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         raise ValueError(f"the kept maps ({meta['file']}) cannot be read: {e}") from None
     if out.get("input", np.zeros(0)).ndim != 2:
         raise ValueError(f"the kept maps ({meta['file']}) hold no input digit")
@@ -259,8 +280,8 @@ def png(meta: dict[str, Any], arrays: dict[str, np.ndarray], path: Path) -> Path
     a convolution: each run's maps on one shared scale and their difference, each with
     its colour bar."""
     import numpy as np
-    from .export import FIG_DPI, _pyplot
-    plt = _pyplot()
+    from .pyplot import FIG_DPI, pyplot
+    plt = pyplot()
     n = len(meta["runs"])
     cols = n + (1 if n == 2 else 0)
     rows = 1 + len(meta["layers"])

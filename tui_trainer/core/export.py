@@ -1,7 +1,7 @@
 """Exports: every stored point of a run as CSV, and figures as PNG (matplotlib).
 
 Written into SESSION/exports/; each function returns the paths it wrote. Core layer: no
-torch, no textual; matplotlib is imported only here, with the Agg backend (no display).
+torch, no textual; matplotlib only when a figure is drawn, with the Agg backend (pyplot.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from .divergence import divergence
 from .explain import EVENT as EXPLAINED, evidence, for_pair, words
 from .store import SessionStore
 
-FIG_SIZE_IN = (10.0, 6.0)
-FIG_DPI = 100           # 1000 x 600 pixels
+from .pyplot import FIG_DPI, FIG_SIZE_IN, pyplot as _pyplot
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> Path:
@@ -42,13 +41,6 @@ def export_csv(store: SessionStore, run_id: int, out: Path) -> list[Path]:
         _write_csv(out / f"run-{run_id}-fingerprints.csv", store.fingerprints(run_id),
                    ["step", "sha256", "l2"]),
     ]
-
-
-def _pyplot() -> Any:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
 
 
 def _save(fig: Any, path: Path, written: list[Path]) -> None:

@@ -138,7 +138,7 @@ class ModelPanel(VerticalScroll):
             try:
                 arrays = activations.load(session, meta)
                 drawn: Any = compose(meta, arrays, width, zoom, layer)
-            except ValueError as e:
+            except (ValueError, TypeError, KeyError, IndexError) as e:
                 drawn = Text(shown(str(e), 300), style="red")
             self.app.call_from_thread(self._show, key, drawn)
 
