@@ -266,13 +266,19 @@ async def test_the_model_tab_shows_a_real_runs_checkpoint_and_its_keys_choose(tm
         await pilot.press("left_square_bracket")
         await _until(pilot, lambda: panel.shown["steps"] == [3])
         assert panel.shown["digit"] == worst           # the same digit, an earlier checkpoint
+        await pilot.press("d")                          # a digit by index, at that checkpoint
+        await _until(pilot, lambda: app.screen.__class__.__name__ == "NameScreen", 10)
+        app.screen.query_one("Input").value = "7"
+        await pilot.press("enter")
+        await _until(pilot, lambda: panel.shown["digit"] == 7)
+        assert panel.shown["steps"] == [3] and "Digit 7 of the mnist-sample" in _picture(app)
         await pilot.press("plus")                       # bigger maps: fewer to a row
         await pilot.pause(0.5)
         await pilot.press("v")                          # one layer
         await _until(pilot, lambda: "layer 1 of 2" in _picture(app))
         assert "conv2:" not in _picture(app)
     assert db_rows(tmp_path, "SELECT count(*) FROM events WHERE kind = 'activations'") == \
-        [(3,)]
+        [(4,)]
 
 
 async def test_the_model_tab_shows_a_hostile_sessions_names_as_text_and_its_refusal(tmp_path):
