@@ -189,18 +189,24 @@ def test_the_gpu_study_plans_every_gpu_knob_and_says_what_cannot_run_here(tmp_pa
     assert list(arms) == [
         "base", "cudnn_benchmark=on", "deterministic=off+cudnn_deterministic=off",
         "pin_memory=on+non_blocking=on", "amp=fp16", "amp=bf16", "channels_last=on",
-        "compile=on", "float32_matmul_precision=high+cudnn_allow_tf32=on"]
+        "compile=on", "compile=reduce-overhead",
+        "float32_matmul_precision=high+cudnn_allow_tf32=on"]
     assert arms["pin_memory=on+non_blocking=on"]["changes"] == {"pin_memory": True,
                                                                 "non_blocking": True}
-    assert plan["runs"] == 9 * plan["repeats"] and plan["steps"] == 200
+    assert plan["runs"] == 10 * plan["repeats"] and plan["steps"] == 200
     fp16 = arms.pop("amp=fp16")["not_possible"]
     assert (fp16 is None) == (cuda_count() > 0), fp16
     if fp16 is not None:
         assert fp16.startswith("amp: fp16 needs a CUDA device")
+    graphs = arms.pop("compile=reduce-overhead")["not_possible"]     # CUDA graphs
+    assert (graphs is None) == (cuda_count() > 0), graphs
+    if graphs is not None:
+        assert graphs.startswith("compile: reduce-overhead captures CUDA graphs, which need "
+                                 "a CUDA device; this run's device is cpu")
     assert all(arm["not_possible"] is None for arm in arms.values())
     assert not (tmp_path / "s").exists()
     printed = tt("ab", "--session", str(tmp_path / "s"), "--config", "gpu", "--plan")
-    assert printed.rc == 0 and "9 arms x 6 rounds of 200 steps = 54 runs" in printed.out
+    assert printed.rc == 0 and "10 arms x 6 rounds of 200 steps = 60 runs" in printed.out
     assert tt("ab", "--study", "1", "--plan", "--session", str(tmp_path)).rc == 2
 
 

@@ -232,3 +232,17 @@ def test_memory_of_a_cuda_run_keeps_the_allocators_snapshot_of_its_step(tmp_path
     r = tt("export", "1", "--session", str(tmp_path), "--json")
     assert r.rc == 0, r.err
     assert any(f.endswith("run-1-memory-snapshot.pickle") for f in json.loads(r.out)["files"])
+
+
+def test_cuda_graphs_train_and_a_run_killed_mid_epoch_resumes_bit_exact(tmp_path):
+    """compile = reduce-overhead: the compiled forward and backward replayed as CUDA
+    graphs. Killed at step 14 and resumed (its graphs captured again in the new process),
+    every later fingerprint equals the run that never stopped; the setting is recorded."""
+    knobs = [*CUDA, "epochs=3", "compile=reduce-overhead", "fingerprint_every=5"]
+    r = tt("repro", "--session", str(tmp_path), "--json", "--resume-at", "14", *sets(*knobs))
+    assert r.rc == 0, r.err
+    v = json.loads(r.out)
+    assert v["mode"] == "resume" and v["identical"] is True, v
+    store = SessionStore(tmp_path, create=False, readonly=True)
+    settings = store.run(v["runs"][1])["settings"]
+    assert settings["compile"] == "reduce-overhead" and settings["device"].startswith("cuda")

@@ -37,6 +37,14 @@ def test_fp16_needs_cuda_and_bf16_does_not():
     assert problem(TWO_GPUS, amp="fp16", device="cpu")[0] == "amp"
 
 
+def test_cuda_graphs_need_cuda_and_the_other_compile_modes_do_not():
+    key, reason = problem(CPU, compile="reduce-overhead")
+    assert key == "compile" and "CUDA graphs" in reason and "use compile = on" in reason
+    assert problem(CPU, compile="max-autotune") is None and problem(CPU, compile="on") is None
+    assert problem(TWO_GPUS, compile="reduce-overhead", device="auto") is None
+    assert problem(TWO_GPUS, compile="reduce-overhead", device="cpu")[0] == "compile"
+
+
 def test_a_dataset_that_is_not_on_disk_is_refused_before_a_run_exists(tmp_path, monkeypatch):
     monkeypatch.setattr(machine, "FASHION_SYSTEM_DIR", tmp_path / "no-system-copy")
     key, reason = problem(CPU, dataset="fashion-mnist", data_dir=str(tmp_path))

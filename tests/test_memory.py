@@ -114,6 +114,12 @@ def test_checkpointing_under_compile_is_named_as_a_cause():
                for r in explain(runs))
     eager = [{"config": {**r["config"], "compile": "off"}, "settings": {}} for r in runs]
     assert not any("checkpointing" in r for r in explain(eager))
+    assert not any(r.startswith("compile") for r in explain(eager))
+    # every compile mode is named; max-autotune's timing of kernels too
+    modes = [{"config": {"compile": c}, "settings": {}} for c in ("on", "max-autotune")]
+    said = [r for r in explain(modes) if r.startswith("compile = ")]
+    assert len(said) == 1 and said[0].startswith("compile = max-autotune, on: generated "
+                                                  "kernels") and "timing them" in said[0]
 
 
 def test_the_memory_figure_counts_the_workers_and_shows_their_part(tmp_path):

@@ -161,7 +161,13 @@ class RunConfig:
         "speed")
     compile: str = knob(
         "off", "torch.compile the model: a slow first step while it compiles, then often faster "
-        "steps. Needs a C++ compiler on the CPU.", "speed", choices=("off", "on"))
+        "steps. Needs a C++ compiler on the CPU. on: its default mode. reduce-overhead (CUDA "
+        "only): also captures the compiled forward and backward as CUDA graphs and replays "
+        "them each step, with no kernel launched one by one from Python (static shapes; the "
+        "graphs' memory is held while the run lives; captured again after a resume). "
+        "max-autotune: also times kernel choices while compiling (a much slower first step; "
+        "on CUDA with CUDA graphs too).", "speed",
+        choices=("off", "on", "reduce-overhead", "max-autotune"))
     float32_matmul_precision: str = knob(
         "highest", "torch.set_float32_matmul_precision: highest computes float32 matrix "
         "products in float32; high lets them use TF32 (CUDA Ampere and newer; oneDNN on "

@@ -86,6 +86,10 @@ def knob_problem(config: dict[str, Any], device: str) -> None:
     if config.get("amp") == "fp16" and kind != "cuda":
         raise Problem("amp", "fp16 needs a CUDA device (fp16 kernels and a GradScaler); this "
                       f"run's device is {kind}: use amp = bf16 or off")
+    if config.get("compile") == "reduce-overhead" and kind != "cuda":
+        raise Problem("compile", "reduce-overhead captures CUDA graphs, which need a CUDA "
+                      f"device; this run's device is {kind}: use compile = on (or "
+                      "max-autotune)")
     if config.get("dist_backend") == "nccl" and kind != "cuda":
         raise Problem("dist_backend", "nccl needs CUDA devices; this run's device is "
                       f"{kind}: use dist_backend = gloo or auto")

@@ -69,15 +69,18 @@ def explain(runs: list[dict[str, Any]]) -> list[str]:
         reasons.append("preserve_rng_state = off with activation checkpointing: a block "
                        "recomputed in backward draws other dropout masks than its forward "
                        "did, so its gradients are not those of the forward")
-    if any(c.get("compile") == "on" for c in cfgs) and \
-            len({c.get("activation_checkpointing", "off") for c in cfgs}) > 1:
-        reasons.append("activation checkpointing differs under compile = on: the compiled "
+    compiled = sorted({str(c.get("compile")) for c in cfgs} - {"off", "None"})
+    if compiled and len({c.get("activation_checkpointing", "off") for c in cfgs}) > 1:
+        reasons.append(f"activation checkpointing differs under compile = {compiled[0]}: "
+                       "the compiled "
                        "graph is partitioned and fused around the recomputed blocks, which "
                        "rounds differently (measured on this CPU: eager runs stay "
                        "bit-identical, compiled ones do not)")
-    if any(c.get("compile") == "on" for c in cfgs):
-        reasons.append("compile = on: generated kernels and their fusion can change the order "
-                       "of floating-point operations")
+    if compiled:
+        reasons.append(f"compile = {', '.join(compiled)}: generated kernels and their fusion "
+                       "can change the order of floating-point operations"
+                       + ("; max-autotune picks kernels by timing them, which can differ "
+                          "from run to run" if "max-autotune" in compiled else ""))
     for key in BIT_RELEVANT_SETTINGS:
         values = [f.get(key, SETTING_DEFAULTS.get(key)) for f in fps]
         if key == "dist_backend" and None in values:

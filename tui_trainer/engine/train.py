@@ -244,6 +244,16 @@ class _Heartbeat(threading.Thread):
             store.close()
 
 
+# The `compile` knob's values, as torch.compile's modes.
+COMPILE_MODES = {"on": "default", "reduce-overhead": "reduce-overhead",
+                 "max-autotune": "max-autotune"}
+
+
+def compiled(module: nn.Module, how: str) -> Any:
+    """The module as the compile knob says: itself (off), or torch.compile'd in its mode."""
+    return module if how == "off" else torch.compile(module, mode=COMPILE_MODES[how])
+
+
 def make_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
     if cfg.no_decay_bias and cfg.weight_decay > 0:
         decay = [p for p in model.parameters() if p.ndim > 1]
@@ -393,7 +403,7 @@ class Trainer:
         self.ddp = DistributedDataParallel(
             self.model, device_ids=[self.device.index] if self.cuda else None,
             process_group=g.ddp_group)
-        self.forward = torch.compile(self.ddp) if self.cfg.compile == "on" else self.ddp
+        self.forward = compiled(self.ddp, self.cfg.compile)
         self.settings.update(dist_backend=g.backend)
 
     def _build(self) -> None:
@@ -424,7 +434,10 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.amp == "fp16")
         self.amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.amp)
         # The compiled module shares the parameters; hashes and checkpoints use `model`.
-        self.forward = torch.compile(model) if cfg.compile == "on" else model
+        self.forward = compiled(model, cfg.compile)
+        # CUDA graphs (compile = reduce-overhead, and max-autotune on CUDA): each step is a
+        # new iteration of the graphs; what a step keeps of their outputs it computes anew.
+        self.graphs = self.cuda and cfg.compile in ("reduce-overhead", "max-autotune")
         self.eval_forward = self.forward      # evaluation never goes through DDP
         self.ddp: DistributedDataParallel | None = None
         self.non_blocking = cfg.non_blocking and self.cuda
@@ -775,6 +788,8 @@ class Trainer:
         (gradient clipping, the norm at log points). Callable on its own from a restored
         state: replaying step N runs this same code."""
         cfg, clock = self.cfg, self.clock
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         step_loss = torch.zeros((), device=self.device)
         for k, (x, y) in enumerate(batch.micro_batches):   # (fetching one: data time)
             clock.start()
