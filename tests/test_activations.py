@@ -307,3 +307,20 @@ async def test_the_model_tab_shows_a_hostile_sessions_names_as_text_and_its_refu
         await _until(pilot, lambda: "channel(s) of 24x24" in _picture(app), 30, lambda: _picture(app)[:3000])
         text = _picture(app)
         assert "[bold red]conv\\x1b[31m: 10 channel(s)" in text
+
+
+def test_fashion_mnists_classes_are_named_and_a_sessions_names_are_text():
+    """Fashion-MNIST's classes are clothes: the words, the table and the PNG's ticks name
+    them beside their number; names kept in a session are shown as text."""
+    from tui_trainer.ui.widgets.pictures import probability_table
+    meta = json.loads((FIXTURES / "activations-grokking.json").read_text())
+    names = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
+             "Sneaker", "Bag", "Ankle \x1b[31mboot"]
+    fashion = {**meta, "dataset": "fashion-mnist", "classes": names}
+    text = "\n".join(activations.lines(fashion))
+    assert "labelled 6 Shirt." in text and "predicts 6 Shirt with 14.2%" in text
+    assert "0 T-shirt/top" in text and "9 Ankle \\x1b[31…" in text and "\x1b" not in text
+    table = probability_table(fashion).plain
+    assert "1 Trouser" in table and "\x1b" not in table
+    plain = "\n".join(activations.lines(meta))          # MNIST: the digits alone
+    assert "labelled 6." in plain and "T-shirt" not in plain

@@ -281,7 +281,8 @@ def activations(store: SessionStore, runs: list[dict[str, Any]], how: str,
     return drawn.combine([r["id"] for r in runs], [p["step"] for p in points],
                          [c.model for c in cfgs], found,
                          {"dataset": data.info.name, "digit": digit, "how": how,
-                          "label": int(data.y[digit]), "image": data.raw[digit, 0].numpy()})
+                          "label": int(data.y[digit]), "image": data.raw[digit, 0].numpy(),
+                          **({"classes": data.classes} if data.classes else {})})
 
 
 def explain(store: SessionStore, a: int, b: int, record: bool = True) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .store import SessionStore
+from .text import shown
 
 if TYPE_CHECKING:
     import numpy as np
@@ -222,14 +223,25 @@ def colours(values: np.ndarray, cmap: str, lo: float, hi: float) -> np.ndarray:
     return rgba
 
 
+def class_name(meta: dict[str, Any], c: int) -> str:
+    """Class c as the dataset names it: the digit, or (Fashion-MNIST) "c name"; a name from
+    a session is shown as text."""
+    names = meta.get("classes")
+    if isinstance(names, list) and len(names) == 10:
+        return f"{c} {shown(names[c], 14)}"
+    return str(c)
+
+
 def _pct(p: float) -> str:
     return f"{100 * p:.1f}%"
 
 
 def summary(meta: dict[str, Any]) -> str:
     runs = " and ".join(f"run {r} at step {s}" for r, s in zip(meta["runs"], meta["steps"]))
-    said = ", ".join(f"{c} ({_pct(p[c])})" for c, p in zip(meta["predicted"], meta["probs"]))
-    return (f"digit {meta['digit']} (label {meta['label']}) through {runs}: predicted {said}; "
+    said = ", ".join(f"{class_name(meta, c)} ({_pct(p[c])})"
+                     for c, p in zip(meta["predicted"], meta["probs"]))
+    return (f"digit {meta['digit']} (label {class_name(meta, meta['label'])}) through {runs}: "
+            f"predicted {said}; "
             f"{len(meta['layers'])} convolution(s)")
 
 
@@ -239,16 +251,19 @@ def lines(meta: dict[str, Any]) -> list[str]:
     runs, steps = meta["runs"], meta["steps"]
     how = HOW_WORDS.get(meta.get("how"), "").format(run=f"run {runs[0]}")
     out = [f"Digit {meta['digit']} of the {meta.get('dataset', '?')} evaluation set"
-           + (f" ({how})" if how else "") + f", labelled {meta['label']}."]
+           + (f" ({how})" if how else "") + f", labelled {class_name(meta, meta['label'])}."]
     for r, s, m, c, p in zip(runs, steps, meta["models"], meta["predicted"], meta["probs"]):
         mark = "right" if c == meta["label"] else "wrong"
-        out.append(f"Run {r}, checkpoint at step {s} (model {m}): predicts {c} with "
+        out.append(f"Run {r}, checkpoint at step {s} (model {m}): predicts "
+                   f"{class_name(meta, c)} with "
                    f"{_pct(p[c])} ({mark}).")
-    head = "class " + "".join(f"{'run ' + str(r):>10}" for r in runs) + \
+    width = max(5, *(len(class_name(meta, c)) for c in range(10)))
+    head = f"{'class':<{width}} " + "".join(f"{'run ' + str(r):>10}" for r in runs) + \
         (f"{'A - B':>9}" if len(runs) == 2 else "")
     out += ["", head]
     for c in range(10):
-        row = f"{c:>5} " + "".join(f"{_pct(p[c]):>10}" for p in meta["probs"])
+        row = f"{class_name(meta, c):<{width}} " + \
+            "".join(f"{_pct(p[c]):>10}" for p in meta["probs"])
         if len(runs) == 2:
             row += f"{100 * (meta['probs'][0][c] - meta['probs'][1][c]):>+8.1f}"
         out.append(row + ("   <- label" if c == meta["label"] else ""))
@@ -290,14 +305,15 @@ def png(meta: dict[str, Any], arrays: dict[str, np.ndarray], path: Path) -> Path
     grid = fig.add_gridspec(rows, max(cols, 2), height_ratios=heights)
     ax = fig.add_subplot(grid[0, 0])
     ax.imshow(arrays["input"], cmap="gray", vmin=0, vmax=1)
-    ax.set_title(f"digit {meta['digit']} (label {meta['label']})")
+    ax.set_title(f"digit {meta['digit']} (label {class_name(meta, meta['label'])})")
     ax.axis("off")
     ax = fig.add_subplot(grid[0, 1:])
     width = 0.8 / n
     for k, (r, p) in enumerate(zip(meta["runs"], meta["probs"])):
         ax.bar(np.arange(10) + (k - (n - 1) / 2) * width, p, width,
                label=f"run {r} (step {meta['steps'][k]})")
-    ax.set_xticks(range(10))
+    ax.set_xticks(range(10), [class_name(meta, c) for c in range(10)],
+                  rotation=30 if meta.get("classes") else 0)
     ax.set_ylim(0, 1)
     ax.set_title("class probabilities")
     ax.legend(fontsize="small")

@@ -15,7 +15,7 @@ from torch import nn
 
 from ..core.config import RunConfig
 from ..core.errors import BadInput
-from .data import _mean_std, _resident_tensors, load_datasets
+from .data import _base, _mean_std, _resident_tensors, load_datasets
 from .models import build_model
 
 HOW = ("index", "random", "worst")
@@ -30,6 +30,10 @@ class EvalSet:
         self.x, self.y = _resident_tensors(eval_ds, self.info, torch.device("cpu"))
         mean, std = _mean_std(self.info)
         self.raw = (self.x * std + mean).clamp(0, 1)
+        # the classes' names where they are not the digits (Fashion-MNIST's clothes)
+        names = list(getattr(_base(eval_ds), "classes", []) or [])
+        self.classes = [str(n) for n in names] if self.info.name == "fashion-mnist" \
+            and len(names) == 10 else None
 
     def __len__(self) -> int:
         return len(self.y)

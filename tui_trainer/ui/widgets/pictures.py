@@ -76,12 +76,15 @@ def bars(values: list[float], width: int = 8) -> list[str]:
 
 def probability_table(meta: dict[str, Any]) -> Text:
     """The ten classes, a bar and a percentage per run, the label marked."""
+    from ...core.activations import class_name
     runs = meta["runs"]
-    text = Text("class" + "".join(f"  {'run ' + str(r):<15}" for r in runs) + "\n",
-                no_wrap=True, style="bold")
+    width = max(5, *(len(class_name(meta, c)) for c in range(10)))
+    text = Text(f"{'class':<{width}}" + "".join(f"  {'run ' + str(r):<15}" for r in runs)
+                + "\n", no_wrap=True, style="bold")
     columns = [bars(p) for p in meta["probs"]]
     for c in range(10):
-        text.append(f"{c:>5}", style="bold" if c == meta["label"] else "")
+        text.append(f"{class_name(meta, c):<{width}}" if meta.get("classes") else f"{c:>5}",
+                    style="bold" if c == meta["label"] else "")
         for k, p in enumerate(meta["probs"]):
             style = "green" if c == meta["label"] else ("red" if c == meta["predicted"][k]
                                                         else "")
