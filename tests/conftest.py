@@ -37,6 +37,9 @@ if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
 if "TT_SUITE_TMP" not in os.environ:
     _tmp = tempfile.mkdtemp(prefix="tttmp-")
     os.environ["TT_SUITE_TMP"] = os.environ["TMPDIR"] = _tmp
+    # tmux keeps its servers' sockets under TMUX_TMPDIR (not TMPDIR), else /tmp/tmux-UID:
+    # the terminal tests' sockets stayed there after their servers were killed.
+    os.environ["TMUX_TMPDIR"] = _tmp
     tempfile.tempdir = None                         # asked again: this folder from now on
     atexit.register(shutil.rmtree, _tmp, ignore_errors=True)
 
