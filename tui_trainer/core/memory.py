@@ -116,7 +116,7 @@ def peak_point(t: dict[str, Any]) -> list[Any]:
     return max(t["points"], key=lambda p: sum(p[3:]))
 
 
-def timeline_lines(result: dict[str, Any], session_dir: Any = None) -> list[str]:
+def timeline_lines(result: dict[str, Any]) -> list[str]:
     """The timeline in words: how many operators, where the peak falls and what it holds,
     and where the CUDA allocator's snapshot is (or why there is none)."""
     t = timeline(result)

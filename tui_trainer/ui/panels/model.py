@@ -116,7 +116,7 @@ class ModelPanel(VerticalScroll):
     def _width(self) -> int:
         return max(20, self.size.width - 2)
 
-    def _zoom(self, width: int) -> float:
+    def _zoom(self) -> float:
         return ZOOMS[ZOOM if self.zoom is None else self.zoom]
 
     def _build(self) -> None:
@@ -127,12 +127,12 @@ class ModelPanel(VerticalScroll):
             picture.update("")
             return
         width = self._width()
-        key = (repr(meta)[:4000], width, self._zoom(width), self.one_layer)
+        key = (repr(meta)[:4000], width, self._zoom(), self.one_layer)
         if key == self._built_key:
             return
         self._built_key = key
         session = getattr(self.app, "session_dir", None)
-        zoom, layer = self._zoom(width), self.one_layer
+        zoom, layer = self._zoom(), self.one_layer
 
         def build() -> None:
             try:
