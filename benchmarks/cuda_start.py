@@ -210,8 +210,11 @@ def main() -> None:
                       flush=True)
         from tui_trainer.core.store import SessionStore
         with SessionStore(session) as store:
-            prints = {tuple(f["sha256"] for f in store.fingerprints(res["run"]))
-                      for rs in results.values() for res in rs}
+            prints: dict[tuple, set[str]] = {}      # the bits trained -> the scenarios
+            for how, rs in results.items():
+                for res in rs:
+                    bits = tuple(f["sha256"] for f in store.fingerprints(res["run"]))
+                    prints.setdefault(bits, set()).add(how)
     print()
     for how, rs in results.items():
         firsts = [x["first"] for x in rs]
@@ -227,6 +230,9 @@ def main() -> None:
         print(line)
     print(f"goal: first step after Start at most 0.5 s without holding GPU memory while "
           f"nothing trains; every run bit-identical: {'yes' if len(prints) == 1 else 'NO'}")
+    if len(prints) > 1:           # which preparation changed the bits (cuBLAS's workspace?)
+        for bits, hows in prints.items():
+            print(f"  final hash {bits[-1][:12]}: {', '.join(sorted(hows))}")
 
 
 if __name__ == "__main__":
