@@ -5,7 +5,8 @@ The warm launcher forks each run from a process that has imported torch but neve
 CUDA (a fork after CUDA has started is unsafe), so every run starts CUDA itself. On an H100
 the first step came 1.04 s after Start (benchmarks/first_step.py), against about 0.1 s on
 a CPU: about 0.9 s of CUDA's start in the new process. This measures it in children forked
-from a parent that, like the launcher, has imported what a run imports and nothing more:
+from a parent that, like the launcher, has imported what a run imports and nothing more
+(and put it out of the garbage collector's reach, as the launcher does):
 
 - `staged`: at Start the child goes through CUDA's start one stage at a time, each timed:
     driver   torch.cuda.init(): the driver (cuInit) and the device count
@@ -26,7 +27,7 @@ first step row is in the session store (as in first_step.py). Scenarios are inte
 (the order turns each repeat). Every run trains the same config, so their parameter hashes
 must all be equal: a run from a spare trains the same bits as a fresh one (printed).
 
-    python benchmarks/cuda_start.py [--repeats 3] [--device cuda]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/cuda_start.py [--repeats 3] [--device cuda]
 
 On a machine without a CUDA device it says so and measures nothing.
 """
@@ -34,6 +35,7 @@ On a machine without a CUDA device it says so and measures nothing.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import select
@@ -45,7 +47,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tui_trainer.warm import warm_up
+from tui_trainer.core.store import SessionStore
+from tui_trainer.warm import prepare
 
 STAGES = ("driver", "context", "cublas", "cudnn")
 PREPARED = {"fresh": 0, "staged": 0, "spare-driver": 1, "spare-context": 2, "spare-warm": 4}
@@ -183,7 +186,9 @@ def main() -> None:
     ap.add_argument("--device", default="cuda", help="cuda or cuda:N (default cuda); cpu "
                     "runs the same children with no CUDA to start (the rest of the first step)")
     args = ap.parse_args()
-    warm_up()
+    why = prepare()         # as the launcher: the imports, no thread, out of gc's reach
+    if why:
+        raise SystemExit(f"the parent cannot fork safely: {why} (OPENBLAS_NUM_THREADS=1?)")
     import torch
     if args.device != "cpu" and torch.cuda.device_count() == 0:  # NVML's: CUDA not started
         print("no CUDA device here: nothing to measure (run this where a GPU is)")
@@ -193,11 +198,17 @@ def main() -> None:
     base = gpu_memory_mib(index) if args.device != "cpu" else None
     print(f"{torch.cuda.device_count()} CUDA device(s) (NVML); torch {torch.__version__}; device "
           f"{args.device}: {base} MiB used before the children")
+    try:
+        measure(args, index, base)
+    finally:
+        gc.unfreeze()       # torn down at exit as usual (triton's bindings count on it)
+
+
+def measure(args: argparse.Namespace, index: int, base: float | None) -> None:
     results: dict[str, list[dict]] = {how: [] for how in PREPARED}
     order = list(PREPARED)
     with tempfile.TemporaryDirectory() as tmp:
         session = Path(tmp)
-        from tui_trainer.core.store import SessionStore
         SessionStore(session).close()
         for r in range(args.repeats):
             for how in order[r % len(order):] + order[:r % len(order)]:
@@ -208,7 +219,6 @@ def main() -> None:
                 print(f"{how}: first step after {res['first']:.3f} s; GPU memory held while "
                       f"waiting {held}" + (f"; stages (s): {said}" if said else ""),
                       flush=True)
-        from tui_trainer.core.store import SessionStore
         with SessionStore(session) as store:
             prints: dict[tuple, set[str]] = {}      # the bits trained -> the scenarios
             for how, rs in results.items():
