@@ -151,3 +151,17 @@ def test_a_misspelt_key_or_command_gets_the_nearest_one_and_internal_commands_st
     assert "worker" not in r.err and "warm" not in r.err and "resume" in r.err
     help_text = tt("--help").out
     assert " repro " in help_text and " worker " not in help_text and " warm " not in help_text
+
+
+def test_drop_last_that_would_leave_an_epoch_empty_is_refused_in_one_line(tmp_path):
+    """50 training samples in batches of 64: drop_last would drop the only batch. Refused
+    before anything is kept, naming the field and what would do (holds on any device)."""
+    r = tt("run", "--session", str(tmp_path), "--json",
+           *sets("dataset=mnist-sample", "train_samples=50", "eval_samples=100",
+                 "drop_last=true"))
+    assert r.rc == 2, r.err
+    said = [line for line in r.err.splitlines() if "drop_last" in line]
+    assert len(said) == 1 and "leaves no batch: batch_size 64 is more than the 50 training " \
+        "samples" in said[0] and "drop_last = false or a smaller batch_size" in said[0], r.err
+    assert "Traceback" not in r.err
+    assert not (tmp_path / "session.sqlite").exists()      # checked before the session opens

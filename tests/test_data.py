@@ -125,3 +125,19 @@ def test_missing_fashion_mnist_names_data_dir(tmp_path, monkeypatch):
     with pytest.raises(data.DataUnavailable) as e:
         data.load_datasets(RunConfig(dataset="fashion-mnist", data_dir=str(tmp_path)))
     assert e.value.key == "dataset" and "data_dir" in str(e.value)
+
+
+@pytest.mark.parametrize("loader", ["torchvision", "resident"])
+def test_drop_last_keeps_every_batch_whole_and_the_same_as_without_it(tmp_path, loader):
+    """660 samples in batches of 64: ten whole batches and one of 20; drop_last keeps the ten,
+    the very same ones (the order is drawn as without it), and drops the 20. On the CPU,
+    where both loaders are built here; the loaders do the same on any device."""
+    cfg = RunConfig(dataset="mnist-sample", data_dir=str(tmp_path), train_samples=660,
+                    batch_size=64, loader=loader, seed_workers=True, seed=3)
+    kept = data.make_loaders(cfg.replace(drop_last=True), torch.device("cpu")).train
+    every = data.make_loaders(cfg, torch.device("cpu")).train
+    assert (len(kept), len(every)) == (10, 11)
+    a, b = list(kept), list(every)
+    assert [len(y) for _, y in a] == [64] * 10
+    assert [len(y) for _, y in b] == [64] * 10 + [20]
+    assert all(torch.equal(xa, xb) and torch.equal(ya, yb) for (xa, ya), (xb, yb) in zip(a, b))

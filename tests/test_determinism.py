@@ -52,14 +52,16 @@ RESUME_CASES = {
     "workers0-numpy-augment": ["num_workers=0", "augment=numpy", "seed_workers=true"],
     "workers2-numpy-augment": ["num_workers=2", "augment=numpy", "seed_workers=true"],
     "workers2-torch-augment": ["num_workers=2", "augment=torch", "seed_workers=true"],
-    "workers2-persistent": ["num_workers=2", "augment=numpy", "seed_workers=true",
-                            "persistent_workers=true"],
+    # 660 samples: each epoch's last batch of 20 dropped (drop_last), 10 steps an epoch
+    "workers2-persistent-drop-last": ["num_workers=2", "augment=numpy", "seed_workers=true",
+                                      "persistent_workers=true", "train_samples=660",
+                                      "drop_last=true"],
     # with the speed record's recipe: its net, Adam's betas, a fused update and one-cycle
-    # (the scheduler's state moves every step and must come back exactly)
-    "resident-torch-augment-onecycle": ["loader=resident", "augment=torch", "model=fast",
-                                        "optimizer=adam", "lr=0.01", "adam_beta1=0.7",
-                                        "adam_beta2=0.9", "optimizer_impl=fused",
-                                        "lr_schedule=onecycle"],
+    # (the scheduler's state moves every step and must come back exactly), in whole batches
+    "resident-torch-augment-onecycle-drop-last": [
+        "loader=resident", "augment=torch", "model=fast", "optimizer=adam", "lr=0.01",
+        "adam_beta1=0.7", "adam_beta2=0.9", "optimizer_impl=fused", "lr_schedule=onecycle",
+        "train_samples=660", "drop_last=true"],
     "unseeded-workers-accumulation-cosine": ["num_workers=0", "augment=torch",
                                              "seed_workers=false", "grad_accum_steps=2",
                                              "clip_grad_norm=1.0", "lr_schedule=cosine",

@@ -326,3 +326,16 @@ def test_the_words_for_a_batch_tell_order_pixels_and_samples_apart():
     other = explanation_text({**base, "input": {**item, "same_samples_reordered": False,
                                                 "same_labels": False}})
     assert "4 of 4 samples differ (digits 1 2 3 4 in A, 2 1 4 3 in B)" in other
+
+
+def test_runs_whose_epochs_differ_in_length_part_where_one_drops_its_last_batch(tmp_path):
+    """660 samples in batches of 64 (QUICK's 640 and 20 more): with drop_last an epoch is 10
+    steps, without it 11. The two agree for 10 steps, then B starts its second epoch where A
+    takes its batch of 20: explain says where each replay is and names drop_last (the data's
+    position holds on any device)."""
+    _runs(tmp_path, ["train_samples=660"], ["train_samples=660", "drop_last=true"])
+    rc, result, text = _explain(tmp_path)
+    assert rc == 3 and result["step"] == 11, result
+    assert result["input"]["item"] == "position"
+    assert "A at epoch 0 batch 10, B at epoch 1 batch 0" in text
+    assert "an epoch's length follows drop_last False vs True" in text, text

@@ -125,6 +125,12 @@ class RunConfig:
         "processes each takes batch_size / (nproc x nnodes), so changing nproc alone keeps the "
         "global batch (and the meaning of lr) and runs stay comparable.", "data",
         lo=1, hi=65536)
+    drop_last: bool = knob(
+        False, "Drop each epoch's last batch when it is smaller than batch_size (8,000 samples "
+        "in batches of 256 leave one of 64): every step then has one shape, as static graphs "
+        "want (compile: no second compilation for the smaller batch; reduce-overhead: no "
+        "second CUDA graph; cudnn_benchmark: no other shape to time). Those samples are not "
+        "trained on in that epoch (with shuffling, other ones each epoch).", "data")
     eval_batch_size: int = knob(1000, "Samples per evaluation batch.", "data", lo=1, hi=65536)
     num_workers: int = knob(
         0, "DataLoader worker processes (torchvision loader). 0 loads in the training process; "

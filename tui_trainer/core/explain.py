@@ -13,6 +13,10 @@ from .store import SessionStore
 DATA_ORDER_KEYS = ("seed", "seed_workers", "num_workers", "persistent_workers", "augment",
                    "loader", "batch_size", "train_samples", "nproc", "nnodes")
 
+# What decides how many batches an epoch has, so where a replay is going into a step.
+EPOCH_KEYS = ("drop_last", "batch_size", "train_samples", "grad_accum_steps", "nproc",
+              "nnodes", "dataset")
+
 RNG_NAMES = {"torch": "torch's CPU generator", "cuda": "the CUDA generators",
              "numpy": "numpy's global generator", "python": "Python's random",
              "loader": "the DataLoader's shuffle generator"}
@@ -223,9 +227,11 @@ def _input_text(step: int, item: dict[str, Any], result: dict[str, Any]) -> str:
                 f"{RNG_NAMES.get(source, source)} ({item['name']}).")
     if kind == "position":
         a, b = item["a"], item["b"]
+        cause = _config_changes(result, EPOCH_KEYS)
         return (f"the two replays are at different places going into step {step}: A at "
                 f"epoch {a['epoch']} batch {a['batch_in_epoch']}, B at epoch {b['epoch']} "
-                f"batch {b['batch_in_epoch']}.")
+                f"batch {b['batch_in_epoch']}"
+                + (f"; an epoch's length follows {cause}" if cause else "") + ".")
     names = {"params": "the parameters", "buffers": "the buffers",
              "optimizer": "the optimizer state"}
     return f"{names.get(kind, kind)} going into step {step} differ (first: {item['name']})."

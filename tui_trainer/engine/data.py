@@ -246,8 +246,9 @@ class ResidentLoader:
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, shuffle: bool,
                  augment: str, fill: float, generator: torch.Generator | None,
-                 shard: Shard | None = None):
+                 shard: Shard | None = None, drop_last: bool = False):
         self.x, self.y = x, y
+        self.drop_last = drop_last
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.augment = augment
@@ -259,6 +260,8 @@ class ResidentLoader:
         return len(self.x) if self.shard is None else -(-len(self.x) // self.shard.world)
 
     def __len__(self) -> int:
+        if self.drop_last:
+            return self._size() // self.batch_size
         return (self._size() + self.batch_size - 1) // self.batch_size
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -269,7 +272,8 @@ class ResidentLoader:
             order = torch.randperm(n, generator=self.generator) if self.shuffle \
                 else torch.arange(n)
         order = order.to(self.x.device)
-        for start in range(0, n, self.batch_size):
+        # (the order is drawn as without drop_last: the batches kept are the same)
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
             idx = order[start:start + self.batch_size]
             x = self.x[idx]
             if self.augment == "torch":
@@ -343,7 +347,8 @@ def make_loaders(cfg: RunConfig, device: torch.device, rank: int = 0, world: int
         x, y = _resident_tensors(train_ds, info, device)
         ex, ey = _resident_tensors(eval_ds, info, device)
         shard = Shard(rank, world, sampler_seed) if world > 1 else None
-        train = ResidentLoader(x, y, batch, True, cfg.augment, fill, generator, shard)
+        train = ResidentLoader(x, y, batch, True, cfg.augment, fill, generator, shard,
+                               drop_last=cfg.drop_last)
         ev = ResidentLoader(ex, ey, cfg.eval_batch_size, False, "off", fill, None)
         return Loaders(train, ev, info, generator, pin_memory=False, sampler=shard)
 
@@ -356,7 +361,7 @@ def make_loaders(cfg: RunConfig, device: torch.device, rank: int = 0, world: int
                                  seed=sampler_seed, drop_last=False) if world > 1 else None
     train = DataLoader(
         train_ds, batch_size=batch, shuffle=sampler is None, sampler=sampler,
-        num_workers=workers, pin_memory=pin,
+        drop_last=cfg.drop_last, num_workers=workers, pin_memory=pin,
         persistent_workers=cfg.persistent_workers and workers > 0,
         worker_init_fn=seed_worker if cfg.seed_workers else None, generator=generator)
     ev = DataLoader(eval_ds, batch_size=cfg.eval_batch_size, shuffle=False,

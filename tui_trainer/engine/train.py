@@ -419,6 +419,11 @@ class Trainer:
         self.loaders: Loaders = make_loaders(cfg, self.device, g.rank, g.world,
                                              self.sampler_seed)
         self.batches_per_epoch = len(self.loaders.train)   # fixed for the run; not per batch
+        if self.batches_per_epoch == 0:             # (only drop_last leaves an epoch empty)
+            raise ConfigError("drop_last", f"leaves no batch: batch_size {cfg.batch_size} is "
+                              f"more than the {self.loaders.info.train_size:,} training "
+                              "samples, and drop_last drops the only, smaller batch; use "
+                              "drop_last = false or a smaller batch_size")
         model = build_model(cfg.model, cfg.activation_checkpointing, cfg.preserve_rng_state,
                             cfg.init).to(self.device)
         if cfg.channels_last:
