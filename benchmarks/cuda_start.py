@@ -18,7 +18,9 @@ from a parent that, like the launcher, has imported what a run imports and nothi
   stages is what CUDA's start leaves to the run.
 - `fresh`: at Start the child trains at once (what the launcher does today).
 - `spare-driver`, `spare-context`, `spare-warm`: a spare forked before Start has done the
-  stages up to driver / context / cudnn, then waits; at Start it trains. The GPU memory the
+  stages up to driver / context / cudnn, then waits; at Start it trains.
+- `spare`: what the launcher's spare does before Start (tui_trainer.warm.start_cuda: the
+  driver and cuDNN's libraries loaded, no context), then waits; at Start it trains. The GPU memory the
   device holds while it waits (nvidia-smi's memory.used, less what was used before the
   children) is what such a spare would hold while nothing trains.
 
@@ -48,10 +50,11 @@ import time
 from pathlib import Path
 
 from tui_trainer.core.store import SessionStore
-from tui_trainer.warm import prepare
+from tui_trainer.warm import prepare, start_cuda
 
 STAGES = ("driver", "context", "cublas", "cudnn")
-PREPARED = {"fresh": 0, "staged": 0, "spare-driver": 1, "spare-context": 2, "spare-warm": 4}
+PREPARED = {"fresh": 0, "staged": 0, "spare": 0, "spare-driver": 1, "spare-context": 2,
+            "spare-warm": 4}
 WAIT_S = 120.0          # how long the parent waits for a child's word or its first step
 
 
@@ -102,6 +105,8 @@ def child(how: str, device: str, session: Path, name: str, word: int, go: int) -
         timed: dict[str, float] = {}
         for s in STAGES[:PREPARED[how]]:
             stage(s, device)
+        if how == "spare" and device != "cpu":
+            start_cuda()
         os.write(word, b"ready\n")
         if not select.select([go], [], [], WAIT_S)[0] or os.read(go, 1) != b"1":
             os._exit(0)
@@ -190,15 +195,15 @@ def main() -> None:
     if why:
         raise SystemExit(f"the parent cannot fork safely: {why} (OPENBLAS_NUM_THREADS=1?)")
     import torch
-    if args.device != "cpu" and torch.cuda.device_count() == 0:  # NVML's: CUDA not started
-        print("no CUDA device here: nothing to measure (run this where a GPU is)")
-        return
-    assert not torch.cuda.is_initialized(), "the parent must not start CUDA (it forks)"
-    index = torch.device(args.device).index or 0
-    base = gpu_memory_mib(index) if args.device != "cpu" else None
-    print(f"{torch.cuda.device_count()} CUDA device(s) (NVML); torch {torch.__version__}; device "
-          f"{args.device}: {base} MiB used before the children")
     try:
+        if args.device != "cpu" and torch.cuda.device_count() == 0:  # NVML's: no CUDA start
+            print("no CUDA device here: nothing to measure (run this where a GPU is)")
+            return
+        assert not torch.cuda.is_initialized(), "the parent must not start CUDA (it forks)"
+        index = torch.device(args.device).index or 0
+        base = gpu_memory_mib(index) if args.device != "cpu" else None
+        print(f"{torch.cuda.device_count()} CUDA device(s) (NVML); torch {torch.__version__}; "
+              f"device {args.device}: {base} MiB used before the children")
         measure(args, index, base)
     finally:
         gc.unfreeze()       # torn down at exit as usual (triton's bindings count on it)

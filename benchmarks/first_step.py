@@ -1,11 +1,19 @@
-"""From Start to the first logged step: a run forked by the warm launcher against one
-started cold, side by side in one session, and whether they train the same bits.
+"""From Start to the first logged step: a run forked by the warm launcher, one given the
+launcher's spare, and one started cold, side by side in one session, and whether they train
+the same bits.
 
 Start is what the dashboard's F2 does (core.supervisor.Supervisor.start: create the run,
 launch its process); the first step is the moment its first step row is in the session
-store, where the dashboard reads it. Cold and warm launches alternate (cold, warm, warm,
-cold, ...) so that neither always goes first. Every run trains the same config (seed 1), so
-all their fingerprints must be equal. Goal: warm under 1 s on this machine.
+store, where the dashboard reads it. Three ways, their order turning each repeat so that
+none always goes first:
+- `cold`: a new interpreter (imports torch);
+- `warm`: forked from a launcher whose spares are off (TUI_TRAINER_SPARE=0), at Start;
+- `spare`: given the spare of a launcher as it comes by default: a process forked before
+  Start that has started CUDA's driver and loaded cuDNN where there is a CUDA device
+  (tui_trainer/warm.py); on a CPU it differs from `warm` only by the fork.
+Each run's log says whether it was given a spare (a `spare` run that was not is counted
+apart). Every run trains the same config (seed 1), so all their fingerprints must be equal.
+Goals: warm under 1 s on this machine; on CUDA the first step at most 0.5 s (issue 34).
 
     python benchmarks/first_step.py [--repeats 5] [--steps 20]
 """
@@ -13,6 +21,7 @@ all their fingerprints must be equal. Goal: warm under 1 s on this machine.
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import statistics
 import tempfile
@@ -21,7 +30,8 @@ from pathlib import Path
 
 from tui_trainer.core import config
 from tui_trainer.core.store import SessionStore
-from tui_trainer.core.supervisor import Supervisor, WarmLauncher
+from tui_trainer.core.supervisor import SPARE_LINE, Supervisor, WarmLauncher
+from tui_trainer.warm import SPARE_AFTER_S, SPARE_ENV
 
 
 def first_step_s(session: Path, sup: Supervisor, cfg: dict) -> tuple[int, float, float]:
@@ -44,6 +54,21 @@ def first_step_s(session: Path, sup: Supervisor, cfg: dict) -> tuple[int, float,
     return run_id, first, whole
 
 
+def launcher(spares: bool) -> WarmLauncher:
+    os.environ[SPARE_ENV] = "1" if spares else "0"       # read by the launcher it starts
+    try:
+        warm = WarmLauncher()
+        t0 = time.time()
+        warm.start()
+        if not warm.wait_ready(120):
+            raise SystemExit("the warm launcher did not come up")
+    finally:
+        del os.environ[SPARE_ENV]
+    print(f"warm launcher ({'spares on' if spares else 'spares off'}) ready after "
+          f"{time.time() - t0:.2f} s (its one-time import cost)")
+    return warm
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
@@ -51,39 +76,48 @@ def main() -> None:
     args = ap.parse_args()
     cfg = config.DEFAULTS.replace(dataset="mnist-sample", max_steps=args.steps, log_every=1,
                                   fingerprint_every=5).to_dict()
-    warm = WarmLauncher()
-    t0 = time.time()
-    warm.start()
-    if not warm.wait_ready(120):
-        raise SystemExit("the warm launcher did not come up")
-    print(f"warm launcher ready after {time.time() - t0:.2f} s (its one-time import cost)")
-    results: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
+    plain, spares = launcher(False), launcher(True)
+    ways = ("cold", "warm", "spare")
+    results: dict[str, list[tuple[float, float]]] = {how: [] for how in (*ways, "no spare")}
     ids: list[int] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        session = Path(tmp)
-        with SessionStore(session) as store:
-            cold, hot = Supervisor(store), Supervisor(store, warm)
-            for i in range(args.repeats):
-                order = ("cold", "warm") if i % 2 == 0 else ("warm", "cold")
-                for how in order:
-                    run_id, first, whole = first_step_s(session, cold if how == "cold" else hot,
-                                                        cfg)
-                    ids.append(run_id)
-                    results[how].append((first, whole))
-                    print(f"{how}: run {run_id}: first step after {first:.2f} s, "
-                          f"{args.steps}-step run done after {whole:.2f} s", flush=True)
-            prints = [tuple(r["sha256"] for r in store.fingerprints(i)) for i in ids]
-    warm.close()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            session = Path(tmp)
+            with SessionStore(session) as store:
+                sups = {"cold": Supervisor(store), "warm": Supervisor(store, plain),
+                        "spare": Supervisor(store, spares)}
+                for i in range(args.repeats):
+                    for how in ways[i % 3:] + ways[:i % 3]:
+                        # the spare given away last is made again SPARE_AFTER_S later
+                        time.sleep(SPARE_AFTER_S + 1.5)
+                        run_id, first, whole = first_step_s(session, sups[how], cfg)
+                        log = store.log_path(run_id).read_text()
+                        got = how if how != "spare" or SPARE_LINE in log else "no spare"
+                        ids.append(run_id)
+                        results[got].append((first, whole))
+                        print(f"{got}: run {run_id}: first step after {first:.2f} s, "
+                              f"{args.steps}-step run done after {whole:.2f} s", flush=True)
+                        said = [x for x in log.splitlines() if SPARE_LINE in x]
+                        if said:
+                            print("   " + said[0].split("; ", 1)[1], flush=True)
+                prints = [tuple(r["sha256"] for r in store.fingerprints(i)) for i in ids]
+    finally:
+        plain.close()
+        spares.close()
     print()
-    for how in ("cold", "warm"):
-        firsts = [f for f, _ in results[how]]
-        wholes = [w for _, w in results[how]]
+    for how, rs in results.items():
+        if not rs:
+            continue
+        firsts = [f for f, _ in rs]
+        wholes = [w for _, w in rs]
         print(f"{how}: first step median {statistics.median(firsts):.2f} s "
               f"(min {min(firsts):.2f}, max {max(firsts):.2f}); whole run median "
               f"{statistics.median(wholes):.2f} s")
-    ratio = statistics.median(f for f, _ in results["cold"]) / \
-        statistics.median(f for f, _ in results["warm"])
-    print(f"reference: cold start; warm is {ratio:.1f}x sooner to the first step")
+    for how in ("warm", "spare"):
+        if results[how]:
+            ratio = statistics.median(f for f, _ in results["cold"]) / \
+                statistics.median(f for f, _ in results[how])
+            print(f"reference: cold start; {how} is {ratio:.1f}x sooner to the first step")
     same = len(set(prints)) == 1 and len(prints[0]) > 1
     print(f"all {len(ids)} runs bit-identical (every fingerprint): {'yes' if same else 'NO'}")
 

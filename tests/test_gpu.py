@@ -246,3 +246,55 @@ def test_cuda_graphs_train_and_a_run_killed_mid_epoch_resumes_bit_exact(tmp_path
     store = SessionStore(tmp_path, create=False, readonly=True)
     settings = store.run(v["runs"][1])["settings"]
     assert settings["compile"] == "reduce-overhead" and settings["device"].startswith("cuda")
+
+
+CONTEXTS = """
+import json, torch
+from tui_trainer import warm
+said = warm.start_cuda()
+before = warm._primary_contexts()
+torch.empty(1, device="cuda")
+print(json.dumps({"said": said, "before": before, "after": warm._primary_contexts()}))
+"""
+
+
+def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver(tmp_path):
+    """Issue 34: the spare has started CUDA's driver and loaded cuDNN before Start, without a
+    context: nvidia-smi lists no process for it while it waits, and the driver's own check
+    (which sees the context a first tensor makes) finds none. A CUDA run given it trains and
+    says so in its log."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import wait_until
+    from test_warm import _children, _config
+    from tui_trainer.core.supervisor import SPARE_LINE, WarmLauncher, launch, train_args
+    r = subprocess.run([sys.executable, "-c", CONTEXTS], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["before"] == 0 and got["after"] == 1 and "no CUDA context" in got["said"]
+    warm = WarmLauncher()
+    warm.start()
+    try:
+        assert warm.wait_ready(120)
+        assert wait_until(lambda: len(_children(warm._proc.pid)) == 1)
+        (spare,) = _children(warm._proc.pid)
+        maps = Path(f"/proc/{spare}/maps")
+        assert wait_until(lambda: "libcudnn_engines" in maps.read_text())   # CUDA started
+        apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,"
+                               "noheader"], capture_output=True, text=True, timeout=60)
+        assert apps.returncode == 0 and str(spare) not in apps.stdout.split()
+        with SessionStore(tmp_path) as store:
+            run_id = store.create_run(_config(device="cuda"), name="given the spare")
+            proc = launch(tmp_path, train_args(run_id), store.log_path(run_id), warm=warm,
+                          spare=True)
+            assert proc.pid == spare and proc.wait(timeout=180) == 0
+            log = store.log_path(run_id).read_text()
+        assert SPARE_LINE in log and "no CUDA context" in log, log
+        assert len(fingerprints(tmp_path, run_id)) >= 4
+    finally:
+        warm.close()
+    assert wait_until(lambda: not os.path.exists(f"/proc/{spare}"))

@@ -435,3 +435,119 @@ def test_a_process_forked_from_the_prepared_launcher_collects_without_copying_it
     assert grew["imported"] > 20 * mib, grew      # 85 MiB here: the cost being removed
     assert grew["prepared"] < 4 * mib, grew       # 0 here
     assert "leaked" not in out.stderr             # torn down as usual after unfreeze
+
+
+# --- the spare (issue 34: the first step on CUDA) -------------------------------------------
+
+def _children(pid: int) -> set[int]:
+    """The live children of process `pid` (none once it is gone)."""
+    import psutil
+    out = set()
+    try:
+        kids = psutil.Process(pid).children()
+    except psutil.NoSuchProcess:
+        return out
+    for c in kids:
+        try:
+            if c.status() != psutil.STATUS_ZOMBIE:
+                out.add(c.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def test_a_run_that_starts_cuda_is_given_the_spare_and_trains_the_same_bits(tmp_path):
+    """The launcher keeps one spare, forked before anyone asks (on CUDA it has started the
+    driver). A run that starts CUDA (device auto) is given it, and trains the bits a process
+    forked at Start trains; a CPU run, and a run whose environment differs in what CUDA reads
+    at its start, are forked at Start, the spare left waiting; a new spare is made after the
+    one given away; the spare ends with its launcher. Holds on both devices (the spare of a
+    CPU machine has nothing of CUDA to start)."""
+    from tui_trainer.core.machine import starts_cuda
+    from tui_trainer.core.supervisor import SPARE_LINE
+    warm = _started()
+    launcher = warm._proc.pid
+    assert wait_until(lambda: len(_children(launcher)) == 1), "no spare"
+    (spare,) = _children(launcher)
+    order = "CUDA_DEVICE_ORDER"
+    other = {order: "FASTEST_FIRST" if os.environ.get(order) == "PCI_BUS_ID" else "PCI_BUS_ID"}
+    # the config's device and the environment; "forked": a client that does not ask
+    runs = {"spare": ({}, {}), "cpu": ({"device": "cpu"}, {}), "other-env": ({}, other),
+            "forked": ({}, None)}
+    try:
+        with SessionStore(tmp_path) as store:
+            ids, pids = {}, {}
+            for how, (over, env) in runs.items():
+                cfg = _config(**over)
+                run_id = store.create_run(cfg, name=how)
+                proc = launch(tmp_path, train_args(run_id), store.log_path(run_id), warm=warm,
+                              env=env, spare=env is not None and starts_cuda(cfg))
+                assert isinstance(proc, WarmChild)
+                pids[how], ids[how] = proc.pid, run_id
+                if how == "other-env":
+                    assert _children(launcher) >= {spare, proc.pid}   # still waiting
+                assert proc.wait(timeout=120) == 0
+                if how == "spare":      # the next spare, SPARE_AFTER_S later
+                    assert wait_until(lambda: len(_children(launcher)) == 1)
+                    (spare,) = _children(launcher)
+                    assert spare != pids["spare"]
+            logs = {how: store.log_path(r).read_text() for how, r in ids.items()}
+        assert pids["spare"] not in _children(launcher) and spare not in pids.values()
+        for how, log in logs.items():
+            assert WARM_LINE in log and (SPARE_LINE in log) == (how == "spare"), (how, log)
+        fp = {how: fingerprints(tmp_path, r) for how, r in ids.items()}
+        assert len(fp["spare"]) >= 4 and fp["spare"] == fp["forked"] == fp["other-env"]
+    finally:
+        warm.close()
+    assert wait_until(lambda: not _children(launcher) and not Path(f"/proc/{spare}").exists())
+
+
+def test_spares_can_be_turned_off(tmp_path, monkeypatch):
+    from tui_trainer.core.supervisor import SPARE_LINE
+    monkeypatch.setenv("TUI_TRAINER_SPARE", "0")
+    warm = _started()
+    try:
+        with SessionStore(tmp_path) as store:
+            run_id = store.create_run(_config(max_steps=2), name="no spare")
+            proc = launch(tmp_path, train_args(run_id), store.log_path(run_id), warm=warm,
+                          spare=True)
+            assert proc.wait(timeout=120) == 0
+            log = store.log_path(run_id).read_text()
+        assert WARM_LINE in log and SPARE_LINE not in log
+        assert _children(warm._proc.pid) == set()
+    finally:
+        warm.close()
+
+
+CUDNN = """
+import json, torch
+from tui_trainer import warm
+said = warm.start_cuda()
+loaded = warm._load_cudnn()
+maps = open("/proc/self/maps").read()
+print(json.dumps({"said": said, "loaded": loaded, "contexts": warm._primary_contexts(),
+                  "engines": "libcudnn_engines_precompiled" in maps,
+                  "initialized": torch.cuda.is_initialized()}))
+"""
+
+
+def test_what_a_spare_starts_of_cuda_holds_no_context():
+    """A spare loads cuDNN's libraries (host work) and, where there is a CUDA device, starts
+    the driver, and makes no CUDA context (which would hold GPU memory while nothing
+    trains). Holds on both devices: on a CPU the driver is not started and nothing is said."""
+    import subprocess
+    import sys
+
+    import torch
+    if not torch.backends.cudnn.is_available():
+        pytest.skip("this torch has no cuDNN")
+    r = subprocess.run([sys.executable, "-c", CUDNN], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["loaded"] >= 3 and got["engines"] and got["contexts"] == 0
+    cuda = torch.cuda.device_count() > 0
+    assert got["initialized"] == cuda
+    assert (got["said"] is None) == (not cuda)
+    if cuda:
+        assert "no CUDA context" in got["said"]

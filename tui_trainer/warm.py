@@ -39,13 +39,27 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .core.supervisor import WARM_LINE
+from .core.supervisor import SPARE_LINE, WARM_LINE
 from .core.trust import Untrusted, check_peer
 
 MAX_REQUEST = 1 << 20
 MAX_PENDING = 32        # connections whose request is not read yet
 REQUEST_S = 5.0         # how long a connection may take to send its request
 GO_AHEAD_S = 60.0       # how long a forked child waits for its client's go-ahead
+
+# The spare: a process forked before anyone asks, that has started what every run on CUDA
+# starts and that holds no GPU memory (`start_cuda`), and waits; a request for a run that
+# starts CUDA (core.machine.starts_cuda) is given to it instead of a new fork, and a new
+# spare is made SPARE_AFTER_S later (not at once: the run it was given starts CUDA now).
+# "0" in SPARE_ENV (the launcher's environment) turns spares off.
+SPARE_ENV = "TUI_TRAINER_SPARE"
+SPARE_AFTER_S = 2.0
+SPARE_LOSSES = 3        # spares that end before they are given a run: after that, no more
+# What CUDA's start reads from the environment (the driver: CUDA_VISIBLE_DEVICES and the
+# like; torch: its allocator's settings; the loader: the libraries). A spare started CUDA
+# under the launcher's; a request whose environment differs in any of these gets a new fork.
+CUDA_START_ENV = ("CUDA_", "NVIDIA_", "PYTORCH_CUDA_", "PYTORCH_NVML_", "PYTORCH_NO_CUDA_",
+                  "LD_LIBRARY_PATH", "LD_PRELOAD")
 
 
 def _threads() -> int:
@@ -77,6 +91,72 @@ def settle() -> None:
     that the interpreter tears everything down as usual."""
     gc.collect()
     gc.freeze()
+
+
+def cuda_start_env(env: dict[str, str] | os._Environ) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(CUDA_START_ENV)}
+
+
+def start_cuda() -> str | None:
+    """What the spare starts of CUDA before Start, where there is a CUDA device: the driver
+    (`torch.cuda.init()`: cuInit and the device count, no context, so no GPU memory) and
+    cuDNN's libraries (host work: 0.03 s from a warm page cache, 0.37 s from a cold one,
+    measured on this project's CPU VM, 74 MiB of the spare's own memory). What it did, for
+    the run's log; None where there is no CUDA device. Raises RuntimeError where a context
+    was made after all (it would hold GPU memory while nothing trains)."""
+    import torch
+    if not torch.cuda.is_available():
+        return None
+    t = time.perf_counter()
+    torch.cuda.init()
+    libraries = _load_cudnn()
+    if _primary_contexts():
+        raise RuntimeError("starting CUDA's driver made a CUDA context, which holds GPU "
+                           "memory; no spare is kept")
+    return (f"CUDA's driver started and {libraries} cuDNN libraries loaded before Start "
+            f"({time.perf_counter() - t:.2f} s; no CUDA context, no GPU memory held)")
+
+
+def _load_cudnn() -> int:
+    """Loads cuDNN and the libraries it would load at a run's first convolution (cuDNN 9
+    opens its engines, heuristics and ops libraries by name on first use: loaded here, the
+    dynamic loader hands the same ones back). How many were loaded."""
+    import ctypes
+
+    import torch
+    if not torch.backends.cudnn.is_available():
+        return 0
+    torch.backends.cudnn.version()                 # libcudnn itself
+    with open("/proc/self/maps") as maps:
+        where = next((Path(line.split()[-1]).parent for line in maps
+                      if "/libcudnn.so" in line), None)
+    loaded = 0
+    for path in sorted(where.glob("libcudnn_*.so*")) if where is not None else ():
+        try:
+            ctypes.CDLL(str(path))
+            loaded += 1
+        except OSError:
+            pass
+    return loaded
+
+
+def _primary_contexts() -> int:
+    """How many devices have a CUDA primary context in this process (the driver's own
+    answer, cuDevicePrimaryCtxGetState); 0 where the driver cannot be asked."""
+    import ctypes
+
+    import torch
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    active = 0
+    for i in range(torch.cuda.device_count()):
+        dev, flags, on = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
+        if driver.cuDeviceGet(ctypes.byref(dev), i) == 0 and driver.cuDevicePrimaryCtxGetState(
+                dev, ctypes.byref(flags), ctypes.byref(on)) == 0:
+            active += int(on.value != 0)
+    return active
 
 
 def prepare() -> str | None:
@@ -152,9 +232,17 @@ class Launcher:
         self.sel = selectors.DefaultSelector()
         self.sel.register(sock, selectors.EVENT_READ)
         self.sel.register(wake_r, selectors.EVENT_READ)
+        # The spare (its pid and the launcher's end of its socket pair), when one waits; when
+        # the next is due (None: never, spares are off or kept failing); how many were lost.
+        self.spare: tuple[int, socket.socket] | None = None
+        self.spare_due = None if os.environ.get(SPARE_ENV) == "0" else time.monotonic()
+        self.spares_lost = 0
 
     def loop(self) -> None:
         while True:
+            if self.spare is None and self.spare_due is not None \
+                    and time.monotonic() >= self.spare_due:
+                self._make_spare()
             for key, _ in self.sel.select(timeout=1.0):
                 if key.fileobj is self.sock:
                     self._accept()
@@ -177,7 +265,60 @@ class Launcher:
             for conn, deadline in list(self.pending.items()):
                 if now > deadline:           # connected and said nothing: dropped
                     self._drop(conn)
-            _reap(self.waiting)
+            for pid, code in _reap(self.waiting):
+                if self.spare is not None and pid == self.spare[0]:
+                    self._spare_lost(code)
+
+    def _forget(self) -> None:
+        """In a forked child: closes everything of the launcher's (its socket, the
+        selector's epoll descriptor, the wake-up pipe, every client's connection, the
+        spare's socket)."""
+        self.sel.close()
+        for thing in (self.sock, *self.pending, *self.waiting.values()):
+            thing.close()
+        if self.spare is not None:
+            self.spare[1].close()
+        for fd in (self.wake_r, self.wake_w):
+            os.close(fd)
+
+    def _make_spare(self) -> None:
+        self.spare_due = None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        launcher = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            self._forget()
+            _spare(theirs, launcher)           # never returns
+        theirs.close()
+        self.spare = (pid, ours)
+
+    def _spare_lost(self, code: int) -> None:
+        """The spare ended before it was given a run (it says why in launcher.log)."""
+        assert self.spare is not None
+        self.spare[1].close()
+        self.spare = None
+        self.spares_lost += 1
+        if self.spares_lost >= SPARE_LOSSES or code == SPARE_REFUSED:
+            print(f"tui_trainer.warm: no more spares ({self.spares_lost} ended before they "
+                  f"were given a run; the last with exit {code}): runs are forked when "
+                  "asked for", file=sys.stderr, flush=True)
+        else:
+            self.spare_due = time.monotonic() + SPARE_AFTER_S
+
+    def _give(self, request: dict[str, Any], fds: list[int]) -> int | None:
+        """Hands a request to the spare; its pid, or None when it is gone (then the request
+        gets a new fork, and the spare's end is reaped as a loss)."""
+        assert self.spare is not None
+        pid, conn = self.spare
+        try:
+            socket.send_fds(conn, [json.dumps(request).encode()], fds)
+        except OSError:
+            return None
+        self.spare = None
+        conn.close()
+        self.spare_due = time.monotonic() + SPARE_AFTER_S
+        return pid
 
     def _accept(self) -> None:
         try:
@@ -217,15 +358,15 @@ class Launcher:
             except OSError:
                 pass
             return None
-        pid = os.fork()
+        pid = None
+        if request.get("spare") and self.spare is not None and \
+                cuda_start_env(request["env"]) == cuda_start_env(os.environ):
+            pid = self._give(request, fds)
+        if pid is None:
+            pid = os.fork()
         if pid == 0:
-            # The child keeps nothing of the launcher's: its socket, the selector's epoll
-            # descriptor, the wake-up pipe, every other client's connection.
-            self.sel.close()
-            for thing in (self.sock, *self.pending, *self.waiting.values()):
-                thing.close()
-            for fd in (self.wake_r, self.wake_w):
-                os.close(fd)
+            # The child keeps nothing of the launcher's.
+            self._forget()
             conn.close()
             _child(request, fds)          # never returns
         for fd in fds:
@@ -264,29 +405,79 @@ def _valid(request: Any) -> dict[str, Any]:
     if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str)
                                           for k, v in env.items())):
         raise ValueError("env: an object of strings")
-    if not isinstance(cwd, str) or not isinstance(request.get("detach", True), bool):
-        raise ValueError("cwd: a string; detach: true or false")
+    if not isinstance(cwd, str) or not all(isinstance(request.get(k, True), bool)
+                                           for k in ("detach", "spare")):
+        raise ValueError("cwd: a string; detach and spare: true or false")
     return request
 
 
-def _reap(waiting: dict[int, socket.socket]) -> None:
+def _reap(waiting: dict[int, socket.socket]) -> list[tuple[int, int]]:
+    """Reaps ended children and tells their clients; the ones no client waited for (a
+    spare), with their exit status."""
+    unclaimed = []
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return unclaimed
         if pid == 0:
-            return
+            return unclaimed
+        code = os.waitstatus_to_exitcode(status)
         conn = waiting.pop(pid, None)
-        if conn is not None:
-            try:
-                conn.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
-            except OSError:
-                pass
-            conn.close()
+        if conn is None:
+            unclaimed.append((pid, code))
+            continue
+        try:
+            conn.send(json.dumps({"exit": code}).encode())
+        except OSError:
+            pass
+        conn.close()
 
 
-def _child(request: dict[str, Any], fds: list[int]) -> None:
+SPARE_REFUSED = 3       # a spare's exit: it cannot be one here (a CUDA context was made)
+
+
+def _spare(conn: socket.socket, launcher: int) -> None:
+    """The spare: starts CUDA's driver where there is a CUDA device, then waits for the
+    launcher to hand it a request (as it reached the launcher, with its descriptors) and
+    runs it as a child forked for it would. It ends with the launcher: at its end of the
+    pair closing, or by SIGTERM when the launcher dies (PR_SET_PDEATHSIG). Never returns."""
+    from .engine.distributed import die_with_parent
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        die_with_parent(signal.SIGTERM)           # the launcher's handler: os._exit here
+        if os.getppid() != launcher:
+            os._exit(0)
+        try:
+            did = start_cuda()
+        except RuntimeError as e:
+            print(f"tui_trainer.warm: {e}", file=sys.stderr, flush=True)
+            os._exit(SPARE_REFUSED)
+        # Bounded by the launcher's life: its end closing reads as an empty message.
+        select.select([conn], [], [])
+        data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 3)
+        conn.close()
+        if not data or len(fds) != 3:
+            os._exit(0)
+        _die_alone()        # given a run: it outlives the launcher, as a forked one does
+        _child(json.loads(data), fds,
+               SPARE_LINE + (f": {did}" if did else " (no CUDA here)"))
+    except BaseException:             # noqa: BLE001 - a forked process never returns
+        traceback.print_exc()
+        os._exit(1)
+
+
+def _die_alone() -> None:
+    """Undoes die_with_parent (PR_SET_PDEATHSIG 0)."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, 0)       # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _child(request: dict[str, Any], fds: list[int], spare: str | None = None) -> None:
     code = 1
     try:
         signal.set_wakeup_fd(-1)
@@ -314,7 +505,8 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
             if fd > 2:
                 os.close(fd)
         # Said by the forked process itself: a run that started cold never says it.
-        os.write(2, f"{time.strftime('%H:%M:%S')} {WARM_LINE}\n".encode())
+        said = WARM_LINE + (f"; {spare}" if spare else "")
+        os.write(2, f"{time.strftime('%H:%M:%S')} {said}\n".encode())
         sys.stdout.reconfigure(line_buffering=True, write_through=True)
         sys.stderr.reconfigure(line_buffering=True, write_through=True)
         os.chdir(request["cwd"])

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .config import world_size
 from .paths import default_data_dir
 
 # Debian's dataset-fashion-mnist package puts the four IDX files here.
@@ -78,6 +79,15 @@ def device_type(spec: str, m: Machine) -> str:
         raise Problem("device", "mps was asked for but this machine has no Apple GPU; use "
                       "device = cpu or auto")
     return spec
+
+
+def starts_cuda(config: dict[str, Any]) -> bool:
+    """Whether a run of this (stored, untrusted) config starts CUDA in its own process where
+    the machine has a CUDA device: its device is auto or cuda, and it trains in one process
+    (a group's agent leaves CUDA to its ranks). The warm launcher may give such a run its
+    spare, which has started CUDA's driver already (tui_trainer/warm.py)."""
+    spec = str(config.get("device", "auto"))
+    return (spec == "auto" or spec.startswith("cuda")) and world_size(config) == 1
 
 
 def knob_problem(config: dict[str, Any], device: str) -> None:

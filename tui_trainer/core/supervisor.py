@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import trust
+from . import machine, trust
 from .config import world_size
 from .liveness import is_live, process_alive
 from .store import SessionStore
@@ -332,6 +332,8 @@ class WarmChild:
 
 UNKNOWN_EXIT = 255
 WARM_LINE = "forked from the warm launcher (torch imported already)"
+# Added to it by a run the launcher gave its spare (made before Start: tui_trainer/warm.py).
+SPARE_LINE = "a spare made before Start"
 
 
 class WarmLauncher:
@@ -425,9 +427,12 @@ class WarmLauncher:
         return True
 
     def spawn(self, args: list[str], stdout: int, stderr: int, detach: bool,
-              env: dict[str, str], out: int | None = None) -> WarmChild | None:
+              env: dict[str, str], out: int | None = None,
+              spare: bool = False) -> WarmChild | None:
         """Forks `tui-trainer ARGS` with these stdout/stderr; None when the launcher cannot
-        (not ready, gone): the caller then starts the run cold."""
+        (not ready, gone): the caller then starts the run cold. `spare`: the process may be
+        the launcher's spare, made before Start, which has started CUDA's driver where there
+        is a CUDA device (for a run that starts CUDA: core.machine.starts_cuda)."""
         if not self.ready() or self.path is None:
             return None
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -442,7 +447,8 @@ class WarmLauncher:
             conn.settimeout(10)
             conn.connect(str(self.path))
             launcher = trust.check_peer(conn)
-            request = {"args": args, "env": env, "cwd": os.getcwd(), "detach": detach}
+            request = {"args": args, "env": env, "cwd": os.getcwd(), "detach": detach,
+                       "spare": spare}
             socket.send_fds(conn, [json.dumps(request).encode()], [stdout, stderr, go_r])
             pid, started = trust.check_child(json.loads(conn.recv(4096) or b"{}"), launcher)
             conn.settimeout(None)
@@ -476,14 +482,16 @@ class WarmLauncher:
 
 def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = True,
            capture: bool = False, warm: WarmLauncher | None = None,
-           env: dict[str, str] | None = None) -> subprocess.Popen | WarmChild:
+           env: dict[str, str] | None = None,
+           spare: bool = False) -> subprocess.Popen | WarmChild:
     """The one way a child `tui-trainer` process starts: `python -m tui_trainer ARGS
     --session SESSION`, stdin closed, output appended to `log_path` (with `capture`, stdout
     comes back to the caller and only stderr goes to the log), at a lower CPU priority than
     the dashboard, unbuffered. `detach` puts it in a process session of its own, so it
     outlives the dashboard and a Ctrl-C in the terminal does not reach it. With a ready
     `warm` launcher the process is forked from it (no imports to wait for), else started
-    cold. `env` adds to the environment the process gets."""
+    cold. `env` adds to the environment the process gets. `spare`: it is a run that starts
+    CUDA (core.machine.starts_cuda), which the launcher may give the spare it keeps."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     argv = [*args, "--session", str(session)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(warm.env() if warm else {}), **(env or {})}
@@ -491,12 +499,14 @@ def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = Tru
         with open(log_path, "ab") as log:
             if capture:
                 read_end, write_end = os.pipe()
-                child = warm.spawn(argv, write_end, log.fileno(), detach, env, out=read_end)
+                child = warm.spawn(argv, write_end, log.fileno(), detach, env, out=read_end,
+                                   spare=spare)
                 os.close(write_end)
                 if child is None:
                     os.close(read_end)
             else:
-                child = warm.spawn(argv, log.fileno(), log.fileno(), detach, env)
+                child = warm.spawn(argv, log.fileno(), log.fileno(), detach, env,
+                                   spare=spare)
         if child is not None:
             return child
     # Training runs at a lower CPU priority than the dashboard: with several runs on few
@@ -522,8 +532,11 @@ class Supervisor:
     def _spawn(self, args: list[str], log_path: Path) -> subprocess.Popen | WarmChild:
         return launch(self.store.dir, args, log_path, warm=self.warm)
 
-    def _spawn_run(self, run_id: int, args: list[str]) -> None:
-        proc = self._spawn(args, self.store.log_path(run_id))
+    def _spawn_run(self, run_id: int, args: list[str],
+                   overrides: dict[str, Any] | None = None) -> None:
+        config = {**self.store.run(run_id)["config"], **(overrides or {})}
+        proc = launch(self.store.dir, args, self.store.log_path(run_id), warm=self.warm,
+                      spare=machine.starts_cuda(config))
         self._children[run_id] = proc
         # From now on a run whose process dies before it starts training reads as crashed.
         self.store.set_launcher(run_id, proc.pid)
@@ -609,7 +622,7 @@ class Supervisor:
                 previous.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 pass
-        self._spawn_run(run_id, resume_args(run_id, overrides, restart))
+        self._spawn_run(run_id, resume_args(run_id, overrides, restart), overrides)
 
     def stop(self, run_id: int) -> bool:
         """Asks a live run to stop: it finishes its step and writes a checkpoint. A
