@@ -803,8 +803,12 @@ async def test_b_measures_a_runs_memory_and_p_profiles_it(tmp_path):
         assert app.query_one("#tabs").active == "tab-plots" and app.cursor_run == 1
         await pilot.press("b")          # none yet: measured on a copy, then shown
         await until(pilot, lambda: isinstance(app.screen, MemoryScreen))
-        text = "\n".join(str(s.render()) for s in app.screen.query("#memory-text Static"))
-        assert "At the step's peak:" in text and "GrokkingNet.conv1" in text
+
+        def words() -> str:     # once the pushed screen has composed its children
+            return "\n".join(str(s.render()) for s in app.screen.query("#memory-text Static"))
+        await until(pilot, lambda: "At the step's peak:" in words(), 10, words)
+        text = words()
+        assert "GrokkingNet.conv1" in text
         assert "activations (kept for backward)" in text
         # the step's timeline, drawn above the words: the peak, the phases, the legend
         await until(pilot, lambda: app.screen.query("#memory-timeline"), 10)

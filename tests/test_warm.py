@@ -474,6 +474,7 @@ def test_a_run_that_starts_cuda_is_given_the_spare_and_trains_the_same_bits(tmp_
     # the config's device and the environment; "forked": a client that does not ask
     runs = {"spare": ({}, {}), "cpu": ({"device": "cpu"}, {}), "other-env": ({}, other),
             "forked": ({}, None)}
+    procs = []
     try:
         with SessionStore(tmp_path) as store:
             ids, pids = {}, {}
@@ -482,6 +483,7 @@ def test_a_run_that_starts_cuda_is_given_the_spare_and_trains_the_same_bits(tmp_
                 run_id = store.create_run(cfg, name=how)
                 proc = launch(tmp_path, train_args(run_id), store.log_path(run_id), warm=warm,
                               env=env, spare=env is not None and starts_cuda(cfg))
+                procs.append(proc)
                 assert isinstance(proc, WarmChild)
                 pids[how], ids[how] = proc.pid, run_id
                 if how == "other-env":
@@ -498,6 +500,10 @@ def test_a_run_that_starts_cuda_is_given_the_spare_and_trains_the_same_bits(tmp_
         fp = {how: fingerprints(tmp_path, r) for how, r in ids.items()}
         assert len(fp["spare"]) >= 4 and fp["spare"] == fp["forked"] == fp["other-env"]
     finally:
+        for proc in procs:          # a failed assertion leaves no run writing on
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
         warm.close()
     assert wait_until(lambda: not _children(launcher) and not Path(f"/proc/{spare}").exists())
 

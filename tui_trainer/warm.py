@@ -451,9 +451,14 @@ def _spare(conn: socket.socket, launcher: int) -> None:
             os._exit(0)
         try:
             did = start_cuda()
-        except RuntimeError as e:
-            print(f"tui_trainer.warm: {e}", file=sys.stderr, flush=True)
-            os._exit(SPARE_REFUSED)
+        except RuntimeError as e:       # torch's CUDA errors, a context made
+            print(f"tui_trainer.warm: the spare cannot be one: {e}", file=sys.stderr,
+                  flush=True)
+            if not select.select([conn], [], [], 0)[0]:
+                os._exit(SPARE_REFUSED)
+            # A run was handed to it meanwhile: it runs, and meets CUDA's problem itself
+            # as a process forked for it would, its log saying what the spare met.
+            did = f"CUDA's start failed before Start: {str(e)[:200]}"
         # Bounded by the launcher's life: its end closing reads as an empty message.
         select.select([conn], [], [])
         data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 3)
