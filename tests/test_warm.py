@@ -270,9 +270,19 @@ def test_silent_and_bad_clients_neither_block_nor_leak(tmp_path, warm):
     silent.close()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
 def test_a_run_outlives_its_launcher_without_a_false_failure(tmp_path, doomed_warm):
     """The launcher dies while its run trains: waiting does not spin, and the run's outcome
-    is what it recorded, not the launcher's missing exit status."""
+    is what it recorded, not the launcher's missing exit status. The run was the launcher's
+    spare (device auto, one process), which dies with the launcher until it is given a run
+    and not after; a next spare, if one was made yet, dies with it."""
+    from tui_trainer.core.supervisor import SPARE_LINE
     from tui_trainer.runner import train_child
     warm = doomed_warm
     with SessionStore(tmp_path) as store:
@@ -283,7 +293,10 @@ def test_a_run_outlives_its_launcher_without_a_false_failure(tmp_path, doomed_wa
             s=train_child(store.__class__(tmp_path), run_id, train_args(run_id), warm=warm)))
         t.start()
         assert wait_until(lambda: store.run(run_id)["status"] == "running")
+        assert SPARE_LINE in store.log_path(run_id).read_text()
+        others = _children(warm._proc.pid) - {store.run(run_id)["pid"]}    # a next spare
         os.kill(warm._proc.pid, signal.SIGKILL)
+        assert wait_until(lambda: not any(_alive(p) for p in others))
         cpu = time.process_time()
         t.join(120)
         assert not t.is_alive() and result["s"]["status"] == "finished"
@@ -461,8 +474,8 @@ def test_a_run_that_starts_cuda_is_given_the_spare_and_trains_the_same_bits(tmp_
     driver). A run that starts CUDA (device auto) is given it, and trains the bits a process
     forked at Start trains; a CPU run, and a run whose environment differs in what CUDA reads
     at its start, are forked at Start, the spare left waiting; a new spare is made after the
-    one given away; the spare ends with its launcher. Holds on both devices (the spare of a
-    CPU machine has nothing of CUDA to start)."""
+    one given away; the spare ends with its launcher, also one killed with SIGKILL. Holds
+    on both devices (the spare of a CPU machine has nothing of CUDA to start)."""
     from tui_trainer.core.machine import starts_cuda
     from tui_trainer.core.supervisor import SPARE_LINE
     warm = _started()
@@ -504,8 +517,9 @@ def test_a_run_that_starts_cuda_is_given_the_spare_and_trains_the_same_bits(tmp_
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=30)
+        os.kill(launcher, signal.SIGKILL)       # (a study's end closes it: SIGTERM, above)
         warm.close()
-    assert wait_until(lambda: not _children(launcher) and not Path(f"/proc/{spare}").exists())
+    assert wait_until(lambda: not _alive(spare))
 
 
 def test_spares_can_be_turned_off(tmp_path, monkeypatch):
