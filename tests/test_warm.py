@@ -571,3 +571,53 @@ def test_what_a_spare_starts_of_cuda_holds_no_context():
     assert (got["said"] is None) == (not cuda)
     if cuda:
         assert "no CUDA context" in got["said"]
+
+
+FAILING_SPARE = """
+import sys
+from tui_trainer import warm
+
+
+def start_cuda():
+    raise RuntimeError("starting CUDA's driver made a CUDA context (a test's stand-in)")
+
+
+warm.start_cuda = start_cuda
+sys.exit(warm.main([sys.argv[1]]))
+"""
+
+
+def test_a_spare_that_cannot_start_cuda_cleanly_ends_and_runs_are_forked(tmp_path):
+    """Where the spare's CUDA start fails (a context made, a broken driver), the spare says
+    why in the launcher's log and ends, no other is made, and every run is forked at Start
+    as before. The failure is the test's stand-in for start_cuda; the rest is the
+    launcher's own."""
+    import subprocess
+    import sys
+
+    from tui_trainer.core.supervisor import SPARE_LINE
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    sock = folder / "launcher.sock"
+    log = tmp_path / "launcher.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-c", FAILING_SPARE, str(sock)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=err, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    try:
+        assert wait_until(lambda: sock.exists() or proc.poll() is not None, 120)
+        assert wait_until(lambda: "no more spares" in log.read_text())
+        said = log.read_text()
+        assert "the spare cannot be one: starting CUDA's driver made a CUDA context" in said
+        assert _children(proc.pid) == set()
+        warm = WarmLauncher(str(sock))
+        with SessionStore(tmp_path) as store:
+            run_id = store.create_run(_config(max_steps=2), name="forked")
+            child = launch(tmp_path, train_args(run_id), store.log_path(run_id), warm=warm,
+                           spare=True)
+            assert isinstance(child, WarmChild) and child.wait(timeout=120) == 0
+            text = store.log_path(run_id).read_text()
+        assert WARM_LINE in text and SPARE_LINE not in text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

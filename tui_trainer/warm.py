@@ -148,13 +148,14 @@ def _primary_contexts() -> int:
     import torch
     try:
         driver = ctypes.CDLL("libcuda.so.1")
-    except OSError:
+        get, state = driver.cuDeviceGet, driver.cuDevicePrimaryCtxGetState
+    except (OSError, AttributeError):
         return 0
     active = 0
     for i in range(torch.cuda.device_count()):
         dev, flags, on = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
-        if driver.cuDeviceGet(ctypes.byref(dev), i) == 0 and driver.cuDevicePrimaryCtxGetState(
-                dev, ctypes.byref(flags), ctypes.byref(on)) == 0:
+        if get(ctypes.byref(dev), i) == 0 and \
+                state(dev, ctypes.byref(flags), ctypes.byref(on)) == 0:
             active += int(on.value != 0)
     return active
 
@@ -451,7 +452,7 @@ def _spare(conn: socket.socket, launcher: int) -> None:
             os._exit(0)
         try:
             did = start_cuda()
-        except RuntimeError as e:       # torch's CUDA errors, a context made
+        except Exception as e:          # torch's CUDA errors, a context made, ...
             print(f"tui_trainer.warm: the spare cannot be one: {e}", file=sys.stderr,
                   flush=True)
             if not select.select([conn], [], [], 0)[0]:
