@@ -51,7 +51,8 @@ def test_cuda_graphs_need_cuda_and_the_other_compile_modes_do_not():
     ({}, True), ({"device": "auto"}, True), ({"device": "cuda"}, True),
     ({"device": "cuda:1"}, True), ({"device": "cpu"}, False), ({"device": "mps"}, False),
     ({"device": "auto", "nproc": 2}, False), ({"device": "cuda", "nnodes": 2}, False),
-    ({"device": "cuda", "nproc": "two"}, True)])     # a damaged config: read as one process
+    ({"device": "cuda", "nproc": "two"}, True),      # a damaged config: read as one process
+    (["device", "cuda"], False), (None, False)])
 def test_a_run_starts_cuda_itself_only_on_auto_or_cuda_in_one_process(config, starts):
     """Which runs the warm launcher may give its spare (which started CUDA's driver): a
     group's agent leaves CUDA to its ranks, a CPU run never starts it."""

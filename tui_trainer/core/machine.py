@@ -85,7 +85,10 @@ def starts_cuda(config: dict[str, Any]) -> bool:
     """Whether a run of this (stored, untrusted) config starts CUDA in its own process where
     the machine has a CUDA device: its device is auto or cuda, and it trains in one process
     (a group's agent leaves CUDA to its ranks). The warm launcher may give such a run its
-    spare, which has started CUDA's driver already (tui_trainer/warm.py)."""
+    spare, which has started CUDA's driver already (tui_trainer/warm.py). A config that is
+    not a table (a damaged session's) says no."""
+    if not isinstance(config, dict):
+        return False
     spec = str(config.get("device", "auto"))
     return (spec == "auto" or spec.startswith("cuda")) and world_size(config) == 1
 

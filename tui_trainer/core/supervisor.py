@@ -534,7 +534,9 @@ class Supervisor:
 
     def _spawn_run(self, run_id: int, args: list[str],
                    overrides: dict[str, Any] | None = None) -> None:
-        config = {**self.store.run(run_id)["config"], **(overrides or {})}
+        config = self.store.run(run_id)["config"]
+        if isinstance(config, dict):
+            config = {**config, **(overrides or {})}
         proc = launch(self.store.dir, args, self.store.log_path(run_id), warm=self.warm,
                       spare=machine.starts_cuda(config))
         self._children[run_id] = proc
