@@ -20,7 +20,9 @@ from a parent that, like the launcher, has imported what a run imports and nothi
 - `spare-driver`, `spare-context`, `spare-warm`: a spare forked before Start has done the
   stages up to driver / context / cudnn, then waits; at Start it trains.
 - `spare`: what the launcher's spare does before Start (tui_trainer.warm.start_cuda: the
-  driver and cuDNN's libraries loaded, no context), then waits; at Start it trains. The GPU memory the
+  driver and cuDNN's libraries loaded, no context), then waits; at Start it trains.
+  `spare+context`: what TUI_TRAINER_SPARE=context's spare does (the same and the device's
+  context, made without an allocation), holding GPU memory while it waits. The GPU memory the
   device holds while it waits (nvidia-smi's memory.used, less what was used before the
   children) is what such a spare would hold while nothing trains.
 
@@ -53,8 +55,8 @@ from tui_trainer.core.store import SessionStore
 from tui_trainer.warm import prepare, start_cuda
 
 STAGES = ("driver", "context", "cublas", "cudnn")
-PREPARED = {"fresh": 0, "staged": 0, "spare": 0, "spare-driver": 1, "spare-context": 2,
-            "spare-warm": 4}
+PREPARED = {"fresh": 0, "staged": 0, "spare": 0, "spare+context": 0, "spare-driver": 1,
+            "spare-context": 2, "spare-warm": 4}
 WAIT_S = 120.0          # how long the parent waits for a child's word or its first step
 
 
@@ -105,8 +107,8 @@ def child(how: str, device: str, session: Path, name: str, word: int, go: int) -
         timed: dict[str, float] = {}
         for s in STAGES[:PREPARED[how]]:
             stage(s, device)
-        if how == "spare" and device != "cpu":
-            start_cuda()
+        if how.startswith("spare") and PREPARED[how] == 0 and device != "cpu":
+            start_cuda(context=how == "spare+context")
         os.write(word, b"ready\n")
         if not select.select([go], [], [], WAIT_S)[0] or os.read(go, 1) != b"1":
             os._exit(0)

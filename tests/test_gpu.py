@@ -253,16 +253,19 @@ import json, torch
 from tui_trainer import warm
 said = warm.start_cuda()
 before = warm._primary_contexts()
-torch.empty(1, device="cuda")
-print(json.dumps({"said": said, "before": before, "after": warm._primary_contexts()}))
+held = warm.start_cuda(context=True)            # TUI_TRAINER_SPARE=context's spare
+made = warm._primary_contexts()
+untouched = torch.cuda.memory_reserved() == 0 and torch.cuda.max_memory_allocated() == 0
+print(json.dumps({"said": said, "before": before, "held": held, "made": made,
+                  "untouched": untouched}))
 """
 
 
 def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver(tmp_path):
     """Issue 34: the spare has started CUDA's driver and loaded cuDNN before Start, without a
     context: nvidia-smi lists no process for it while it waits, and the driver's own check
-    (which sees the context a first tensor makes) finds none. A CUDA run given it trains and
-    says so in its log."""
+    (which sees the context TUI_TRAINER_SPARE=context's spare makes) finds none. A CUDA run
+    given it trains and says so in its log."""
     import os
     import subprocess
     import sys
@@ -275,7 +278,9 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
                        timeout=120)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
-    assert got["before"] == 0 and got["after"] == 1 and "no CUDA context" in got["said"]
+    assert got["before"] == 0 and "no CUDA context" in got["said"]
+    # the context spare's context, made without the allocator: the run's figures start at 0
+    assert got["made"] == 1 and got["untouched"] and "a CUDA context made" in got["held"]
     warm = WarmLauncher()
     warm.start()
     try:
@@ -290,7 +295,7 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
         with SessionStore(tmp_path) as store:
             run_id = store.create_run(_config(device="cuda"), name="given the spare")
             proc = launch(tmp_path, train_args(run_id), store.log_path(run_id), warm=warm,
-                          spare=True)
+                          spare="cuda")
             assert proc.pid == spare and proc.wait(timeout=180) == 0
             log = store.log_path(run_id).read_text()
         assert SPARE_LINE in log and "no CUDA context" in log, log

@@ -47,16 +47,16 @@ def test_cuda_graphs_need_cuda_and_the_other_compile_modes_do_not():
     assert problem(TWO_GPUS, compile="reduce-overhead", device="cpu")[0] == "compile"
 
 
-@pytest.mark.parametrize("config, starts", [
-    ({}, True), ({"device": "auto"}, True), ({"device": "cuda"}, True),
-    ({"device": "cuda:1"}, True), ({"device": "cpu"}, False), ({"device": "mps"}, False),
-    ({"device": "auto", "nproc": 2}, False), ({"device": "cuda", "nnodes": 2}, False),
-    ({"device": "cuda", "nproc": "two"}, True),      # a damaged config: read as one process
-    (["device", "cuda"], False), (None, False)])
-def test_a_run_starts_cuda_itself_only_on_auto_or_cuda_in_one_process(config, starts):
-    """Which runs the warm launcher may give its spare (which started CUDA's driver): a
-    group's agent leaves CUDA to its ranks, a CPU run never starts it."""
-    assert machine.starts_cuda(config) is starts
+@pytest.mark.parametrize("config, device", [
+    ({}, "auto"), ({"device": "auto"}, "auto"), ({"device": "cuda"}, "cuda"),
+    ({"device": "cuda:1"}, "cuda:1"), ({"device": "cpu"}, None), ({"device": "mps"}, None),
+    ({"device": "auto", "nproc": 2}, None), ({"device": "cuda", "nnodes": 2}, None),
+    ({"device": "cuda", "nproc": "two"}, "cuda"),    # a damaged config: read as one process
+    (["device", "cuda"], None), (None, None)])
+def test_a_run_starts_cuda_itself_only_on_auto_or_cuda_in_one_process(config, device):
+    """Which runs the warm launcher may give its spare (which started CUDA's driver), and
+    on which device: a group's agent leaves CUDA to its ranks, a CPU run never starts it."""
+    assert machine.cuda_device(config) == device
 
 
 def test_a_dataset_that_is_not_on_disk_is_refused_before_a_run_exists(tmp_path, monkeypatch):

@@ -476,7 +476,7 @@ def test_a_run_that_starts_cuda_is_given_the_spare_and_trains_the_same_bits(tmp_
     at its start, are forked at Start, the spare left waiting; a new spare is made after the
     one given away; the spare ends with its launcher, also one killed with SIGKILL. Holds
     on both devices (the spare of a CPU machine has nothing of CUDA to start)."""
-    from tui_trainer.core.machine import starts_cuda
+    from tui_trainer.core.machine import cuda_device
     from tui_trainer.core.supervisor import SPARE_LINE
     warm = _started()
     launcher = warm._proc.pid
@@ -495,7 +495,7 @@ def test_a_run_that_starts_cuda_is_given_the_spare_and_trains_the_same_bits(tmp_
                 cfg = _config(**over)
                 run_id = store.create_run(cfg, name=how)
                 proc = launch(tmp_path, train_args(run_id), store.log_path(run_id), warm=warm,
-                              env=env, spare=env is not None and starts_cuda(cfg))
+                              env=env, spare=cuda_device(cfg) if env is not None else None)
                 procs.append(proc)
                 assert isinstance(proc, WarmChild)
                 pids[how], ids[how] = proc.pid, run_id
@@ -530,7 +530,7 @@ def test_spares_can_be_turned_off(tmp_path, monkeypatch):
         with SessionStore(tmp_path) as store:
             run_id = store.create_run(_config(max_steps=2), name="no spare")
             proc = launch(tmp_path, train_args(run_id), store.log_path(run_id), warm=warm,
-                          spare=True)
+                          spare="auto")
             assert proc.wait(timeout=120) == 0
             log = store.log_path(run_id).read_text()
         assert WARM_LINE in log and SPARE_LINE not in log
@@ -578,7 +578,7 @@ import sys
 from tui_trainer import warm
 
 
-def start_cuda():
+def start_cuda(context=False):
     raise RuntimeError("starting CUDA's driver made a CUDA context (a test's stand-in)")
 
 
@@ -596,7 +596,8 @@ def test_a_spare_that_cannot_start_cuda_cleanly_ends_and_runs_are_forked(tmp_pat
     import sys
 
     from tui_trainer.core.supervisor import SPARE_LINE
-    folder = tmp_path / "run"
+    # in the test's runtime folder (conftest: short, as a socket's path must be)
+    folder = Path(os.environ["XDG_RUNTIME_DIR"]) / "failing"
     folder.mkdir(mode=0o700)
     sock = folder / "launcher.sock"
     log = tmp_path / "launcher.log"
@@ -606,7 +607,8 @@ def test_a_spare_that_cannot_start_cuda_cleanly_ends_and_runs_are_forked(tmp_pat
                                 stderr=err, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
     try:
         assert wait_until(lambda: sock.exists() or proc.poll() is not None, 120)
-        assert wait_until(lambda: "no more spares" in log.read_text())
+        assert wait_until(lambda: "no more spares" in log.read_text()), \
+            (proc.poll(), log.read_text()[-2000:])
         said = log.read_text()
         assert "the spare cannot be one: starting CUDA's driver made a CUDA context" in said
         assert _children(proc.pid) == set()
@@ -614,10 +616,47 @@ def test_a_spare_that_cannot_start_cuda_cleanly_ends_and_runs_are_forked(tmp_pat
         with SessionStore(tmp_path) as store:
             run_id = store.create_run(_config(max_steps=2), name="forked")
             child = launch(tmp_path, train_args(run_id), store.log_path(run_id), warm=warm,
-                           spare=True)
+                           spare="auto")
             assert isinstance(child, WarmChild) and child.wait(timeout=120) == 0
             text = store.log_path(run_id).read_text()
         assert WARM_LINE in text and SPARE_LINE not in text
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("value, mode, wrong", [
+    ("", "driver", False), ("driver", "driver", False), ("0", None, False),
+    ("context", "context", False), ("1", "driver", True), ("ctx\x1b[31m", "driver", True)])
+def test_the_spare_setting_is_read_and_a_wrong_value_named_in_one_line(monkeypatch, value,
+                                                                         mode, wrong):
+    from tui_trainer import warm
+    monkeypatch.setenv("TUI_TRAINER_SPARE", value)
+    got, why = warm.spare_mode()
+    assert got == mode and (why is not None) == wrong
+    if wrong:
+        assert why.startswith("TUI_TRAINER_SPARE: ") and "0, driver, context" in why
+        assert "\x1b" not in why and "\n" not in why
+
+
+def test_a_context_spare_takes_only_runs_on_the_first_device(tmp_path, monkeypatch):
+    """TUI_TRAINER_SPARE=context: the spare (which on CUDA holds the first visible device's
+    context while it waits) is given a run on that device (auto, cuda, cuda:0), never one
+    on another device, which is forked at Start. Holds on both devices."""
+    from tui_trainer.core.supervisor import SPARE_LINE
+    monkeypatch.setenv("TUI_TRAINER_SPARE", "context")
+    warm = _started()
+    try:
+        assert wait_until(lambda: len(_children(warm._proc.pid)) == 1), "no spare"
+        logs = {}
+        with SessionStore(tmp_path) as store:
+            for device in ("cuda:1", "auto"):        # what the client says the run uses
+                run_id = store.create_run(_config(max_steps=2), name=device)
+                proc = launch(tmp_path, train_args(run_id), store.log_path(run_id),
+                              warm=warm, spare=device)
+                assert proc.wait(timeout=120) == 0
+                logs[device] = store.log_path(run_id).read_text()
+        assert SPARE_LINE not in logs["cuda:1"] and WARM_LINE in logs["cuda:1"]
+        assert SPARE_LINE in logs["auto"]
+    finally:
+        warm.close()

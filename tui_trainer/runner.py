@@ -52,7 +52,7 @@ def train_child(store: SessionStore, run_id: int, args: list[str], expect_kill: 
     # It ends with this process, even killed (core.supervisor.watch_owner).
     proc = launch(store.dir, [*args, "--json"], log_path, detach=False, capture=True,
                   warm=warm, env={**(env or {}), **owner_env()},
-                  spare=machine.starts_cuda(store.run(run_id)["config"]))
+                  spare=machine.cuda_device(store.run(run_id)["config"]))
     store.set_launcher(run_id, proc.pid)
     if children is not None:
         children.add(proc)

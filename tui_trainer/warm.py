@@ -49,10 +49,15 @@ GO_AHEAD_S = 60.0       # how long a forked child waits for its client's go-ahea
 
 # The spare: a process forked before anyone asks, that has started what every run on CUDA
 # starts and that holds no GPU memory (`start_cuda`), and waits; a request for a run that
-# starts CUDA (core.machine.starts_cuda) is given to it instead of a new fork, and a new
+# starts CUDA (core.machine.cuda_device) is given to it instead of a new fork, and a new
 # spare is made SPARE_AFTER_S later (not at once: the run it was given starts CUDA now).
-# "0" in SPARE_ENV (the launcher's environment) turns spares off.
+# SPARE_ENV (the launcher's environment) says which spare: "driver" (the default: no GPU
+# memory held), "context" (also CUDA's context on the first visible device, which holds GPU
+# memory while it waits: only where the user asks; given only runs on that device) or "0"
+# (none).
 SPARE_ENV = "TUI_TRAINER_SPARE"
+SPARE_MODES = ("0", "driver", "context")
+FIRST_DEVICE = ("auto", "cuda", "cuda:0")       # device settings that mean the first device
 SPARE_AFTER_S = 2.0
 SPARE_LOSSES = 3        # spares that end before they are given a run: after that, no more
 # What CUDA's start reads from the environment (the driver: CUDA_VISIBLE_DEVICES and the
@@ -97,19 +102,39 @@ def cuda_start_env(env: dict[str, str] | os._Environ) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(CUDA_START_ENV)}
 
 
-def start_cuda() -> str | None:
+def spare_mode() -> tuple[str | None, str | None]:
+    """The spare SPARE_ENV asks for ("driver", "context", or None for none), and a line
+    saying what was wrong with its value (then: "driver")."""
+    value = os.environ.get(SPARE_ENV, "") or "driver"
+    if value in SPARE_MODES:
+        return (None if value == "0" else value), None
+    return "driver", (f"{SPARE_ENV}: {value[:40]!r} is not one of {', '.join(SPARE_MODES)}; "
+                      "the spare starts the driver")
+
+
+def start_cuda(context: bool = False) -> str | None:
     """What the spare starts of CUDA before Start, where there is a CUDA device: the driver
     (`torch.cuda.init()`: cuInit and the device count, no context, so no GPU memory) and
-    cuDNN's libraries (host work: 0.03 s from a warm page cache, 0.37 s from a cold one,
-    measured on this project's CPU VM, 74 MiB of the spare's own memory). What it did, for
+    cuDNN's libraries (host work: 0.30 s here, 125 MiB of the spare's own memory, file pages
+    of the libraries), and with `context` the first visible device's primary context (the
+    runtime's own way, a device synchronisation: no allocation, so the run's memory figures
+    start where a fresh process's do; it holds GPU memory while it waits). What it did, for
     the run's log; None where there is no CUDA device. Raises RuntimeError where a context
-    was made after all (it would hold GPU memory while nothing trains)."""
+    was made without `context` (it would hold GPU memory while nothing trains), or none with
+    it."""
     import torch
     if not torch.cuda.is_available():
         return None
     t = time.perf_counter()
     torch.cuda.init()
     libraries = _load_cudnn()
+    if context:
+        torch.cuda.synchronize(0)
+        if not _primary_contexts():
+            raise RuntimeError("the driver reports no CUDA context after a synchronisation")
+        return (f"CUDA's driver started, {libraries} cuDNN libraries loaded and a CUDA context "
+                f"made before Start ({time.perf_counter() - t:.2f} s; the context held GPU "
+                f"memory while it waited, as {SPARE_ENV}=context asks)")
     if _primary_contexts():
         raise RuntimeError("starting CUDA's driver made a CUDA context, which holds GPU "
                            "memory; no spare is kept")
@@ -236,7 +261,10 @@ class Launcher:
         # The spare (its pid and the launcher's end of its socket pair), when one waits; when
         # the next is due (None: never, spares are off or kept failing); how many were lost.
         self.spare: tuple[int, socket.socket] | None = None
-        self.spare_due = None if os.environ.get(SPARE_ENV) == "0" else time.monotonic()
+        self.spare_mode, wrong = spare_mode()
+        if wrong:
+            print(f"tui_trainer.warm: {wrong}", file=sys.stderr, flush=True)
+        self.spare_due = None if self.spare_mode is None else time.monotonic()
         self.spares_lost = 0
 
     def loop(self) -> None:
@@ -290,7 +318,7 @@ class Launcher:
         if pid == 0:
             ours.close()
             self._forget()
-            _spare(theirs, launcher)           # never returns
+            _spare(theirs, launcher, self.spare_mode == "context")    # never returns
         theirs.close()
         self.spare = (pid, ours)
 
@@ -306,6 +334,15 @@ class Launcher:
                   "asked for", file=sys.stderr, flush=True)
         else:
             self.spare_due = time.monotonic() + SPARE_AFTER_S
+
+    def _fits(self, request: dict[str, Any]) -> bool:
+        """Whether the spare waiting (if one does) may take this request: a run that starts
+        CUDA (its device setting in "spare"), on the device whose context a "context" spare
+        made, whose environment agrees with the launcher's in what CUDA's start reads."""
+        device = request.get("spare")
+        return self.spare is not None and device is not None and \
+            (self.spare_mode != "context" or device in FIRST_DEVICE) and \
+            cuda_start_env(request["env"]) == cuda_start_env(os.environ)
 
     def _give(self, request: dict[str, Any], fds: list[int]) -> int | None:
         """Hands a request to the spare; its pid, or None when it is gone (then the request
@@ -360,8 +397,7 @@ class Launcher:
                 pass
             return None
         pid = None
-        if request.get("spare") and self.spare is not None and \
-                cuda_start_env(request["env"]) == cuda_start_env(os.environ):
+        if self._fits(request):
             pid = self._give(request, fds)
         if pid is None:
             pid = os.fork()
@@ -406,9 +442,11 @@ def _valid(request: Any) -> dict[str, Any]:
     if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str)
                                           for k, v in env.items())):
         raise ValueError("env: an object of strings")
-    if not isinstance(cwd, str) or not all(isinstance(request.get(k, True), bool)
-                                           for k in ("detach", "spare")):
-        raise ValueError("cwd: a string; detach and spare: true or false")
+    if not isinstance(cwd, str) or not isinstance(request.get("detach", True), bool):
+        raise ValueError("cwd: a string; detach: true or false")
+    spare = request.get("spare")
+    if spare is not None and not (isinstance(spare, str) and len(spare) <= 40):
+        raise ValueError("spare: the device setting of a run that starts CUDA, or null")
     return request
 
 
@@ -438,7 +476,7 @@ def _reap(waiting: dict[int, socket.socket]) -> list[tuple[int, int]]:
 SPARE_REFUSED = 3       # a spare's exit: it cannot be one here (a CUDA context was made)
 
 
-def _spare(conn: socket.socket, launcher: int) -> None:
+def _spare(conn: socket.socket, launcher: int, context: bool) -> None:
     """The spare: starts CUDA's driver where there is a CUDA device, then waits for the
     launcher to hand it a request (as it reached the launcher, with its descriptors) and
     runs it as a child forked for it would. It ends with the launcher: at its end of the
@@ -451,7 +489,7 @@ def _spare(conn: socket.socket, launcher: int) -> None:
         if os.getppid() != launcher:
             os._exit(0)
         try:
-            did = start_cuda()
+            did = start_cuda(context)
         except Exception as e:          # torch's CUDA errors, a context made, ...
             print(f"tui_trainer.warm: the spare cannot be one: {e}", file=sys.stderr,
                   flush=True)

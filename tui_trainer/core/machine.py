@@ -81,16 +81,18 @@ def device_type(spec: str, m: Machine) -> str:
     return spec
 
 
-def starts_cuda(config: dict[str, Any]) -> bool:
-    """Whether a run of this (stored, untrusted) config starts CUDA in its own process where
-    the machine has a CUDA device: its device is auto or cuda, and it trains in one process
-    (a group's agent leaves CUDA to its ranks). The warm launcher may give such a run its
-    spare, which has started CUDA's driver already (tui_trainer/warm.py). A config that is
-    not a table (a damaged session's) says no."""
+def cuda_device(config: dict[str, Any]) -> str | None:
+    """The device setting of a run that starts CUDA in its own process where the machine has
+    a CUDA device ("auto", "cuda" or "cuda:N"), or None: a run of another device, or of
+    several processes (a group's agent leaves CUDA to its ranks). The warm launcher may give
+    such a run its spare, which has started CUDA's driver already (tui_trainer/warm.py). A
+    config that is not a table (a damaged session's) says None."""
     if not isinstance(config, dict):
-        return False
+        return None
     spec = str(config.get("device", "auto"))
-    return (spec == "auto" or spec.startswith("cuda")) and world_size(config) == 1
+    if (spec == "auto" or spec.startswith("cuda")) and world_size(config) == 1:
+        return spec[:40]
+    return None
 
 
 def knob_problem(config: dict[str, Any], device: str) -> None:

@@ -428,11 +428,12 @@ class WarmLauncher:
 
     def spawn(self, args: list[str], stdout: int, stderr: int, detach: bool,
               env: dict[str, str], out: int | None = None,
-              spare: bool = False) -> WarmChild | None:
+              spare: str | None = None) -> WarmChild | None:
         """Forks `tui-trainer ARGS` with these stdout/stderr; None when the launcher cannot
-        (not ready, gone): the caller then starts the run cold. `spare`: the process may be
-        the launcher's spare, made before Start, which has started CUDA's driver where there
-        is a CUDA device (for a run that starts CUDA: core.machine.starts_cuda)."""
+        (not ready, gone): the caller then starts the run cold. `spare`: the device setting
+        of a run that starts CUDA (core.machine.cuda_device), which the launcher may give
+        the spare it made before Start (it has started CUDA's driver where there is a CUDA
+        device)."""
         if not self.ready() or self.path is None:
             return None
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -483,15 +484,16 @@ class WarmLauncher:
 def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = True,
            capture: bool = False, warm: WarmLauncher | None = None,
            env: dict[str, str] | None = None,
-           spare: bool = False) -> subprocess.Popen | WarmChild:
+           spare: str | None = None) -> subprocess.Popen | WarmChild:
     """The one way a child `tui-trainer` process starts: `python -m tui_trainer ARGS
     --session SESSION`, stdin closed, output appended to `log_path` (with `capture`, stdout
     comes back to the caller and only stderr goes to the log), at a lower CPU priority than
     the dashboard, unbuffered. `detach` puts it in a process session of its own, so it
     outlives the dashboard and a Ctrl-C in the terminal does not reach it. With a ready
     `warm` launcher the process is forked from it (no imports to wait for), else started
-    cold. `env` adds to the environment the process gets. `spare`: it is a run that starts
-    CUDA (core.machine.starts_cuda), which the launcher may give the spare it keeps."""
+    cold. `env` adds to the environment the process gets. `spare`: the device setting of a
+    run that starts CUDA (core.machine.cuda_device), which the launcher may give the spare
+    it keeps."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     argv = [*args, "--session", str(session)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(warm.env() if warm else {}), **(env or {})}
@@ -538,7 +540,7 @@ class Supervisor:
         if isinstance(config, dict):
             config = {**config, **(overrides or {})}
         proc = launch(self.store.dir, args, self.store.log_path(run_id), warm=self.warm,
-                      spare=machine.starts_cuda(config))
+                      spare=machine.cuda_device(config))
         self._children[run_id] = proc
         # From now on a run whose process dies before it starts training reads as crashed.
         self.store.set_launcher(run_id, proc.pid)
