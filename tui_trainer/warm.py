@@ -473,7 +473,7 @@ def _reap(waiting: dict[int, socket.socket]) -> list[tuple[int, int]]:
         conn.close()
 
 
-SPARE_REFUSED = 3       # a spare's exit: it cannot be one here (a CUDA context was made)
+SPARE_REFUSED = 3       # a spare's exit: it cannot be one here (its CUDA start failed)
 
 
 def _spare(conn: socket.socket, launcher: int, context: bool) -> None:
