@@ -534,11 +534,9 @@ class Supervisor:
     def _spawn(self, args: list[str], log_path: Path) -> subprocess.Popen | WarmChild:
         return launch(self.store.dir, args, log_path, warm=self.warm)
 
-    def _spawn_run(self, run_id: int, args: list[str],
-                   overrides: dict[str, Any] | None = None) -> None:
-        config = self.store.run(run_id)["config"]
-        if isinstance(config, dict):
-            config = {**config, **(overrides or {})}
+    def _spawn_run(self, run_id: int, args: list[str], config: Any) -> None:
+        """Starts the run's process; `config` is what it trains with (its device decides
+        whether the launcher's spare may take it)."""
         proc = launch(self.store.dir, args, self.store.log_path(run_id), warm=self.warm,
                       spare=machine.cuda_device(config))
         self._children[run_id] = proc
@@ -609,7 +607,7 @@ class Supervisor:
               twin_of: int | None = None) -> int:
         """Creates the run in the session and starts training it in the background."""
         run_id = self.store.create_run(config, name=name, twin_of=twin_of)
-        self._spawn_run(run_id, train_args(run_id))
+        self._spawn_run(run_id, train_args(run_id), config)
         return run_id
 
     def repeat(self, run_id: int) -> int:
@@ -626,7 +624,10 @@ class Supervisor:
                 previous.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 pass
-        self._spawn_run(run_id, resume_args(run_id, overrides, restart), overrides)
+        config = self.store.run(run_id)["config"]
+        if isinstance(config, dict):
+            config = {**config, **(overrides or {})}
+        self._spawn_run(run_id, resume_args(run_id, overrides, restart), config)
 
     def stop(self, run_id: int) -> bool:
         """Asks a live run to stop: it finishes its step and writes a checkpoint. A
