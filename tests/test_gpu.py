@@ -71,7 +71,8 @@ def test_a_cuda_run_killed_mid_epoch_resumes_bit_exact_with_fp16_workers_and_aug
     r = tt("explain", "1", "2", "--session", str(session), "--json")
     result = json.loads(r.out)
     assert r.rc == 3 and result["verdict"] == "input" and result["step"] == 7, result
-    assert result["input"] == {"item": "rng", "name": "cuda"}
+    # the generator of the run's device (cuda = cuda:0), named per device (seen on the H100)
+    assert result["input"] == {"item": "rng", "name": "cuda.0"}
 
 
 def test_the_defaults_trained_twice_on_cuda_are_bit_identical(tmp_path):

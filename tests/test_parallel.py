@@ -23,7 +23,7 @@ from tui_trainer.core import config
 from tui_trainer.core.liveness import HEARTBEAT_S
 from tui_trainer.core.reader import stall_note
 from tui_trainer.core.store import SessionStore
-from tui_trainer.core.supervisor import Supervisor
+from tui_trainer.core.supervisor import Supervisor, rank_label
 
 # 650 digits over 2 ranks: 325 each, 11 batches of 32 an epoch (a padded last one), 4 epochs.
 # One thread per process, whatever the machine's cores (the two-machine test compares bits).
@@ -123,7 +123,7 @@ def test_same_parallel_config_twice_is_bit_identical(straight, tmp_path):
     listed, = tt("runs", "--session", str(tmp_path), "--json").json
     assert listed["peak_memory_mib"] >= max(p + o for p, o in mem) / 2**20 - 1e-6
     log = (tmp_path / "logs" / "run-1.log").read_text()
-    assert "[rank 0]" in log and "[rank 1]" in log          # every rank's output, labelled
+    assert rank_label(0) in log and rank_label(1) in log    # every rank's output, labelled
     events = [k for (k,) in db_rows(tmp_path, "SELECT kind FROM events WHERE run_id = 1")]
     assert "replicas_drift" not in events
     # Continuing it with another number of processes is refused, naming the key.
@@ -408,7 +408,7 @@ def test_a_full_disk_mid_checkpoint_is_told_in_one_line_and_resumes_exactly(stra
     err = (tmp_path / "run.err").read_text()
     assert "run rc=1" in p.stdout, p.stdout + p.stderr + err
     assert "Traceback" not in err, err
-    assert "[rank 1]" in err and "another rank ended first" in err
+    assert rank_label(1) in err and "another rank ended first" in err
     last = err.strip().splitlines()[-1]
     assert last.startswith("tui-trainer: training failed: rank 0") and \
         "its last words: no space left on device while writing" in last, last
@@ -427,21 +427,29 @@ def test_a_torchrun_without_shutdown_timeout_is_given_none(tmp_path):
     has it, and the stop message says the grace that then holds."""
     import os
     import textwrap
-    from tui_trainer.core.supervisor import STOP_GRACE_S, TORCHRUN_GRACE_S, torchrun_args
-    assert torchrun_args(2, 1, "", ["worker"], tmp_path)[6:8] == \
-        ["--shutdown-timeout", str(STOP_GRACE_S)]                 # the pinned torch has it
+    import torch
+    from tui_trainer.core.supervisor import (STOP_GRACE_S, TORCHRUN_GRACE_S, torchrun_args,
+                                             torchrun_knows)
+    pinned = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 15)
+    # the pinned torch has both flags (torch 2.11's, on the H100 machine, neither)
+    assert torchrun_knows("--shutdown-timeout") or not pinned
+    assert (torchrun_args(2, 1, "", ["worker"], tmp_path)[6:8] ==
+            ["--shutdown-timeout", str(STOP_GRACE_S)]) == torchrun_knows("--shutdown-timeout")
+    assert torchrun_knows("--log-line-prefix-template") or not pinned
     old = tmp_path / "old" / "torch"
     (old / "distributed").mkdir(parents=True)
     (old / "__init__.py").write_text("")
     (old / "distributed" / "run.py").write_text('parser.add_argument("--max-restarts")\n')
     code = textwrap.dedent("""
         from pathlib import Path
-        from tui_trainer.core.supervisor import stop_grace_s, torchrun_args
+        from tui_trainer.core.supervisor import rank_label, stop_grace_s, torchrun_args
         args = torchrun_args(2, 1, "", ["worker"], Path("logs"))
-        print("--shutdown-timeout" in args, "--max-restarts" in args, stop_grace_s())
+        print("--shutdown-timeout" in args, "--max-restarts" in args, stop_grace_s(),
+              "--log-line-prefix-template" in args, rank_label(1))
     """)
     root = Path(__file__).resolve().parent.parent
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60, env={**os.environ,
                                         "PYTHONPATH": f"{old.parent}{os.pathsep}{root}"})
-    assert p.stdout.split() == ["False", "True", str(TORCHRUN_GRACE_S)], p.stderr
+    assert p.stdout.split() == ["False", "True", str(TORCHRUN_GRACE_S), "False",
+                                "[default1]:"], p.stderr

@@ -233,6 +233,14 @@ def torchrun_knows(flag: str) -> bool:
     return f'"{flag}"' in text
 
 
+def rank_label(rank: int) -> str:
+    """How a rank's output lines are labelled in a run's log: "[rank N] " where torchrun
+    takes a prefix template; torch 2.11's has none (it refused the whole command on the
+    H100 machine) and labels them with its own "[default<local rank>]:"."""
+    return f"[rank {rank}] " if torchrun_knows("--log-line-prefix-template") \
+        else f"[default{rank}]:"
+
+
 def torchrun_args(nproc: int, nnodes: int, endpoint: str, worker: list[str], log_dir: Path,
                   node_rank: int = 0, rendezvous_s: int = RENDEZVOUS_S) -> list[str]:
     """torchrun's command line for one data-parallel run: nproc processes here; on one
@@ -240,12 +248,14 @@ def torchrun_args(nproc: int, nnodes: int, endpoint: str, worker: list[str], log
     `endpoint` on node 0 (node ranks fixed, so rank 0 is on the machine with the session).
     Every rank's output is labelled [rank N] and kept per rank under `log_dir`; no restarts
     (a failed rank ends the run, which is then continued from its checkpoint). A torchrun
-    without --shutdown-timeout (torch 2.11) keeps its own grace (TORCHRUN_GRACE_S)."""
+    without --shutdown-timeout (torch 2.11) keeps its own grace (TORCHRUN_GRACE_S), one
+    without --log-line-prefix-template its own labels (`rank_label`)."""
     grace = ["--shutdown-timeout", str(STOP_GRACE_S)] if stop_grace_s() == STOP_GRACE_S \
         else []
     args = ["--nproc-per-node", str(nproc), "--nnodes", str(nnodes), "--max-restarts", "0",
-            *grace, "--tee", "3", "--log-dir", str(log_dir),
-            "--log-line-prefix-template", "[rank ${rank}] "]
+            *grace, "--tee", "3", "--log-dir", str(log_dir)]
+    if torchrun_knows("--log-line-prefix-template"):
+        args += ["--log-line-prefix-template", "[rank ${rank}] "]
     if nnodes == 1 and not endpoint:
         args.append("--standalone")
     else:
