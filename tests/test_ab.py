@@ -535,9 +535,9 @@ def test_a_seed_sweep_its_table_spread_and_band_come_from_its_runs(tmp_path):
 
 def test_rounds_beside_a_cpu_hog_are_marked_trained_again_and_until_sure_stops_at_its_bound(
         tmp_path):
-    """A real CPU hog beside the first two rounds (one process a core but one: a single one
-    leaves a 16-core machine with cores to spare, rightly not loaded): every run records
-    what else took the CPU
+    """Real CPU hogs beside the first two rounds (one process a core but one: a single one
+    leaves a 16-core machine with cores to spare, rightly not loaded; CPU runs, which they
+    slow): every run records what else took the CPU
     (others' cores, own, load, frequency), the rounds are marked, the verdict says so, the
     first marked round is trained again once the hog is gone (or kept, said so, when the
     machine stays busy: the other test worker may be training), and --until-sure adds
@@ -549,7 +549,8 @@ def test_rounds_beside_a_cpu_hog_are_marked_trained_again_and_until_sure_stops_a
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
             for _ in range(max(1, (os.cpu_count() or 2) - 1))]
     try:
-        proc = tt_popen("ab", "--session", str(tmp_path), "--json", *sets(*QUICK),
+        proc = tt_popen("ab", "--session", str(tmp_path), "--json",
+                        *sets(*QUICK, "device=cpu"),     # the CPU the hogs take from
                         "--steps", "6", "--vary", "eval_batch_size=100", "--repeats", "2",
                         "--rerun-loaded", "1", "--quiet-wait", "5", "--until-sure", "0.001",
                         "--max-rounds", "3")
