@@ -76,12 +76,15 @@ def one(session: Path, store: SessionStore, warm: WarmLauncher, preset: str, see
         return next((e for e in store.evals(run_id) if e["accuracy"] is not None
                      and 100 * e["accuracy"] >= TARGET), None)
 
-    while proc.poll() is None:          # stopped once it is there: the rest is not timed
-        if hit() is not None:
+    try:
+        while proc.poll() is None:      # stopped once it is there: the rest is not timed
+            if hit() is not None:
+                break
+            time.sleep(0.2)
+    finally:                            # there, or this benchmark interrupted: it ends now
+        if proc.poll() is None:         # (not writing on into a removed session)
             proc.terminate()
-            proc.wait()
-            break
-        time.sleep(0.2)
+            proc.wait(60)
     load = contention.between(before, contention.snapshot())
     found, run = hit(), store.run(run_id)
     evals = store.evals(run_id)
