@@ -25,10 +25,11 @@ from a parent that, like the launcher, has imported what a run imports and nothi
   context, made without an allocation), holding GPU memory while it waits. The GPU memory the
   device holds while it waits (nvidia-smi's memory.used, less what was used before the
   children) is what such a spare would hold while nothing trains.
-- `spare+overlap`: the spare, and at Start a thread makes the context, cuBLAS's handle and
-  cuDNN's (a matmul and a convolution of constants: no random numbers drawn, no flag set)
-  while the run's own thread sets up (the session, the data, the model): whether CUDA's
-  start can hide behind the run's setup, an experiment the engine does not do (yet).
+Every run makes what is left of CUDA's start (the context, cuBLAS's and cuDNN's handles) in
+a thread beside its setup, as the engine does (engine.train.CudaStart); `spare-alone` is
+the spare with that turned off (TUI_TRAINER_CUDA_START=0), as runs were before it. (On
+the H100 this experiment, then a thread of this benchmark's started at Start, brought the
+spare's first step from 0.60 to 0.49 s: docs/benchmarks.md.)
 
 Start is the moment the parent tells the child to go; the first step is the moment its
 first step row is in the session store (as in first_step.py). Scenarios are interleaved
@@ -36,7 +37,7 @@ first step row is in the session store (as in first_step.py). Scenarios are inte
 must all be equal: a run from a spare trains the same bits as a fresh one (printed).
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/cuda_start.py [--repeats 3] [--device cuda]
-        [--scenarios fresh spare spare+overlap ...]
+        [--scenarios fresh spare spare-alone ...]
 
 On a machine without a CUDA device it says so and measures nothing.
 """
@@ -60,7 +61,7 @@ from tui_trainer.core.store import SessionStore
 from tui_trainer.warm import prepare, start_cuda
 
 STAGES = ("driver", "context", "cublas", "cudnn")
-PREPARED = {"fresh": 0, "staged": 0, "spare": 0, "spare+context": 0, "spare+overlap": 0,
+PREPARED = {"fresh": 0, "staged": 0, "spare": 0, "spare+context": 0, "spare-alone": 0,
             "spare-driver": 1, "spare-context": 2, "spare-warm": 4}
 WAIT_S = 120.0          # how long the parent waits for a child's word or its first step
 
@@ -100,19 +101,6 @@ def stage(name: str, device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def overlap(device: str) -> None:
-    """spare+overlap's thread: the context, cuBLAS's and cuDNN's handles and a few of their
-    kernels, from constants (the run's random streams untouched)."""
-    import torch
-    import torch.nn.functional as F
-    a = torch.ones(64, 64, device=device)
-    (a @ a).sum().item()
-    x = torch.ones(8, 1, 28, 28, device=device)
-    w = torch.ones(8, 1, 3, 3, device=device, requires_grad=True)
-    F.conv2d(x, w).sum().backward()
-    torch.cuda.synchronize(device)
-
-
 def child(how: str, device: str, session: Path, name: str, word: int, go: int) -> None:
     """Prepares as `how` says, says ready, waits for go, then trains (staged: the stages
     first). Never returns."""
@@ -135,9 +123,9 @@ def child(how: str, device: str, session: Path, name: str, word: int, go: int) -
                 t = time.perf_counter()
                 stage(s, device)
                 timed[s] = time.perf_counter() - t
-        if how == "spare+overlap" and device != "cpu":
-            import threading
-            threading.Thread(target=overlap, args=(device,), daemon=True).start()
+        if how == "spare-alone":
+            from tui_trainer.engine.train import CUDA_START_ENV
+            os.environ[CUDA_START_ENV] = "0"
         os.write(word, (json.dumps(timed) + "\n").encode())
         from tui_trainer.core import config
         from tui_trainer.engine.train import run_training

@@ -138,8 +138,9 @@ class CudaStart:
     cuBLAS's handle (a matmul) and cuDNN's (a convolution, forward and backward), from
     constants, after the knobs are set (cuBLAS reads CUBLAS_WORKSPACE_CONFIG when it makes
     its workspace) and without drawing a random number. On an H100 this brought the first
-    step after Start from 0.60 to 0.49 s (benchmarks/cuda_start.py spare+overlap), the
-    bits unchanged. A failure here is left to the run's own first use of CUDA to say."""
+    step after Start from 0.60 to 0.49 s (measured as an experiment of
+    benchmarks/cuda_start.py, whose `spare-alone` is now a run without it), the bits
+    unchanged. A failure here is left to the run's own first use of CUDA to say."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
