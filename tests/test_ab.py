@@ -537,8 +537,8 @@ def test_rounds_beside_a_cpu_hog_are_marked_trained_again_and_until_sure_stops_a
         tmp_path):
     """Real CPU hogs beside the first two rounds (one process a core but one: a single one
     leaves a 16-core machine with cores to spare, rightly not loaded; CPU runs, which they
-    slow): every run records what else took the CPU
-    (others' cores, own, load, frequency), the rounds are marked, the verdict says so, the
+    slow): every run records what else took the CPU (others' cores, own, load, frequency),
+    the rounds are marked, the verdict says so, the
     first marked round is trained again once the hog is gone (or kept, said so, when the
     machine stays busy: the other test worker may be training), and --until-sure adds
     rounds until its bound, saying what ended it."""
