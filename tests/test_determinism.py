@@ -226,3 +226,49 @@ def test_an_op_deterministic_on_refuses_is_named_in_one_line_with_the_knob():
     assert line.startswith("deterministic = on refused max_unpooling")
     assert "set deterministic = warn" in line
     assert determinism_refusal(RuntimeError("CUDA out of memory")) is None
+
+
+@pytest.mark.parametrize("knobs", [
+    {"model": "grokking"},                      # dropout (functional and a module)
+    {"model": "examples", "optimizer": "sgd", "optimizer_impl": "for-loop",
+     "eval_mode": "inference_mode", "train_samples": 100, "eval_samples": 300},
+    {"model": "fast", "optimizer": "adam", "optimizer_impl": "fused", "amp": "bf16",
+     "channels_last": True, "batch_size": 256, "eval_batch_size": 2000},
+    {"model": "resnet", "optimizer": "adamw", "optimizer_impl": "foreach",
+     "batch_size": 32, "eval_batch_size": 64},     # BatchNorm's buffers
+], ids=["grokking", "examples-sgd", "fast-bf16-fused", "resnet"])
+def test_warming_the_runs_shapes_draws_no_random_number_beside_the_setup(knobs):
+    """CUDA's start warms the run's kernels (engine/cuda_start.py warm_shapes: a training
+    step and an evaluation batch of the run's shapes on a net of constants) in a thread
+    while the run's own thread builds its model from the seeded generator: it must draw
+    nothing, or the run's initial weights would depend on the thread. Here on the CPU, the
+    device whose generator model building draws from: the generator is where it was, and a
+    net built beside it, thread running, has the bits of one built alone (device=cpu)."""
+    import threading
+    import torch
+    from tui_trainer.core.config import DEFAULTS
+    from tui_trainer.engine.cuda_start import warm_shapes
+    from tui_trainer.engine.knobs import param_fingerprint
+    from tui_trainer.engine.models import build_model
+    from tui_trainer.engine.train import make_optimizer
+    cfg = DEFAULTS.replace(device="cpu", **knobs)
+    cpu = torch.device("cpu")
+    torch.manual_seed(7)
+    before = torch.get_rng_state()
+    shapes = warm_shapes(cfg, cpu, 2, make_optimizer)
+    assert torch.equal(torch.get_rng_state(), before)
+    train_batch = min(cfg.batch_size // 2, cfg.train_samples or cfg.batch_size)
+    assert shapes == (train_batch, min(cfg.eval_batch_size, cfg.eval_samples or 10**9))
+
+    torch.manual_seed(7)
+    alone = param_fingerprint(build_model(cfg.model))
+    torch.manual_seed(7)
+    thread = threading.Thread(target=lambda: [warm_shapes(cfg, cpu, 1, make_optimizer)
+                                              for _ in range(3)])
+    thread.start()
+    beside = [param_fingerprint(build_model(cfg.model)) for _ in range(5)]
+    thread.join(120)
+    assert not thread.is_alive()
+    torch.manual_seed(7)
+    assert beside == [param_fingerprint(build_model(cfg.model)) for _ in range(5)]
+    assert beside[0] == alone

@@ -307,25 +307,33 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
 
 
 def test_cuda_started_beside_the_setup_changes_no_bit_and_no_memory_figure(tmp_path):
-    """CUDA's start in a thread beside the run's setup (engine.train.CudaStart) against a
-    run that starts CUDA in its own thread (TUI_TRAINER_CUDA_START=0): the same bits at
-    every fingerprint, the same allocated, reserved and peak memory at every log point;
-    the run's log says which it did."""
+    """CUDA's start in a thread beside the run's setup (engine/cuda_start.py) as it comes
+    (the handles and the run's shapes), with the handles only, and not at all
+    (TUI_TRAINER_CUDA_START=0, the run starts CUDA in its own thread): the same bits at
+    every fingerprint (the default net draws dropout masks from the device's generator), the
+    same allocated, reserved and peak memory at every log point; the run's log says which
+    it did."""
     import os
     import subprocess
     import sys
     args = ["run", "--session", str(tmp_path), *sets(*CUDA, "max_steps=20",
                                                      "fingerprint_every=5")]
-    for value in ("1", "0"):
+    modes = ("1", "handles", "0")
+    for value in modes:
         p = subprocess.run([sys.executable, "-m", "tui_trainer", *args], capture_output=True,
                            text=True, timeout=300,
                            env={**os.environ, "TUI_TRAINER_CUDA_START": value})
         assert p.returncode == 0, p.stderr
-    assert fingerprints(tmp_path, 1) == fingerprints(tmp_path, 2) and \
-        len(fingerprints(tmp_path, 1)) >= 4
+    runs = range(1, len(modes) + 1)
+    prints = [fingerprints(tmp_path, run) for run in runs]
+    assert prints[0] == prints[1] == prints[2] and len(prints[0]) >= 4
     memory = [db_rows(tmp_path, "SELECT step, cuda_alloc, cuda_reserved, cuda_peak FROM steps "
-                      f"WHERE run_id = {run} ORDER BY step") for run in (1, 2)]
-    assert memory[0] == memory[1] and memory[0], memory
-    logs = [(tmp_path / "logs" / f"run-{run}.log").read_text() for run in (1, 2)]
-    said = "CUDA's context, cuBLAS and cuDNN started beside the data's loading"
-    assert said in logs[0] and said not in logs[1]
+                      f"WHERE run_id = {run} ORDER BY step") for run in runs]
+    assert memory[0] == memory[1] == memory[2] and memory[0], memory
+    logs = [(tmp_path / "logs" / f"run-{run}.log").read_text() for run in runs]
+    shapes = "CUDA's context, cuBLAS, cuDNN and the run's kernels (a training step of 64 and " \
+        "an evaluation batch of 200 on a net of constants) started beside the data's loading"
+    handles = "CUDA's context, cuBLAS and cuDNN started beside the data's loading"
+    assert shapes in logs[0] and handles not in logs[0]
+    assert handles in logs[1] and shapes not in logs[1]
+    assert "beside the data's loading" not in logs[2]

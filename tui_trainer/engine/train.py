@@ -41,6 +41,7 @@ from ..core.errors import CheckpointError, DiskFull, is_disk_full
 from ..core.liveness import HEARTBEAT_S
 from ..core.store import SessionStore
 from .checkpoint import sweep
+from .cuda_start import CudaStart
 from .data import Loaders, make_loaders
 from .distributed import Group, PeerLost, peer_lost, use_backend
 from .recorder import Recorder
@@ -127,55 +128,6 @@ class Clock:
         out = (now - self.since, samples - self.samples, self.spent)
         self.since, self.samples, self.spent = now, samples, dict.fromkeys(PHASES, 0.0)
         return out
-
-
-CUDA_START_ENV = "TUI_TRAINER_CUDA_START"     # "0": CUDA starts in the run's own thread
-CUDA_START_WAIT_S = 60.0
-
-
-class CudaStart:
-    """CUDA's start for a run on `device`, in a thread beside the run's setup: the context,
-    cuBLAS's handle (a matmul) and cuDNN's (a convolution, forward and backward), from
-    constants, after the knobs are set (cuBLAS reads CUBLAS_WORKSPACE_CONFIG when it makes
-    its workspace) and without drawing a random number. On an H100 this brought the first
-    step after Start from 0.60 to 0.49 s (measured as an experiment of
-    benchmarks/cuda_start.py, whose `spare-alone` is now a run without it), the bits
-    unchanged. A failure here is left to the run's own first use of CUDA to say."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.seconds: float | None = None
-        self.thread: threading.Thread | None = None
-        if os.environ.get(CUDA_START_ENV, "1") == "0":
-            return
-        self._t0 = time.perf_counter()
-        self.thread = threading.Thread(target=self._run, name="cuda-start", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            with torch.cuda.device(self.device):
-                a = torch.ones(64, 64, device=self.device)
-                (a @ a).sum().item()
-                x = torch.ones(8, 1, 28, 28, device=self.device)
-                w = torch.ones(8, 1, 3, 3, device=self.device, requires_grad=True)
-                F.conv2d(x, w).sum().backward()
-                torch.cuda.synchronize(self.device)
-            self.seconds = time.perf_counter() - self._t0
-        except Exception:  # noqa: BLE001 - the run's own first use of CUDA says it
-            pass
-
-    def join(self) -> float | None:
-        """Waits (at most CUDA_START_WAIT_S) for the thread: the seconds CUDA's start took
-        beside the setup, or None (not made this way, failed, or still going). The blocks
-        its tensors left in the allocator's cache go back to the device: the run's memory
-        figures are those of a run that started CUDA itself (cuBLAS's workspace stays: the
-        run's first matmul takes that same one)."""
-        if self.thread is not None:
-            self.thread.join(CUDA_START_WAIT_S)
-            if self.seconds is not None:
-                torch.cuda.empty_cache()
-        return self.seconds
 
 
 @dataclass
@@ -465,10 +417,11 @@ class Trainer:
         check_device_knobs(cfg, self.device)
         self.cuda = self.device.type == "cuda"
         apply_knobs(cfg, self.device, rank=g.rank)
-        # CUDA's start (context, cuBLAS, cuDNN) in a thread while this one loads the data
-        # and builds the model; joined before the run starts (its handles then go back to
-        # torch's pools, which this thread takes them from: nothing made twice)
-        early = CudaStart(self.device) if self.cuda else None
+        # CUDA's start (context, cuBLAS, cuDNN, the kernels of the run's shapes) in a thread
+        # while this one loads the data and builds the model; joined before the run starts
+        # (its handles then go back to torch's pools, which this thread takes them from:
+        # nothing made twice)
+        early = CudaStart(self.device, cfg, g.world, make_optimizer) if self.cuda else None
         self.loaders: Loaders = make_loaders(cfg, self.device, g.rank, g.world,
                                              self.sampler_seed)
         self.batches_per_epoch = len(self.loaders.train)   # fixed for the run; not per batch
@@ -509,7 +462,9 @@ class Trainer:
         self.elapsed_before = 0.0
         if self.resume_state is not None:
             self._load_state(self.resume_state)
-        self.cuda_start = early.join() if early is not None else None
+        if early is not None:
+            early.join()
+        self.cuda_start = early
         self.settings = effective_settings(cfg, self.device, self.loaders.info.to_dict(),
                                            self.loaders.pin_memory, model)
         self.settings.update(world_size=g.world, dist_backend=None,
@@ -1099,9 +1054,8 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
     trainer.log(f"run {run_id} on {trainer.settings['device']} "
                 f"({trainer.settings['device_name']}){processes}, data: "
                 f"{trainer.loaders.info.description}")
-    if trainer.cuda_start is not None:
-        trainer.log(f"CUDA's context, cuBLAS and cuDNN started beside the data's loading and "
-                    f"the model's building ({trainer.cuda_start:.2f} s)")
+    if trainer.cuda_start is not None and (said := trainer.cuda_start.said()):
+        trainer.log(said)
     heartbeat = _Heartbeat(store.dir, run_id,
                            lambda: (trainer.pos.step, trainer.busy, trainer.pace_s))
     heartbeat.start()
