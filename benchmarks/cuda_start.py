@@ -25,9 +25,11 @@ from a parent that, like the launcher, has imported what a run imports and nothi
   context, made without an allocation), holding GPU memory while it waits. The GPU memory the
   device holds while it waits (nvidia-smi's memory.used, less what was used before the
   children) is what such a spare would hold while nothing trains.
-Every run makes what is left of CUDA's start (the context, cuBLAS's and cuDNN's handles) in
-a thread beside its setup, as the engine does (engine.train.CudaStart); `spare-alone` is
-the spare with that turned off (TUI_TRAINER_CUDA_START=0), as runs were before it. (On
+Every run makes what is left of CUDA's start (the context, cuBLAS's and cuDNN's handles,
+the kernels of its own shapes) in a thread beside its setup, as the engine does
+(engine/cuda_start.py); `spare-alone` is the spare with that turned off
+(TUI_TRAINER_CUDA_START=0), as runs were before it, and `spare-handles` the spare with the
+handles only (TUI_TRAINER_CUDA_START=handles), as the engine did before the shapes. (On
 the H100 this experiment, then a thread of this benchmark's started at Start, brought the
 spare's first step from 0.60 to 0.49 s: docs/benchmarks.md.)
 
@@ -62,7 +64,7 @@ from tui_trainer.warm import prepare, start_cuda
 
 STAGES = ("driver", "context", "cublas", "cudnn")
 PREPARED = {"fresh": 0, "staged": 0, "spare": 0, "spare+context": 0, "spare-alone": 0,
-            "spare-driver": 1, "spare-context": 2, "spare-warm": 4}
+            "spare-handles": 0, "spare-driver": 1, "spare-context": 2, "spare-warm": 4}
 WAIT_S = 120.0          # how long the parent waits for a child's word or its first step
 
 
@@ -123,9 +125,9 @@ def child(how: str, device: str, session: Path, name: str, word: int, go: int) -
                 t = time.perf_counter()
                 stage(s, device)
                 timed[s] = time.perf_counter() - t
-        if how == "spare-alone":
-            from tui_trainer.engine.train import CUDA_START_ENV
-            os.environ[CUDA_START_ENV] = "0"
+        if how in ("spare-alone", "spare-handles"):
+            from tui_trainer.engine.cuda_start import CUDA_START_ENV
+            os.environ[CUDA_START_ENV] = "0" if how == "spare-alone" else "handles"
         os.write(word, (json.dumps(timed) + "\n").encode())
         from tui_trainer.core import config
         from tui_trainer.engine.train import run_training

@@ -11,11 +11,15 @@ none always goes first:
 - `spare`: given the spare of a launcher as it comes by default: a process forked before
   Start that has started CUDA's driver and loaded cuDNN where there is a CUDA device
   (tui_trainer/warm.py); on a CPU it differs from `warm` only by the fork.
+- `spare@handles`, `spare@off` (with `--cuda-start handles off`): the same with
+  TUI_TRAINER_CUDA_START=handles (the run's thread starts CUDA's context and handles beside
+  its setup, not its shapes' kernels) or =0 (none of it: the run starts CUDA itself); plain
+  `spare` is the engine's default (engine/cuda_start.py).
 Each run's log says whether it was given a spare (a `spare` run that was not is counted
 apart). Every run trains the same config (seed 1), so all their fingerprints must be equal.
 Goals: warm under 1 s on this machine; on CUDA the first step at most 0.5 s (issue 34).
 
-    python benchmarks/first_step.py [--repeats 5] [--steps 20]
+    python benchmarks/first_step.py [--repeats 5] [--steps 20] [--cuda-start handles off]
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 from tui_trainer.core import config
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import SPARE_LINE, Supervisor, WarmLauncher
+from tui_trainer.engine.cuda_start import CUDA_START_ENV
 from tui_trainer.warm import SPARE_AFTER_S, SPARE_ENV
 
 
@@ -73,11 +78,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--cuda-start", nargs="*", default=[], choices=["handles", "off"],
+                    help="also spare runs with TUI_TRAINER_CUDA_START=handles or =0")
     args = ap.parse_args()
     cfg = config.DEFAULTS.replace(dataset="mnist-sample", max_steps=args.steps, log_every=1,
                                   fingerprint_every=5).to_dict()
     plain, spares = launcher(False), launcher(True)
-    ways = ("cold", "warm", "spare")
+    ways = ("cold", "warm", "spare", *(f"spare@{m}" for m in args.cuda_start))
     results: dict[str, list[tuple[float, float]]] = {how: [] for how in (*ways, "no spare")}
     ids: list[int] = []
     on_cuda = False         # a spare's log says it started CUDA's driver
@@ -88,17 +95,29 @@ def main() -> None:
                 sups = {"cold": Supervisor(store), "warm": Supervisor(store, plain),
                         "spare": Supervisor(store, spares)}
                 for i in range(args.repeats):
-                    for how in ways[i % 3:] + ways[:i % 3]:
+                    for how in ways[i % len(ways):] + ways[:i % len(ways)]:
                         # the spare given away last is made again SPARE_AFTER_S later
                         time.sleep(SPARE_AFTER_S + 1.5)
-                        run_id, first, whole = first_step_s(session, sups[how], cfg)
+                        mode = how.partition("@")[2]
+                        if mode:            # the run's environment: launch() passes it on
+                            os.environ[CUDA_START_ENV] = {"off": "0"}.get(mode, mode)
+                        try:
+                            run_id, first, whole = first_step_s(
+                                session, sups[how.partition("@")[0]], cfg)
+                        finally:
+                            os.environ.pop(CUDA_START_ENV, None)
                         log = store.log_path(run_id).read_text()
-                        got = how if how != "spare" or SPARE_LINE in log else "no spare"
+                        got = how if not how.startswith("spare") or SPARE_LINE in log \
+                            else "no spare"
                         ids.append(run_id)
                         results[got].append((first, whole))
                         print(f"{got}: run {run_id}: first step after {first:.2f} s, "
                               f"{args.steps}-step run done after {whole:.2f} s", flush=True)
                         said = [x for x in log.splitlines() if SPARE_LINE in x]
+                        started = [x for x in log.splitlines() if "CUDA's context" in x
+                                   or "CUDA's start" in x]
+                        if started:
+                            print("   " + started[0].split(" ", 1)[1], flush=True)
                         if said:
                             print("   " + said[0].split("; ", 1)[1], flush=True)
                             on_cuda = on_cuda or "CUDA's driver started" in said[0]
@@ -115,15 +134,15 @@ def main() -> None:
         print(f"{how}: first step median {statistics.median(firsts):.2f} s "
               f"(min {min(firsts):.2f}, max {max(firsts):.2f}); whole run median "
               f"{statistics.median(wholes):.2f} s")
-    for how in ("warm", "spare"):
+    for how in ways[1:]:
         if results[how]:
             ratio = statistics.median(f for f, _ in results["cold"]) / \
                 statistics.median(f for f, _ in results[how])
             print(f"reference: cold start; {how} is {ratio:.1f}x sooner to the first step")
-    if on_cuda and results["spare"]:
-        spare = statistics.median(f for f, _ in results["spare"])
-        print(f"goal (CUDA, issue 34): the first step at most 0.5 s after Start: given the "
-              f"spare {spare:.2f} s -> {'MET' if spare <= 0.5 else 'NOT MET'}")
+    for how in (w for w in ways if w.startswith("spare") and results[w] and on_cuda):
+        spare = statistics.median(f for f, _ in results[how])
+        print(f"goal (CUDA, issue 34): the first step at most 0.5 s after Start: {how} "
+              f"{spare:.2f} s -> {'MET' if spare <= 0.5 else 'NOT MET'}")
     same = len(set(prints)) == 1 and len(prints[0]) > 1
     print(f"all {len(ids)} runs bit-identical (every fingerprint): {'yes' if same else 'NO'}")
 

@@ -20,8 +20,15 @@ reached the target when that evaluation did. `peer-warm` is the same after an un
 epoch in its process, as the notebook timed it (cuBLAS and cuDNN ready before its clock).
 
     python benchmarks/time_to_accuracy.py [--seeds 1 2 3 4 5] [--epochs 15] [--target 98]
-        [--presets peer peer-warm fastest-cpu amp path/to/config.toml] [--peer-epochs 3]
+        [--presets peer peer-warm fastest-cpu amp path/to/config.toml fastest-gpu@handles]
+        [--peer-epochs 3]
         [--timeline]
+
+A preset may end in `@off` or `@handles`: its runs get TUI_TRAINER_CUDA_START=0 (CUDA
+started in the run's own thread) or =handles (the context and the handles beside the setup,
+not the run's shapes); without, the engine's default (engine/cuda_start.py). Our runs are
+launched as the dashboard launches them: forked by the warm launcher, a run on CUDA handed
+its spare when one is ready.
 
 `--timeline` adds, under each run of ours, where its time went: when (seconds from its
 start) each logged step, evaluation, fingerprint and checkpoint was recorded, and the steps'
@@ -38,12 +45,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tui_trainer.core import config, contention
-from tui_trainer.core import figures
+from tui_trainer.core import figures, machine
 from tui_trainer.core.presets import resolve
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import WarmLauncher, launch, train_args
 
 PRESETS = ("baseline", "fastest-cpu", "amp", "fastest-gpu")
+CUDA_STARTS = {"off": "0", "handles": "handles"}     # PRESET@MODE: TUI_TRAINER_CUDA_START
 TARGET = 98.0
 GOAL_S = 20.0          # fastest-cpu: every seed at the target within this
 
@@ -60,6 +68,8 @@ class Result:
 
 def one(session: Path, store: SessionStore, warm: WarmLauncher, preset: str, seed: int,
         epochs: int, every: int) -> tuple[int, Result]:
+    preset, _, mode = preset.partition("@")
+    env = {"TUI_TRAINER_CUDA_START": CUDA_STARTS[mode]} if mode else None
     own = config.load(resolve(preset))
     # --epochs caps a preset's epochs; one whose schedule spans its epochs (onecycle,
     # cosine) keeps its own when they are fewer: they are its schedule's length
@@ -70,7 +80,8 @@ def one(session: Path, store: SessionStore, warm: WarmLauncher, preset: str, see
     run_id = store.create_run(cfg.to_dict(), name=f"{Path(preset).stem} seed {seed}")
     before = contention.snapshot()
     asked = time.time()             # Start: the process, its setup and CUDA's start follow
-    proc = launch(session, train_args(run_id), store.log_path(run_id), warm=warm)
+    proc = launch(session, train_args(run_id), store.log_path(run_id), warm=warm, env=env,
+                  spare=machine.cuda_device(cfg.to_dict()))
 
     def hit() -> dict | None:
         return next((e for e in store.evals(run_id) if e["accuracy"] is not None
@@ -151,6 +162,9 @@ def main() -> None:
                     help="under each run of ours, where its time went")
     args = ap.parse_args()
     TARGET = args.target
+    for p in args.presets:
+        if "@" in p and p.partition("@")[2] not in CUDA_STARTS:
+            ap.error(f"--presets: {p}: what follows @ must be one of {', '.join(CUDA_STARTS)}")
     warm = WarmLauncher()
     warm.start()
     warm.wait_ready(120)
