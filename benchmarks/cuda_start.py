@@ -126,8 +126,8 @@ def child(how: str, device: str, session: Path, name: str, word: int, go: int) -
                 stage(s, device)
                 timed[s] = time.perf_counter() - t
         if how in ("spare-alone", "spare-handles"):
-            from tui_trainer.engine.cuda_start import CUDA_START_ENV
-            os.environ[CUDA_START_ENV] = "0" if how == "spare-alone" else "handles"
+            from tui_trainer.core.machine import CUDA_START_ENV, CUDA_STARTS
+            os.environ[CUDA_START_ENV] = CUDA_STARTS["off" if how == "spare-alone" else "handles"]
         os.write(word, (json.dumps(timed) + "\n").encode())
         from tui_trainer.core import config
         from tui_trainer.engine.train import run_training

@@ -35,7 +35,7 @@ from pathlib import Path
 from tui_trainer.core import config
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import SPARE_LINE, Supervisor, WarmLauncher
-from tui_trainer.engine.cuda_start import CUDA_START_ENV
+from tui_trainer.core.machine import CUDA_START_ENV, CUDA_STARTS
 from tui_trainer.warm import SPARE_AFTER_S, SPARE_ENV
 
 
@@ -78,7 +78,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--cuda-start", nargs="*", default=[], choices=["handles", "off"],
+    ap.add_argument("--cuda-start", nargs="*", default=[], choices=list(CUDA_STARTS),
                     help="also spare runs with TUI_TRAINER_CUDA_START=handles or =0")
     args = ap.parse_args()
     cfg = config.DEFAULTS.replace(dataset="mnist-sample", max_steps=args.steps, log_every=1,
@@ -100,7 +100,7 @@ def main() -> None:
                         time.sleep(SPARE_AFTER_S + 1.5)
                         mode = how.partition("@")[2]
                         if mode:            # the run's environment: launch() passes it on
-                            os.environ[CUDA_START_ENV] = {"off": "0"}.get(mode, mode)
+                            os.environ[CUDA_START_ENV] = CUDA_STARTS[mode]
                         try:
                             run_id, first, whole = first_step_s(
                                 session, sups[how.partition("@")[0]], cfg)

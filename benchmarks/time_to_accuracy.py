@@ -49,9 +49,9 @@ from tui_trainer.core import figures, machine
 from tui_trainer.core.presets import resolve
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import WarmLauncher, launch, train_args
+from tui_trainer.core.machine import CUDA_START_ENV, CUDA_STARTS
 
 PRESETS = ("baseline", "fastest-cpu", "amp", "fastest-gpu")
-CUDA_STARTS = {"off": "0", "handles": "handles"}     # PRESET@MODE: TUI_TRAINER_CUDA_START
 TARGET = 98.0
 GOAL_S = 20.0          # fastest-cpu: every seed at the target within this
 
@@ -69,7 +69,7 @@ class Result:
 def one(session: Path, store: SessionStore, warm: WarmLauncher, preset: str, seed: int,
         epochs: int, every: int) -> tuple[int, Result]:
     preset, _, mode = preset.partition("@")
-    env = {"TUI_TRAINER_CUDA_START": CUDA_STARTS[mode]} if mode else None
+    env = {CUDA_START_ENV: CUDA_STARTS[mode]} if mode else None
     own = config.load(resolve(preset))
     # --epochs caps a preset's epochs; one whose schedule spans its epochs (onecycle,
     # cosine) keeps its own when they are fewer: they are its schedule's length

@@ -63,7 +63,7 @@ SPARE_LOSSES = 3        # spares that end before they are given a run: after tha
 # What CUDA's start reads from the environment (the driver: CUDA_VISIBLE_DEVICES and the
 # like; torch: its allocator's settings; the loader: the libraries). A spare started CUDA
 # under the launcher's; a request whose environment differs in any of these gets a new fork.
-CUDA_START_ENV = ("CUDA_", "NVIDIA_", "PYTORCH_CUDA_", "PYTORCH_NVML_", "PYTORCH_NO_CUDA_",
+CUDA_READS = ("CUDA_", "NVIDIA_", "PYTORCH_CUDA_", "PYTORCH_NVML_", "PYTORCH_NO_CUDA_",
                   "LD_LIBRARY_PATH", "LD_PRELOAD")
 
 
@@ -98,8 +98,8 @@ def settle() -> None:
     gc.freeze()
 
 
-def cuda_start_env(env: dict[str, str] | os._Environ) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(CUDA_START_ENV)}
+def cuda_reads(env: dict[str, str] | os._Environ) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(CUDA_READS)}
 
 
 def spare_mode() -> tuple[str | None, str | None]:
@@ -342,7 +342,7 @@ class Launcher:
         device = request.get("spare")
         return self.spare is not None and device is not None and \
             (self.spare_mode != "context" or device in FIRST_DEVICE) and \
-            cuda_start_env(request["env"]) == cuda_start_env(os.environ)
+            cuda_reads(request["env"]) == cuda_reads(os.environ)
 
     def _give(self, request: dict[str, Any], fds: list[int]) -> int | None:
         """Hands a request to the spare; its pid, or None when it is gone (then the request

@@ -81,6 +81,13 @@ def device_type(spec: str, m: Machine) -> str:
     return spec
 
 
+# How a CUDA run starts CUDA beside its setup (engine/cuda_start.py): unset, the handles and
+# the run's kernels; "handles", the handles only; "0", none of it. By name, as the
+# benchmarks take them (`@handles`, `@off`): the variable's value for each.
+CUDA_START_ENV = "TUI_TRAINER_CUDA_START"
+CUDA_STARTS = {"handles": "handles", "off": "0"}
+
+
 def cuda_device(config: dict[str, Any]) -> str | None:
     """The device setting of a run that starts CUDA in its own process where the machine has
     a CUDA device ("auto", "cuda" or "cuda:N"), or None: a run of another device, or of

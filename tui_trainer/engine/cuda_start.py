@@ -37,9 +37,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.config import RunConfig
+from ..core.machine import CUDA_START_ENV
 from .models import MODELS
 
-CUDA_START_ENV = "TUI_TRAINER_CUDA_START"    # "0": none; "handles": not the run's shapes
 CUDA_START_WAIT_S = 60.0
 # The shapes' tensors live beside the run's while it sets up: below this much free device
 # memory they are left out (a net of this project's at its largest batches needs far less).
