@@ -323,6 +323,35 @@ def test_stale_launcher_folders_are_swept(tmp_path):
     assert live.exists() and young.exists() and not stale.exists()
 
 
+def test_the_last_launcher_to_close_leaves_nothing_in_the_temporary_directory(
+        tmp_path, monkeypatch):
+    """Without XDG_RUNTIME_DIR the launchers' folder is made in the temporary directory; it
+    stays while a launcher has its folder there and goes with the last one."""
+    import tempfile
+
+    from tui_trainer.core import trust
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    first, second = WarmLauncher(), WarmLauncher()
+    try:
+        first.start()
+        second.start()
+        base = trust.runtime_base()
+        assert base.parent == tmp_path and len(list(base.iterdir())) == 2
+        first.close()
+        assert [p.name for p in base.iterdir()] == [second.path.parent.name]
+        second.close()
+        assert list(tmp_path.iterdir()) == []
+        again = WarmLauncher()                  # the next one makes it again
+        again.start()
+        assert again.path.parent.parent == base and base.is_dir()
+        again.close()
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        first.close()
+        second.close()
+
+
 def test_warm_refuses_a_path_where_something_is(tmp_path):
     import subprocess
     import sys

@@ -402,12 +402,18 @@ class WarmLauncher:
         killed dashboard) are swept first. Runs start cold when that folder is not ours."""
         if self._proc is not None or self._attached is not None:
             return
-        try:
-            base = trust.runtime_base()
-        except trust.Untrusted:
+        for _ in range(3):
+            try:
+                base = trust.runtime_base()
+                trust.sweep_stale(base)
+                self._dir = Path(tempfile.mkdtemp(prefix=trust.WARM_PREFIX, dir=base))  # 0700
+                break
+            except trust.Untrusted:
+                return
+            except FileNotFoundError:   # another launcher's close just removed it (empty)
+                continue
+        else:
             return
-        trust.sweep_stale(base)
-        self._dir = Path(tempfile.mkdtemp(prefix=trust.WARM_PREFIX, dir=base))   # 0700
         nice = [shutil.which("nice") or "", "-n", str(NICENESS)] if shutil.which("nice") else []
         # numpy's OpenBLAS starts a thread pool when imported: one thread here keeps the
         # launcher single-threaded, so that it can fork (training does not use numpy's BLAS;
@@ -488,6 +494,12 @@ class WarmLauncher:
         self._proc = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
+            # The runtime folder goes too when no other launcher has a folder in it: nothing
+            # is left in the temporary directory (a start that loses the race makes it again).
+            try:
+                self._dir.parent.rmdir()
+            except OSError:
+                pass
             self._dir = None
 
 
