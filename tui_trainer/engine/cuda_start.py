@@ -150,12 +150,11 @@ class CudaStart:
         except Exception:  # noqa: BLE001 - the run's own first use of CUDA says it
             pass
 
-    def join(self) -> float | None:
-        """Waits (at most CUDA_START_WAIT_S) for the thread: the seconds CUDA's start took
-        beside the setup, or None (not made this way, failed, or still going). What its
-        tensors left in the allocator's cache goes back to the device, and so do the cuBLAS
-        workspaces after the shapes (their stream had one of its own): the run's memory
-        figures are those of a run that started CUDA itself."""
+    def join(self) -> None:
+        """Waits (at most CUDA_START_WAIT_S) for the thread (`said()` then tells what it did
+        and how long it took). What its tensors left in the allocator's cache goes back to
+        the device, and so do the cuBLAS workspaces after the shapes (their stream had one of
+        its own): the run's memory figures are those of a run that started CUDA itself."""
         if self.thread is not None:
             self.thread.join(CUDA_START_WAIT_S)
             self.late = self.thread.is_alive()
@@ -163,7 +162,6 @@ class CudaStart:
                 if self._side:
                     torch._C._cuda_clearCublasWorkspaces()
                 torch.cuda.empty_cache()
-        return self.seconds
 
     def said(self) -> str | None:
         """The run log's line about it, or None."""
