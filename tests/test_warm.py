@@ -352,6 +352,34 @@ def test_the_last_launcher_to_close_leaves_nothing_in_the_temporary_directory(
         second.close()
 
 
+def test_a_launcher_whose_owner_is_killed_leaves_nothing_in_the_temporary_directory():
+    """A dashboard killed (SIGKILL: it closes nothing): its launcher ends with it and
+    removes its socket, its folder and, the last one there, the runtime folder."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    tmp = Path(tempfile.mkdtemp(prefix="ttk-"))     # short: a socket's path has ~100 bytes
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    env["TMPDIR"] = str(tmp)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", "import time\nfrom tui_trainer.core.supervisor import "
+         "WarmLauncher\nw = WarmLauncher()\nw.start()\nprint(w.path, flush=True)\n"
+         "print(w.wait_ready(120), flush=True)\ntime.sleep(600)"],
+        stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        sock = Path(owner.stdout.readline().strip())
+        assert sock.parent.parent.parent == tmp, sock
+        assert owner.stdout.readline().strip() == "True" and sock.exists()
+        owner.kill()
+        owner.wait(30)
+        assert wait_until(lambda: not any(tmp.iterdir()), timeout=30), list(tmp.rglob("*"))
+    finally:
+        owner.kill()
+        owner.wait(30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def test_warm_refuses_a_path_where_something_is(tmp_path):
     import subprocess
     import sys

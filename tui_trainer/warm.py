@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.supervisor import SPARE_LINE, WARM_LINE
-from .core.trust import Untrusted, check_peer
+from .core.trust import Untrusted, check_peer, leave_base
 
 MAX_REQUEST = 1 << 20
 MAX_PENDING = 32        # connections whose request is not read yet
@@ -199,7 +199,7 @@ def _leave(target: Path) -> None:
     """Ends the launcher, its socket and its folder removed: the dashboard (or study) that
     made the folder may have died without closing it (a terminal closed: SIGHUP), and
     nothing is left behind in /tmp. Only the launcher's own files go; rmdir removes the
-    folder only when nothing else is in it."""
+    folder, and then the runtime folder that holds it, only when nothing else is in it."""
     for name in (target.name, target.name + ".binding", "launcher.log", "owner.pid"):
         try:
             (target.parent / name).unlink()
@@ -209,6 +209,7 @@ def _leave(target: Path) -> None:
         target.parent.rmdir()
     except OSError:
         pass
+    leave_base(target.parent)
     os._exit(0)
 
 

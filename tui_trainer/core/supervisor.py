@@ -494,12 +494,7 @@ class WarmLauncher:
         self._proc = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
-            # The runtime folder goes too when no other launcher has a folder in it: nothing
-            # is left in the temporary directory (a start that loses the race makes it again).
-            try:
-                self._dir.parent.rmdir()
-            except OSError:
-                pass
+            trust.leave_base(self._dir)     # and theirs, when no other launcher has one there
             self._dir = None
 
 

@@ -54,6 +54,20 @@ def runtime_base() -> Path:
     return run
 
 
+def leave_base(launcher_dir: Path) -> None:
+    """Removes the runtime folder that holds `launcher_dir` (a launcher's own folder, gone by
+    now) when nothing else is in it, so that nothing stays in the temporary directory; a
+    launcher that starts meanwhile makes it again. Only a folder named as runtime_base names
+    it is removed."""
+    base = launcher_dir.parent
+    if launcher_dir.name.startswith(WARM_PREFIX) and \
+            base.name in (APP, f"{APP}-{os.getuid()}"):
+        try:
+            base.rmdir()
+        except OSError:
+            pass
+
+
 def check_private_dir(folder: Path) -> None:
     st = os.lstat(folder)
     if not stat.S_ISDIR(st.st_mode):
