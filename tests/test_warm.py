@@ -363,10 +363,10 @@ def test_a_launcher_whose_owner_is_killed_leaves_nothing_in_the_temporary_direct
     env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
     env["TMPDIR"] = str(tmp)
     owner = subprocess.Popen(
-        [sys.executable, "-c", "import time\nfrom tui_trainer.core.supervisor import "
+        [sys.executable, "-c", "import sys\nfrom tui_trainer.core.supervisor import "
          "WarmLauncher\nw = WarmLauncher()\nw.start()\nprint(w.path, flush=True)\n"
-         "print(w.wait_ready(120), flush=True)\ntime.sleep(600)"],
-        stdout=subprocess.PIPE, text=True, env=env)
+         "print(w.wait_ready(120), flush=True)\nsys.stdin.read()"],   # until killed
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     try:
         sock = Path(owner.stdout.readline().strip())
         assert sock.parent.parent.parent == tmp, sock
