@@ -161,6 +161,17 @@ def _launchers(under: str) -> set[int]:
 
 # --- what the launcher and its clients trust (issue 19) -------------------------------------
 
+@pytest.fixture
+def short_tmp():
+    """A folder with a short path (a socket's path has at most 107 bytes; pytest's tmp_path
+    under a long TMPDIR, as on the device machine's round, is longer), removed after."""
+    import shutil
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="tts-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def _fake_launcher(folder: Path, answer) -> tuple[Path, list]:
     """A socket that answers every request with `answer` (a launcher that is not ours, or
     lies); returns its path and what it received."""
@@ -196,19 +207,19 @@ def _spawn_into(launcher: WarmLauncher, log: Path):
 
 @pytest.mark.parametrize("answer", [{"pid": 1}, {"pid": "12"}, {"pid": True}, [], b"\xff",
                                     {"pid": os.getpid()}, {"error": "no"}])
-def test_a_launcher_answer_is_believed_only_for_its_own_child(tmp_path, answer):
+def test_a_launcher_answer_is_believed_only_for_its_own_child(tmp_path, short_tmp, answer):
     """A pid that is not the launcher's child (pid 1, this test, nonsense) is never
     recorded, waited on or signalled: the run starts cold and its log says why."""
-    path, got = _fake_launcher(tmp_path / "run", answer)
+    path, got = _fake_launcher(short_tmp / "run", answer)
     log = tmp_path / "run.log"
     assert _spawn_into(WarmLauncher(str(path)), log) is None
     assert len(got) == 1 and "not used" in log.read_text()
     assert WARM_LINE not in log.read_text()
 
 
-def test_nothing_is_sent_to_a_socket_in_a_folder_open_to_others(tmp_path):
-    path, got = _fake_launcher(tmp_path / "open", {"pid": 1})
-    (tmp_path / "open").chmod(0o755)
+def test_nothing_is_sent_to_a_socket_in_a_folder_open_to_others(tmp_path, short_tmp):
+    path, got = _fake_launcher(short_tmp / "open", {"pid": 1})
+    (short_tmp / "open").chmod(0o755)
     log = tmp_path / "run.log"
     assert _spawn_into(WarmLauncher(str(path)), log) is None
     assert got == [] and "open to other users" in log.read_text()
@@ -324,12 +335,13 @@ def test_stale_launcher_folders_are_swept(tmp_path):
 
 
 def test_the_last_launcher_to_close_leaves_nothing_in_the_temporary_directory(
-        tmp_path, monkeypatch):
+        short_tmp, monkeypatch):
     """Without XDG_RUNTIME_DIR the launchers' folder is made in the temporary directory; it
     stays while a launcher has its folder there and goes with the last one."""
     import tempfile
 
     from tui_trainer.core import trust
+    tmp_path = short_tmp
     monkeypatch.delenv("XDG_RUNTIME_DIR")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     first, second = WarmLauncher(), WarmLauncher()
@@ -350,6 +362,32 @@ def test_the_last_launcher_to_close_leaves_nothing_in_the_temporary_directory(
     finally:
         first.close()
         second.close()
+
+
+def test_a_temporary_directory_too_long_for_a_socket_starts_no_launcher(tmp_path,
+                                                                         monkeypatch):
+    """A TMPDIR whose launcher socket would pass AF_UNIX's 107 bytes: no launcher is
+    started (it could never bind, and was waited for in vain), nothing is left there, and
+    a run starts cold."""
+    import tempfile
+
+    from tui_trainer.core import trust
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    assert len(os.fsencode(deep / "tui-trainer-0/warm-12345678/launcher.sock.binding")) \
+        > trust.SOCKET_PATH_MAX
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    launcher = WarmLauncher()
+    try:
+        launcher.start()
+        t0 = time.monotonic()
+        assert not launcher.wait_ready(30) and time.monotonic() - t0 < 1.0
+        assert launcher._proc is None and list(deep.iterdir()) == []
+    finally:
+        launcher.close()
+    log = tmp_path / "run.log"
+    assert _spawn_into(launcher, log) is None       # the caller starts the run cold
 
 
 def test_a_launcher_whose_owner_is_killed_leaves_nothing_in_the_temporary_directory():

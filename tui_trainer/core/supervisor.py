@@ -414,6 +414,11 @@ class WarmLauncher:
                 continue
         else:
             return
+        # AF_UNIX takes a path of at most 107 bytes (a long TMPDIR makes a longer one): a
+        # launcher that could never bind its socket is not started at all
+        if len(os.fsencode(self._dir / "launcher.sock.binding")) > trust.SOCKET_PATH_MAX:
+            self.close()
+            return
         nice = [shutil.which("nice") or "", "-n", str(NICENESS)] if shutil.which("nice") else []
         # numpy's OpenBLAS starts a thread pool when imported: one thread here keeps the
         # launcher single-threaded, so that it can fork (training does not use numpy's BLAS;

@@ -31,6 +31,7 @@ from .text import shown
 WARM_PREFIX = "warm-"
 LEGACY_PREFIX = "tui-trainer-warm-"     # folders of launchers before they moved here
 STALE_S = 120.0     # a launcher folder with no live owner is swept after this long
+SOCKET_PATH_MAX = 107     # sun_path's 108 bytes, less the NUL that ends the path
 
 
 class Untrusted(Exception):
