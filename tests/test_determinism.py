@@ -272,3 +272,24 @@ def test_warming_the_runs_shapes_draws_no_random_number_beside_the_setup(knobs):
     torch.manual_seed(7)
     assert beside == [param_fingerprint(build_model(cfg.model)) for _ in range(5)]
     assert beside[0] == alone
+
+
+@pytest.mark.parametrize("value", ["", "0", "yes", "\x1b[31mred"])
+def test_cuda_is_started_by_the_run_unless_a_thread_is_asked_for(monkeypatch, value):
+    """TUI_TRAINER_CUDA_START unset, 0 or unknown: no thread (the run starts CUDA in its own
+    thread, as it reaches it); an unknown value is named in the run's log with what is
+    allowed, shown as text. Nothing of CUDA is touched to decide it (any device)."""
+    import torch
+    from tui_trainer.core.config import DEFAULTS
+    from tui_trainer.engine.cuda_start import CudaStart
+    from tui_trainer.engine.train import make_optimizer
+    monkeypatch.setenv("TUI_TRAINER_CUDA_START", value)
+    start = CudaStart(torch.device("cuda"), DEFAULTS, 1, make_optimizer)
+    assert start.thread is None
+    start.join()
+    said = start.said()
+    if value in ("", "0"):
+        assert said is None
+    else:
+        assert said.startswith("TUI_TRAINER_CUDA_START=") and "\x1b" not in said
+        assert "is not one of shapes, handles, 0" in said

@@ -307,9 +307,9 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
 
 
 def test_cuda_started_beside_the_setup_changes_no_bit_and_no_memory_figure(tmp_path):
-    """CUDA's start in a thread beside the run's setup (engine/cuda_start.py) as it comes
-    (the handles and the run's shapes), with the handles only, and not at all
-    (TUI_TRAINER_CUDA_START=0, the run starts CUDA in its own thread): the same bits at
+    """CUDA's start in a thread beside the run's setup (engine/cuda_start.py) with the
+    handles and the run's shapes (TUI_TRAINER_CUDA_START=shapes), with the handles only,
+    and as it comes (unset: the run starts CUDA in its own thread): the same bits at
     every fingerprint (the default net draws dropout masks from the device's generator), the
     same allocated, reserved and peak memory at every log point; the run's log says which
     it did."""
@@ -318,11 +318,12 @@ def test_cuda_started_beside_the_setup_changes_no_bit_and_no_memory_figure(tmp_p
     import sys
     args = ["run", "--session", str(tmp_path), *sets(*CUDA, "max_steps=20",
                                                      "fingerprint_every=5")]
-    modes = ("1", "handles", "0")
+    modes = ("shapes", "handles", None)
     for value in modes:
+        env = {k: v for k, v in os.environ.items() if k != "TUI_TRAINER_CUDA_START"}
         p = subprocess.run([sys.executable, "-m", "tui_trainer", *args], capture_output=True,
                            text=True, timeout=300,
-                           env={**os.environ, "TUI_TRAINER_CUDA_START": value})
+                           env={**env, **({"TUI_TRAINER_CUDA_START": value} if value else {})})
         assert p.returncode == 0, p.stderr
     runs = range(1, len(modes) + 1)
     prints = [fingerprints(tmp_path, run) for run in runs]

@@ -81,11 +81,13 @@ def device_type(spec: str, m: Machine) -> str:
     return spec
 
 
-# How a CUDA run starts CUDA beside its setup (engine/cuda_start.py): unset, the handles and
-# the run's kernels; "handles", the handles only; "0", none of it. By name, as the
-# benchmarks take them (`@handles`, `@off`): the variable's value for each.
+# How a CUDA run starts CUDA (engine/cuda_start.py): unset or "0", in the run's own thread
+# as its setup and first steps reach it (the default: measured sooner from Start than
+# either thread on an H200); "shapes", the context, the handles and the run's kernels in a
+# thread beside its setup; "handles", the context and handles only. By name, as the
+# benchmarks take them (`@shapes`, `@handles`, `@off`): the variable's value for each.
 CUDA_START_ENV = "TUI_TRAINER_CUDA_START"
-CUDA_STARTS = {"handles": "handles", "off": "0"}
+CUDA_STARTS = {"shapes": "shapes", "handles": "handles", "off": "0"}
 
 
 def cuda_device(config: dict[str, Any]) -> str | None:

@@ -1,18 +1,26 @@
-"""CUDA's start, beside a run's setup.
+"""CUDA's start, beside a run's setup: asked for, not the default.
 
 A run's first use of CUDA pays for more than its computation: the context, cuBLAS's and
 cuDNN's handles, and each kernel's first load (CUDA loads a kernel module when it is first
 launched), cuDNN's choice of an engine for each new shape, the fused optimizer's kernels. On
 an H100 that was 0.45 s of a 0.65 s race to 98% (the first 20 steps; the later epochs took
-0.05 s each). `CudaStart` does that work in a thread while the run's own thread loads the
+0.05 s each). `CudaStart` can do that work in a thread while the run's own thread loads the
 data and builds the model, and the run joins it before it starts training:
 
-- `handles`: the context, cuBLAS's handle (a matmul of constants) and cuDNN's (a
-  convolution of constants, forward and backward);
-- then, unless `TUI_TRAINER_CUDA_START=handles`: the run's own shapes (`warm_shapes`): one
+- `TUI_TRAINER_CUDA_START=handles`: the context, cuBLAS's handle (a matmul of constants)
+  and cuDNN's (a convolution of constants, forward and backward);
+- `TUI_TRAINER_CUDA_START=shapes`: those, then the run's own shapes (`warm_shapes`): one
   training step (forward, loss, backward, gradient norm, the run's optimizer) and one
   evaluation batch, on a net of the run's architecture whose weights are constants, with
   the run's batch sizes, autocast and memory format, on a stream of its own.
+
+Unset (or `0`), the run starts CUDA in its own thread as its setup and first steps reach
+it. That is the default because it came first from Start on an H200 (docs/benchmarks.md,
+2026-11-26: the first step 0.57 s after Start against 0.65 s with the handles' thread and
+0.66 s with the shapes'; 98% 0.82 s after Start against 0.94 and 0.89 s): the thread moves
+CUDA's start before the training's clock, but the setup it overlaps is short, and its own
+kernels (the handles' matmul and convolution, the shapes' step of constants) are more to
+load than the run would have loaded.
 
 Neither draws a random number: the net is built on the meta device (no initialisation runs)
 and kept in eval mode (dropout draws nothing there), so no generator the run draws from is
@@ -20,8 +28,7 @@ touched, whenever the thread runs (the kernels of dropout and of BatchNorm's tra
 still load at the run's first step). Neither leaves memory the run did not make: the shapes'
 blocks are on their own stream (the caching allocator gives them to nothing else) and go
 back to the device at the join, with the cuBLAS workspaces (the run's first matmul makes its
-own, as it would have). `TUI_TRAINER_CUDA_START=0` turns it off: the run starts CUDA in its
-own thread.
+own, as it would have).
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.config import RunConfig
-from ..core.machine import CUDA_START_ENV
+from ..core.machine import CUDA_START_ENV, CUDA_STARTS
+from ..core.text import shown
 from .models import MODELS
 
 CUDA_START_WAIT_S = 60.0
@@ -114,11 +122,12 @@ class CudaStart:
         self.late = False            # still going when the run stopped waiting for it
         self.handles_s: float | None = None     # the context and the handles, of `seconds`
         self._side = False           # the shapes' stream was made
-        mode = os.environ.get(CUDA_START_ENV, "1")
-        if mode == "0":
+        mode = os.environ.get(CUDA_START_ENV, "") or "0"
+        self.unknown = mode if mode not in CUDA_STARTS.values() else None
+        if mode not in ("shapes", "handles"):
             return
         # torch.compile makes kernels of its own, in the run's thread
-        self._shapes = mode != "handles" and cfg.compile == "off"
+        self._shapes = mode == "shapes" and cfg.compile == "off"
         self._cfg, self._world, self._make_optimizer = cfg, world, make_optimizer
         self._t0 = time.perf_counter()
         self.thread = threading.Thread(target=self._run, name="cuda-start", daemon=True)
@@ -165,6 +174,9 @@ class CudaStart:
 
     def said(self) -> str | None:
         """The run log's line about it, or None."""
+        if self.unknown is not None:
+            return (f"{CUDA_START_ENV}={shown(self.unknown, 40)} is not one of "
+                    f"{', '.join(CUDA_STARTS.values())}: the run starts CUDA in its own thread")
         if self.late:
             return (f"CUDA's start beside the setup had not ended after {CUDA_START_WAIT_S:.0f} "
                     "s: the run goes on, its thread beside it")
