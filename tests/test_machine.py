@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import tt
+from conftest import QUICK, sets, tt
 from tui_trainer.core import machine
 
 CPU = machine.Machine(torch="2.x", cuda=False)
@@ -96,3 +96,22 @@ def test_the_machine_command_checks_a_config(tmp_path):
     assert json.loads(r.out)["problem"] is None
     r = tt("machine", "--set", "amp=fp16", "--set", "device=cpu")
     assert r.rc == 2 and "amp: fp16 needs a CUDA device" in r.err
+
+
+def test_a_run_on_the_cpu_never_asks_cuda(tmp_path):
+    """device = cpu: the run, its checks and its setup never ask torch about CUDA (asking
+    starts CUDA's driver: time, and a socket to its daemon, in a run that does not use it).
+    A tripwire on torch's two questions, in a real run of a few steps (any machine)."""
+    import subprocess
+    import sys
+    code = ("import sys, torch\n"
+            "def asked(*a, **k):\n"
+            "    raise SystemExit('a run on the CPU asked torch about CUDA')\n"
+            "torch.cuda.is_available = torch.cuda.device_count = asked\n"
+            "from tui_trainer.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    p = subprocess.run([sys.executable, "-c", code, "run", "--session", str(tmp_path),
+                        *sets(*QUICK, "device=cpu", "max_steps=4")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "asked torch about CUDA" not in p.stderr

@@ -251,10 +251,11 @@ def test_silent_and_bad_clients_neither_block_nor_leak(tmp_path, warm):
     """A client that connects and says nothing blocks no one; 40 bad requests with
     descriptors leave no descriptor open; a forked run holds none of the launcher's. A
     claim about the launcher, checked with a run on the CPU, which opens no socket or epoll
-    of its own: on CUDA the driver may open some while it starts (the likeliest source of
-    the one socket an H100 run held, once, among 14 test processes: the launcher's are
-    closed before the run says it was forked), and those cannot be told from the
-    launcher's by name."""
+    of its own: CUDA's driver opens one while it starts (a socket to its daemon), which
+    cannot be told from the launcher's by name. A CPU run does not start the driver (the
+    H200's round of 2026-11-26 caught one holding that socket: it asked torch whether
+    there was CUDA, which starts the driver; engine.knobs.machine_facts no longer asks for
+    a run on the CPU)."""
     import socket
     launcher = warm._proc.pid
     silent = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -186,8 +186,7 @@ def preflight(cfg: config.RunConfig) -> None:
     from .engine.knobs import check_device_knobs, machine_facts, resolve_device
     device = resolve_device(cfg)
     check_device_knobs(cfg, device)
-    gpus = machine_facts().cuda_devices
-    if device.type == "cuda" and cfg.nproc > gpus:
+    if device.type == "cuda" and cfg.nproc > (gpus := machine_facts().cuda_devices):
         raise ConfigError("nproc", f"is {cfg.nproc}, but this machine has {gpus} CUDA "
                           "device(s) and each process takes one; lower nproc or use "
                           "device = cpu")

@@ -315,7 +315,7 @@ def device_refusal(config: dict[str, Any]) -> str | None:
         cfg = from_dict(config)
     except ConfigError as e:
         return f"{e.key}: {e.reason}"
-    found = machine.problem(cfg.to_dict(), machine_facts())
+    found = machine.problem(cfg.to_dict(), machine_facts(cfg.device))
     return None if found is None else str(found)
 
 

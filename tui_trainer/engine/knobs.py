@@ -28,9 +28,13 @@ from ..core.machine import Machine
 CUBLAS_DETERMINISTIC = ":4096:8"
 
 
-def machine_facts() -> Machine:
-    """What torch sees here; the rules that use it are in core.machine."""
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+def machine_facts(device: str = "auto") -> Machine:
+    """What torch sees here, for a run whose device setting is `device`; the rules that use
+    it are in core.machine. A run on the CPU (or an Apple GPU) is not asked about CUDA:
+    asking starts CUDA's driver (cuInit: 0.13 s on an H100, and a connection to its
+    persistence daemon's socket), which that run never uses; its facts say no CUDA."""
+    asks = device not in ("cpu", "mps")
+    n = torch.cuda.device_count() if asks and torch.cuda.is_available() else 0
     return Machine(torch=torch.__version__, cuda=n > 0, cuda_devices=n,
                    cuda_names=tuple(torch.cuda.get_device_name(i) for i in range(n)),
                    mps=torch.backends.mps.is_available())
@@ -39,7 +43,7 @@ def machine_facts() -> Machine:
 def resolve_device(cfg: RunConfig) -> torch.device:
     """The torch device of cfg.device; a device this machine lacks is a ConfigError."""
     try:
-        return torch.device(machine.device_type(cfg.device, machine_facts()))
+        return torch.device(machine.device_type(cfg.device, machine_facts(cfg.device)))
     except machine.Problem as p:
         raise ConfigError(p.key, p.reason) from None
 
@@ -155,7 +159,9 @@ def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any
         "numpy": np.__version__,
         "python": platform.python_version(),
         "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        # cuDNN's version where it can run (asking it on the CPU would start CUDA's driver)
+        "cudnn": torch.backends.cudnn.version()
+        if cuda and torch.backends.cudnn.is_available() else None,
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
         "platform": platform.platform(),
         "data": data,
