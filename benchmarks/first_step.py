@@ -21,6 +21,8 @@ none always goes first:
   memory while it waits: what a user who asks for it gets.
 Each run's log says whether it was given a spare (a `spare` run that was not is counted
 apart). Every run trains the same config (seed 1), so all their fingerprints must be equal.
+Each first step is also told in parts, from the session's own stamps: to the run's claim (the
+fork or process and the setup), step 0's fingerprint and checkpoint, the first step itself.
 Goals: warm under 1 s on this machine; on CUDA the first step at most 0.5 s (issue 34).
 
     python benchmarks/first_step.py [--repeats 5] [--steps 20] [--cuda-start shapes handles]
@@ -44,7 +46,12 @@ from tui_trainer.core.machine import CUDA_START_ENV, CUDA_STARTS
 from tui_trainer.warm import SPARE_AFTER_S, SPARE_ENV
 
 
-def first_step_s(session: Path, sup: Supervisor, cfg: dict) -> tuple[int, float, float]:
+def first_step_s(session: Path, sup: Supervisor, cfg: dict
+                 ) -> tuple[int, float, float, tuple[float, float, float] | None]:
+    """(run, first step, whole run, parts): the parts of the first step's time, from the
+    session's own stamps: to the run's claim (the fork or the process, its setup: data,
+    model, CUDA where the setup reaches it), then step 0's fingerprint and checkpoint, then
+    the first step itself."""
     t0 = time.time()
     run_id = sup.start(cfg)
     db = sqlite3.connect(session / "session.sqlite")
@@ -59,9 +66,14 @@ def first_step_s(session: Path, sup: Supervisor, cfg: dict) -> tuple[int, float,
                 in ("created", "running"):
             time.sleep(0.05)
         whole = time.time() - t0
+        claimed = db.execute("SELECT started FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+        step0 = db.execute("SELECT max(t) FROM fingerprints WHERE run_id = ? AND step = 0",
+                           (run_id,)).fetchone()[0]
     finally:
         db.close()
-    return run_id, first, whole
+    parts = None if claimed is None or step0 is None else \
+        (claimed - t0, step0 - claimed, first + t0 - step0)
+    return run_id, first, whole, parts
 
 
 def launcher(spares: str) -> WarmLauncher:
@@ -96,6 +108,7 @@ def main() -> None:
     ways = ("cold", "warm", "spare", *(f"spare@{m}" for m in args.cuda_start),
             *(["context"] if context else []))
     results: dict[str, list[tuple[float, float]]] = {how: [] for how in (*ways, "no spare")}
+    split: dict[str, list[tuple[float, float, float]]] = {how: [] for how in results}
     ids: list[int] = []
     on_cuda = False         # a spare's log says it started CUDA's driver
     try:
@@ -112,7 +125,7 @@ def main() -> None:
                         if mode:            # the run's environment: launch() passes it on
                             os.environ[CUDA_START_ENV] = CUDA_STARTS[mode]
                         try:
-                            run_id, first, whole = first_step_s(
+                            run_id, first, whole, parts = first_step_s(
                                 session, sups[how.partition("@")[0]], cfg)
                         finally:
                             os.environ.pop(CUDA_START_ENV, None)
@@ -121,8 +134,13 @@ def main() -> None:
                             else "no spare"
                         ids.append(run_id)
                         results[got].append((first, whole))
-                        print(f"{got}: run {run_id}: first step after {first:.2f} s, "
-                              f"{args.steps}-step run done after {whole:.2f} s", flush=True)
+                        if parts is not None:
+                            split[got].append(parts)
+                        print(f"{got}: run {run_id}: first step after {first:.2f} s"
+                              + (" (to the claim {:.2f}, step 0's records {:.2f}, the step "
+                                 "{:.2f})".format(*parts) if parts else "")
+                              + f", {args.steps}-step run done after {whole:.2f} s",
+                              flush=True)
                         said = [x for x in log.splitlines() if SPARE_LINE in x]
                         started = [x for x in log.splitlines() if "CUDA's context" in x
                                    or "CUDA's start" in x]
@@ -143,9 +161,13 @@ def main() -> None:
             continue
         firsts = [f for f, _ in rs]
         wholes = [w for _, w in rs]
+        parts = split[how]
         print(f"{how}: first step median {statistics.median(firsts):.2f} s "
-              f"(min {min(firsts):.2f}, max {max(firsts):.2f}); whole run median "
-              f"{statistics.median(wholes):.2f} s")
+              f"(min {min(firsts):.2f}, max {max(firsts):.2f}"
+              + ("; medians: to the claim {:.2f}, step 0's records {:.2f}, the step {:.2f}"
+                 .format(*(statistics.median(p[i] for p in parts) for i in range(3)))
+                 if parts else "")
+              + f"); whole run median {statistics.median(wholes):.2f} s")
     for how in ways[1:]:
         if results[how]:
             ratio = statistics.median(f for f, _ in results["cold"]) / \
