@@ -16,9 +16,10 @@ none always goes first:
   handles and loads the kernels of the run's shapes) or =handles (the context and handles
   only); plain `spare` is the engine's default (engine/cuda_start.py: the run starts CUDA
   in its own thread, `spare@off` the same asked for by name);
-- `context` (with `--spare-context`): given the spare of a launcher with
-  TUI_TRAINER_SPARE=context, which also made CUDA's context before Start and holds GPU
-  memory while it waits: what a user who asks for it gets.
+- `context`, `cudnn` (with `--spares context cudnn`): given the spare of a launcher with
+  TUI_TRAINER_SPARE=context (it also made CUDA's context before Start) or =cudnn (the
+  context and cuDNN's handles), which hold GPU memory while they wait: what a user who
+  asks for it gets.
 Each run's log says whether it was given a spare (a `spare` run that was not is counted
 apart). Every run trains the same config (seed 1), so all their fingerprints must be equal.
 Each first step is also told in parts, from the session's own stamps: to the run's claim (the
@@ -26,7 +27,7 @@ fork or process and the setup), step 0's fingerprint and checkpoint, the first s
 Goals: warm under 1 s on this machine; on CUDA the first step at most 0.5 s (issue 34).
 
     python benchmarks/first_step.py [--repeats 5] [--steps 20] [--cuda-start shapes handles]
-        [--spare-context]
+        [--spares context cudnn]
 """
 
 from __future__ import annotations
@@ -98,15 +99,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--cuda-start", nargs="*", default=[], choices=list(CUDA_STARTS),
                     help="also spare runs with TUI_TRAINER_CUDA_START=shapes, =handles or =0")
-    ap.add_argument("--spare-context", action="store_true",
-                    help="also runs given a spare that made CUDA's context before Start")
+    ap.add_argument("--spares", nargs="*", default=[], choices=["context", "cudnn"],
+                    help="also runs given a spare that made CUDA's context (and cuDNN's "
+                         "handles) before Start")
     args = ap.parse_args()
     cfg = config.DEFAULTS.replace(dataset="mnist-sample", max_steps=args.steps, log_every=1,
                                   fingerprint_every=5).to_dict()
     plain, spares = launcher("0"), launcher("driver")
-    context = launcher("context") if args.spare_context else None
-    ways = ("cold", "warm", "spare", *(f"spare@{m}" for m in args.cuda_start),
-            *(["context"] if context else []))
+    holding = {mode: launcher(mode) for mode in args.spares}
+    ways = ("cold", "warm", "spare", *(f"spare@{m}" for m in args.cuda_start), *holding)
     results: dict[str, list[tuple[float, float]]] = {how: [] for how in (*ways, "no spare")}
     split: dict[str, list[tuple[float, float, float]]] = {how: [] for how in results}
     ids: list[int] = []
@@ -116,7 +117,8 @@ def main() -> None:
             session = Path(tmp)
             with SessionStore(session) as store:
                 sups = {"cold": Supervisor(store), "warm": Supervisor(store, plain),
-                        "spare": Supervisor(store, spares), "context": Supervisor(store, context)}
+                        "spare": Supervisor(store, spares),
+                        **{mode: Supervisor(store, w) for mode, w in holding.items()}}
                 for i in range(args.repeats):
                     for how in ways[i % len(ways):] + ways[:i % len(ways)]:
                         # the spare given away last is made again SPARE_AFTER_S later
@@ -153,8 +155,8 @@ def main() -> None:
     finally:
         plain.close()
         spares.close()
-        if context is not None:
-            context.close()
+        for w in holding.values():
+            w.close()
     print()
     for how, rs in results.items():
         if not rs:
@@ -173,11 +175,11 @@ def main() -> None:
             ratio = statistics.median(f for f, _ in results["cold"]) / \
                 statistics.median(f for f, _ in results[how])
             print(f"reference: cold start; {how} is {ratio:.1f}x sooner to the first step")
-    for how in (w for w in ways if w.startswith(("spare", "context")) and results[w]
+    for how in (w for w in ways if w.startswith(("spare", *holding)) and results[w]
                 and on_cuda):
         spare = statistics.median(f for f, _ in results[how])
-        held = " (GPU memory held before Start, as TUI_TRAINER_SPARE=context asks)" \
-            if how == "context" else ""
+        held = f" (GPU memory held before Start, as TUI_TRAINER_SPARE={how} asks)" \
+            if how in holding else ""
         print(f"goal (CUDA, issue 34): the first step at most 0.5 s after Start: {how} "
               f"{spare:.2f} s{held} -> {'MET' if spare <= 0.5 else 'NOT MET'}")
     same = len(set(prints)) == 1 and len(prints[0]) > 1

@@ -254,9 +254,10 @@ import json, torch
 from tui_trainer import warm
 said = warm.start_cuda()
 before = warm._primary_contexts()
-held = warm.start_cuda(context=True)            # TUI_TRAINER_SPARE=context's spare
+held = warm.start_cuda(context=True, cudnn=CUDNN)   # TUI_TRAINER_SPARE=context's spare
 made = warm._primary_contexts()
-untouched = torch.cuda.memory_reserved() == 0 and torch.cuda.max_memory_allocated() == 0
+untouched = torch.cuda.memory_reserved() == 0 and torch.cuda.max_memory_allocated() == 0 \
+    and torch.cuda.max_memory_reserved() == 0 and torch.cuda.memory_allocated() == 0
 print(json.dumps({"said": said, "before": before, "held": held, "made": made,
                   "untouched": untouched}))
 """
@@ -275,13 +276,17 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
     from conftest import wait_until
     from test_warm import _children, _config
     from tui_trainer.core.supervisor import SPARE_LINE, WarmLauncher, launch, train_args
-    r = subprocess.run([sys.executable, "-c", CONTEXTS], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout)
-    assert got["before"] == 0 and "no CUDA context" in got["said"]
-    # the context spare's context, made without the allocator: the run's figures start at 0
-    assert got["made"] == 1 and got["untouched"] and "a CUDA context made" in got["held"]
+    for cudnn in (False, True):
+        r = subprocess.run([sys.executable, "-c", f"CUDNN = {cudnn}\n" + CONTEXTS],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        assert got["before"] == 0 and "no CUDA context" in got["said"]
+        # the context spare's context (made without the allocator), and the cudnn spare's
+        # handles (whose convolution's memory went back): the run's figures start at 0
+        assert got["made"] == 1 and got["untouched"], got
+        assert ("a CUDA context and cuDNN's handles made" if cudnn else "a CUDA context made") \
+            in got["held"]
     warm = WarmLauncher()
     warm.start()
     try:
@@ -304,6 +309,47 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
     finally:
         warm.close()
     assert wait_until(lambda: not os.path.exists(f"/proc/{spare}"))
+
+
+def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forked_one(
+        tmp_path, monkeypatch):
+    """TUI_TRAINER_SPARE=cudnn (asked for: the spare holds CUDA's context and cuDNN's
+    handles before Start): a run given it trains the bits of one forked at Start (the
+    default net draws dropout masks from the device's generator), with the same allocated,
+    reserved and peak memory at every log point, and its log says what the spare did."""
+    from conftest import wait_until
+    from test_warm import _children, _config
+    from tui_trainer.core.supervisor import SPARE_LINE, WarmLauncher, launch, train_args
+    monkeypatch.setenv("TUI_TRAINER_SPARE", "cudnn")
+    warm = WarmLauncher()
+    warm.start()
+    try:
+        assert warm.wait_ready(120)
+        assert wait_until(lambda: len(_children(warm._proc.pid)) == 1)
+        (spare,) = _children(warm._proc.pid)
+        # ready: its cuDNN is loaded (the handles follow in the same start_cuda)
+        assert wait_until(lambda: "libcudnn_engines" in open(f"/proc/{spare}/maps").read(),
+                          timeout=60)
+        with SessionStore(tmp_path) as store:
+            ids = []
+            for how in ("spare", "forked"):
+                cfg = _config(device="cuda", max_steps=20, fingerprint_every=5, log_every=2)
+                run_id = store.create_run(cfg, name=how)
+                proc = launch(tmp_path, train_args(run_id), store.log_path(run_id),
+                              warm=warm, spare="cuda" if how == "spare" else None)
+                assert (proc.pid == spare) == (how == "spare")
+                assert proc.wait(timeout=180) == 0
+                ids.append(run_id)
+            logs = [store.log_path(r).read_text() for r in ids]
+        assert SPARE_LINE in logs[0] and "cuDNN's handles made before Start" in logs[0]
+        assert SPARE_LINE not in logs[1]
+        prints = [fingerprints(tmp_path, r) for r in ids]
+        assert prints[0] == prints[1] and len(prints[0]) >= 4
+        memory = [db_rows(tmp_path, "SELECT step, cuda_alloc, cuda_reserved, cuda_peak FROM "
+                          f"steps WHERE run_id = {r} ORDER BY step") for r in ids]
+        assert memory[0] == memory[1] and memory[0], memory
+    finally:
+        warm.close()
 
 
 def test_cuda_started_beside_the_setup_changes_no_bit_and_no_memory_figure(tmp_path):

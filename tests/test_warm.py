@@ -723,7 +723,8 @@ def test_a_spare_that_cannot_start_cuda_cleanly_ends_and_runs_are_forked(tmp_pat
 
 @pytest.mark.parametrize("value, mode, wrong", [
     ("", "driver", False), ("driver", "driver", False), ("0", None, False),
-    ("context", "context", False), ("1", "driver", True), ("ctx\x1b[31m", "driver", True)])
+    ("context", "context", False), ("cudnn", "cudnn", False), ("1", "driver", True),
+    ("ctx\x1b[31m", "driver", True)])
 def test_the_spare_setting_is_read_and_a_wrong_value_named_in_one_line(monkeypatch, value,
                                                                          mode, wrong):
     from tui_trainer import warm
@@ -731,16 +732,18 @@ def test_the_spare_setting_is_read_and_a_wrong_value_named_in_one_line(monkeypat
     got, why = warm.spare_mode()
     assert got == mode and (why is not None) == wrong
     if wrong:
-        assert why.startswith("TUI_TRAINER_SPARE: ") and "0, driver, context" in why
+        assert why.startswith("TUI_TRAINER_SPARE: ") and "0, driver, context, cudnn" in why
         assert "\x1b" not in why and "\n" not in why
 
 
 def test_a_context_spare_takes_only_runs_on_the_first_device(tmp_path, monkeypatch):
-    """TUI_TRAINER_SPARE=context: the spare (which on CUDA holds the first visible device's
-    context while it waits) is given a run on that device (auto, cuda, cuda:0), never one
-    on another device, which is forked at Start. Holds on both devices."""
+    """TUI_TRAINER_SPARE=context or =cudnn: the spare (which on CUDA holds the first visible
+    device's context, and with cudnn its cuDNN handles, while it waits) is given a run on
+    that device (auto, cuda, cuda:0), never one on another device, which is forked at
+    Start. Checked with cudnn, which holds the most (one rule, warm.HOLDS_CONTEXT, for
+    both). Holds on both devices."""
     from tui_trainer.core.supervisor import SPARE_LINE
-    monkeypatch.setenv("TUI_TRAINER_SPARE", "context")
+    monkeypatch.setenv("TUI_TRAINER_SPARE", "cudnn")
     warm = _started()
     try:
         assert wait_until(lambda: len(_children(warm._proc.pid)) == 1), "no spare"

@@ -53,10 +53,12 @@ GO_AHEAD_S = 60.0       # how long a forked child waits for its client's go-ahea
 # spare is made SPARE_AFTER_S later (not at once: the run it was given starts CUDA now).
 # SPARE_ENV (the launcher's environment) says which spare: "driver" (the default: no GPU
 # memory held), "context" (also CUDA's context on the first visible device, which holds GPU
-# memory while it waits: only where the user asks; given only runs on that device) or "0"
-# (none).
+# memory while it waits: only where the user asks; given only runs on that device), "cudnn"
+# (the context and cuDNN's handles, of this thread and of autograd's, by a convolution of
+# constants: more memory held, more of CUDA's start done before Start) or "0" (none).
 SPARE_ENV = "TUI_TRAINER_SPARE"
-SPARE_MODES = ("0", "driver", "context")
+SPARE_MODES = ("0", "driver", "context", "cudnn")
+HOLDS_CONTEXT = ("context", "cudnn")
 FIRST_DEVICE = ("auto", "cuda", "cuda:0")       # device settings that mean the first device
 SPARE_AFTER_S = 2.0
 SPARE_LOSSES = 3        # spares that end before they are given a run: after that, no more
@@ -103,7 +105,7 @@ def cuda_reads(env: dict[str, str] | os._Environ) -> dict[str, str]:
 
 
 def spare_mode() -> tuple[str | None, str | None]:
-    """The spare SPARE_ENV asks for ("driver", "context", or None for none), and a line
+    """The spare SPARE_ENV asks for ("driver", "context", "cudnn", or None for none), and a line
     saying what was wrong with its value (then: "driver")."""
     value = os.environ.get(SPARE_ENV, "") or "driver"
     if value in SPARE_MODES:
@@ -112,7 +114,7 @@ def spare_mode() -> tuple[str | None, str | None]:
                       "the spare starts the driver")
 
 
-def start_cuda(context: bool = False) -> str | None:
+def start_cuda(context: bool = False, cudnn: bool = False) -> str | None:
     """What the spare starts of CUDA before Start, where there is a CUDA device: the driver
     (`torch.cuda.init()`: cuInit and the device count, no context, so no GPU memory) and
     cuDNN's libraries (host work: 0.30 s here, 125 MiB of the spare's own memory, file pages
@@ -121,7 +123,8 @@ def start_cuda(context: bool = False) -> str | None:
     start where a fresh process's do; it holds GPU memory while it waits). What it did, for
     the run's log; None where there is no CUDA device. Raises RuntimeError where a context
     was made without `context` (it would hold GPU memory while nothing trains), or none with
-    it."""
+    it. With `cudnn` (and `context`) also cuDNN's handles, by a convolution of constants
+    forward and backward (`_start_cudnn`)."""
     import torch
     if not torch.cuda.is_available():
         return None
@@ -132,6 +135,12 @@ def start_cuda(context: bool = False) -> str | None:
         torch.cuda.synchronize(0)
         if not _primary_contexts():
             raise RuntimeError("the driver reports no CUDA context after a synchronisation")
+        if cudnn:
+            _start_cudnn()
+            return (f"CUDA's driver started, {libraries} cuDNN libraries loaded, a CUDA "
+                    f"context and cuDNN's handles made before Start "
+                    f"({time.perf_counter() - t:.2f} s; they held GPU memory while they "
+                    f"waited, as {SPARE_ENV}=cudnn asks)")
         return (f"CUDA's driver started, {libraries} cuDNN libraries loaded and a CUDA context "
                 f"made before Start ({time.perf_counter() - t:.2f} s; the context held GPU "
                 f"memory while it waited, as {SPARE_ENV}=context asks)")
@@ -140,6 +149,26 @@ def start_cuda(context: bool = False) -> str | None:
                            "memory; no spare is kept")
     return (f"CUDA's driver started and {libraries} cuDNN libraries loaded before Start "
             f"({time.perf_counter() - t:.2f} s; no CUDA context, no GPU memory held)")
+
+
+def _start_cudnn() -> None:
+    """cuDNN's handle of this thread (the run's, which makes its forward passes) and of
+    autograd's device thread (its backward passes), by a convolution of constants forward
+    and backward on the first device, under the default flags. Its shapes are none a run
+    of this project makes (a plan cuDNN keeps for a shape is never one a run asks for), no
+    random number is drawn, and what it allocated goes back to the device with the
+    allocator's peaks reset: the run's memory figures start where a fresh process's do.
+    cuBLAS is left to the run: the deterministic knob sets its workspace, which is fixed
+    when its handle is made."""
+    import torch
+    import torch.nn.functional as F
+    x = torch.full((3, 1, 17, 17), 0.5, device="cuda:0")
+    w = torch.full((5, 1, 2, 2), 0.5, device="cuda:0", requires_grad=True)
+    F.conv2d(x, w).sum().backward()
+    torch.cuda.synchronize(0)
+    del x, w
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(0)
 
 
 def _load_cudnn() -> int:
@@ -319,7 +348,7 @@ class Launcher:
         if pid == 0:
             ours.close()
             self._forget()
-            _spare(theirs, launcher, self.spare_mode == "context")    # never returns
+            _spare(theirs, launcher, self.spare_mode)    # never returns
         theirs.close()
         self.spare = (pid, ours)
 
@@ -342,7 +371,7 @@ class Launcher:
         made, whose environment agrees with the launcher's in what CUDA's start reads."""
         device = request.get("spare")
         return self.spare is not None and device is not None and \
-            (self.spare_mode != "context" or device in FIRST_DEVICE) and \
+            (self.spare_mode not in HOLDS_CONTEXT or device in FIRST_DEVICE) and \
             cuda_reads(request["env"]) == cuda_reads(os.environ)
 
     def _give(self, request: dict[str, Any], fds: list[int]) -> int | None:
@@ -477,7 +506,7 @@ def _reap(waiting: dict[int, socket.socket]) -> list[tuple[int, int]]:
 SPARE_REFUSED = 3       # a spare's exit: it cannot be one here (its CUDA start failed)
 
 
-def _spare(conn: socket.socket, launcher: int, context: bool) -> None:
+def _spare(conn: socket.socket, launcher: int, mode: str) -> None:
     """The spare: starts CUDA's driver where there is a CUDA device, then waits for the
     launcher to hand it a request (as it reached the launcher, with its descriptors) and
     runs it as a child forked for it would. It ends with the launcher: at its end of the
@@ -490,7 +519,7 @@ def _spare(conn: socket.socket, launcher: int, context: bool) -> None:
         if os.getppid() != launcher:
             os._exit(0)
         try:
-            did = start_cuda(context)
+            did = start_cuda(mode in HOLDS_CONTEXT, mode == "cudnn")
         except Exception as e:          # torch's CUDA errors, a context made, ...
             print(f"tui_trainer.warm: the spare cannot be one: {e}", file=sys.stderr,
                   flush=True)
