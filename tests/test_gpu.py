@@ -263,6 +263,26 @@ print(json.dumps({"said": said, "before": before, "held": held, "made": made,
 """
 
 
+def _launcher_and_its_spare():
+    """A warm launcher (its spares as TUI_TRAINER_SPARE says) and its spare's pid, once the
+    spare has loaded cuDNN (its CUDA start under way); the caller closes the launcher."""
+    from conftest import wait_until
+    from test_warm import _children
+    from tui_trainer.core.supervisor import WarmLauncher
+    warm = WarmLauncher()
+    warm.start()
+    try:
+        assert warm.wait_ready(120)
+        assert wait_until(lambda: len(_children(warm._proc.pid)) == 1)
+        (spare,) = _children(warm._proc.pid)
+        assert wait_until(lambda: "libcudnn_engines" in open(f"/proc/{spare}/maps").read(),
+                          timeout=60)
+    except BaseException:
+        warm.close()
+        raise
+    return warm, spare
+
+
 def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver(tmp_path):
     """Issue 34: the spare has started CUDA's driver and loaded cuDNN before Start, without a
     context: nvidia-smi lists no process for it while it waits, and the driver's own check
@@ -271,11 +291,10 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     from conftest import wait_until
-    from test_warm import _children, _config
-    from tui_trainer.core.supervisor import SPARE_LINE, WarmLauncher, launch, train_args
+    from test_warm import _config
+    from tui_trainer.core.supervisor import SPARE_LINE, launch, train_args
     for cudnn in (False, True):
         r = subprocess.run([sys.executable, "-c", f"CUDNN = {cudnn}\n" + CONTEXTS],
                            capture_output=True, text=True, timeout=120)
@@ -287,14 +306,8 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
         assert got["made"] == 1 and got["untouched"], got
         assert ("a CUDA context and cuDNN's handles made" if cudnn else "a CUDA context made") \
             in got["held"]
-    warm = WarmLauncher()
-    warm.start()
+    warm, spare = _launcher_and_its_spare()         # its CUDA started
     try:
-        assert warm.wait_ready(120)
-        assert wait_until(lambda: len(_children(warm._proc.pid)) == 1)
-        (spare,) = _children(warm._proc.pid)
-        maps = Path(f"/proc/{spare}/maps")
-        assert wait_until(lambda: "libcudnn_engines" in maps.read_text())   # CUDA started
         apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,"
                                "noheader"], capture_output=True, text=True, timeout=60)
         assert apps.returncode == 0 and str(spare) not in apps.stdout.split()
@@ -317,19 +330,11 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
     handles before Start): a run given it trains the bits of one forked at Start (the
     default net draws dropout masks from the device's generator), with the same allocated,
     reserved and peak memory at every log point, and its log says what the spare did."""
-    from conftest import wait_until
-    from test_warm import _children, _config
-    from tui_trainer.core.supervisor import SPARE_LINE, WarmLauncher, launch, train_args
+    from test_warm import _config
+    from tui_trainer.core.supervisor import SPARE_LINE, launch, train_args
     monkeypatch.setenv("TUI_TRAINER_SPARE", "cudnn")
-    warm = WarmLauncher()
-    warm.start()
+    warm, spare = _launcher_and_its_spare()     # (its handles follow in the same start)
     try:
-        assert warm.wait_ready(120)
-        assert wait_until(lambda: len(_children(warm._proc.pid)) == 1)
-        (spare,) = _children(warm._proc.pid)
-        # ready: its cuDNN is loaded (the handles follow in the same start_cuda)
-        assert wait_until(lambda: "libcudnn_engines" in open(f"/proc/{spare}/maps").read(),
-                          timeout=60)
         with SessionStore(tmp_path) as store:
             ids = []
             for how in ("spare", "forked"):
