@@ -10,7 +10,7 @@ import torch
 import torchvision.transforms.functional as TF
 from torchvision import datasets
 
-from tui_trainer.core import machine
+from tui_trainer.core import datafiles, machine
 from tui_trainer.core.config import RunConfig
 from tui_trainer.engine import data
 
@@ -43,7 +43,7 @@ def test_auto_uses_full_mnist_when_it_is_in_data_dir(tmp_path):
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
     for name in machine.IDX_FILES:
-        (raw / f"{name}.gz").write_bytes((data._sample_gz_dir() / f"{name}.gz").read_bytes())
+        (raw / f"{name}.gz").write_bytes((datafiles.sample_gz_dir() / f"{name}.gz").read_bytes())
     train, _, info = data.load_datasets(RunConfig(dataset="auto", data_dir=str(tmp_path)))
     assert info.name == "mnist" and len(train) == 8000
 

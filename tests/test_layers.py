@@ -66,3 +66,16 @@ def test_the_dashboard_never_imports_torch():
                           "\nimport tui_trainer.cli")
     assert "textual" in mods
     assert "torch" not in mods and "torchvision" not in mods
+
+
+def test_a_data_parallel_runs_own_process_checks_its_config_without_torchvision(tmp_path):
+    """lifecycle.preflight, in the process that starts the ranks: the knobs and the device
+    checked and the data made ready (the shipped sample unpacked for the ranks) before any
+    rank starts, without importing torchvision (2 s there, once per Start)."""
+    env = {**os.environ, "TUI_TRAINER_OFFLINE": "1"}
+    cfg = {"dataset": "mnist-sample", "nproc": 2, "device": "cpu", "data_dir": str(tmp_path)}
+    mods = _modules_after("from tui_trainer.core import config\n"
+                          "from tui_trainer import lifecycle\n"
+                          f"lifecycle.preflight(config.from_dict({cfg!r}))", env)
+    assert "torch" in mods and "torchvision" not in mods
+    assert (tmp_path / "mnist-sample" / "MNIST" / "raw" / "train-images-idx3-ubyte").is_file()

@@ -42,12 +42,12 @@ def test_an_installed_copy_carries_its_presets_sample_data_and_stylesheet(tmp_pa
     probe = (
         "import tui_trainer, pathlib\n"
         "from tui_trainer.core import presets\n"
-        "from tui_trainer.engine import data\n"
+        "from tui_trainer.core import datafiles\n"
         "from tui_trainer.ui.app import TrainerApp\n"
         "print(tui_trainer.__file__)\n"
         "print(sorted(p.name for p in presets.SHIPPED.glob('*.toml')))\n"
         "print(sorted(p.name for p in (presets.SHIPPED / 'ab').glob('*.toml')))\n"
-        "print(sorted(p.name for p in data._sample_gz_dir().iterdir()))\n"
+        "print(sorted(p.name for p in datafiles.sample_gz_dir().iterdir()))\n"
         "css = pathlib.Path(tui_trainer.ui.app.__file__).parent / TrainerApp.CSS_PATH\n"
         "print(css.is_file() and css.stat().st_size)\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

@@ -182,7 +182,7 @@ def _train_here(cfg: config.RunConfig, session: Path, **kw: Any) -> Ended:
 def preflight(cfg: config.RunConfig) -> None:
     """What a single process checks in its set-up (device, knobs, data), checked before the
     processes are launched, so that bad input is refused in one line and writes nothing."""
-    from .engine.data import load_datasets
+    from .core import datafiles
     from .engine.knobs import check_device_knobs, machine_facts, resolve_device
     device = resolve_device(cfg)
     check_device_knobs(cfg, device)
@@ -190,7 +190,11 @@ def preflight(cfg: config.RunConfig) -> None:
         raise ConfigError("nproc", f"is {cfg.nproc}, but this machine has {gpus} CUDA "
                           "device(s) and each process takes one; lower nproc or use "
                           "device = cpu")
-    load_datasets(cfg)
+    # The data made ready once, here, before the ranks (which each load them): without
+    # torchvision (2 s of imports before any rank starts) unless full MNIST must be fetched.
+    if datafiles.prepare(cfg.to_dict()) is None:
+        from .engine.data import load_datasets
+        load_datasets(cfg)
 
 
 def _train_group(session: Path, run_id: int, cfg: config.RunConfig,

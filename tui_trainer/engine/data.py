@@ -8,13 +8,9 @@
 
 from __future__ import annotations
 
-import gzip
-import os
 import random
-import shutil
 import socket
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -24,18 +20,14 @@ import torchvision.transforms.functional as TF
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from torchvision import datasets, transforms
 
-from ..core.config import ConfigError, RunConfig
-from ..core.errors import DiskFull, is_disk_full
-from ..core.machine import (IDX_FILES, data_root, fashion_missing, fashion_source,
-                            mnist_missing, mnist_on_disk, offline)
+from ..core import datafiles
+from ..core.config import RunConfig
+from ..core.datafiles import DataUnavailable  # noqa: F401  (raised by datafiles.prepare)
+from ..core.machine import offline
 
 MEAN_STD = {"mnist": (0.1307, 0.3081), "fashion-mnist": (0.2860, 0.3530),
             "synthetic": (0.5, 0.25)}
 MAX_SHIFT = 2
-
-
-class DataUnavailable(ConfigError):
-    """The dataset asked for is not on disk and cannot be fetched."""
 
 
 @dataclass
@@ -50,26 +42,7 @@ class DataInfo:
         return dict(self.__dict__)
 
 
-# --- where the data comes from -----------------------------------------------------------
-
-def _extract_idx(gz_dir: Path, raw_dir: Path) -> None:
-    """Decompresses the four IDX .gz files into raw_dir, where torchvision reads them.
-    Each file is written beside its target and moved into place, so runs starting at the
-    same moment never read half a file."""
-    raw_dir.mkdir(parents=True, exist_ok=True)
-    for name in IDX_FILES:
-        target = raw_dir / name
-        if target.exists():
-            continue
-        tmp = raw_dir / f".{name}.{os.getpid()}.tmp"
-        with gzip.open(gz_dir / f"{name}.gz", "rb") as src, open(tmp, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        os.replace(tmp, target)
-
-
-def _sample_gz_dir() -> Path:
-    return Path(str(resources.files("tui_trainer") / "assets" / "mnist-sample"))
-
+# --- where the data come from (core/datafiles.py makes them ready on disk) ----------------
 
 def _try_download_mnist(root: Path) -> bool:
     if offline():
@@ -86,78 +59,39 @@ def _try_download_mnist(root: Path) -> bool:
         socket.setdefaulttimeout(previous)
 
 
+DESCRIPTIONS = {
+    "mnist": "MNIST (60,000 train / 10,000 test)",
+    "mnist-sample": "MNIST sample shipped with tui-trainer: the 10,000 real MNIST test "
+                    "digits, split 8,000 train / 2,000 eval",
+    "fashion-mnist": "Fashion-MNIST (60,000 train / 10,000 test)",
+    "synthetic": "synthetic: random images and labels (for speed tests; nothing to learn)",
+}
+
+
 def load_datasets(cfg: RunConfig) -> tuple[Dataset, Dataset, DataInfo]:
     """The raw train and eval datasets (PIL images, no transform yet) and what they are.
     A data_dir that cannot be used (a file, a name too long, no permission, a full disk) is
-    refused naming the key, before anything is written to the session."""
-    root, key = data_root(cfg.to_dict())
-    try:
-        if root.exists() and not root.is_dir():
-            raise ConfigError(key, f"{root} is a file, not a folder; give a folder for the "
-                              "datasets (empty means the user's cache folder)")
-        return _load_datasets(cfg, root)
-    except OSError as e:
-        if is_disk_full(e):
-            raise DiskFull(e.filename or root) from None
-        what = e.strerror or type(e).__name__
-        where = f" ({e.filename})" if e.filename and str(e.filename) != str(root) else ""
-        raise ConfigError(key, f"{str(root)[:120]} cannot be used: {what}{where}; give a "
-                          "folder that can be created and written") from None
-
-
-def _load_datasets(cfg: RunConfig, root: Path) -> tuple[Dataset, Dataset, DataInfo]:
-    name = cfg.dataset
-    fallback = ""
-    if name in ("auto", "mnist"):
-        if mnist_on_disk(root):
-            raw = root / "MNIST" / "raw"
-            if not all((raw / n).exists() for n in IDX_FILES):
-                _extract_idx(raw, raw)
-            name = "mnist"
-        elif _try_download_mnist(root):
-            name = "mnist"
-        elif cfg.dataset == "mnist":
-            raise DataUnavailable("dataset", mnist_missing(root))
-        else:
-            name = "mnist-sample"
-            fallback = (f" (dataset = auto: full MNIST is not in {root / 'MNIST' / 'raw'} and "
-                        "could not be downloaded)")
-    if name == "mnist":
+    refused naming the key, before anything is written to the session (datafiles.prepare,
+    which also fetches full MNIST where it is missing and can be)."""
+    name, root, fallback = datafiles.prepare(cfg.to_dict(), _try_download_mnist)
+    if name in ("mnist", "mnist-sample"):
         train = datasets.MNIST(str(root), train=True, download=False)
         test = datasets.MNIST(str(root), train=False, download=False)
-        desc = "MNIST (60,000 train / 10,000 test)"
-    elif name == "mnist-sample":
-        sample_root = root / "mnist-sample"
-        _extract_idx(_sample_gz_dir(), sample_root / "MNIST" / "raw")
-        train = datasets.MNIST(str(sample_root), train=True, download=False)
-        test = datasets.MNIST(str(sample_root), train=False, download=False)
-        desc = ("MNIST sample shipped with tui-trainer: the 10,000 real MNIST test digits, "
-                "split 8,000 train / 2,000 eval" + fallback)
-        root = sample_root
     elif name == "fashion-mnist":
-        raw = root / "FashionMNIST" / "raw"
-        source = fashion_source(root)
-        if source is None:
-            raise DataUnavailable("dataset", fashion_missing(root))
-        if source != raw:
-            _extract_idx(source, raw)
         train = datasets.FashionMNIST(str(root), train=True, download=False)
         test = datasets.FashionMNIST(str(root), train=False, download=False)
-        desc = "Fashion-MNIST (60,000 train / 10,000 test)"
     else:  # synthetic
         n_train = cfg.train_samples or 8000
         n_eval = cfg.eval_samples or 2000
         # FakeData draws each image from a generator seeded by its index: fixed data.
         train = datasets.FakeData(n_train, (1, 28, 28), 10, random_offset=0)
         test = datasets.FakeData(n_eval, (1, 28, 28), 10, random_offset=n_train)
-        desc = "synthetic: random images and labels (for speed tests; nothing to learn)"
-        root = Path("-")
     if cfg.train_samples and cfg.train_samples < len(train):
         train = Subset(train, range(cfg.train_samples))
     if cfg.eval_samples and cfg.eval_samples < len(test):
         test = Subset(test, range(cfg.eval_samples))
-    info = DataInfo(name=name, description=desc, root=str(root), train_size=len(train),
-                    eval_size=len(test))
+    info = DataInfo(name=name, description=DESCRIPTIONS[name] + fallback, root=str(root),
+                    train_size=len(train), eval_size=len(test))
     return train, test, info
 
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torchvision
 from torch import nn
 
 from ..core import machine
@@ -117,6 +116,14 @@ def determinism_refusal(e: BaseException) -> str | None:
             "told where (its results can then differ run to run), or off")
 
 
+def _torchvision_version() -> str:
+    """torchvision's version (imported here, not with this module: a data-parallel run's
+    own process checks the knobs without loading torchvision; a training process has it
+    loaded already)."""
+    import torchvision
+    return torchvision.__version__
+
+
 def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any],
                        pin_memory: bool, model: nn.Module) -> dict[str, Any]:
     cuda = device.type == "cuda"
@@ -155,7 +162,7 @@ def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any
         "device": str(device),
         "device_name": device_name(device),
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": _torchvision_version(),
         "numpy": np.__version__,
         "python": platform.python_version(),
         "cuda": torch.version.cuda,
