@@ -12,9 +12,10 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .config import ConfigError
 from .errors import DiskFull, is_disk_full
@@ -55,11 +56,20 @@ def prepare(config: dict[str, Any], download: Callable[[Path], bool] | None = No
     download to engine.data). A data_dir that cannot be used (a file, a name too long, no
     permission, a full disk) and data that cannot be had are refused naming the key."""
     root, key = data_root(config)
-    try:
+    with refusing(config):
         if root.exists() and not root.is_dir():
             raise ConfigError(key, f"{root} is a file, not a folder; give a folder for the "
                               "datasets (empty means the user's cache folder)")
         return _prepare(config, root, download)
+
+
+@contextmanager
+def refusing(config: dict[str, Any]) -> Iterator[None]:
+    """An OSError while the run's data folder is used becomes a refusal naming its key (a
+    full disk: DiskFull, naming the path)."""
+    root, key = data_root(config)
+    try:
+        yield
     except OSError as e:
         if is_disk_full(e):
             raise DiskFull(e.filename or root) from None

@@ -74,18 +74,19 @@ def load_datasets(cfg: RunConfig) -> tuple[Dataset, Dataset, DataInfo]:
     refused naming the key, before anything is written to the session (datafiles.prepare,
     which also fetches full MNIST where it is missing and can be)."""
     name, root, fallback = datafiles.prepare(cfg.to_dict(), _try_download_mnist)
-    if name in ("mnist", "mnist-sample"):
-        train = datasets.MNIST(str(root), train=True, download=False)
-        test = datasets.MNIST(str(root), train=False, download=False)
-    elif name == "fashion-mnist":
-        train = datasets.FashionMNIST(str(root), train=True, download=False)
-        test = datasets.FashionMNIST(str(root), train=False, download=False)
-    else:  # synthetic
-        n_train = cfg.train_samples or 8000
-        n_eval = cfg.eval_samples or 2000
-        # FakeData draws each image from a generator seeded by its index: fixed data.
-        train = datasets.FakeData(n_train, (1, 28, 28), 10, random_offset=0)
-        test = datasets.FakeData(n_eval, (1, 28, 28), 10, random_offset=n_train)
+    with datafiles.refusing(cfg.to_dict()):        # their files read: the same refusals
+        if name in ("mnist", "mnist-sample"):
+            train = datasets.MNIST(str(root), train=True, download=False)
+            test = datasets.MNIST(str(root), train=False, download=False)
+        elif name == "fashion-mnist":
+            train = datasets.FashionMNIST(str(root), train=True, download=False)
+            test = datasets.FashionMNIST(str(root), train=False, download=False)
+        else:  # synthetic
+            n_train = cfg.train_samples or 8000
+            n_eval = cfg.eval_samples or 2000
+            # FakeData draws each image from a generator seeded by its index: fixed data.
+            train = datasets.FakeData(n_train, (1, 28, 28), 10, random_offset=0)
+            test = datasets.FakeData(n_eval, (1, 28, 28), 10, random_offset=n_train)
     if cfg.train_samples and cfg.train_samples < len(train):
         train = Subset(train, range(cfg.train_samples))
     if cfg.eval_samples and cfg.eval_samples < len(test):
