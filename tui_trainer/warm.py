@@ -66,7 +66,7 @@ SPARE_LOSSES = 3        # spares that end before they are given a run: after tha
 # like; torch: its allocator's settings; the loader: the libraries). A spare started CUDA
 # under the launcher's; a request whose environment differs in any of these gets a new fork.
 CUDA_READS = ("CUDA_", "NVIDIA_", "PYTORCH_CUDA_", "PYTORCH_NVML_", "PYTORCH_NO_CUDA_",
-                  "LD_LIBRARY_PATH", "LD_PRELOAD")
+              "LD_LIBRARY_PATH", "LD_PRELOAD")
 
 
 def _threads() -> int:

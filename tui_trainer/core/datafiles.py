@@ -55,8 +55,7 @@ def prepare(config: dict[str, Any], download: Callable[[Path], bool] | None = No
     online; without `download`, None is returned there instead (the caller leaves the
     download to engine.data). A data_dir that cannot be used (a file, a name too long, no
     permission, a full disk) and data that cannot be had are refused naming the key."""
-    root, key = data_root(config)
-    with refusing(config):
+    with refusing(config) as (root, key):
         if root.exists() and not root.is_dir():
             raise ConfigError(key, f"{root} is a file, not a folder; give a folder for the "
                               "datasets (empty means the user's cache folder)")
@@ -64,12 +63,12 @@ def prepare(config: dict[str, Any], download: Callable[[Path], bool] | None = No
 
 
 @contextmanager
-def refusing(config: dict[str, Any]) -> Iterator[None]:
-    """An OSError while the run's data folder is used becomes a refusal naming its key (a
-    full disk: DiskFull, naming the path)."""
+def refusing(config: dict[str, Any]) -> Iterator[tuple[Path, str]]:
+    """The run's data folder and the key that names it (data_root); an OSError while it is
+    used becomes a refusal naming that key (a full disk: DiskFull, naming the path)."""
     root, key = data_root(config)
     try:
-        yield
+        yield root, key
     except OSError as e:
         if is_disk_full(e):
             raise DiskFull(e.filename or root) from None
