@@ -64,6 +64,9 @@ BAD = [
     (["--set", "adam_beta2=1"], "adam_beta2", "< 1"),
     (["--set", "model=resnet", "--set", "activation_checkpointing=full"],
      "activation_checkpointing", "BatchNorm running statistics"),
+    (["--set", "cuda_graph=step"], "optimizer", "must be adam or adamw with cuda_graph = step"),
+    pytest.param(["--set", "cuda_graph=step", "--set", "optimizer=adam"], "cuda_graph",
+                 "need a CUDA device", marks=CPU_ONLY),
 ]
 
 
@@ -96,6 +99,27 @@ def test_bad_toml_files_exit_2(tmp_path, text, key):
     r = tt("run", "--session", str(tmp_path / "s"), "--config", str(f))
     assert r.rc == 2 and f"{key}:" in r.err
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("change,key,got", [
+    ({"grad_accum_steps": 2}, "grad_accum_steps", "got 2"),
+    ({"optimizer": "sgd"}, "optimizer", "got sgd"),
+    ({"compile": "reduce-overhead"}, "compile", "got reduce-overhead"),
+    ({"amp": "fp16"}, "amp", "got fp16"),
+    ({"nproc": 2}, "nproc", "got nproc 2, nnodes 1"),
+    ({"nnodes": 2, "rdzv_endpoint": "10.0.0.1:29400"}, "nproc", "got nproc 1, nnodes 2"),
+])
+def test_a_step_graph_refuses_what_python_decides_each_step(change, key, got):
+    """cuda_graph = step replays one captured step: each rule names its field, what it
+    got, and the way out; the same values with cuda_graph = off are allowed."""
+    values = {"cuda_graph": "step", "optimizer": "adam", **change}
+    with pytest.raises(config.ConfigError) as e:
+        config.from_dict(values)
+    assert e.value.key == key and got in e.value.reason
+    assert "with cuda_graph = step" in e.value.reason and "cuda_graph = off" in e.value.reason
+    assert config.from_dict({**values, "cuda_graph": "off"}).cuda_graph == "off"
+    assert config.validate_all(values) == {key: e.value.reason}
+    assert config.from_dict({"cuda_graph": "step", "optimizer": "adamw", "amp": "bf16"})
 
 
 def test_validate_all_reports_every_field_for_forms():

@@ -174,6 +174,17 @@ class RunConfig:
         "max-autotune: also times kernel choices while compiling (a much slower first step; "
         "on CUDA with CUDA graphs too).", "speed",
         choices=("off", "on", "reduce-overhead", "max-autotune"))
+    cuda_graph: str = knob(
+        "off", "step (CUDA only): the speed records' static graph without torch.compile. "
+        "After 3 steps run as usual, the whole training step (forward, loss, backward, the "
+        "gradient norm, the optimizer's update with capturable=True and its learning rate in "
+        "a tensor the schedule fills) is captured as CUDA graphs once and replayed for every "
+        "later step: no kernel launched one by one from Python, no sync between log points. "
+        "Needs one shape per step (drop_last = true where the last batch is smaller), adam "
+        "or adamw, grad_accum_steps = 1, compile = off, amp off or bf16 and one process. "
+        "The graphs' memory is held while the run lives; captured again after a resume. The "
+        "step's phases are still timed apart (three graphs: forward, backward, optimizer).",
+        "speed", choices=("off", "step"))
     float32_matmul_precision: str = knob(
         "highest", "torch.set_float32_matmul_precision: highest computes float32 matrix "
         "products in float32; high lets them use TF32 (CUDA Ampere and newer; oneDNN on "
@@ -491,9 +502,31 @@ def check_combination(cfg: RunConfig) -> None:
         raise ConfigError("activation_checkpointing", "must be off with model = resnet: a "
                           "recomputed block would update its BatchNorm running statistics a "
                           "second time (other statistics than the run without it)")
+    if cfg.cuda_graph == "step":
+        graph_problem(cfg)
     if cfg.loader == "resident" and cfg.num_workers > 0:
         raise ConfigError("num_workers", "must be 0 with loader = resident (batches are "
                           "taken by index from one tensor; there is nothing for workers to do)")
+
+
+def graph_problem(cfg: RunConfig) -> None:
+    """What cuda_graph = step cannot replay: a step whose work Python decides each time."""
+    needs = [("grad_accum_steps", cfg.grad_accum_steps == 1, "be 1",
+              "one micro-batch a step: the graph is one step's work", cfg.grad_accum_steps),
+             ("optimizer", cfg.optimizer in ("adam", "adamw"), "be adam or adamw",
+              "their update is capturable, its learning rate a tensor the schedule fills",
+              cfg.optimizer),
+             ("compile", cfg.compile == "off", "be off",
+              "compile = reduce-overhead is torch.compile's own way to CUDA graphs",
+              cfg.compile),
+             ("amp", cfg.amp != "fp16", "be off or bf16",
+              "fp16's GradScaler decides on the host whether to skip a step", cfg.amp),
+             ("nproc", cfg.nproc * cfg.nnodes == 1, "be 1 (and nnodes 1)",
+              "DDP's all-reduce is not captured here", f"nproc {cfg.nproc}, nnodes {cfg.nnodes}")]
+    for key, ok, want, why, got in needs:
+        if not ok:
+            raise ConfigError(key, f"must {want} with cuda_graph = step ({why}); got {got}; "
+                              "or set cuda_graph = off")
 
 
 def validate_all(values: dict[str, Any]) -> dict[str, str]:

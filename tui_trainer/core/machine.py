@@ -114,6 +114,9 @@ def knob_problem(config: dict[str, Any], device: str) -> None:
         raise Problem("compile", "reduce-overhead captures CUDA graphs, which need a CUDA "
                       f"device; this run's device is {kind}: use compile = on (or "
                       "max-autotune)")
+    if config.get("cuda_graph") == "step" and kind != "cuda":
+        raise Problem("cuda_graph", "step captures CUDA graphs, which need a CUDA device; this "
+                      f"run's device is {kind}: use cuda_graph = off")
     if config.get("dist_backend") == "nccl" and kind != "cuda":
         raise Problem("dist_backend", "nccl needs CUDA devices; this run's device is "
                       f"{kind}: use dist_backend = gloo or auto")

@@ -29,6 +29,9 @@ WHY = {
     "cudnn_enabled": " (cuDNN's convolutions or PyTorch's own: other kernels)",
     "optimizer_impl": (" (a for-loop, foreach or fused optimizer does the same update in "
                        "another order of float operations)"),
+    "cuda_graph": (" (a captured step updates with the capturable optimizer, its learning "
+                   "rate a float32 tensor on the device: it may round otherwise than the "
+                   "step launched op by op)"),
 }
 
 

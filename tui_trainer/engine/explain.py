@@ -273,6 +273,10 @@ def _trainer(side: Side, rank: int = 0) -> Trainer:
     trainer = Trainer(side.cfg, checkpoint=copy.deepcopy(side.state) if side.state else None,
                       group=group)
     trainer.setup()
+    # Replayed op by op, to be traced, whatever cuda_graph says: a captured step does the
+    # same kernels (a run resumed with cuda_graph = step re-runs eagerly steps that it
+    # first replayed, and must come to the same bits: a `gpu` test)
+    trainer.step_graph = None
     trainer.attach(None, side.run["id"], None)
     trainer.model.train()
     for n, p in trainer.model.named_parameters():

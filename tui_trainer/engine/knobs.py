@@ -155,6 +155,7 @@ def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any
         "grad_scaler": cfg.amp == "fp16",
         "channels_last": cfg.channels_last,
         "compile": cfg.compile,
+        "cuda_graph": cfg.cuda_graph,
         "activation_checkpointing": cfg.activation_checkpointing,
         "preserve_rng_state": cfg.preserve_rng_state,
         "model": cfg.model,

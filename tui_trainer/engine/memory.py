@@ -34,6 +34,7 @@ def copy_of(cfg: Any, state: dict[str, Any] | None, steps: int, **changes: Any
         state = {**state, "world_size": 1, **state["ranks"][0]}
     trainer = Trainer(one, checkpoint=state)
     trainer.setup()
+    trainer.step_graph = None       # its ops are followed one by one: never a replayed graph
     trainer.model.train()
     return trainer, world
 

@@ -44,6 +44,7 @@ from .checkpoint import sweep
 from .cuda_start import CudaStart
 from .data import Loaders, make_loaders
 from .distributed import Group, PeerLost, peer_lost, use_backend
+from .graphs import StepGraph
 from .recorder import Recorder
 from .meter import Meter
 from .models import build_model
@@ -266,6 +267,8 @@ def make_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
     # auto leaves the choice to PyTorch (foreach=None, fused=None), as it always was
     impl = {"auto": {}, "for-loop": {"foreach": False}, "foreach": {"foreach": True},
             "fused": {"fused": True}}[cfg.optimizer_impl]
+    if cfg.cuda_graph == "step" and next(model.parameters()).is_cuda:
+        impl["capturable"] = True       # its step count on the device: an update to capture
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
                                weight_decay=cfg.weight_decay, **impl)
@@ -430,6 +433,12 @@ class Trainer:
                               f"more than the {self.loaders.info.train_size:,} training "
                               "samples, and drop_last drops the only, smaller batch; use "
                               "drop_last = false or a smaller batch_size")
+        if self.cuda and cfg.cuda_graph == "step" and not cfg.drop_last \
+                and self.loaders.info.train_size % cfg.batch_size:
+            raise ConfigError("drop_last", f"must be true with cuda_graph = step here: the "
+                              f"{self.loaders.info.train_size:,} training samples in batches "
+                              f"of {cfg.batch_size} leave a smaller last batch, another shape "
+                              "than the captured step's; or set cuda_graph = off")
         model = build_model(cfg.model, cfg.activation_checkpointing, cfg.preserve_rng_state,
                             cfg.init).to(self.device)
         if cfg.channels_last:
@@ -449,6 +458,9 @@ class Trainer:
         # CUDA graphs (compile = reduce-overhead, and max-autotune on CUDA): each step is a
         # new iteration of the graphs; what a step keeps of their outputs it computes anew.
         self.graphs = self.cuda and cfg.compile in ("reduce-overhead", "max-autotune")
+        # cuda_graph = step: the whole step captured once and replayed (engine/graphs.py);
+        # the copies that trace ops one by one (explain, memory) set it to None
+        self.step_graph = StepGraph(self) if self.cuda and cfg.cuda_graph == "step" else None
         self.eval_forward = self.forward      # evaluation never goes through DDP
         self.ddp: DistributedDataParallel | None = None
         self.non_blocking = cfg.non_blocking and self.cuda
@@ -643,10 +655,10 @@ class Trainer:
         self.log(f"eval  step {self.pos.step:>6}  epoch {self._epoch_float():.2f}  "
                  f"loss {loss:.4f}  accuracy {figures.accuracy_text(acc)}")
 
-    def _autocast(self) -> Any:
+    def _autocast(self, cache: bool = True) -> Any:
         if self.amp_dtype is None:
             return nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+        return torch.autocast(self.device.type, dtype=self.amp_dtype, cache_enabled=cache)
 
     # --- data position ---------------------------------------------------------------------
     def _epoch_iterator(self) -> Any:
@@ -800,7 +812,17 @@ class Trainer:
         (non_blocking, channels_last), forward under autocast, backward through the loss
         scaler, DDP's gradient all-reduce on the last micro-batch only; then the optimizer
         (gradient clipping, the norm at log points). Callable on its own from a restored
-        state: replaying step N runs this same code."""
+        state: replaying step N runs this same code. With cuda_graph = step its first steps
+        run here, on the graphs' stream; every later one replays CUDA graphs of the same
+        forward, loss, backward and update (engine/graphs.py)."""
+        if self.step_graph is not None:
+            if self.step_graph.warm:
+                return self.step_graph.replay(batch)
+            with self.step_graph.warming():
+                return self._step(batch)
+        return self._step(batch)
+
+    def _step(self, batch: Step) -> StepDone:
         cfg, clock = self.cfg, self.clock
         if self.graphs:
             torch.compiler.cudagraph_mark_step_begin()
@@ -870,23 +892,28 @@ class Trainer:
             else "finished"
 
     def _optimizer_step(self, want_norm: bool) -> torch.Tensor | None:
-        cfg = self.cfg
-        norm = None
-        if cfg.clip_grad_norm > 0 or want_norm:
-            self.scaler.unscale_(self.optimizer)
-            if cfg.clip_grad_norm > 0:
-                norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad_norm)
-            else:
-                grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-                norm = nn.utils.get_total_norm(grads)
+        norm = self.grad_norm() if self.cfg.clip_grad_norm > 0 or want_norm else None
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        if self.schedule_per_step and self.scheduler.last_epoch < schedule_end(self.scheduler):
-            # a run continued past its planned steps keeps the schedule's last rate
-            # (OneCycleLR refuses to step past its end; a cosine would rise again)
-            self.scheduler.step()
+        self.advance_schedule()
         return norm
+
+    def grad_norm(self) -> torch.Tensor:
+        """The gradients' total L2 norm (unscaled first under fp16's scaler), clipped to
+        clip_grad_norm where that is set. No sync."""
+        self.scaler.unscale_(self.optimizer)
+        if self.cfg.clip_grad_norm > 0:
+            return nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_grad_norm)
+        return nn.utils.get_total_norm(
+            [p.grad for p in self.model.parameters() if p.grad is not None])
+
+    def advance_schedule(self) -> None:
+        """A per-step schedule's next rate. A run continued past its planned steps keeps the
+        schedule's last rate (OneCycleLR refuses to step past its end; a cosine would rise
+        again)."""
+        if self.schedule_per_step and self.scheduler.last_epoch < schedule_end(self.scheduler):
+            self.scheduler.step()
 
     def _log_step(self, step_loss: torch.Tensor, norm: torch.Tensor | None) -> None:
         # The loss of a data-parallel step is the mean over the ranks (each rank's is the

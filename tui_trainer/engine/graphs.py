@@ -1,0 +1,137 @@
+"""The `cuda_graph` knob: one training step captured as CUDA graphs and replayed for every
+later step (the speed records' static graph, without torch.compile; PyTorch's "whole
+network capture", docs/notes/cuda.html#cuda-graphs).
+
+- The first WARMUP steps of a run (and of a resumed run) are the loop's own eager steps,
+  run on a stream of their own: the optimizer's state, cuBLAS's and cuDNN's handles and
+  workspaces for that stream and every kernel are made there, outside any capture.
+- The next step is captured on that stream as three graphs sharing one memory pool, so
+  that the clock still times each phase: forward and loss; backward; the gradient norm,
+  the optimizer's update and the NaN watch. Graphs that share a pool are replayed in the
+  order they were captured, always all three.
+- From then on a step copies its batch into the graphs' static inputs and replays them:
+  no kernel launched one by one from Python, no sync. The loss and the norm stay on the
+  device until a log point reads them, as in an eager step.
+- The optimizer was made with capturable=True (its step count on the device). While the
+  update is captured, each parameter group's learning rate is a tensor on the device; the
+  group keeps its float otherwise (what the schedule moves, what checkpoints hold), and
+  that float is copied into the tensor before each replay of the update.
+
+What needs one shape per step, an adam/adamw update and one process is refused in
+core.config (graph_problem) and at set-up (a last batch of another size).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator
+
+import torch
+import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from .train import Step, StepDone, Trainer
+
+WARMUP = 3          # eager steps before the capture (PyTorch's examples use 3)
+
+
+class StepGraph:
+    def __init__(self, trainer: Trainer) -> None:
+        self.t = trainer
+        self.stream = torch.cuda.Stream(trainer.device)
+        self.eager_left = WARMUP
+        self.graphs: tuple[torch.cuda.CUDAGraph, ...] | None = None
+        # made at the capture: the static batch, outputs, step count and learning rates
+        self.x = self.y = self.loss = self.norm = self.step_count = None
+        self.lrs: list[tuple[torch.Tensor, float | None]] = []
+        # The first eager steps of a capturable optimizer are on purpose: not to be warned of
+        trainer.optimizer._warned_capturable_if_run_uncaptured = True
+
+    @property
+    def warm(self) -> bool:
+        """Whether the next step is replayed (the capture first, where not made yet)."""
+        return self.eager_left <= 0
+
+    @contextmanager
+    def warming(self) -> Iterator[None]:
+        """One of the eager steps before the capture, on the capture's stream: it waits for
+        the batch made on the current stream, and the current stream waits for it."""
+        here = torch.cuda.current_stream(self.t.device)
+        self.stream.wait_stream(here)
+        with torch.cuda.stream(self.stream):
+            yield
+        here.wait_stream(self.stream)
+        self.eager_left -= 1
+
+    def replay(self, batch: Step) -> StepDone:
+        from .train import StepDone
+        t, clock = self.t, self.t.clock
+        x, y = next(batch.micro_batches)        # (one: grad_accum_steps = 1)
+        if self.graphs is None:
+            self._capture(x, y)
+        clock.start()
+        self.x.copy_(x, non_blocking=t.non_blocking)
+        self.y.copy_(y, non_blocking=t.non_blocking)
+        clock.done("copy")
+        forward, backward, update = self.graphs
+        forward.replay()
+        clock.done("forward")
+        backward.replay()
+        clock.done("backward")
+        for i, (lr, copied) in enumerate(self.lrs):
+            now = t.optimizer.param_groups[i]["lr"]
+            if now != copied:
+                lr.fill_(now)
+                self.lrs[i] = (lr, now)
+        update.replay()
+        t.pos.batch += 1
+        t.pos.samples += len(y)
+        t.pos.step += 1
+        t.advance_schedule()
+        clock.done("optimizer")
+        return StepDone(self.loss, self.norm)
+
+    def _capture(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        t = self.t
+        began = time.perf_counter()
+        x = x.to(t.device)
+        if t.cfg.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        self.x, self.y = x.clone(memory_format=torch.preserve_format), y.to(t.device).clone()
+        self.step_count = torch.full((), t.pos.step, dtype=torch.long, device=t.device)
+        groups = t.optimizer.param_groups
+        self.lrs = [(torch.zeros((), dtype=torch.float32, device=t.device), None)
+                    for _ in groups]
+        # backward makes the gradients in the graphs' pool; each replay writes them anew
+        t.optimizer.zero_grad(set_to_none=True)
+        pool = torch.cuda.graph_pool_handle()
+        graphs = (torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph())
+        floats = [g["lr"] for g in groups]
+        try:
+            with torch.cuda.graph(graphs[0], pool=pool, stream=self.stream):
+                with t._autocast(cache=False):     # (autocast's cache cannot span graphs)
+                    loss = F.nll_loss(t.forward(self.x), self.y)
+            with torch.cuda.graph(graphs[1], pool=pool, stream=self.stream):
+                loss.backward()
+            for g, (lr, _) in zip(groups, self.lrs, strict=True):
+                g["lr"] = lr
+            with torch.cuda.graph(graphs[2], pool=pool, stream=self.stream):
+                self.norm = t.grad_norm()
+                t.optimizer.step()
+                self.step_count += 1
+                t.first_bad_step.copy_(torch.where(
+                    (t.first_bad_step < 0) & ~torch.isfinite(loss), self.step_count,
+                    t.first_bad_step))
+        except RuntimeError as e:
+            raise RuntimeError(f"cuda_graph = step could not capture step {t.pos.step + 1} "
+                               f"on this machine ({str(e).splitlines()[0]}); set cuda_graph "
+                               "= off to train it step by step") from e
+        finally:
+            for g, value in zip(groups, floats, strict=True):
+                g["lr"] = value
+        self.loss = loss.detach()
+        self.graphs = graphs
+        t.log(f"cuda_graph = step: step {t.pos.step + 1} captured as CUDA graphs (forward, "
+              f"backward, optimizer) in {time.perf_counter() - began:.2f} s after "
+              f"{WARMUP} eager steps; every later step replays them")
