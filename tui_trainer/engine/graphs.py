@@ -25,19 +25,18 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
-
-if TYPE_CHECKING:
-    from .train import Step, StepDone, Trainer
 
 WARMUP = 3          # eager steps before the capture (PyTorch's examples use 3)
 
 
 class StepGraph:
-    def __init__(self, trainer: Trainer) -> None:
+    """One run's captured step (its Trainer's, which it reads and moves on)."""
+
+    def __init__(self, trainer: Any) -> None:
         self.t = trainer
         self.stream = torch.cuda.Stream(trainer.device)
         self.eager_left = WARMUP
@@ -64,8 +63,8 @@ class StepGraph:
         here.wait_stream(self.stream)
         self.eager_left -= 1
 
-    def replay(self, batch: Step) -> StepDone:
-        from .train import StepDone
+    def replay(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step, replayed: its loss and gradient norm, on the device."""
         t, clock = self.t, self.t.clock
         x, y = next(batch.micro_batches)        # (one: grad_accum_steps = 1)
         if self.graphs is None:
@@ -90,7 +89,7 @@ class StepGraph:
         t.pos.step += 1
         t.advance_schedule()
         clock.done("optimizer")
-        return StepDone(self.loss, self.norm)
+        return self.loss, self.norm
 
     def _capture(self, x: torch.Tensor, y: torch.Tensor) -> None:
         t = self.t

@@ -817,7 +817,7 @@ class Trainer:
         forward, loss, backward and update (engine/graphs.py)."""
         if self.step_graph is not None:
             if self.step_graph.warm:
-                return self.step_graph.replay(batch)
+                return StepDone(*self.step_graph.replay(batch))
             with self.step_graph.warming():
                 return self._step(batch)
         return self._step(batch)
