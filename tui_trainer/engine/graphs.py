@@ -104,18 +104,21 @@ class StepGraph:
                     for _ in groups]
         # backward makes the gradients in the graphs' pool; each replay writes them anew
         t.optimizer.zero_grad(set_to_none=True)
-        pool = torch.cuda.graph_pool_handle()
+        # One pool, one stream (the warm-up's); thread_local: other threads (a loader's
+        # pin-memory thread) may go on allocating while this one captures
+        capture = {"pool": torch.cuda.graph_pool_handle(), "stream": self.stream,
+                   "capture_error_mode": "thread_local"}
         graphs = (torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph())
         floats = [g["lr"] for g in groups]
         try:
-            with torch.cuda.graph(graphs[0], pool=pool, stream=self.stream):
+            with torch.cuda.graph(graphs[0], **capture):
                 with t._autocast(cache=False):     # (autocast's cache cannot span graphs)
                     loss = F.nll_loss(t.forward(self.x), self.y)
-            with torch.cuda.graph(graphs[1], pool=pool, stream=self.stream):
+            with torch.cuda.graph(graphs[1], **capture):
                 loss.backward()
             for g, (lr, _) in zip(groups, self.lrs, strict=True):
                 g["lr"] = lr
-            with torch.cuda.graph(graphs[2], pool=pool, stream=self.stream):
+            with torch.cuda.graph(graphs[2], **capture):
                 self.norm = t.grad_norm()
                 t.optimizer.step()
                 self.step_count += 1
