@@ -71,6 +71,7 @@ class Result:
     epochs: float | None        # the epoch that reached it
     load: dict | None           # what else ran meanwhile (core.contention)
     from_start: float | None = None     # ours: from the request to launch it (Start)
+    failed: str | None = None           # ours: why it ended without training on (crashed)
 
 
 def one(session: Path, store: SessionStore, warm: WarmLauncher, preset: str, seed: int,
@@ -109,9 +110,13 @@ def one(session: Path, store: SessionStore, warm: WarmLauncher, preset: str, see
     best = max((100 * e["accuracy"] for e in evals if e["accuracy"] is not None),
                default=float("nan"))
     speed = figures.run_figures(store, run_id)["samples_per_s"] or float("nan")
+    failed = None
+    if not found and run["status"] == "crashed":
+        failed = f"crashed at step {run['step'] or 0}: " \
+            f"{(run['summary'] or {}).get('error') or 'no reason recorded'}"
     return run_id, Result(found["t"] - run["started"] if found else None, best, speed,
                           found.get("epoch") if found else None, load,
-                          found["t"] - asked if found else None)
+                          found["t"] - asked if found else None, failed)
 
 
 def timeline(store: SessionStore, run_id: int) -> str:
@@ -193,7 +198,7 @@ def main() -> None:
                           + (f"{TARGET:g}% after {r.seconds:.2f} s (epoch {r.epochs:g}"
                              + (f"; {r.from_start:.2f} s from Start" if r.from_start else "")
                              + ")"
-                             if r.seconds is not None else
+                             if r.seconds is not None else r.failed or
                              f"never reached {TARGET:g}% in {args.epochs} epochs")
                           + f", best {r.best:.2f}%, {r.samples_per_s:,.0f} samples/s"
                           + f" [{contention.text(r.load)}]{mark}", flush=True)
