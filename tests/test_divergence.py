@@ -59,3 +59,18 @@ def test_sketch_distance_and_config_differences():
     flagged = settings_diff({"num_threads": 2, "platform": "x"},
                                {"num_threads": 1, "platform": "y"})
     assert flagged == [("num_threads", 2, 1, True), ("platform", "x", "y", False)]
+
+
+def test_a_captured_step_is_named_among_the_settings_that_change_bits():
+    """Two runs whose only difference is cuda_graph: the verdict names it and why; a run
+    recorded before the setting existed reads as off, so it is no difference."""
+    from tui_trainer.core.verdicts import explain
+    old = {"config": {"seed": 1}, "settings": {"device": "cuda:0"}}
+    off = {"config": {"seed": 1}, "settings": {"device": "cuda:0", "cuda_graph": "off"}}
+    step = {"config": {"seed": 1}, "settings": {"device": "cuda:0", "cuda_graph": "step"}}
+    named = [r for r in explain([off, step]) if r.startswith("cuda_graph")]
+    assert named == ["cuda_graph differs between the runs: 'off', 'step' (a captured step "
+                     "updates with the capturable optimizer, its learning rate a float32 "
+                     "tensor on the device: it may round otherwise than the step launched op "
+                     "by op)"]
+    assert not [r for r in explain([old, off]) if r.startswith("cuda_graph")]
