@@ -69,7 +69,8 @@ def read(data: Any) -> dict[str, Any] | None:
             "memory": {str(k): v for k, v in cats.items() if _num(v) is not None},
             "memory_total": _num(memory.get("total")),
             "memory_error": memory.get("error") if isinstance(memory.get("error"), str) else None,
-            "trace": data.get("trace") if isinstance(data.get("trace"), str) else None}
+            "trace": data.get("trace") if isinstance(data.get("trace"), str) else None,
+            "graphs_replayed": data.get("graphs_replayed") is True}
 
 
 def newest(events: list[dict[str, Any]], since: float | None = None) -> dict[str, Any] | None:
@@ -129,6 +130,10 @@ def lines(result: dict[str, Any], run_id: int | None = None, session: Path | Non
     out = [f"Profile of a copy of {who}: {p['steps']} steps after {p['warmup']} of warm-up, "
            f"from step {p['from_step']}, on {shown(p['device'], 20)}, batch {p['batch']}, "
            f"under torch.profiler: {_ms(p['wall_ms'])} ms per step."]
+    if p["graphs_replayed"]:
+        out.append("Profiled op by op: the run itself replays its step from CUDA graphs "
+                   "(cuda_graph = step), which this copy's steps do not; the run's own step "
+                   "time is in its rows.")
     phases = [(k, v) for k, v in p["phases_ms"].items() if v is not None and v > 0]
     if phases:
         total = sum(v for _, v in phases)

@@ -123,6 +123,8 @@ def profile(cfg: Any, state: dict[str, Any] | None, steps: int, warmup: int,
     return {"device": str(trainer.device), "batch": trainer.cfg.batch_size, "world": world,
             "steps": steps, "warmup": warmup, "from_step": trainer.pos.step - steps,
             "from_checkpoint": state is not None, "compile": cfg.compile,
+            # (cuda_graph = step: the copy steps op by op, its modules timed by hooks)
+            "graphs_replayed": cuda and cfg.cuda_graph == "step",
             "wall_ms": wall * 1000 / steps, "self_ms": self_total,
             "phases_ms": {k: spent[k] * 1000 / steps for k in PHASES},
             "ops": kept, "op_count": len(ops), "modules": modules,
