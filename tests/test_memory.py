@@ -199,3 +199,15 @@ def test_memory_draws_the_steps_timeline_by_category_on_the_cpu_and_exports_it(t
     with Image.open(files["run-1-memory-timeline.png"]) as img:
         assert img.format == "PNG" and img.size == (1000, 600)
     assert "Timeline of the step" in files["run-1-memory.txt"].read_text()
+
+
+def test_memory_of_a_run_that_replays_graphs_says_its_copy_stepped_op_by_op():
+    """The memory command's copy follows each op; a run with cuda_graph = step replays its
+    step from CUDA graphs and holds their pool: the text says which was measured."""
+    from tui_trainer.core import memory
+    kept = {"device": "cuda:0", "batch": 256, "world": 1, "checkpointing": "off",
+            "from_checkpoint": True, "categories": {"parameters": 2**20}, "total": 2**21,
+            "modules": []}
+    assert not any("op by op" in line for line in memory.lines(kept))
+    assert memory.lines({**kept, "graphs_replayed": True})[1].startswith(
+        "Measured op by op: the run itself replays its step from CUDA graphs")

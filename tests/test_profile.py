@@ -80,7 +80,6 @@ def test_profile_of_a_pair_by_operator_phase_module_and_memory_with_its_trace_an
 def test_a_profile_of_a_run_that_replays_graphs_says_its_copy_stepped_op_by_op():
     """The profile's copy runs each op (its modules are timed by hooks); a run with
     cuda_graph = step replays its step from CUDA graphs: the text says which it profiled."""
-    from tui_trainer.core import profiling
     kept = {"steps": 3, "warmup": 1, "device": "cuda:0", "batch": 256, "from_step": 4,
             "wall_ms": 2.0, "self_ms": 1.0,
             "ops": [{"op": "aten::mm", "self_ms": 1.0, "calls": 3, "share": 1.0}]}

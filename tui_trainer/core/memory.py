@@ -50,6 +50,10 @@ def lines(result: dict[str, Any]) -> list[str]:
                + f", activation_checkpointing {result.get('checkpointing', 'off')}, from "
                + ("its newest checkpoint" if result.get("from_checkpoint") else "its config")
                + "), under torch's MemTracker.",
+               *(["Measured op by op: the run itself replays its step from CUDA graphs "
+                  "(cuda_graph = step), whose memory pool it holds while it lives; the "
+                  "run's own figures are in its rows."]
+                 if result.get("graphs_replayed") is True else []),
                f"At the step's peak: {_mib(total)} MiB",
                f"  {'category':<34}{'MiB':>10}{'share':>8}"]
         for name, b in sorted(result["categories"].items(), key=lambda kv: -kv[1]):

@@ -154,5 +154,7 @@ def breakdown(cfg: Any, state: dict[str, Any] | None, snapshot: Path | None = No
             "step": trainer.pos.step, "checkpointing": cfg.activation_checkpointing,
             "categories": cats, "total": total, "modules": modules,
             "from_checkpoint": state is not None,
+            # (cuda_graph = step: the copy steps op by op, its memory followed op by op)
+            "graphs_replayed": trainer.cuda and cfg.cuda_graph == "step",
             "timeline": _timeline(tracker.points, str(device)),
             "snapshot": str(snapshot) if history else None}
