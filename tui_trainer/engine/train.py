@@ -826,7 +826,7 @@ class Trainer:
         cfg, clock = self.cfg, self.clock
         if self.graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        step_loss = torch.zeros((), device=self.device)
+        step_loss = None
         for k, (x, y) in enumerate(batch.micro_batches):   # (fetching one: data time)
             clock.start()
             x = x.to(self.device, non_blocking=self.non_blocking)
@@ -838,19 +838,21 @@ class Trainer:
             sync = nullcontext() if self.ddp is None or last else self.ddp.no_sync()
             with sync:
                 with self._autocast():          # the forward pass only
-                    loss = F.nll_loss(self.forward(x), y) / cfg.grad_accum_steps
+                    loss = F.nll_loss(self.forward(x), y)
+                if cfg.grad_accum_steps > 1:    # (a division by 1: an op per step, no bit)
+                    loss = loss / cfg.grad_accum_steps
                 clock.done("forward")
                 self.scaler.scale(loss).backward()      # (DDP's all-reduce included)
                 clock.done("backward")
-            step_loss += loss.detach()
+            step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
             self.pos.batch += 1
             self.pos.samples += len(y) * self.group.world   # every rank takes as many
         norm = self._optimizer_step(want_norm=(self.pos.step + 1) % cfg.log_every == 0)
         self.pos.step += 1
         # The first step whose loss is NaN/inf, kept on the device (no sync per step).
         self.first_bad_step = torch.where(
-            (self.first_bad_step < 0) & ~torch.isfinite(step_loss),
-            self.pos.step, self.first_bad_step)
+            torch.isfinite(step_loss) | (self.first_bad_step >= 0),
+            self.first_bad_step, self.pos.step)
         clock.done("optimizer")
         return StepDone(step_loss, norm)
 
