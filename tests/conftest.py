@@ -58,6 +58,16 @@ def cuda_count() -> int:
     return _cuda["n"]
 
 
+# Modules whose tests wait longest (real grace periods, collective time-outs, data-parallel
+# groups), run first: two workers then end on short tests, not one on a 40-s test while the
+# other idles. Whole modules move, so that their module-wide fixtures are made once.
+FIRST = ("test_parallel.py",)
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name not in FIRST)
+
+
 def pytest_runtest_setup(item):
     if item.get_closest_marker("gpu") is not None and cuda_count() == 0:
         pytest.skip("needs a CUDA device: torch.cuda.is_available() is False here")
