@@ -920,7 +920,8 @@ class Trainer:
     def _log_step(self, step_loss: torch.Tensor, norm: torch.Tensor | None) -> None:
         # The loss of a data-parallel step is the mean over the ranks (each rank's is the
         # mean of its shard); the gradient norm is already of the averaged gradients.
-        self.last_loss = self.group.mean(step_loss).item()   # the sync of a log point
+        # the sync of a log point (+ 0.0: a loss of -0.0, a batch predicted with p = 1, reads 0)
+        self.last_loss = self.group.mean(step_loss).item() + 0.0
         dt, samples, spent = self.clock.lap(self.pos.samples)
         memory = self.meter.read(self.model, self.optimizer)
         per_rank = self.group.gather(memory)
