@@ -210,6 +210,26 @@ def test_the_gpu_study_plans_every_gpu_knob_and_says_what_cannot_run_here(tmp_pa
     assert tt("ab", "--study", "1", "--plan", "--session", str(tmp_path)).rc == 2
 
 
+def test_the_graphs_study_plans_the_captured_step_against_reduce_overhead(tmp_path):
+    """`ab --plan` on the graphs' study: the whole step captured (cuda_graph) and compile's
+    graphs, each against the same steps launched op by op; without CUDA both are named as
+    not possible here, with it both can run; nothing is written."""
+    r = tt("ab", "--session", str(tmp_path / "s"), "--config", "gpu-graphs", "--plan",
+           "--json")
+    assert r.rc == 0, r.err
+    plan = json.loads(r.out)
+    arms = {arm["label"]: arm for arm in plan["arms"]}
+    assert list(arms) == ["base", "cuda_graph=step", "compile=reduce-overhead"]
+    assert arms["cuda_graph=step"]["changes"] == {"cuda_graph": "step"}
+    assert arms["base"]["not_possible"] is None
+    why = arms["cuda_graph=step"]["not_possible"]
+    assert (why is None) == (cuda_count() > 0), why
+    if why is not None:
+        assert why.startswith("cuda_graph: step captures CUDA graphs, which need a CUDA "
+                              "device; this run's device is cpu")
+    assert not (tmp_path / "s").exists()
+
+
 @pytest.mark.parametrize("study", [s for s in STUDIES if not s.stem.startswith("gpu")],
                          ids=[s.stem for s in STUDIES if not s.stem.startswith("gpu")])
 def test_ready_studies_run_as_they_are(tmp_path, study):
