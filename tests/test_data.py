@@ -141,3 +141,27 @@ def test_drop_last_keeps_every_batch_whole_and_the_same_as_without_it(tmp_path, 
     assert [len(y) for _, y in a] == [64] * 10
     assert [len(y) for _, y in b] == [64] * 10 + [20]
     assert all(torch.equal(xa, xb) and torch.equal(ya, yb) for (xa, ya), (xb, yb) in zip(a, b))
+
+
+def test_a_resident_epoch_is_gathered_once_and_its_batches_are_its_slices():
+    """device=cpu. The resident loader's batches hold the values of the split gathered in
+    the epoch's shuffled order (the order its generator draws, as before), and every batch
+    of an epoch is a slice of one copy: no index op per step. In order (the evaluation's),
+    they are slices of the split itself."""
+    from tui_trainer.engine.data import ResidentLoader
+    x, y = torch.randn(50, 1, 28, 28), torch.arange(50)
+    loader = ResidentLoader(x, y, 16, shuffle=True, augment="off", fill=0.0,
+                            generator=torch.Generator().manual_seed(7), drop_last=True)
+    order = torch.randperm(50, generator=torch.Generator().manual_seed(7))
+    batches = list(loader)
+    assert len(batches) == 3 and all(len(b) == 16 for _, b in batches)
+    for k, (bx, by) in enumerate(batches):
+        assert torch.equal(by, order[16 * k:16 * (k + 1)])
+        assert torch.equal(bx, x[order[16 * k:16 * (k + 1)]])
+    storage = {bx.untyped_storage().data_ptr() for bx, _ in batches}
+    assert len(storage) == 1 and x.untyped_storage().data_ptr() not in storage
+    in_order = ResidentLoader(x, y, 20, shuffle=False, augment="off", fill=0.0,
+                              generator=None)
+    assert [len(b) for _, b in in_order] == [20, 20, 10]
+    assert all(bx.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+               for bx, _ in in_order)

@@ -114,7 +114,9 @@ class RunConfig:
     loader: str = knob(
         "torchvision", "torchvision: per-sample transforms in a DataLoader, as in "
         "pytorch/examples. resident: the whole split normalized once into one tensor on the "
-        "device, batches taken by index (no per-sample Python work at all).", "data",
+        "device, each epoch gathered once in its shuffled order and its batches sliced from "
+        "that copy (no per-sample Python work, no index op per step; the split's memory "
+        "twice while an epoch trains).", "data",
         choices=("torchvision", "resident"))
     augment: str = knob(
         "off", "Random shifts of up to 2 pixels, drawn from torch's or numpy's RNG (inside the "

@@ -200,25 +200,31 @@ class ResidentLoader:
         return (self._size() + self.batch_size - 1) // self.batch_size
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        n = self._size()
+        # The epoch's samples gathered once, in its order: each batch is then a slice, the
+        # values its own gather would give, without an index op per step (a step's host
+        # work where a step is short). The order is drawn as without drop_last: the
+        # batches kept are the same.
         if self.shard is not None:
             order = self.shard.indices(len(self.x))
+        elif self.shuffle:
+            order = torch.randperm(self._size(), generator=self.generator)
         else:
-            order = torch.randperm(n, generator=self.generator) if self.shuffle \
-                else torch.arange(n)
-        order = order.to(self.x.device)
-        # (the order is drawn as without drop_last: the batches kept are the same)
+            order = None                    # in order: slices of the split itself
+        if order is None:
+            xs, ys = self.x, self.y
+        else:
+            order = order.to(self.x.device)
+            xs, ys = self.x[order], self.y[order]
         for start in range(0, len(self) * self.batch_size, self.batch_size):
-            idx = order[start:start + self.batch_size]
-            x = self.x[idx]
+            x = xs[start:start + self.batch_size]
             if self.augment == "torch":
-                x = shift_batch(x, torch.randint(-MAX_SHIFT, MAX_SHIFT + 1, (len(idx), 2)),
+                x = shift_batch(x, torch.randint(-MAX_SHIFT, MAX_SHIFT + 1, (len(x), 2)),
                                 self.fill)
             elif self.augment == "numpy":
                 dxy = torch.from_numpy(np.random.randint(-MAX_SHIFT, MAX_SHIFT + 1,
-                                                         size=(len(idx), 2)))
+                                                         size=(len(x), 2)))
                 x = shift_batch(x, dxy, self.fill)
-            yield x, self.y[idx]
+            yield x, ys[start:start + self.batch_size]
 
 
 def _resident_tensors(ds: Dataset, info: DataInfo, device: torch.device
