@@ -125,9 +125,7 @@ class StepGraph:
                 self.norm = t.grad_norm()
                 t.optimizer.step()
                 self.step_count += 1
-                t.first_bad_step.copy_(torch.where(
-                    (t.first_bad_step < 0) & ~torch.isfinite(loss), self.step_count,
-                    t.first_bad_step))
+                t.first_bad_step.copy_(t.nan_watch(loss, self.step_count))
         except RuntimeError as e:
             raise RuntimeError(f"cuda_graph = step could not capture step {t.pos.step + 1} "
                                f"on this machine ({str(e).splitlines()[0]}); set cuda_graph "

@@ -459,7 +459,7 @@ class Trainer:
         # new iteration of the graphs; what a step keeps of their outputs it computes anew.
         self.graphs = self.cuda and cfg.compile in ("reduce-overhead", "max-autotune")
         # cuda_graph = step: the whole step captured once and replayed (engine/graphs.py);
-        # the copies that trace ops one by one (explain, memory) set it to None
+        # the copies that trace ops one by one (explain, memory, profile) set it to None
         self.step_graph = StepGraph(self) if self.cuda and cfg.cuda_graph == "step" else None
         self.eval_forward = self.forward      # evaluation never goes through DDP
         self.ddp: DistributedDataParallel | None = None
@@ -849,10 +849,7 @@ class Trainer:
             self.pos.samples += len(y) * self.group.world   # every rank takes as many
         norm = self._optimizer_step(want_norm=(self.pos.step + 1) % cfg.log_every == 0)
         self.pos.step += 1
-        # The first step whose loss is NaN/inf, kept on the device (no sync per step).
-        self.first_bad_step = torch.where(
-            torch.isfinite(step_loss) | (self.first_bad_step >= 0),
-            self.first_bad_step, self.pos.step)
+        self.first_bad_step = self.nan_watch(step_loss, self.pos.step)
         clock.done("optimizer")
         return StepDone(step_loss, norm)
 
@@ -900,6 +897,12 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.advance_schedule()
         return norm
+
+    def nan_watch(self, step_loss: torch.Tensor, step: int | torch.Tensor) -> torch.Tensor:
+        """The first step whose loss is NaN/inf (-1: none yet), with this step's loss
+        seen: kept on the device, no sync per step (read at log points)."""
+        return torch.where(torch.isfinite(step_loss) | (self.first_bad_step >= 0),
+                           self.first_bad_step, step)
 
     def grad_norm(self) -> torch.Tensor:
         """The gradients' total L2 norm (unscaled first under fp16's scaler), clipped to
