@@ -608,7 +608,8 @@ async def test_verdict_action_trains_a_twin_and_explains_the_difference(tmp_path
         await until(pilot, lambda: db_rows(tmp_path, "SELECT 1 FROM events WHERE "
                                                      "kind = 'repro_verdict'"))
         assert db_rows(tmp_path, "SELECT twin_of FROM runs WHERE id = 2") == [(1,)]
-        assert app.pair == [1, 2]
+        # the app pairs them at its first tick that reads the twin (the row comes first)
+        await until(pilot, lambda: app.pair == [1, 2], seen=lambda: app.pair)
         await until(pilot, lambda: "Determinism verdict" in _verdict_text(app))
         text = _verdict_text(app)
         assert "NOT identical" in text and "step 0" in text and "seed = none" in text
