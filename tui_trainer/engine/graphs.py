@@ -12,10 +12,13 @@ network capture", docs/notes/cuda.html#cuda-graphs).
 - From then on a step copies its batch into the graphs' static inputs and replays them:
   no kernel launched one by one from Python, no sync. The loss and the norm stay on the
   device until a log point reads them, as in an eager step.
-- The optimizer was made with capturable=True (its step count on the device). While the
-  update is captured, each parameter group's learning rate is a tensor on the device; the
-  group keeps its float otherwise (what the schedule moves, what checkpoints hold), and
-  that float is copied into the tensor before each replay of the update.
+- The optimizer was made with capturable=True (its step count on the device) and with
+  DeviceRates: during every update, eager or captured, each parameter group's learning
+  rate is a float32 tensor on the device; the group keeps its float otherwise (what the
+  schedule moves, what checkpoints hold), and that float is copied into the tensor before
+  each update (before each replay). The fused update reads a rate given as a tensor in
+  float32 and one given as a float in double: every step of such a run reads the tensor,
+  so that the eager steps after a resume compute the bits the replayed ones did.
 
 What needs one shape per step, an adam/adamw update and one process is refused in
 core.config (graph_problem) and at set-up (a last batch of another size).
@@ -36,6 +39,47 @@ import torch.nn.functional as F
 WARMUP = 3          # eager steps before the capture (PyTorch's examples use 3)
 
 
+class DeviceRates:
+    """Each parameter group's learning rate as a float32 tensor on the device, during every
+    update of a cuda_graph = step run's optimizer (its step's pre- and post-hooks): eager
+    steps (the warm-up, a resumed run's first ones, explain's copies) and the captured one
+    read the rate alike. Outside the update the group holds its float."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+        self.optimizer = optimizer      # (its param_groups: a new list after a resume's load)
+        self.tensors = [torch.zeros((), dtype=torch.float32, device=device)
+                        for _ in optimizer.param_groups]
+        self.held: list[float | None] = [None] * len(self.tensors)   # what each tensor holds
+        self.floats: list[Any] = []
+        optimizer.register_step_pre_hook(lambda *_: self._swap_in())
+        optimizer.register_step_post_hook(lambda *_: self.swap_out())
+        # The eager steps of a capturable optimizer are on purpose: not to be warned of
+        optimizer._warned_capturable_if_run_uncaptured = True
+
+    def refresh(self) -> None:
+        """Each group's float copied into its tensor where it moved (a fill on the current
+        stream: outside a capture, before the update that reads it)."""
+        groups = self.optimizer.param_groups
+        for i, (group, tensor) in enumerate(zip(groups, self.tensors, strict=True)):
+            if group["lr"] != self.held[i]:
+                tensor.fill_(group["lr"])
+                self.held[i] = group["lr"]
+
+    def _swap_in(self) -> None:
+        if not torch.cuda.is_current_stream_capturing():   # (a capture's fill: replay's)
+            self.refresh()
+        self.floats = [g["lr"] for g in self.optimizer.param_groups]
+        for group, tensor in zip(self.optimizer.param_groups, self.tensors, strict=True):
+            group["lr"] = tensor
+
+    def swap_out(self) -> None:
+        """The floats back (after each update; after a capture that failed inside one)."""
+        if self.floats:
+            for group, value in zip(self.optimizer.param_groups, self.floats, strict=True):
+                group["lr"] = value
+            self.floats = []
+
+
 class StepGraph:
     """One run's captured step (its Trainer's, which it reads and moves on)."""
 
@@ -46,9 +90,7 @@ class StepGraph:
         self.graphs: tuple[torch.cuda.CUDAGraph, ...] | None = None
         # made at the capture: the static batch, outputs, step count and learning rates
         self.x = self.y = self.loss = self.norm = self.step_count = None
-        self.lrs: list[tuple[torch.Tensor, float | None]] = []
-        # The first eager steps of a capturable optimizer are on purpose: not to be warned of
-        trainer.optimizer._warned_capturable_if_run_uncaptured = True
+        self.rates: DeviceRates = trainer.optimizer.rates      # (made by make_optimizer)
 
     @property
     def warm(self) -> bool:
@@ -81,11 +123,7 @@ class StepGraph:
         clock.done("forward")
         backward.replay()
         clock.done("backward")
-        for i, (lr, copied) in enumerate(self.lrs):
-            now = t.optimizer.param_groups[i]["lr"]
-            if now != copied:
-                lr.fill_(now)
-                self.lrs[i] = (lr, now)
+        self.rates.refresh()        # the rate the schedule set, into the captured update
         update.replay()
         t.pos.batch += 1
         t.pos.samples += len(y)
@@ -102,9 +140,6 @@ class StepGraph:
             x = x.contiguous(memory_format=torch.channels_last)
         self.x, self.y = x.clone(memory_format=torch.preserve_format), y.to(t.device).clone()
         self.step_count = torch.full((), t.pos.step, dtype=torch.long, device=t.device)
-        groups = t.optimizer.param_groups
-        self.lrs = [(torch.zeros((), dtype=torch.float32, device=t.device), None)
-                    for _ in groups]
         # backward makes the gradients in the graphs' pool; each replay writes them anew
         t.optimizer.zero_grad(set_to_none=True)
         # One pool, one stream (the warm-up's); thread_local: other threads (a loader's
@@ -112,15 +147,12 @@ class StepGraph:
         capture = {"pool": torch.cuda.graph_pool_handle(), "stream": self.stream,
                    "capture_error_mode": "thread_local"}
         graphs = (torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph())
-        floats = [g["lr"] for g in groups]
         try:
             with torch.cuda.graph(graphs[0], **capture):
                 with t._autocast(cache=False):     # (autocast's cache cannot span graphs)
                     loss = F.nll_loss(t.forward(self.x), self.y)
             with torch.cuda.graph(graphs[1], **capture):
                 loss.backward()
-            for g, (lr, _) in zip(groups, self.lrs, strict=True):
-                g["lr"] = lr
             with torch.cuda.graph(graphs[2], **capture):
                 self.norm = t.grad_norm()
                 t.optimizer.step()
@@ -131,8 +163,7 @@ class StepGraph:
                                f"on this machine ({str(e).splitlines()[0]}); set cuda_graph "
                                "= off to train it step by step") from e
         finally:
-            for g, value in zip(groups, floats, strict=True):
-                g["lr"] = value
+            self.rates.swap_out()
         self.loss = loss.detach()
         self.graphs = graphs
         t.log(f"cuda_graph = step: step {t.pos.step + 1} captured as CUDA graphs (forward, "

@@ -44,7 +44,7 @@ from .checkpoint import sweep
 from .cuda_start import CudaStart
 from .data import Loaders, make_loaders
 from .distributed import Group, PeerLost, peer_lost, use_backend
-from .graphs import StepGraph
+from .graphs import DeviceRates, StepGraph
 from .recorder import Recorder
 from .meter import Meter
 from .models import build_model
@@ -275,11 +275,11 @@ def make_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
     if cfg.optimizer == "adadelta":
         return torch.optim.Adadelta(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **impl)
     betas = (cfg.adam_beta1, cfg.adam_beta2)
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay,
-                                **impl)
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay,
-                             **impl)
+    adam = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.AdamW
+    optimizer = adam(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay, **impl)
+    if impl.get("capturable"):      # every update reads its rate as the captured one does
+        optimizer.rates = DeviceRates(optimizer, next(model.parameters()).device)
+    return optimizer
 
 
 def make_scheduler(cfg: RunConfig, optimizer: torch.optim.Optimizer, total_steps: int
