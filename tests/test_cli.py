@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
-import statistics
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,11 @@ def test_experiments_run_as_they_are(tmp_path, name):
            "--set", "max_steps=3", "--set", "eval_samples=500")
     assert r.rc == 0, r.err
     assert r.json["steps"] == 3 and r.json["status"] == "finished"
+    # what the run did is recorded: cuda_graph = auto (fastest-gpu) is step on CUDA only
+    settings = SessionStore(tmp_path, create=False, readonly=True).run(1)["settings"]
+    asked = tomllib.loads(cfg.read_text()).get("cuda_graph", "off")
+    cuda = settings["device"].startswith("cuda")
+    assert settings["cuda_graph"] == ("step" if asked != "off" and cuda else "off")
 
 
 def test_ctrl_c_to_the_process_group_with_workers_stops_once_and_cleanly(tmp_path):

@@ -65,6 +65,13 @@ def test_cuda_graph_step_replays_a_learning_step_and_a_killed_run_resumes_bit_ex
                                                             "train_samples=650"))
     assert r.rc == 2 and "drop_last: must be true with cuda_graph = step" in r.err, r.err
     assert not (tmp_path / "odd").exists()
+    # auto (fastest-gpu's) is step on CUDA, and the run records step
+    r = tt("run", "--session", str(tmp_path / "auto"), *sets(*graph, "cuda_graph=auto",
+                                                             "max_steps=6"))
+    assert r.rc == 0, r.err
+    auto = SessionStore(tmp_path / "auto", create=False, readonly=True)
+    assert auto.run(1)["settings"]["cuda_graph"] == "step"
+    assert "step 4 captured as CUDA graphs" in auto.log_path(1).read_text()
 
 
 def test_a_cuda_run_killed_mid_epoch_resumes_bit_exact_with_fp16_workers_and_augmentation(

@@ -45,6 +45,11 @@ def test_cuda_graphs_need_cuda_and_the_other_compile_modes_do_not():
     assert problem(CPU, compile="max-autotune") is None and problem(CPU, compile="on") is None
     assert problem(TWO_GPUS, compile="reduce-overhead", device="auto") is None
     assert problem(TWO_GPUS, compile="reduce-overhead", device="cpu")[0] == "compile"
+    # cuda_graph: step asks for CUDA; auto captures where the device is CUDA, else not
+    key, reason = problem(CPU, cuda_graph="step")
+    assert key == "cuda_graph" and "use cuda_graph = off" in reason
+    assert problem(CPU, cuda_graph="auto") is None
+    assert problem(TWO_GPUS, cuda_graph="step", device="auto") is None
 
 
 @pytest.mark.parametrize("config, device", [

@@ -185,8 +185,10 @@ class RunConfig:
         "Needs one shape per step (drop_last = true where the last batch is smaller), adam "
         "or adamw, grad_accum_steps = 1, compile = off, amp off or bf16 and one process. "
         "The graphs' memory is held while the run lives; captured again after a resume. The "
-        "step's phases are still timed apart (three graphs: forward, backward, optimizer).",
-        "speed", choices=("off", "step"))
+        "step's phases are still timed apart (three graphs: forward, backward, optimizer). "
+        "auto: step where the run's device is CUDA, off where it is not (a preset that also "
+        "runs on a CPU); the run's settings record which.", "speed",
+        choices=("off", "step", "auto"))
     float32_matmul_precision: str = knob(
         "highest", "torch.set_float32_matmul_precision: highest computes float32 matrix "
         "products in float32; high lets them use TF32 (CUDA Ampere and newer; oneDNN on "
@@ -504,15 +506,23 @@ def check_combination(cfg: RunConfig) -> None:
         raise ConfigError("activation_checkpointing", "must be off with model = resnet: a "
                           "recomputed block would update its BatchNorm running statistics a "
                           "second time (other statistics than the run without it)")
-    if cfg.cuda_graph == "step":
+    if cfg.cuda_graph != "off":
         graph_problem(cfg)
     if cfg.loader == "resident" and cfg.num_workers > 0:
         raise ConfigError("num_workers", "must be 0 with loader = resident (batches are "
                           "taken by index from one tensor; there is nothing for workers to do)")
 
 
+def graph_step(cfg: RunConfig, cuda: bool) -> bool:
+    """Whether the run's step is captured as CUDA graphs (cuda_graph step or auto, on CUDA;
+    step without CUDA is refused in core.machine)."""
+    return cuda and cfg.cuda_graph != "off"
+
+
 def graph_problem(cfg: RunConfig) -> None:
-    """What cuda_graph = step cannot replay: a step whose work Python decides each time."""
+    """What cuda_graph = step (or auto) cannot replay: a step whose work Python decides each
+    time. Refused whatever the device, auto too: what a run may do must not hang on which
+    machine it lands."""
     needs = [("grad_accum_steps", cfg.grad_accum_steps == 1, "be 1",
               "one micro-batch a step: the graph is one step's work", cfg.grad_accum_steps),
              ("optimizer", cfg.optimizer in ("adam", "adamw"), "be adam or adamw",
@@ -527,7 +537,8 @@ def graph_problem(cfg: RunConfig) -> None:
               "DDP's all-reduce is not captured here", f"nproc {cfg.nproc}, nnodes {cfg.nnodes}")]
     for key, ok, want, why, got in needs:
         if not ok:
-            raise ConfigError(key, f"must {want} with cuda_graph = step ({why}); got {got}; "
+            raise ConfigError(key, f"must {want} with cuda_graph = {cfg.cuda_graph} ({why}); "
+                              f"got {got}; "
                               "or set cuda_graph = off")
 
 

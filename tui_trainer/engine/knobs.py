@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..core import machine
-from ..core.config import ConfigError, RunConfig
+from ..core.config import ConfigError, RunConfig, graph_step
 from ..core.machine import Machine
 
 # cuBLAS needs a fixed workspace to be deterministic; it must be set before its first use.
@@ -155,7 +155,7 @@ def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any
         "grad_scaler": cfg.amp == "fp16",
         "channels_last": cfg.channels_last,
         "compile": cfg.compile,
-        "cuda_graph": cfg.cuda_graph,
+        "cuda_graph": "step" if graph_step(cfg, cuda) else "off",      # (auto: which)
         "activation_checkpointing": cfg.activation_checkpointing,
         "preserve_rng_state": cfg.preserve_rng_state,
         "model": cfg.model,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..core.config import FIELDS
+from ..core.config import FIELDS, graph_step
 from .train import Trainer
 
 # --- on demand: one step, accounted by category and module ------------------------------------
@@ -155,6 +155,6 @@ def breakdown(cfg: Any, state: dict[str, Any] | None, snapshot: Path | None = No
             "categories": cats, "total": total, "modules": modules,
             "from_checkpoint": state is not None,
             # (cuda_graph = step: the copy steps op by op, its memory followed op by op)
-            "graphs_replayed": trainer.cuda and cfg.cuda_graph == "step",
+            "graphs_replayed": graph_step(cfg, trainer.cuda),
             "timeline": _timeline(tracker.points, str(device)),
             "snapshot": str(snapshot) if history else None}

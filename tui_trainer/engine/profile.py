@@ -21,6 +21,7 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, record_function
 
+from ..core.config import graph_step
 from ..core.figures import PHASES
 
 SCOPE = "module: "          # the record_function name of a module's forward
@@ -124,7 +125,7 @@ def profile(cfg: Any, state: dict[str, Any] | None, steps: int, warmup: int,
             "steps": steps, "warmup": warmup, "from_step": trainer.pos.step - steps,
             "from_checkpoint": state is not None, "compile": cfg.compile,
             # (cuda_graph = step: the copy steps op by op, its modules timed by hooks)
-            "graphs_replayed": cuda and cfg.cuda_graph == "step",
+            "graphs_replayed": graph_step(cfg, cuda),
             "wall_ms": wall * 1000 / steps, "self_ms": self_total,
             "phases_ms": {k: spent[k] * 1000 / steps for k in PHASES},
             "ops": kept, "op_count": len(ops), "modules": modules,

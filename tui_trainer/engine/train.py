@@ -36,7 +36,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..core import contention, figures, supervisor
 from ..core.figures import DEVICE_PHASES, PHASES
-from ..core.config import ConfigError, RunConfig
+from ..core.config import ConfigError, RunConfig, graph_step
 from ..core.errors import CheckpointError, DiskFull, is_disk_full
 from ..core.liveness import HEARTBEAT_S
 from ..core.store import SessionStore
@@ -267,7 +267,7 @@ def make_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
     # auto leaves the choice to PyTorch (foreach=None, fused=None), as it always was
     impl = {"auto": {}, "for-loop": {"foreach": False}, "foreach": {"foreach": True},
             "fused": {"fused": True}}[cfg.optimizer_impl]
-    if cfg.cuda_graph == "step" and next(model.parameters()).is_cuda:
+    if graph_step(cfg, next(model.parameters()).is_cuda):
         impl["capturable"] = True       # its step count on the device: an update to capture
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
@@ -433,9 +433,10 @@ class Trainer:
                               f"more than the {self.loaders.info.train_size:,} training "
                               "samples, and drop_last drops the only, smaller batch; use "
                               "drop_last = false or a smaller batch_size")
-        if self.cuda and cfg.cuda_graph == "step" and not cfg.drop_last \
+        if graph_step(cfg, self.cuda) and not cfg.drop_last \
                 and self.loaders.info.train_size % cfg.batch_size:
-            raise ConfigError("drop_last", f"must be true with cuda_graph = step here: the "
+            raise ConfigError("drop_last", f"must be true with cuda_graph = {cfg.cuda_graph} "
+                              "here: the "
                               f"{self.loaders.info.train_size:,} training samples in batches "
                               f"of {cfg.batch_size} leave a smaller last batch, another shape "
                               "than the captured step's; or set cuda_graph = off")
@@ -460,7 +461,7 @@ class Trainer:
         self.graphs = self.cuda and cfg.compile in ("reduce-overhead", "max-autotune")
         # cuda_graph = step: the whole step captured once and replayed (engine/graphs.py);
         # the copies that trace ops one by one (explain, memory, profile) set it to None
-        self.step_graph = StepGraph(self) if self.cuda and cfg.cuda_graph == "step" else None
+        self.step_graph = StepGraph(self) if graph_step(cfg, self.cuda) else None
         self.eval_forward = self.forward      # evaluation never goes through DDP
         self.ddp: DistributedDataParallel | None = None
         self.non_blocking = cfg.non_blocking and self.cuda
