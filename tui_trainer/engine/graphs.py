@@ -46,6 +46,7 @@ class DeviceRates:
     read the rate alike. Outside the update the group holds its float."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
         self.optimizer = optimizer      # (its param_groups: a new list after a resume's load)
         self.tensors = [torch.zeros((), dtype=torch.float32, device=device)
                         for _ in optimizer.param_groups]
@@ -66,7 +67,8 @@ class DeviceRates:
                 self.held[i] = group["lr"]
 
     def _swap_in(self) -> None:
-        if not torch.cuda.is_current_stream_capturing():   # (a capture's fill: replay's)
+        capturing = self.cuda and torch.cuda.is_current_stream_capturing()
+        if not capturing:                   # (a captured update's fill is the replay's)
             self.refresh()
         self.floats = [g["lr"] for g in self.optimizer.param_groups]
         for group, tensor in zip(self.optimizer.param_groups, self.tensors, strict=True):
