@@ -23,8 +23,9 @@ network capture", docs/notes/cuda.html#cuda-graphs).
 What needs one shape per step, an adam/adamw update and one process is refused in
 core.config (graph_problem) and at set-up (a last batch of another size).
 
-Written on 2026-11-26 where no GPU was lent: tests/test_gpu.py's first test is its first
-run on one (bit-exact resume across a capture, learning as eager steps do).
+First run on an H100 on 2026-11-26: tests/test_gpu.py's first test passed (bit-exact resume
+across a re-capture, learning as eager steps do), and fastest-gpu's steps ran at 410k
+samples/s against 144k op by op (docs/benchmarks.md).
 """
 
 from __future__ import annotations
