@@ -436,10 +436,9 @@ class Trainer:
         if graph_step(cfg, self.cuda) and not cfg.drop_last \
                 and self.loaders.info.train_size % cfg.batch_size:
             raise ConfigError("drop_last", f"must be true with cuda_graph = {cfg.cuda_graph} "
-                              "here: the "
-                              f"{self.loaders.info.train_size:,} training samples in batches "
-                              f"of {cfg.batch_size} leave a smaller last batch, another shape "
-                              "than the captured step's; or set cuda_graph = off")
+                              f"here: the {self.loaders.info.train_size:,} training samples "
+                              f"in batches of {cfg.batch_size} leave a smaller last batch, "
+                              "another shape than the captured step's; or set cuda_graph = off")
         model = build_model(cfg.model, cfg.activation_checkpointing, cfg.preserve_rng_state,
                             cfg.init).to(self.device)
         if cfg.channels_last:
