@@ -20,6 +20,11 @@ none always goes first:
   TUI_TRAINER_SPARE=context (it also made CUDA's context before Start) or =cudnn (the
   context and cuDNN's handles), which hold GPU memory while they wait: what a user who
   asks for it gets.
+- `suspended` (with `--spares suspended`): TUI_TRAINER_SPARE=suspended, cudnn's spare moved
+  out of the GPU into its host memory by CUDA's checkpoint API before Start and restored at
+  Start: no GPU memory held while it waits.
+Where there is a CUDA device, each launcher's spare is weighed while it waits: the GPU memory
+in use (nvidia-smi) once its spare is made, less what was in use before its launcher started.
 Each run's log says whether it was given a spare (a `spare` run that was not is counted
 apart). Every run trains the same config (seed 1), so all their fingerprints must be equal.
 Each first step is also told in parts, from the session's own stamps: to the run's claim (the
@@ -27,7 +32,7 @@ fork or process and the setup), step 0's fingerprint and checkpoint, the first s
 Goals: warm under 1 s on this machine; on CUDA the first step at most 0.5 s (issue 34).
 
     python benchmarks/first_step.py [--repeats 5] [--steps 20] [--cuda-start shapes handles]
-        [--spares context cudnn]
+        [--spares context cudnn suspended]
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import argparse
 import os
 import sqlite3
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -44,7 +50,7 @@ from tui_trainer.core import config
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import SPARE_LINE, Supervisor, WarmLauncher
 from tui_trainer.core.machine import CUDA_START_ENV, CUDA_STARTS
-from tui_trainer.warm import SPARE_AFTER_S, SPARE_ENV
+from tui_trainer.warm import HOLDS_CONTEXT, SPARE_AFTER_S, SPARE_ENV
 
 
 def first_step_s(session: Path, sup: Supervisor, cfg: dict
@@ -77,8 +83,21 @@ def first_step_s(session: Path, sup: Supervisor, cfg: dict
     return run_id, first, whole, parts
 
 
-def launcher(spares: str) -> WarmLauncher:
-    """A launcher whose spares are `spares` (warm.SPARE_MODES: 0, driver, context)."""
+def gpu_used_mib() -> int | None:
+    """The GPU memory in use on the first device, as nvidia-smi reads it (None without one)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,"
+                              "nounits", "--id=0"], capture_output=True, text=True, timeout=30)
+        return int(out.stdout.split()[0]) if out.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+
+
+def launcher(spares: str, weigh: bool) -> WarmLauncher:
+    """A launcher whose spares are `spares` (warm.SPARE_MODES); with `weigh`, what its spare
+    holds of the GPU's memory once it is made (the memory in use then, less before the
+    launcher started: the launchers before it have made their spares already)."""
+    before = gpu_used_mib() if weigh else None
     os.environ[SPARE_ENV] = spares          # read by the launcher it starts
     try:
         warm = WarmLauncher()
@@ -90,6 +109,11 @@ def launcher(spares: str) -> WarmLauncher:
         del os.environ[SPARE_ENV]
     print(f"warm launcher (TUI_TRAINER_SPARE={spares}) ready after "
           f"{time.time() - t0:.2f} s (its one-time import cost)")
+    if before is not None and spares != "0":
+        time.sleep(SPARE_AFTER_S + 3)          # its spare made, CUDA started as it asks
+        used = gpu_used_mib()
+        print(f"   GPU memory held while its spare waits: {used - before} MiB (nvidia-smi)"
+              if used is not None else "   nvidia-smi did not answer")
     return warm
 
 
@@ -99,14 +123,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--cuda-start", nargs="*", default=[], choices=list(CUDA_STARTS),
                     help="also spare runs with TUI_TRAINER_CUDA_START=shapes, =handles or =0")
-    ap.add_argument("--spares", nargs="*", default=[], choices=["context", "cudnn"],
+    ap.add_argument("--spares", nargs="*", default=[],
+                    choices=["context", "cudnn", "suspended"],
                     help="also runs given a spare that made CUDA's context (and cuDNN's "
-                         "handles) before Start")
+                         "handles) before Start, or that then suspended them")
     args = ap.parse_args()
     cfg = config.DEFAULTS.replace(dataset="mnist-sample", max_steps=args.steps, log_every=1,
                                   fingerprint_every=5).to_dict()
-    plain, spares = launcher("0"), launcher("driver")
-    holding = {mode: launcher(mode) for mode in args.spares}
+    weigh = gpu_used_mib() is not None
+    plain, spares = launcher("0", weigh), launcher("driver", weigh)
+    holding = {mode: launcher(mode, weigh) for mode in args.spares}
     ways = ("cold", "warm", "spare", *(f"spare@{m}" for m in args.cuda_start), *holding)
     results: dict[str, list[tuple[float, float]]] = {how: [] for how in (*ways, "no spare")}
     split: dict[str, list[tuple[float, float, float]]] = {how: [] for how in results}
@@ -153,6 +179,12 @@ def main() -> None:
                             on_cuda = on_cuda or "CUDA's driver started" in said[0]
                 prints = [tuple(r["sha256"] for r in store.fingerprints(i)) for i in ids]
     finally:
+        for name, w in (("driver", spares), *holding.items()):
+            said = (w._dir / "launcher.log").read_text(errors="replace").strip() \
+                if w._dir is not None and (w._dir / "launcher.log").exists() else ""
+            if said:           # what a spare met (a CUDA start or a suspension refused)
+                print(f"launcher TUI_TRAINER_SPARE={name} said:\n   "
+                      + "\n   ".join(said.splitlines()[-5:]))
         plain.close()
         spares.close()
         for w in holding.values():
@@ -179,7 +211,7 @@ def main() -> None:
                 and on_cuda):
         spare = statistics.median(f for f, _ in results[how])
         held = f" (GPU memory held before Start, as TUI_TRAINER_SPARE={how} asks)" \
-            if how in holding else ""
+            if how in HOLDS_CONTEXT else ""
         print(f"goal (CUDA, issue 34): the first step at most 0.5 s after Start: {how} "
               f"{spare:.2f} s{held} -> {'MET' if spare <= 0.5 else 'NOT MET'}")
     same = len(set(prints)) == 1 and len(prints[0]) > 1

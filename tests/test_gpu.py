@@ -371,17 +371,29 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
     assert wait_until(lambda: not os.path.exists(f"/proc/{spare}"))
 
 
+@pytest.mark.parametrize("mode", ["cudnn", "suspended"])
 def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forked_one(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, mode):
     """TUI_TRAINER_SPARE=cudnn (asked for: the spare holds CUDA's context and cuDNN's
-    handles before Start): a run given it trains the bits of one forked at Start (the
-    default net draws dropout masks from the device's generator), with the same allocated,
-    reserved and peak memory at every log point, and its log says what the spare did."""
+    handles before Start), and =suspended (the same, then moved into the spare's host memory
+    by CUDA's checkpoint API: while it waits the driver says it is checkpointed, holding no
+    GPU memory, and it is restored at Start): a run given it trains the bits of one forked
+    at Start (the default net draws dropout masks from the device's generator), with the
+    same allocated, reserved and peak memory at every log point, and its log says what the
+    spare did."""
+    import ctypes
+    from conftest import wait_until
     from test_warm import _config
     from tui_trainer.core.supervisor import SPARE_LINE, launch, train_args
-    monkeypatch.setenv("TUI_TRAINER_SPARE", "cudnn")
+    from tui_trainer.warm import CudaCheckpoint
+    monkeypatch.setenv("TUI_TRAINER_SPARE", mode)
     warm, spare = _launcher_and_its_spare()     # (its handles follow in the same start)
     try:
+        if mode == "suspended":
+            ctypes.CDLL("libcuda.so.1").cuInit(0)    # (no context: asks the driver only)
+            asked = CudaCheckpoint(spare)
+            assert wait_until(lambda: asked.state() == "checkpointed", timeout=60), \
+                asked.state()
         with SessionStore(tmp_path) as store:
             ids = []
             for how in ("spare", "forked"):
@@ -393,7 +405,10 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
                 assert proc.wait(timeout=180) == 0
                 ids.append(run_id)
             logs = [store.log_path(r).read_text() for r in ids]
-        assert SPARE_LINE in logs[0] and "cuDNN's handles made before Start" in logs[0]
+        assert SPARE_LINE in logs[0] and ("cuDNN's handles made before Start" in logs[0]
+                                          if mode == "cudnn" else
+                                          "suspended by CUDA's checkpoint API" in logs[0]
+                                          and "restored at Start" in logs[0]), logs[0]
         assert SPARE_LINE not in logs[1]
         prints = [fingerprints(tmp_path, r) for r in ids]
         assert prints[0] == prints[1] and len(prints[0]) >= 4

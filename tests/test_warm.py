@@ -674,7 +674,7 @@ import sys
 from tui_trainer import warm
 
 
-def start_cuda(context=False, cudnn=False):
+def start_cuda(context=False, cudnn=False, suspend=False):
     raise RuntimeError("starting CUDA's driver made a CUDA context (a test's stand-in)")
 
 
@@ -721,9 +721,78 @@ def test_a_spare_that_cannot_start_cuda_cleanly_ends_and_runs_are_forked(tmp_pat
         proc.wait(timeout=30)
 
 
+UNRESTORED_SPARE = """
+import sys
+from tui_trainer import warm
+
+
+def start_cuda(context=False, cudnn=False, suspend=False):
+    assert context and cudnn and suspend
+    return "CUDA's context and cuDNN's handles made, then suspended (a test's stand-in)"
+
+
+class CudaCheckpoint:
+    def restore(self):
+        raise RuntimeError("cuCheckpointProcessRestore returned CUDA_ERROR_OUT_OF_MEMORY (a "
+                           "test's stand-in)")
+
+
+warm.start_cuda = start_cuda
+warm.CudaCheckpoint = CudaCheckpoint
+sys.exit(warm.main([sys.argv[1]]))
+"""
+
+
+def test_a_spare_whose_cuda_is_not_restored_at_start_runs_its_run_cold_in_its_process(
+        tmp_path, monkeypatch):
+    """TUI_TRAINER_SPARE=suspended: where the spare's CUDA does not come back at Start (a
+    restore refused, as CUDA's checkpoint API refuses one while other processes hold the
+    GPU's memory), the run it was handed is not lost and does not meet a CUDA it cannot
+    use: the same process (the pid its client was told) becomes a cold `python -m
+    tui_trainer` of the run's command, environment and folder, whose log says why and never
+    that it was forked or given a spare, and trains the run to its end. The suspension and
+    the failed restore are the test's stand-ins for the driver's; the rest is the
+    launcher's own. Holds on both devices (the run itself is on the CPU)."""
+    import subprocess
+    import sys
+
+    from tui_trainer.core.supervisor import SPARE_LINE
+    folder = Path(os.environ["XDG_RUNTIME_DIR"]) / "unrestored"
+    folder.mkdir(mode=0o700)
+    sock = folder / "launcher.sock"
+    log = tmp_path / "launcher.log"
+    monkeypatch.setenv("TUI_TRAINER_SPARE", "suspended")
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-c", UNRESTORED_SPARE, str(sock)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=err, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    try:
+        assert wait_until(lambda: sock.exists() or proc.poll() is not None, 120)
+        assert wait_until(lambda: len(_children(proc.pid)) == 1), log.read_text()[-2000:]
+        (spare,) = _children(proc.pid)
+        warm = WarmLauncher(str(sock))
+        with SessionStore(tmp_path / "s") as store:
+            run_id = store.create_run(_config(max_steps=4, fingerprint_every=2), name="spare")
+            child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
+                           warm=warm, spare="auto")
+            assert isinstance(child, WarmChild) and child.pid == spare
+            assert child.wait(timeout=120) == 0
+            text = store.log_path(run_id).read_text()
+            assert store.run(run_id)["status"] == "finished"
+        assert "a spare could not restore its CUDA at Start (cuCheckpointProcessRestore " \
+            "returned CUDA_ERROR_OUT_OF_MEMORY (a test's stand-in)): the run starts cold in " \
+            "its process" in text, text
+        assert WARM_LINE not in text and SPARE_LINE not in text
+        assert sorted(fingerprints(tmp_path / "s", run_id)) == [0, 2, 4]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 @pytest.mark.parametrize("value, mode, wrong", [
     ("", "driver", False), ("driver", "driver", False), ("0", None, False),
-    ("context", "context", False), ("cudnn", "cudnn", False), ("1", "driver", True),
+    ("context", "context", False), ("cudnn", "cudnn", False),
+    ("suspended", "suspended", False), ("1", "driver", True),
     ("ctx\x1b[31m", "driver", True)])
 def test_the_spare_setting_is_read_and_a_wrong_value_named_in_one_line(monkeypatch, value,
                                                                          mode, wrong):
@@ -732,18 +801,20 @@ def test_the_spare_setting_is_read_and_a_wrong_value_named_in_one_line(monkeypat
     got, why = warm.spare_mode()
     assert got == mode and (why is not None) == wrong
     if wrong:
-        assert why.startswith("TUI_TRAINER_SPARE: ") and "0, driver, context, cudnn" in why
+        assert why.startswith("TUI_TRAINER_SPARE: ") and "0, driver, context, cudnn, suspended" in why
         assert "\x1b" not in why and "\n" not in why
 
 
-def test_a_context_spare_takes_only_runs_on_the_first_device(tmp_path, monkeypatch):
-    """TUI_TRAINER_SPARE=context or =cudnn: the spare (which on CUDA holds the first visible
-    device's context, and with cudnn its cuDNN handles, while it waits) is given a run on
-    that device (auto, cuda, cuda:0), never one on another device, which is forked at
-    Start. Checked with cudnn, which holds the most (one rule, warm.HOLDS_CONTEXT, for
-    both). Holds on both devices."""
+@pytest.mark.parametrize("mode", ["cudnn", "suspended"])
+def test_a_context_spare_takes_only_runs_on_the_first_device(tmp_path, monkeypatch, mode):
+    """TUI_TRAINER_SPARE=context, =cudnn or =suspended: the spare (which on CUDA makes the
+    first visible device's context, with cudnn and suspended its cuDNN handles, and holds
+    them while it waits, or with suspended has them in its host memory, to be restored on
+    that device) is given a run on that device (auto, cuda, cuda:0), never one on another
+    device, which is forked at Start. Checked with cudnn, which holds the most, and
+    suspended (one rule, warm.ON_FIRST_DEVICE, for the three). Holds on both devices."""
     from tui_trainer.core.supervisor import SPARE_LINE
-    monkeypatch.setenv("TUI_TRAINER_SPARE", "cudnn")
+    monkeypatch.setenv("TUI_TRAINER_SPARE", mode)
     warm = _started()
     try:
         assert wait_until(lambda: len(_children(warm._proc.pid)) == 1), "no spare"

@@ -26,6 +26,7 @@ the garbage collector's reach before the first fork (`settle`).
 from __future__ import annotations
 
 import atexit
+import ctypes
 import gc
 import json
 import os
@@ -55,10 +56,13 @@ GO_AHEAD_S = 60.0       # how long a forked child waits for its client's go-ahea
 # memory held), "context" (also CUDA's context on the first visible device, which holds GPU
 # memory while it waits: only where the user asks; given only runs on that device), "cudnn"
 # (the context and cuDNN's handles, of this thread and of autograd's, by a convolution of
-# constants: more memory held, more of CUDA's start done before Start) or "0" (none).
+# constants: more memory held, more of CUDA's start done before Start), "suspended" (what
+# cudnn makes, then moved out of the GPU into the spare's host memory by CUDA's checkpoint
+# API, and restored when it is given a run: no GPU memory held while it waits) or "0" (none).
 SPARE_ENV = "TUI_TRAINER_SPARE"
-SPARE_MODES = ("0", "driver", "context", "cudnn")
-HOLDS_CONTEXT = ("context", "cudnn")
+SPARE_MODES = ("0", "driver", "context", "cudnn", "suspended")
+HOLDS_CONTEXT = ("context", "cudnn")            # GPU memory held while the spare waits
+ON_FIRST_DEVICE = (*HOLDS_CONTEXT, "suspended")  # a context made: runs on that device only
 FIRST_DEVICE = ("auto", "cuda", "cuda:0")       # device settings that mean the first device
 SPARE_AFTER_S = 2.0
 SPARE_LOSSES = 3        # spares that end before they are given a run: after that, no more
@@ -105,8 +109,8 @@ def cuda_reads(env: dict[str, str] | os._Environ) -> dict[str, str]:
 
 
 def spare_mode() -> tuple[str | None, str | None]:
-    """The spare SPARE_ENV asks for ("driver", "context", "cudnn", or None for none), and a line
-    saying what was wrong with its value (then: "driver")."""
+    """The spare SPARE_ENV asks for ("driver", "context", "cudnn", "suspended", or None for
+    none), and a line saying what was wrong with its value (then: "driver")."""
     value = os.environ.get(SPARE_ENV, "") or "driver"
     if value in SPARE_MODES:
         return (None if value == "0" else value), None
@@ -114,7 +118,8 @@ def spare_mode() -> tuple[str | None, str | None]:
                       "the spare starts the driver")
 
 
-def start_cuda(context: bool = False, cudnn: bool = False) -> str | None:
+def start_cuda(context: bool = False, cudnn: bool = False, suspend: bool = False
+               ) -> str | None:
     """What the spare starts of CUDA before Start, where there is a CUDA device: the driver
     (`torch.cuda.init()`: cuInit and the device count, no context, so no GPU memory) and
     cuDNN's libraries (host work: 0.30 s here, 125 MiB of the spare's own memory, file pages
@@ -124,7 +129,11 @@ def start_cuda(context: bool = False, cudnn: bool = False) -> str | None:
     the run's log; None where there is no CUDA device. Raises RuntimeError where a context
     was made without `context` (it would hold GPU memory while nothing trains), or none with
     it. With `cudnn` (and `context`) also cuDNN's handles, by a convolution of constants
-    forward and backward (`_start_cudnn`)."""
+    forward and backward (`_start_cudnn`). With `suspend` (and both) the whole of it is then
+    moved into the spare's host memory (`CudaCheckpoint.suspend`): it holds no GPU memory
+    while it waits, and is restored (`CudaCheckpoint.restore`) when it is given a run;
+    RuntimeError where that cannot be done (the context is then still held: the spare
+    must end)."""
     import torch
     if not torch.cuda.is_available():
         return None
@@ -137,6 +146,14 @@ def start_cuda(context: bool = False, cudnn: bool = False) -> str | None:
             raise RuntimeError("the driver reports no CUDA context after a synchronisation")
         if cudnn:
             _start_cudnn()
+            if suspend:
+                made = time.perf_counter() - t
+                moved = CudaCheckpoint().suspend()
+                return (f"CUDA's driver started, {libraries} cuDNN libraries loaded, a CUDA "
+                        f"context and cuDNN's handles made ({made:.2f} s), then suspended by "
+                        f"CUDA's checkpoint API ({time.perf_counter() - t - made:.2f} s: "
+                        f"its host memory grew by {moved / 2**20:,.0f} MiB to hold them; no "
+                        f"GPU memory held while it waited, as {SPARE_ENV}=suspended asks)")
             return (f"CUDA's driver started, {libraries} cuDNN libraries loaded, a CUDA "
                     f"context and cuDNN's handles made before Start "
                     f"({time.perf_counter() - t:.2f} s; they held GPU memory while they "
@@ -149,6 +166,88 @@ def start_cuda(context: bool = False, cudnn: bool = False) -> str | None:
                            "memory; no spare is kept")
     return (f"CUDA's driver started and {libraries} cuDNN libraries loaded before Start "
             f"({time.perf_counter() - t:.2f} s; no CUDA context, no GPU memory held)")
+
+
+class CudaCheckpoint:
+    """A process's CUDA state moved out of the GPU and back, by the driver's checkpoint API
+    (cuCheckpointProcess*: Linux, driver 550 and newer). Checkpointed, the process holds no
+    GPU memory and no device handle: the driver has copied its allocations, loaded kernels
+    and handles into the process's host memory. Restored, they are back at the same
+    addresses and the process goes on. The spare does both to itself, and makes no other
+    CUDA call in between: a synchronize while checkpointed crashes inside the driver
+    (VivianSobers/gpunap, validation/FINDINGS.md, drivers 580 and 595). Another process
+    may ask the state (`state`; after cuInit, which makes no context)."""
+
+    STATES = {0: "running", 1: "locked", 2: "checkpointed", 3: "failed",
+              4: "checkpointing", 5: "restoring"}
+    # The codes these calls return (cuda.h), named here: asking the driver for a name is
+    # itself a CUDA call, which a process not restored must not make.
+    ERRORS = {1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
+              3: "CUDA_ERROR_NOT_INITIALIZED", 4: "CUDA_ERROR_DEINITIALIZED",
+              304: "CUDA_ERROR_OPERATING_SYSTEM", 401: "CUDA_ERROR_ILLEGAL_STATE",
+              600: "CUDA_ERROR_NOT_READY", 801: "CUDA_ERROR_NOT_SUPPORTED",
+              909: "CUDA_ERROR_TIMEOUT", 999: "CUDA_ERROR_UNKNOWN"}
+    LOCK_MS = 10_000        # the lock waits at most this long for work in flight
+
+    class _LockArgs(ctypes.Structure):
+        _fields_ = [("timeoutMs", ctypes.c_uint), ("reserved0", ctypes.c_uint),
+                    ("reserved1", ctypes.c_uint64 * 7)]
+
+    def __init__(self, pid: int | None = None) -> None:
+        """Raises RuntimeError where this machine's driver has no checkpoint API."""
+        self.pid = os.getpid() if pid is None else pid
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+            self._fn = {name: getattr(lib, "cuCheckpointProcess" + name) for name in
+                        ("Lock", "Checkpoint", "Restore", "Unlock", "GetState")}
+        except (OSError, AttributeError) as e:
+            raise RuntimeError(f"this CUDA driver has no checkpoint API (it needs driver 550 "
+                               f"or newer on Linux): {str(e)[:120]}") from None
+        for fn in self._fn.values():
+            fn.restype = ctypes.c_int
+        self._fn["Lock"].argtypes = [ctypes.c_int, ctypes.POINTER(self._LockArgs)]
+        for name in ("Checkpoint", "Restore", "Unlock"):
+            self._fn[name].argtypes = [ctypes.c_int, ctypes.c_void_p]
+        self._fn["GetState"].argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+
+    def _call(self, name: str, args: Any = None) -> None:
+        code = self._fn[name](self.pid, args)
+        if code != 0:
+            raise RuntimeError(f"cuCheckpointProcess{name} returned "
+                               f"{self.ERRORS.get(code, 'error')} ({code})")
+
+    def state(self) -> str:
+        value = ctypes.c_int(-1)
+        code = self._fn["GetState"](self.pid, ctypes.byref(value))
+        return self.STATES.get(value.value, f"unknown ({value.value})") if code == 0 \
+            else f"not known (error {code})"
+
+    def suspend(self) -> int:
+        """Lock, then checkpoint: how many bytes the process's resident memory grew by (the
+        GPU state it now holds on the host). Where the checkpoint fails, the process is
+        unlocked again (its CUDA goes on as it was) and RuntimeError says why."""
+        import psutil
+        before = psutil.Process(self.pid).memory_info().rss
+        self._call("Lock", ctypes.byref(self._LockArgs(timeoutMs=self.LOCK_MS)))
+        try:
+            self._call("Checkpoint")
+        except RuntimeError:
+            if self.state() == "locked":
+                self._call("Unlock")
+            raise
+        if self.state() != "checkpointed":
+            raise RuntimeError(f"after its checkpoint the process is {self.state()}")
+        return max(0, psutil.Process(self.pid).memory_info().rss - before)
+
+    def restore(self) -> float:
+        """Restore, then unlock: how long it took. RuntimeError where the process's CUDA
+        did not come back (it cannot be used for CUDA then)."""
+        t = time.perf_counter()
+        self._call("Restore")
+        self._call("Unlock")
+        if self.state() != "running":
+            raise RuntimeError(f"after its restore the process is {self.state()}")
+        return time.perf_counter() - t
 
 
 def _start_cudnn() -> None:
@@ -175,8 +274,6 @@ def _load_cudnn() -> int:
     """Loads cuDNN and the libraries it would load at a run's first convolution (cuDNN 9
     opens its engines, heuristics and ops libraries by name on first use: loaded here, the
     dynamic loader hands the same ones back). How many were loaded."""
-    import ctypes
-
     import torch
     if not torch.backends.cudnn.is_available():
         return 0
@@ -197,8 +294,6 @@ def _load_cudnn() -> int:
 def _primary_contexts() -> int:
     """How many devices have a CUDA primary context in this process (the driver's own
     answer, cuDevicePrimaryCtxGetState); 0 where the driver cannot be asked."""
-    import ctypes
-
     import torch
     try:
         driver = ctypes.CDLL("libcuda.so.1")
@@ -371,7 +466,7 @@ class Launcher:
         made, whose environment agrees with the launcher's in what CUDA's start reads."""
         device = request.get("spare")
         return self.spare is not None and device is not None and \
-            (self.spare_mode not in HOLDS_CONTEXT or device in FIRST_DEVICE) and \
+            (self.spare_mode not in ON_FIRST_DEVICE or device in FIRST_DEVICE) and \
             cuda_reads(request["env"]) == cuda_reads(os.environ)
 
     def _give(self, request: dict[str, Any], fds: list[int]) -> int | None:
@@ -518,25 +613,37 @@ def _spare(conn: socket.socket, launcher: int, mode: str) -> None:
         die_with_parent(signal.SIGTERM)           # the launcher's handler: os._exit here
         if os.getppid() != launcher:
             os._exit(0)
+        suspended = mode == "suspended"
+        cold = None           # why the run it is given must start cold, in this process
         try:
-            did = start_cuda(mode in HOLDS_CONTEXT, mode == "cudnn")
+            did = start_cuda(mode in ON_FIRST_DEVICE, mode in ("cudnn", "suspended"),
+                             suspended)
         except Exception as e:          # torch's CUDA errors, a context made, ...
             print(f"tui_trainer.warm: the spare cannot be one: {e}", file=sys.stderr,
                   flush=True)
             if not select.select([conn], [], [], 0)[0]:
                 os._exit(SPARE_REFUSED)
             # A run was handed to it meanwhile: it runs, and meets CUDA's problem itself
-            # as a process forked for it would, its log saying what the spare met.
+            # as a process forked for it would, its log saying what the spare met; after a
+            # suspension that failed, its CUDA may not be usable: the run starts cold.
             did = f"CUDA's start failed before Start: {str(e)[:200]}"
+            if suspended:
+                cold, suspended = f"a spare's suspension failed before Start ({str(e)[:200]})", \
+                    False
         # Bounded by the launcher's life: its end closing reads as an empty message.
         select.select([conn], [], [])
         data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 3)
         conn.close()
         if not data or len(fds) != 3:
             os._exit(0)
+        if suspended and did is not None:       # (None: no CUDA device here)
+            try:
+                did += f"; restored at Start ({CudaCheckpoint().restore():.2f} s)"
+            except RuntimeError as e:
+                cold = f"a spare could not restore its CUDA at Start ({str(e)[:200]})"
         _die_alone()        # given a run: it outlives the launcher, as a forked one does
         _child(json.loads(data), fds,
-               SPARE_LINE + (f": {did}" if did else " (no CUDA here)"))
+               SPARE_LINE + (f": {did}" if did else " (no CUDA here)"), cold)
     except BaseException:             # noqa: BLE001 - a forked process never returns
         traceback.print_exc()
         os._exit(1)
@@ -544,14 +651,17 @@ def _spare(conn: socket.socket, launcher: int, mode: str) -> None:
 
 def _die_alone() -> None:
     """Undoes die_with_parent (PR_SET_PDEATHSIG 0)."""
-    import ctypes
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, 0)       # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 
 
-def _child(request: dict[str, Any], fds: list[int], spare: str | None = None) -> None:
+def _child(request: dict[str, Any], fds: list[int], spare: str | None = None,
+           cold: str | None = None) -> None:
+    """Runs a request as a cold `python -m tui_trainer ARGS` would, in this process. With
+    `cold` (why: a spare whose CUDA cannot be used) it becomes that cold process: the same
+    pid (the one its client was told), its command executed anew."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
@@ -578,6 +688,12 @@ def _child(request: dict[str, Any], fds: list[int], spare: str | None = None) ->
         for fd in (null, *fds):
             if fd > 2:
                 os.close(fd)
+        if cold is not None:
+            os.write(2, f"{time.strftime('%H:%M:%S')} {cold}: the run starts cold in its "
+                        "process\n".encode())
+            os.chdir(request["cwd"])
+            os.execve(sys.executable, [sys.executable, "-m", "tui_trainer",
+                                       *map(str, request["args"])], request["env"])
         # Said by the forked process itself: a run that started cold never says it.
         said = WARM_LINE + (f"; {spare}" if spare else "")
         os.write(2, f"{time.strftime('%H:%M:%S')} {said}\n".encode())
