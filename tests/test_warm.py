@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -669,6 +671,29 @@ def test_what_a_spare_starts_of_cuda_holds_no_context():
         assert "no CUDA context" in got["said"]
 
 
+def _socket(name: str) -> Path:
+    """A launcher's socket path in a folder of its own in the test's runtime folder
+    (conftest: short, as a socket's path must be)."""
+    folder = Path(os.environ["XDG_RUNTIME_DIR"]) / name
+    folder.mkdir(mode=0o700)
+    return folder / "launcher.sock"
+
+
+def _launcher_with_stand_ins(script: str, sock: Path, log: Path) -> subprocess.Popen:
+    """The warm launcher as `script` runs it (some of its parts replaced by stand-ins),
+    listening on `sock` once this returns, its log into `log`; the caller ends it."""
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-c", script, str(sock)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=err, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    if not wait_until(lambda: sock.exists() or proc.poll() is not None, 120) or \
+            proc.poll() is not None:
+        proc.kill()
+        proc.wait(timeout=30)
+        raise AssertionError(f"the launcher did not come up: {log.read_text()[-2000:]}")
+    return proc
+
+
 FAILING_SPARE = """
 import sys
 from tui_trainer import warm
@@ -688,21 +713,10 @@ def test_a_spare_that_cannot_start_cuda_cleanly_ends_and_runs_are_forked(tmp_pat
     why in the launcher's log and ends, no other is made, and every run is forked at Start
     as before. The failure is the test's stand-in for start_cuda; the rest is the
     launcher's own."""
-    import subprocess
-    import sys
-
     from tui_trainer.core.supervisor import SPARE_LINE
-    # in the test's runtime folder (conftest: short, as a socket's path must be)
-    folder = Path(os.environ["XDG_RUNTIME_DIR"]) / "failing"
-    folder.mkdir(mode=0o700)
-    sock = folder / "launcher.sock"
-    log = tmp_path / "launcher.log"
-    with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-c", FAILING_SPARE, str(sock)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=err, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    sock, log = _socket("failing"), tmp_path / "launcher.log"
+    proc = _launcher_with_stand_ins(FAILING_SPARE, sock, log)
     try:
-        assert wait_until(lambda: sock.exists() or proc.poll() is not None, 120)
         assert wait_until(lambda: "no more spares" in log.read_text()), \
             (proc.poll(), log.read_text()[-2000:])
         said = log.read_text()
@@ -753,21 +767,11 @@ def test_a_spare_whose_cuda_is_not_restored_at_start_runs_its_run_cold_in_its_pr
     that it was forked or given a spare, and trains the run to its end. The suspension and
     the failed restore are the test's stand-ins for the driver's; the rest is the
     launcher's own. Holds on both devices (the run itself is on the CPU)."""
-    import subprocess
-    import sys
-
     from tui_trainer.core.supervisor import SPARE_LINE
-    folder = Path(os.environ["XDG_RUNTIME_DIR"]) / "unrestored"
-    folder.mkdir(mode=0o700)
-    sock = folder / "launcher.sock"
-    log = tmp_path / "launcher.log"
     monkeypatch.setenv("TUI_TRAINER_SPARE", "suspended")
-    with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-c", UNRESTORED_SPARE, str(sock)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=err, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    sock, log = _socket("unrestored"), tmp_path / "launcher.log"
+    proc = _launcher_with_stand_ins(UNRESTORED_SPARE, sock, log)
     try:
-        assert wait_until(lambda: sock.exists() or proc.poll() is not None, 120)
         assert wait_until(lambda: len(_children(proc.pid)) == 1), log.read_text()[-2000:]
         (spare,) = _children(proc.pid)
         warm = WarmLauncher(str(sock))
