@@ -148,7 +148,9 @@ def main() -> None:
                 for i in range(args.repeats):
                     for how in ways[i % len(ways):] + ways[:i % len(ways)]:
                         # the spare given away last is made again SPARE_AFTER_S later
-                        time.sleep(SPARE_AFTER_S + 1.5)
+                        # (a suspended one also makes a context and cuDNN's handles, and
+                        # then suspends them: more time, so that Start finds it waiting)
+                        time.sleep(SPARE_AFTER_S + (4.0 if how == "suspended" else 1.5))
                         mode = how.partition("@")[2]
                         if mode:            # the run's environment: launch() passes it on
                             os.environ[CUDA_START_ENV] = CUDA_STARTS[mode]
