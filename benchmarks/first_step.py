@@ -28,7 +28,9 @@ in use (nvidia-smi) once its spare is made, less what was in use before its laun
 Each run's log says whether it was given a spare (a `spare` run that was not is counted
 apart). Every run trains the same config (seed 1), so all their fingerprints must be equal.
 Each first step is also told in parts, from the session's own stamps: to the run's claim (the
-fork or process and the setup), step 0's fingerprint and checkpoint, the first step itself.
+fork or process and the setup), step 0's fingerprint and checkpoint, the first step itself;
+and that step by its phases (data, copy, forward, backward, optimizer, record), as its row
+in the session records them.
 Goals: warm under 1 s on this machine; on CUDA the first step at most 0.5 s (issue 34).
 
     python benchmarks/first_step.py [--repeats 5] [--steps 20] [--cuda-start shapes handles]
@@ -47,6 +49,7 @@ import time
 from pathlib import Path
 
 from tui_trainer.core import config
+from tui_trainer.core.figures import PHASES
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import SPARE_LINE, Supervisor, WarmLauncher
 from tui_trainer.core.machine import CUDA_START_ENV, CUDA_STARTS
@@ -54,11 +57,14 @@ from tui_trainer.warm import HOLDS_CONTEXT, SPARE_AFTER_S, SPARE_ENV
 
 
 def first_step_s(session: Path, sup: Supervisor, cfg: dict
-                 ) -> tuple[int, float, float, tuple[float, float, float] | None]:
-    """(run, first step, whole run, parts): the parts of the first step's time, from the
-    session's own stamps: to the run's claim (the fork or the process, its setup: data,
+                 ) -> tuple[int, float, float, tuple[float, float, float] | None,
+                            dict[str, float]]:
+    """(run, first step, whole run, parts, phases): the parts of the first step's time, from
+    the session's own stamps: to the run's claim (the fork or the process, its setup: data,
     model, CUDA where the setup reaches it), then step 0's fingerprint and checkpoint, then
-    the first step itself."""
+    the first step itself; and that step's phases as its row records them (core.figures
+    PHASES: on CUDA the device phases are the times between CUDA events, which in a first
+    step follow the host, the GPU waiting for each kernel as it is loaded)."""
     t0 = time.time()
     run_id = sup.start(cfg)
     db = sqlite3.connect(session / "session.sqlite")
@@ -76,11 +82,14 @@ def first_step_s(session: Path, sup: Supervisor, cfg: dict
         claimed = db.execute("SELECT started FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
         step0 = db.execute("SELECT max(t) FROM fingerprints WHERE run_id = ? AND step = 0",
                            (run_id,)).fetchone()[0]
+        row = db.execute(f"SELECT {', '.join(p + '_s' for p in PHASES)} FROM steps WHERE "
+                         "run_id = ? ORDER BY step LIMIT 1", (run_id,)).fetchone()
     finally:
         db.close()
     parts = None if claimed is None or step0 is None else \
         (claimed - t0, step0 - claimed, first + t0 - step0)
-    return run_id, first, whole, parts
+    phases = {p: v for p, v in zip(PHASES, row or ()) if v is not None}
+    return run_id, first, whole, parts, phases
 
 
 def gpu_used_mib() -> int | None:
@@ -136,6 +145,7 @@ def main() -> None:
     ways = ("cold", "warm", "spare", *(f"spare@{m}" for m in args.cuda_start), *holding)
     results: dict[str, list[tuple[float, float]]] = {how: [] for how in (*ways, "no spare")}
     split: dict[str, list[tuple[float, float, float]]] = {how: [] for how in results}
+    steps: dict[str, list[dict[str, float]]] = {how: [] for how in results}
     ids: list[int] = []
     on_cuda = False         # a spare's log says it started CUDA's driver
     try:
@@ -155,7 +165,7 @@ def main() -> None:
                         if mode:            # the run's environment: launch() passes it on
                             os.environ[CUDA_START_ENV] = CUDA_STARTS[mode]
                         try:
-                            run_id, first, whole, parts = first_step_s(
+                            run_id, first, whole, parts, phases = first_step_s(
                                 session, sups[how.partition("@")[0]], cfg)
                         finally:
                             os.environ.pop(CUDA_START_ENV, None)
@@ -166,11 +176,14 @@ def main() -> None:
                         results[got].append((first, whole))
                         if parts is not None:
                             split[got].append(parts)
+                        steps[got].append(phases)
                         print(f"{got}: run {run_id}: first step after {first:.2f} s"
                               + (" (to the claim {:.2f}, step 0's records {:.2f}, the step "
                                  "{:.2f})".format(*parts) if parts else "")
                               + f", {args.steps}-step run done after {whole:.2f} s",
                               flush=True)
+                        print("   the first step's phases (s): " + ", ".join(
+                            f"{p} {v:.3f}" for p, v in phases.items()), flush=True)
                         said = [x for x in log.splitlines() if SPARE_LINE in x]
                         started = [x for x in log.splitlines() if "CUDA's context" in x
                                    or "CUDA's start" in x]
@@ -204,6 +217,10 @@ def main() -> None:
                  .format(*(statistics.median(p[i] for p in parts) for i in range(3)))
                  if parts else "")
               + f"); whole run median {statistics.median(wholes):.2f} s")
+        known = [p for p in PHASES if all(p in ph for ph in steps[how])] if steps[how] else []
+        if known:
+            print("   the first step's phases, medians (s): " + ", ".join(
+                f"{p} {statistics.median(ph[p] for ph in steps[how]):.3f}" for p in known))
     for how in ways[1:]:
         if results[how]:
             ratio = statistics.median(f for f, _ in results["cold"]) / \
