@@ -52,15 +52,26 @@ def test_cuda_graph_step_replays_a_learning_step_and_a_killed_run_resumes_bit_ex
     # the replayed steps move the parameters at every fingerprint, and learn as eager ones
     prints = fingerprints(tmp_path, straight)
     assert len(set(prints.values())) == len(prints), prints
-    eager = tmp_path / "eager"
-    assert tt("run", "--session", str(eager), *sets(*graph)).rc == 0
-    ours = db_rows(tmp_path, "SELECT step, loss FROM steps WHERE run_id = ? ORDER BY step",
-                   (straight,))
-    theirs = db_rows(eager, "SELECT step, loss FROM steps WHERE run_id = 1 ORDER BY step")
+    r = tt("run", "--session", str(tmp_path), "--json", *sets(*graph))
+    assert r.rc == 0, r.err
+    eager = json.loads(r.out.strip().splitlines()[-1])["run_id"]
+    ours, theirs = (db_rows(tmp_path, "SELECT step, loss FROM steps WHERE run_id = ? ORDER "
+                            "BY step", (run,)) for run in (straight, eager))
     assert [s for s, _ in ours] == [s for s, _ in theirs] and ours[-1][0] == 30
     assert all(abs(a - b) <= 0.05 * max(1.0, abs(b)) for (_, a), (_, b) in zip(ours, theirs))
-    same = fingerprints(tmp_path, straight) == fingerprints(eager, 1)
+    same = fingerprints(tmp_path, straight) == fingerprints(tmp_path, eager)
     print(f"cuda_graph = step against off, same settings: bit-identical: {same}")
+    # explain, graph run against eager run: where they part, explain's op-by-op copy of the
+    # graph run reads the schedule's rate as its captured update did (DeviceRates), so each
+    # side's replay gives its own run's recorded bits
+    r = tt("explain", str(straight), str(eager), "--session", str(tmp_path), "--json")
+    result = json.loads(r.out)
+    print(f"explain, cuda_graph = step against off: {result['verdict']}")
+    if same:
+        assert r.rc == 0 and result["verdict"] == "identical", result
+    else:
+        assert r.rc == 3 and result["replay"]["reproduced"] == [True, True], result
+        assert result["verdict"] in ("op", "unexplained"), result
     r = tt("run", "--session", str(tmp_path / "odd"), *sets(*graph, "cuda_graph=step",
                                                             "train_samples=650"))
     assert r.rc == 2 and "drop_last: must be true with cuda_graph = step" in r.err, r.err
