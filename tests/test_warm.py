@@ -736,6 +736,7 @@ def test_a_spare_that_cannot_start_cuda_cleanly_ends_and_runs_are_forked(tmp_pat
 
 
 UNRESTORED_SPARE = """
+import os
 import sys
 from tui_trainer import warm
 
@@ -747,8 +748,13 @@ def start_cuda(context=False, cudnn=False, suspend=False):
 
 class CudaCheckpoint:
     def restore(self):
-        raise RuntimeError("cuCheckpointProcessRestore returned CUDA_ERROR_OUT_OF_MEMORY (a "
-                           "test's stand-in)")
+        if os.path.exists(os.environ["TT_RESTORE_REFUSED"]):
+            raise RuntimeError("cuCheckpointProcessRestore returned "
+                               "CUDA_ERROR_OUT_OF_MEMORY (a test's stand-in)")
+        return 0.01
+
+    def suspend(self):          # (only where the run's own CUDA answered first)
+        return 0
 
 
 warm.start_cuda = start_cuda
@@ -764,30 +770,44 @@ def test_a_spare_whose_cuda_is_not_restored_at_start_runs_its_run_cold_in_its_pr
     GPU's memory), the run it was handed is not lost and does not meet a CUDA it cannot
     use: the same process (the pid its client was told) becomes a cold `python -m
     tui_trainer` of the run's command, environment and folder, whose log says why and never
-    that it was forked or given a spare, and trains the run to its end. The suspension and
-    the failed restore are the test's stand-ins for the driver's; the rest is the
-    launcher's own. Holds on both devices (the run itself is on the CPU)."""
+    that it was forked or given a spare, and trains the run to its end. The next spare's
+    restore succeeds: its run trains in that process, says it was given the spare, and as
+    its last line what became of suspending its CUDA again before it ended (on a CPU it
+    says why not). The suspension and the restores are the test's stand-ins for the
+    driver's; the rest is the launcher's own. Holds on both devices."""
     from tui_trainer.core.supervisor import SPARE_LINE
     monkeypatch.setenv("TUI_TRAINER_SPARE", "suspended")
+    refused = tmp_path / "restore-refused"
+    refused.touch()
+    monkeypatch.setenv("TT_RESTORE_REFUSED", str(refused))
     sock, log = _socket("unrestored"), tmp_path / "launcher.log"
     proc = _launcher_with_stand_ins(UNRESTORED_SPARE, sock, log)
     try:
-        assert wait_until(lambda: len(_children(proc.pid)) == 1), log.read_text()[-2000:]
-        (spare,) = _children(proc.pid)
         warm = WarmLauncher(str(sock))
+        texts = []
         with SessionStore(tmp_path / "s") as store:
-            run_id = store.create_run(_config(max_steps=4, fingerprint_every=2), name="spare")
-            child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
-                           warm=warm, spare="auto")
-            assert isinstance(child, WarmChild) and child.pid == spare
-            assert child.wait(timeout=120) == 0
-            text = store.log_path(run_id).read_text()
-            assert store.run(run_id)["status"] == "finished"
+            for name in ("refused", "restored"):
+                assert wait_until(lambda: len(_children(proc.pid)) == 1), \
+                    log.read_text()[-2000:]
+                (spare,) = _children(proc.pid)
+                run_id = store.create_run(_config(max_steps=4, fingerprint_every=2),
+                                          name=name)
+                child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
+                               warm=warm, spare="auto")
+                assert isinstance(child, WarmChild) and child.pid == spare
+                assert child.wait(timeout=120) == 0
+                texts.append(store.log_path(run_id).read_text())
+                assert store.run(run_id)["status"] == "finished"
+                assert sorted(fingerprints(tmp_path / "s", run_id)) == [0, 2, 4]
+                refused.unlink(missing_ok=True)
+        text, restored = texts
         assert "a spare could not restore its CUDA at Start (cuCheckpointProcessRestore " \
             "returned CUDA_ERROR_OUT_OF_MEMORY (a test's stand-in)): the run starts cold in " \
             "its process" in text, text
         assert WARM_LINE not in text and SPARE_LINE not in text
-        assert sorted(fingerprints(tmp_path / "s", run_id)) == [0, 2, 4]
+        assert SPARE_LINE in restored and "; restored at Start (0.01 s)" in restored, restored
+        assert "suspended again before it ended" in restored.strip().splitlines()[-1], \
+            restored
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -38,7 +38,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .core.supervisor import SPARE_LINE, WARM_LINE
 from .core.trust import Untrusted, check_peer, leave_base
@@ -636,14 +636,17 @@ def _spare(conn: socket.socket, launcher: int, mode: str) -> None:
         conn.close()
         if not data or len(fds) != 3:
             os._exit(0)
+        restored = False
         if suspended and did is not None:       # (None: no CUDA device here)
             try:
                 did += f"; restored at Start ({CudaCheckpoint().restore():.2f} s)"
+                restored = True
             except RuntimeError as e:
                 cold = f"a spare could not restore its CUDA at Start ({str(e)[:200]})"
         _die_alone()        # given a run: it outlives the launcher, as a forked one does
         _child(json.loads(data), fds,
-               SPARE_LINE + (f": {did}" if did else " (no CUDA here)"), cold)
+               SPARE_LINE + (f": {did}" if did else " (no CUDA here)"), cold,
+               _suspend_before_exit if restored else None)
     except BaseException:             # noqa: BLE001 - a forked process never returns
         traceback.print_exc()
         os._exit(1)
@@ -658,10 +661,11 @@ def _die_alone() -> None:
 
 
 def _child(request: dict[str, Any], fds: list[int], spare: str | None = None,
-           cold: str | None = None) -> None:
+           cold: str | None = None, before_exit: Callable[[], None] | None = None) -> None:
     """Runs a request as a cold `python -m tui_trainer ARGS` would, in this process. With
     `cold` (why: a spare whose CUDA cannot be used) it becomes that cold process: the same
-    pid (the one its client was told), its command executed anew."""
+    pid (the one its client was told), its command executed anew. `before_exit` runs last,
+    after the exit functions, just before the process ends."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
@@ -727,10 +731,33 @@ def _child(request: dict[str, Any], fds: list[int], spare: str | None = None,
     finally:
         try:
             atexit._run_exitfuncs()
+            if before_exit is not None:
+                before_exit()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
             os._exit(code if isinstance(code, int) else 1)
+
+
+def _suspend_before_exit() -> None:
+    """A run given a suspended spare suspends its CUDA again just before its process ends,
+    and says so in its log. Ending a restored CUDA context that is live hung whole machines
+    on some drivers: NVIDIA/cuda-checkpoint issue #53 (the open kernel module 595.71.05;
+    ending a process after a kill). Ending a checkpointed one did not, which is the
+    workaround given there. Nothing calls CUDA after it: the process ends at once. A run
+    killed by SIGKILL ends without it."""
+    t = time.perf_counter()
+    try:
+        import torch
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        moved = CudaCheckpoint().suspend()
+    except Exception as e:  # noqa: BLE001 - a CUDA that fails here ends as it is
+        said = f"its CUDA was not suspended again before it ended: {str(e)[:200]}"
+    else:
+        said = (f"its CUDA suspended again before it ended ({time.perf_counter() - t:.2f} s, "
+                f"{moved / 2**20:,.0f} MiB to host memory; NVIDIA/cuda-checkpoint issue #53)")
+    os.write(2, f"{time.strftime('%H:%M:%S')} {said}\n".encode())
 
 
 def main(argv: list[str] | None = None) -> int:
