@@ -43,11 +43,11 @@ import argparse
 import os
 import sqlite3
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from cuda_start import gpu_memory_mib          # (this folder's: nvidia-smi's memory.used)
 from tui_trainer.core import config
 from tui_trainer.core.figures import PHASES
 from tui_trainer.core.store import SessionStore
@@ -92,21 +92,11 @@ def first_step_s(session: Path, sup: Supervisor, cfg: dict
     return run_id, first, whole, parts, phases
 
 
-def gpu_used_mib() -> int | None:
-    """The GPU memory in use on the first device, as nvidia-smi reads it (None without one)."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,"
-                              "nounits", "--id=0"], capture_output=True, text=True, timeout=30)
-        return int(out.stdout.split()[0]) if out.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return None
-
-
 def launcher(spares: str, weigh: bool) -> WarmLauncher:
     """A launcher whose spares are `spares` (warm.SPARE_MODES); with `weigh`, what its spare
     holds of the GPU's memory once it is made (the memory in use then, less before the
     launcher started: the launchers before it have made their spares already)."""
-    before = gpu_used_mib() if weigh else None
+    before = gpu_memory_mib(0) if weigh else None
     os.environ[SPARE_ENV] = spares          # read by the launcher it starts
     try:
         warm = WarmLauncher()
@@ -120,8 +110,8 @@ def launcher(spares: str, weigh: bool) -> WarmLauncher:
           f"{time.time() - t0:.2f} s (its one-time import cost)")
     if before is not None and spares != "0":
         time.sleep(SPARE_AFTER_S + 3)          # its spare made, CUDA started as it asks
-        used = gpu_used_mib()
-        print(f"   GPU memory held while its spare waits: {used - before} MiB (nvidia-smi)"
+        used = gpu_memory_mib(0)
+        print(f"   GPU memory held while its spare waits: {used - before:.0f} MiB (nvidia-smi)"
               if used is not None else "   nvidia-smi did not answer")
     return warm
 
@@ -139,7 +129,7 @@ def main() -> None:
     args = ap.parse_args()
     cfg = config.DEFAULTS.replace(dataset="mnist-sample", max_steps=args.steps, log_every=1,
                                   fingerprint_every=5).to_dict()
-    weigh = gpu_used_mib() is not None
+    weigh = gpu_memory_mib(0) is not None
     plain, spares = launcher("0", weigh), launcher("driver", weigh)
     holding = {mode: launcher(mode, weigh) for mode in args.spares}
     ways = ("cold", "warm", "spare", *(f"spare@{m}" for m in args.cuda_start), *holding)
@@ -195,8 +185,8 @@ def main() -> None:
                 prints = [tuple(r["sha256"] for r in store.fingerprints(i)) for i in ids]
     finally:
         for name, w in (("driver", spares), *holding.items()):
-            said = (w._dir / "launcher.log").read_text(errors="replace").strip() \
-                if w._dir is not None and (w._dir / "launcher.log").exists() else ""
+            log = w.path.parent / "launcher.log" if w.path is not None else None
+            said = log.read_text(errors="replace").strip() if log and log.exists() else ""
             if said:           # what a spare met (a CUDA start or a suspension refused)
                 print(f"launcher TUI_TRAINER_SPARE={name} said:\n   "
                       + "\n   ".join(said.splitlines()[-5:]))
