@@ -628,8 +628,8 @@ def _spare(conn: socket.socket, launcher: int, mode: str) -> None:
             # suspension that failed, its CUDA may not be usable: the run starts cold.
             did = f"CUDA's start failed before Start: {str(e)[:200]}"
             if suspended:
-                cold, suspended = f"a spare's suspension failed before Start ({str(e)[:200]})", \
-                    False
+                cold = f"a spare's suspension failed before Start ({str(e)[:200]})"
+                suspended = False
         # Bounded by the launcher's life: its end closing reads as an empty message.
         select.select([conn], [], [])
         data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 3)
