@@ -387,25 +387,27 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
         tmp_path, monkeypatch, mode):
     """TUI_TRAINER_SPARE=cudnn (asked for: the spare holds CUDA's context and cuDNN's
     handles before Start), and =suspended (the same, then moved into the spare's host memory
-    by CUDA's checkpoint API: while it waits the driver says it is checkpointed, holding no
-    GPU memory, and it is restored at Start; the run suspends its CUDA again before it ends,
-    NVIDIA/cuda-checkpoint issue #53's workaround): a run given it trains the bits of one
+    by CUDA's checkpoint API, called by a helper process, the spare's child: while it waits
+    the driver says it is checkpointed, holding no GPU memory, and it is restored at Start;
+    the run has its CUDA suspended again before it ends, NVIDIA/cuda-checkpoint issue #53's
+    workaround, and its helper ends with it): a run given it trains the bits of one
     forked at Start (the default net draws dropout masks from the device's generator), with
     the same allocated, reserved and peak memory at every log point, and its log says what
     the spare did."""
-    import ctypes
     from conftest import wait_until
-    from test_warm import _config
+    from test_warm import _alive, _children, _config
     from tui_trainer.core.supervisor import SPARE_LINE, launch, train_args
-    from tui_trainer.warm import CudaCheckpoint
+    from tui_trainer.core.cuda_checkpoint import CudaCheckpoint
     monkeypatch.setenv("TUI_TRAINER_SPARE", mode)
     warm, spare = _launcher_and_its_spare()     # (its handles follow in the same start)
     try:
+        helpers = set()
         if mode == "suspended":
-            ctypes.CDLL("libcuda.so.1").cuInit(0)    # (no context: asks the driver only)
-            asked = CudaCheckpoint(spare)
+            asked = CudaCheckpoint(spare)           # (cuInit, no context: asks the driver)
             assert wait_until(lambda: asked.state() == "checkpointed", timeout=60), \
                 asked.state()
+            helpers = _children(spare)              # the helper that suspended it
+            assert len(helpers) == 1, helpers
         with SessionStore(tmp_path) as store:
             ids = []
             for how in ("spare", "forked"):
@@ -424,6 +426,7 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
                                           and "its CUDA suspended again before it ended"
                                           in logs[0]), logs[0]
         assert SPARE_LINE not in logs[1]
+        assert not any(_alive(pid) for pid in helpers), helpers    # ended with its run
         prints = [fingerprints(tmp_path, r) for r in ids]
         assert prints[0] == prints[1] and len(prints[0]) >= 4
         memory = [db_rows(tmp_path, "SELECT step, cuda_alloc, cuda_reserved, cuda_peak FROM "

@@ -735,61 +735,137 @@ def test_a_spare_that_cannot_start_cuda_cleanly_ends_and_runs_are_forked(tmp_pat
         proc.wait(timeout=30)
 
 
-UNRESTORED_SPARE = """
+# CUDA's checkpoint helper (tui_trainer/core/cuda_checkpoint.py) as it is, its driver's calls
+# stood in for: a restore refused while the file TT_RESTORE_REFUSED exists, never answered
+# while TT_RESTORE_HANGS does.
+HELPER = """
 import os
 import sys
+import time
+from tui_trainer.core import cuda_checkpoint
+
+
+class CudaCheckpoint:
+    def __init__(self, pid):
+        self.pid = pid
+
+    def suspend(self):
+        return 0
+
+    def restore(self):
+        if os.path.exists(os.environ.get("TT_RESTORE_HANGS", "/nonexistent")):
+            time.sleep(600)
+        if os.path.exists(os.environ.get("TT_RESTORE_REFUSED", "/nonexistent")):
+            raise RuntimeError("cuCheckpointProcessRestore returned "
+                               "CUDA_ERROR_OUT_OF_MEMORY (2) (a test's stand-in)")
+
+
+cuda_checkpoint.CudaCheckpoint = CudaCheckpoint
+sys.exit(cuda_checkpoint.main())
+"""
+
+UNRESTORED_SPARE = f"""
+import sys
 from tui_trainer import warm
+from tui_trainer.core import cuda_checkpoint
 
 
 def start_cuda(context=False, cudnn=False, suspend=False):
     assert context and cudnn and suspend
-    return "CUDA's context and cuDNN's handles made, then suspended (a test's stand-in)"
-
-
-class CudaCheckpoint:
-    def restore(self):
-        if os.path.exists(os.environ["TT_RESTORE_REFUSED"]):
-            raise RuntimeError("cuCheckpointProcessRestore returned "
-                               "CUDA_ERROR_OUT_OF_MEMORY (a test's stand-in)")
-        return 0.01
-
-    def suspend(self):          # (only where the run's own CUDA answered first)
-        return 0
+    return "CUDA's context and cuDNN's handles made (a test's stand-in)"
 
 
 warm.start_cuda = start_cuda
-warm.CudaCheckpoint = CudaCheckpoint
+cuda_checkpoint.Helper.COMMAND = [sys.executable, "-c", {HELPER!r}]
+cuda_checkpoint.RESTORE_S = 3.0
 sys.exit(warm.main([sys.argv[1]]))
 """
 
 
+def test_the_checkpoint_helper_answers_within_its_bounds_and_ends_with_its_owner(
+        tmp_path, monkeypatch):
+    """CUDA's checkpoint helper (cuda_checkpoint.Helper, a child of the spare it suspends):
+    the driver's refusal comes back in the driver's words and leaves the helper serving; a
+    restore not answered within its bound ends the helper and says what was waited for; it
+    acts on its parent only; and a helper whose owner is killed ends too. The driver's calls
+    are the test's stand-ins (HELPER); the helper process and its pipe are its own. Holds on
+    both devices."""
+    from tui_trainer.core import cuda_checkpoint
+    from tui_trainer.core.cuda_checkpoint import Helper
+    monkeypatch.setattr(Helper, "COMMAND", [sys.executable, "-c", HELPER])
+    monkeypatch.setattr(cuda_checkpoint, "RESTORE_S", 1.0)
+    refused, hangs = tmp_path / "refused", tmp_path / "hangs"
+    monkeypatch.setenv("TT_RESTORE_REFUSED", str(refused))
+    monkeypatch.setenv("TT_RESTORE_HANGS", str(hangs))
+    helper = Helper()
+    assert helper.proc.pid in Helper.pids and helper.memory() > 0
+    assert helper.suspend()[1] == 0
+    refused.touch()
+    with pytest.raises(RuntimeError, match=r"^cuCheckpointProcessRestore returned "
+                       r"CUDA_ERROR_OUT_OF_MEMORY \(2\) \(a test's stand-in\)$"):
+        helper.restore()
+    refused.unlink()
+    assert helper.restore() >= 0
+    hangs.touch()
+    t = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"did not answer a restore within 1 s, and was "
+                       "ended"):
+        helper.restore()
+    assert time.monotonic() - t < 10
+    assert helper.proc.returncode is not None and helper.proc.pid not in Helper.pids
+    assert helper.close() == helper.proc.returncode         # (once more: nothing to do)
+
+    # It acts on its parent only.
+    other = subprocess.run([sys.executable, "-m", "tui_trainer.core.cuda_checkpoint",
+                            "1"], capture_output=True, text=True, timeout=60)
+    assert other.returncode == 2 and "acts on its parent only" in other.stdout
+
+    # Its owner killed: it ends (its pipe closed).
+    owner = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom tui_trainer.core.cuda_checkpoint "
+         "import Helper\nHelper.COMMAND = [sys.executable, '-c', sys.argv[1]]\n"
+         "print(Helper().proc.pid, flush=True)\ntime.sleep(600)", HELPER],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(owner.stdout.readline())
+        assert _alive(pid)
+    finally:
+        owner.kill()
+        owner.wait(timeout=30)
+    assert wait_until(lambda: not _alive(pid), 30)
+
+
 def test_a_spare_whose_cuda_is_not_restored_at_start_runs_its_run_cold_in_its_process(
         tmp_path, monkeypatch):
-    """TUI_TRAINER_SPARE=suspended: where the spare's CUDA does not come back at Start (a
-    restore refused, as CUDA's checkpoint API refuses one while other processes hold the
-    GPU's memory), the run it was handed is not lost and does not meet a CUDA it cannot
-    use: the same process (the pid its client was told) becomes a cold `python -m
-    tui_trainer` of the run's command, environment and folder, whose log says why and never
-    that it was forked or given a spare, and trains the run to its end. The next spare's
-    restore succeeds: its run trains in that process, says it was given the spare, and as
-    its last line what became of suspending its CUDA again before it ended (on a CPU it
-    says why not). The suspension and the restores are the test's stand-ins for the
-    driver's; the rest is the launcher's own. Holds on both devices."""
+    """TUI_TRAINER_SPARE=suspended: where the spare's CUDA does not come back at Start (its
+    helper, which suspended it, does not answer the restore within the bound), the run it
+    was handed is not lost and does not meet a CUDA it cannot use: the same process (the
+    pid its client was told) becomes a cold `python -m tui_trainer` of the run's command,
+    environment and folder, whose log says why and never that it was forked or given a
+    spare, and trains the run to its end; the helper is ended. The next spare's restore
+    succeeds: its run trains in that process, says it was given the spare, and as its last
+    line that its CUDA was suspended again before it ended; its helper (a child of the run
+    while it trains) is not counted as a DataLoader worker, and ends with it. The driver's
+    calls are the test's stand-ins; the spare, its helper process and the launcher are
+    their own. Holds on both devices."""
     from tui_trainer.core.supervisor import SPARE_LINE
     monkeypatch.setenv("TUI_TRAINER_SPARE", "suspended")
-    refused = tmp_path / "restore-refused"
-    refused.touch()
-    monkeypatch.setenv("TT_RESTORE_REFUSED", str(refused))
+    hangs = tmp_path / "restore-hangs"
+    hangs.touch()
+    monkeypatch.setenv("TT_RESTORE_HANGS", str(hangs))
     sock, log = _socket("unrestored"), tmp_path / "launcher.log"
     proc = _launcher_with_stand_ins(UNRESTORED_SPARE, sock, log)
     try:
         warm = WarmLauncher(str(sock))
-        texts = []
+        texts, helpers = [], []
         with SessionStore(tmp_path / "s") as store:
-            for name in ("refused", "restored"):
-                assert wait_until(lambda: len(_children(proc.pid)) == 1), \
+            for name in ("hangs", "restored"):
+                # The spare, and its helper: the only process it started.
+                assert wait_until(lambda: [len(_children(p)) for p in
+                                           _children(proc.pid)] == [1]), \
                     log.read_text()[-2000:]
                 (spare,) = _children(proc.pid)
+                helpers.append(_children(spare).pop())
                 run_id = store.create_run(_config(max_steps=4, fingerprint_every=2),
                                           name=name)
                 child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
@@ -799,15 +875,20 @@ def test_a_spare_whose_cuda_is_not_restored_at_start_runs_its_run_cold_in_its_pr
                 texts.append(store.log_path(run_id).read_text())
                 assert store.run(run_id)["status"] == "finished"
                 assert sorted(fingerprints(tmp_path / "s", run_id)) == [0, 2, 4]
-                refused.unlink(missing_ok=True)
+                workers = db_rows(tmp_path / "s", "SELECT workers_uss FROM steps WHERE "
+                                  "run_id = ?", (run_id,))
+                assert workers and {w for (w,) in workers} == {0.0}, workers
+                hangs.unlink(missing_ok=True)
         text, restored = texts
-        assert "a spare could not restore its CUDA at Start (cuCheckpointProcessRestore " \
-            "returned CUDA_ERROR_OUT_OF_MEMORY (a test's stand-in)): the run starts cold in " \
-            "its process" in text, text
+        assert "a spare could not restore its CUDA at Start (CUDA's checkpoint helper did " \
+            "not answer a restore within 3 s, and was ended): the run starts cold in its " \
+            "process" in text, text
         assert WARM_LINE not in text and SPARE_LINE not in text
-        assert SPARE_LINE in restored and "; restored at Start (0.01 s)" in restored, restored
-        assert "suspended again before it ended" in restored.strip().splitlines()[-1], \
-            restored
+        assert SPARE_LINE in restored and "then suspended by CUDA's checkpoint API" in \
+            restored and "; restored at Start (" in restored, restored
+        assert "its CUDA suspended again before it ended" in \
+            restored.strip().splitlines()[-1], restored
+        assert not any(_alive(pid) for pid in helpers), helpers
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -825,7 +906,8 @@ def test_the_spare_setting_is_read_and_a_wrong_value_named_in_one_line(monkeypat
     got, why = warm.spare_mode()
     assert got == mode and (why is not None) == wrong
     if wrong:
-        assert why.startswith("TUI_TRAINER_SPARE: ") and "0, driver, context, cudnn, suspended" in why
+        assert why.startswith("TUI_TRAINER_SPARE: ")
+        assert "0, driver, context, cudnn, suspended" in why
         assert "\x1b" not in why and "\n" not in why
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import gc
 import json
 import os
@@ -129,11 +130,8 @@ def start_cuda(context: bool = False, cudnn: bool = False, suspend: bool = False
     the run's log; None where there is no CUDA device. Raises RuntimeError where a context
     was made without `context` (it would hold GPU memory while nothing trains), or none with
     it. With `cudnn` (and `context`) also cuDNN's handles, by a convolution of constants
-    forward and backward (`_start_cudnn`). With `suspend` (and both) the whole of it is then
-    moved into the spare's host memory (`CudaCheckpoint.suspend`): it holds no GPU memory
-    while it waits, and is restored (`CudaCheckpoint.restore`) when it is given a run;
-    RuntimeError where that cannot be done (the context is then still held: the spare
-    must end)."""
+    forward and backward (`_start_cudnn`). With `suspend` (and both) the caller moves the
+    whole of it out of the GPU next (`_suspend`): the line then says what was made only."""
     import torch
     if not torch.cuda.is_available():
         return None
@@ -147,13 +145,8 @@ def start_cuda(context: bool = False, cudnn: bool = False, suspend: bool = False
         if cudnn:
             _start_cudnn()
             if suspend:
-                made = time.perf_counter() - t
-                moved = CudaCheckpoint().suspend()
                 return (f"CUDA's driver started, {libraries} cuDNN libraries loaded, a CUDA "
-                        f"context and cuDNN's handles made ({made:.2f} s), then suspended by "
-                        f"CUDA's checkpoint API ({time.perf_counter() - t - made:.2f} s: "
-                        f"its host memory grew by {moved / 2**20:,.0f} MiB to hold them; no "
-                        f"GPU memory held while it waited, as {SPARE_ENV}=suspended asks)")
+                        f"context and cuDNN's handles made ({time.perf_counter() - t:.2f} s)")
             return (f"CUDA's driver started, {libraries} cuDNN libraries loaded, a CUDA "
                     f"context and cuDNN's handles made before Start "
                     f"({time.perf_counter() - t:.2f} s; they held GPU memory while they "
@@ -166,88 +159,6 @@ def start_cuda(context: bool = False, cudnn: bool = False, suspend: bool = False
                            "memory; no spare is kept")
     return (f"CUDA's driver started and {libraries} cuDNN libraries loaded before Start "
             f"({time.perf_counter() - t:.2f} s; no CUDA context, no GPU memory held)")
-
-
-class CudaCheckpoint:
-    """A process's CUDA state moved out of the GPU and back, by the driver's checkpoint API
-    (cuCheckpointProcess*: Linux, driver 550 and newer). Checkpointed, the process holds no
-    GPU memory and no device handle: the driver has copied its allocations, loaded kernels
-    and handles into the process's host memory. Restored, they are back at the same
-    addresses and the process goes on. The spare does both to itself, and makes no other
-    CUDA call in between: a synchronize while checkpointed crashes inside the driver
-    (VivianSobers/gpunap, validation/FINDINGS.md, drivers 580 and 595). Another process
-    may ask the state (`state`; after cuInit, which makes no context)."""
-
-    STATES = {0: "running", 1: "locked", 2: "checkpointed", 3: "failed",
-              4: "checkpointing", 5: "restoring"}
-    # The codes these calls return (cuda.h), named here: asking the driver for a name is
-    # itself a CUDA call, which a process not restored must not make.
-    ERRORS = {1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
-              3: "CUDA_ERROR_NOT_INITIALIZED", 4: "CUDA_ERROR_DEINITIALIZED",
-              304: "CUDA_ERROR_OPERATING_SYSTEM", 401: "CUDA_ERROR_ILLEGAL_STATE",
-              600: "CUDA_ERROR_NOT_READY", 801: "CUDA_ERROR_NOT_SUPPORTED",
-              909: "CUDA_ERROR_TIMEOUT", 999: "CUDA_ERROR_UNKNOWN"}
-    LOCK_MS = 10_000        # the lock waits at most this long for work in flight
-
-    class _LockArgs(ctypes.Structure):
-        _fields_ = [("timeoutMs", ctypes.c_uint), ("reserved0", ctypes.c_uint),
-                    ("reserved1", ctypes.c_uint64 * 7)]
-
-    def __init__(self, pid: int | None = None) -> None:
-        """Raises RuntimeError where this machine's driver has no checkpoint API."""
-        self.pid = os.getpid() if pid is None else pid
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-            self._fn = {name: getattr(lib, "cuCheckpointProcess" + name) for name in
-                        ("Lock", "Checkpoint", "Restore", "Unlock", "GetState")}
-        except (OSError, AttributeError) as e:
-            raise RuntimeError(f"this CUDA driver has no checkpoint API (it needs driver 550 "
-                               f"or newer on Linux): {str(e)[:120]}") from None
-        for fn in self._fn.values():
-            fn.restype = ctypes.c_int
-        self._fn["Lock"].argtypes = [ctypes.c_int, ctypes.POINTER(self._LockArgs)]
-        for name in ("Checkpoint", "Restore", "Unlock"):
-            self._fn[name].argtypes = [ctypes.c_int, ctypes.c_void_p]
-        self._fn["GetState"].argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
-
-    def _call(self, name: str, args: Any = None) -> None:
-        code = self._fn[name](self.pid, args)
-        if code != 0:
-            raise RuntimeError(f"cuCheckpointProcess{name} returned "
-                               f"{self.ERRORS.get(code, 'error')} ({code})")
-
-    def state(self) -> str:
-        value = ctypes.c_int(-1)
-        code = self._fn["GetState"](self.pid, ctypes.byref(value))
-        return self.STATES.get(value.value, f"unknown ({value.value})") if code == 0 \
-            else f"not known (error {code})"
-
-    def suspend(self) -> int:
-        """Lock, then checkpoint: how many bytes the process's resident memory grew by (the
-        GPU state it now holds on the host). Where the checkpoint fails, the process is
-        unlocked again (its CUDA goes on as it was) and RuntimeError says why."""
-        import psutil
-        before = psutil.Process(self.pid).memory_info().rss
-        self._call("Lock", ctypes.byref(self._LockArgs(timeoutMs=self.LOCK_MS)))
-        try:
-            self._call("Checkpoint")
-        except RuntimeError:
-            if self.state() == "locked":
-                self._call("Unlock")
-            raise
-        if self.state() != "checkpointed":
-            raise RuntimeError(f"after its checkpoint the process is {self.state()}")
-        return max(0, psutil.Process(self.pid).memory_info().rss - before)
-
-    def restore(self) -> float:
-        """Restore, then unlock: how long it took. RuntimeError where the process's CUDA
-        did not come back (it cannot be used for CUDA then)."""
-        t = time.perf_counter()
-        self._call("Restore")
-        self._call("Unlock")
-        if self.state() != "running":
-            raise RuntimeError(f"after its restore the process is {self.state()}")
-        return time.perf_counter() - t
 
 
 def _start_cudnn() -> None:
@@ -615,9 +526,12 @@ def _spare(conn: socket.socket, launcher: int, mode: str) -> None:
             os._exit(0)
         suspended = mode == "suspended"
         cold = None           # why the run it is given must start cold, in this process
+        helper = None         # the process that suspended it (suspended), to restore it
         try:
             did = start_cuda(mode in ON_FIRST_DEVICE, mode in ("cudnn", "suspended"),
                              suspended)
+            if suspended and did is not None:       # (None: no CUDA device here)
+                helper, did = _suspend(did)
         except Exception as e:          # torch's CUDA errors, a context made, ...
             print(f"tui_trainer.warm: the spare cannot be one: {e}", file=sys.stderr,
                   flush=True)
@@ -629,24 +543,25 @@ def _spare(conn: socket.socket, launcher: int, mode: str) -> None:
             did = f"CUDA's start failed before Start: {str(e)[:200]}"
             if suspended:
                 cold = f"a spare's suspension failed before Start ({str(e)[:200]})"
-                suspended = False
         # Bounded by the launcher's life: its end closing reads as an empty message.
         select.select([conn], [], [])
         data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 3)
         conn.close()
         if not data or len(fds) != 3:
+            if helper is not None:
+                helper.close()
             os._exit(0)
-        restored = False
-        if suspended and did is not None:       # (None: no CUDA device here)
+        before_exit = None
+        if helper is not None:
             try:
-                did += f"; restored at Start ({CudaCheckpoint().restore():.2f} s)"
-                restored = True
+                did += f"; restored at Start ({helper.restore():.2f} s)"
+                before_exit = functools.partial(_suspend_before_exit, helper)
             except RuntimeError as e:
+                helper.close()
                 cold = f"a spare could not restore its CUDA at Start ({str(e)[:200]})"
         _die_alone()        # given a run: it outlives the launcher, as a forked one does
         _child(json.loads(data), fds,
-               SPARE_LINE + (f": {did}" if did else " (no CUDA here)"), cold,
-               _suspend_before_exit if restored else None)
+               SPARE_LINE + (f": {did}" if did else " (no CUDA here)"), cold, before_exit)
     except BaseException:             # noqa: BLE001 - a forked process never returns
         traceback.print_exc()
         os._exit(1)
@@ -739,24 +654,45 @@ def _child(request: dict[str, Any], fds: list[int], spare: str | None = None,
             os._exit(code if isinstance(code, int) else 1)
 
 
-def _suspend_before_exit() -> None:
-    """A run given a suspended spare suspends its CUDA again just before its process ends,
-    and says so in its log. Ending a restored CUDA context that is live hung whole machines
-    on some drivers: NVIDIA/cuda-checkpoint issue #53 (the open kernel module 595.71.05;
-    ending a process after a kill). Ending a checkpointed one did not, which is the
-    workaround given there. Nothing calls CUDA after it: the process ends at once. A run
-    killed by SIGKILL ends without it."""
-    t = time.perf_counter()
+def _suspend(did: str) -> tuple[Any, str]:
+    """The spare's CUDA (what `did` says was made) moved out of the GPU into its host memory
+    by a helper process (cuda_checkpoint: the checkpoint API acts from outside the process it
+    moves): the helper, kept to restore it, and the line that says what was done.
+    RuntimeError where that failed (the helper is ended; the context may still be held)."""
+    from .core.cuda_checkpoint import Helper
+    helper = Helper()
+    try:
+        seconds, moved = helper.suspend()
+    except RuntimeError:
+        helper.close()
+        raise
+    return helper, (f"{did}, then suspended by CUDA's checkpoint API ({seconds:.2f} s, by a "
+                    f"helper process of {helper.memory() / 2**20:,.0f} MiB; the spare's host "
+                    f"memory grew by {moved / 2**20:,.0f} MiB to hold them; no GPU memory "
+                    f"held while it waited, as {SPARE_ENV}=suspended asks)")
+
+
+def _suspend_before_exit(helper: Any) -> None:
+    """A run given a suspended spare has its CUDA suspended again by its helper just before
+    its process ends, ends the helper, and says so in its log. Ending a restored CUDA
+    context that is live hung whole machines on some drivers: NVIDIA/cuda-checkpoint issue
+    #53 (the open kernel module 595.71.05; ending a process after a kill). Ending a
+    checkpointed one did not, which is the workaround given there. Nothing calls CUDA after
+    it: the process ends at once. A run killed by SIGKILL ends without it (its helper ends
+    when its pipe closes)."""
     try:
         import torch
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        moved = CudaCheckpoint().suspend()
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        seconds, moved = helper.suspend()
     except Exception as e:  # noqa: BLE001 - a CUDA that fails here ends as it is
         said = f"its CUDA was not suspended again before it ended: {str(e)[:200]}"
     else:
-        said = (f"its CUDA suspended again before it ended ({time.perf_counter() - t:.2f} s, "
+        said = (f"its CUDA suspended again before it ended ({seconds:.2f} s, "
                 f"{moved / 2**20:,.0f} MiB to host memory; NVIDIA/cuda-checkpoint issue #53)")
+    finally:
+        helper.close()
     os.write(2, f"{time.strftime('%H:%M:%S')} {said}\n".encode())
 
 

@@ -27,6 +27,8 @@ import psutil
 import torch
 from torch import nn
 
+from ..core.cuda_checkpoint import Helper
+
 STATUS = Path("/proc/self/status")
 CLEAR_REFS = Path("/proc/self/clear_refs")
 
@@ -119,6 +121,8 @@ class Meter:
         process's RSS already. 0 without workers; None where the system does not tell."""
         total = 0
         for child in self.process.children(recursive=True):
+            if child.pid in Helper.pids:
+                continue        # a suspended spare's checkpoint helper: no worker (warm.py)
             try:
                 total += child.memory_full_info().uss
             except psutil.NoSuchProcess:
