@@ -360,10 +360,11 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
         got = json.loads(r.stdout)
         assert got["before"] == 0 and "no CUDA context" in got["said"]
         # the context spare's context (made without the allocator), and the cudnn spare's
-        # handles (whose convolution's memory went back): the run's figures start at 0
+        # handles (whose product's and convolution's memory, cuBLAS's workspaces with it,
+        # went back): the run's figures start at 0
         assert got["made"] == 1 and got["untouched"], got
-        assert ("a CUDA context and cuDNN's handles made" if cudnn else "a CUDA context made") \
-            in got["held"]
+        assert ("a CUDA context, cuBLAS's (workspace :4096:8) and cuDNN's handles made"
+                if cudnn else "a CUDA context made") in got["held"], got["held"]
     warm, spare = _launcher_and_its_spare()         # its CUDA started
     try:
         apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,"
@@ -398,6 +399,7 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
     from test_warm import _alive, _children, _config
     from tui_trainer.core.supervisor import SPARE_LINE, launch, train_args
     from tui_trainer.core.cuda_checkpoint import CudaCheckpoint
+    from tui_trainer.core.machine import cublas_workspace
     monkeypatch.setenv("TUI_TRAINER_SPARE", mode)
     warm, spare = _launcher_and_its_spare()     # (its handles follow in the same start)
     try:
@@ -414,7 +416,8 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
                 cfg = _config(device="cuda", max_steps=20, fingerprint_every=5, log_every=2)
                 run_id = store.create_run(cfg, name=how)
                 proc = launch(tmp_path, train_args(run_id), store.log_path(run_id),
-                              warm=warm, spare="cuda" if how == "spare" else None)
+                              warm=warm, spare="cuda" if how == "spare" else None,
+                              cublas=cublas_workspace(cfg))
                 assert (proc.pid == spare) == (how == "spare")
                 assert proc.wait(timeout=180) == 0
                 ids.append(run_id)

@@ -848,8 +848,10 @@ def test_a_spare_whose_cuda_is_not_restored_at_start_runs_its_run_cold_in_its_pr
     while it trains) is not counted as a DataLoader worker, and ends with it. The driver's
     calls are the test's stand-ins; the spare, its helper process and the launcher are
     their own. Holds on both devices."""
+    from tui_trainer.core.machine import CUBLAS_DETERMINISTIC
     from tui_trainer.core.supervisor import SPARE_LINE
     monkeypatch.setenv("TUI_TRAINER_SPARE", "suspended")
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     hangs = tmp_path / "restore-hangs"
     hangs.touch()
     monkeypatch.setenv("TT_RESTORE_HANGS", str(hangs))
@@ -869,7 +871,7 @@ def test_a_spare_whose_cuda_is_not_restored_at_start_runs_its_run_cold_in_its_pr
                 run_id = store.create_run(_config(max_steps=4, fingerprint_every=2),
                                           name=name)
                 child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
-                               warm=warm, spare="auto")
+                               warm=warm, spare="auto", cublas=CUBLAS_DETERMINISTIC)
                 assert isinstance(child, WarmChild) and child.pid == spare
                 assert child.wait(timeout=120) == 0
                 texts.append(store.log_path(run_id).read_text())
@@ -918,21 +920,29 @@ def test_a_context_spare_takes_only_runs_on_the_first_device(tmp_path, monkeypat
     them while it waits, or with suspended has them in its host memory, to be restored on
     that device) is given a run on that device (auto, cuda, cuda:0), never one on another
     device, which is forked at Start. Checked with cudnn, which holds the most, and
-    suspended (one rule, warm.ON_FIRST_DEVICE, for the three). Holds on both devices."""
+    suspended (one rule, warm.ON_FIRST_DEVICE, for the three). The two also made cuBLAS's
+    handles, with the workspace the default config sets (deterministic): a run that sets
+    none for itself (deterministic off) is forked too (warm.MAKES_CUBLAS). Holds on both
+    devices."""
+    from tui_trainer.core.machine import cublas_workspace
     from tui_trainer.core.supervisor import SPARE_LINE
     monkeypatch.setenv("TUI_TRAINER_SPARE", mode)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     warm = _started()
     try:
         assert wait_until(lambda: len(_children(warm._proc.pid)) == 1), "no spare"
         logs = {}
         with SessionStore(tmp_path) as store:
-            for device in ("cuda:1", "auto"):        # what the client says the run uses
-                run_id = store.create_run(_config(max_steps=2), name=device)
+            # what the client says the run uses: its device, and whether it is deterministic
+            for device, deterministic in (("cuda:1", "on"), ("auto", "off"), ("auto", "on")):
+                cfg = _config(max_steps=2, deterministic=deterministic)
+                run_id = store.create_run(cfg, name=f"{device} {deterministic}")
                 proc = launch(tmp_path, train_args(run_id), store.log_path(run_id),
-                              warm=warm, spare=device)
+                              warm=warm, spare=device, cublas=cublas_workspace(cfg))
                 assert proc.wait(timeout=120) == 0
-                logs[device] = store.log_path(run_id).read_text()
-        assert SPARE_LINE not in logs["cuda:1"] and WARM_LINE in logs["cuda:1"]
-        assert SPARE_LINE in logs["auto"]
+                logs[device, deterministic] = store.log_path(run_id).read_text()
+        for forked in (("cuda:1", "on"), ("auto", "off")):
+            assert SPARE_LINE not in logs[forked] and WARM_LINE in logs[forked]
+        assert SPARE_LINE in logs["auto", "on"]
     finally:
         warm.close()

@@ -49,10 +49,11 @@ def train_child(store: SessionStore, run_id: int, args: list[str], expect_kill: 
     None when the
     process was killed as asked."""
     log_path = store.log_path(run_id)
+    config = store.run(run_id)["config"]
     # It ends with this process, even killed (core.supervisor.watch_owner).
     proc = launch(store.dir, [*args, "--json"], log_path, detach=False, capture=True,
                   warm=warm, env={**(env or {}), **owner_env()},
-                  spare=machine.cuda_device(store.run(run_id)["config"]))
+                  spare=machine.cuda_device(config), cublas=machine.cublas_workspace(config))
     store.set_launcher(run_id, proc.pid)
     if children is not None:
         children.add(proc)

@@ -41,6 +41,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from .core.machine import CUBLAS_DETERMINISTIC
 from .core.supervisor import SPARE_LINE, WARM_LINE
 from .core.trust import Untrusted, check_peer, leave_base
 
@@ -56,22 +57,26 @@ GO_AHEAD_S = 60.0       # how long a forked child waits for its client's go-ahea
 # SPARE_ENV (the launcher's environment) says which spare: "driver" (the default: no GPU
 # memory held), "context" (also CUDA's context on the first visible device, which holds GPU
 # memory while it waits: only where the user asks; given only runs on that device), "cudnn"
-# (the context and cuDNN's handles, of this thread and of autograd's, by a convolution of
-# constants: more memory held, more of CUDA's start done before Start), "suspended" (what
-# cudnn makes, then moved out of the GPU into the spare's host memory by CUDA's checkpoint
-# API, and restored when it is given a run: no GPU memory held while it waits) or "0" (none).
+# (the context, cuBLAS's and cuDNN's handles, of this thread and of autograd's, by a matrix
+# product and a convolution of constants: more memory held, more of CUDA's start done before
+# Start; given only runs that use the cuBLAS workspace it made its handles with),
+# "suspended" (what cudnn makes, then moved out of the GPU into the spare's host memory by
+# CUDA's checkpoint API, and restored when it is given a run: no GPU memory held while it
+# waits) or "0" (none).
 SPARE_ENV = "TUI_TRAINER_SPARE"
 SPARE_MODES = ("0", "driver", "context", "cudnn", "suspended")
 HOLDS_CONTEXT = ("context", "cudnn")            # GPU memory held while the spare waits
 ON_FIRST_DEVICE = (*HOLDS_CONTEXT, "suspended")  # a context made: runs on that device only
+MAKES_CUBLAS = ("cudnn", "suspended")           # cuBLAS's handles made: one workspace only
 FIRST_DEVICE = ("auto", "cuda", "cuda:0")       # device settings that mean the first device
 SPARE_AFTER_S = 2.0
 SPARE_LOSSES = 3        # spares that end before they are given a run: after that, no more
 # What CUDA's start reads from the environment (the driver: CUDA_VISIBLE_DEVICES and the
-# like; torch: its allocator's settings; the loader: the libraries). A spare started CUDA
-# under the launcher's; a request whose environment differs in any of these gets a new fork.
+# like; torch: its allocator's and cuBLAS's settings; the loader: the libraries). A spare
+# started CUDA under the launcher's; a request whose environment differs in any of these
+# gets a new fork.
 CUDA_READS = ("CUDA_", "NVIDIA_", "PYTORCH_CUDA_", "PYTORCH_NVML_", "PYTORCH_NO_CUDA_",
-              "LD_LIBRARY_PATH", "LD_PRELOAD")
+              "CUBLAS", "TORCH_CUBLAS", "LD_LIBRARY_PATH", "LD_PRELOAD")
 
 
 def _threads() -> int:
@@ -109,6 +114,19 @@ def cuda_reads(env: dict[str, str] | os._Environ) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(CUDA_READS)}
 
 
+def cublas_used(env: dict[str, str] | os._Environ | None = None,
+                own: str | None = CUBLAS_DETERMINISTIC) -> str | None:
+    """The cuBLAS workspace a process uses: its environment's CUBLAS_WORKSPACE_CONFIG, else
+    the one it sets for itself (`own`, core.machine.cublas_workspace; None: torch's
+    default). Without arguments: the one a spare makes cuBLAS's handles with, the launcher's
+    environment's or else the default config's (deterministic: CUBLAS_DETERMINISTIC). torch
+    reads it when it allocates a handle's workspace, and some versions only once in a
+    process (torch 2.15's getChosenWorkspaceSize keeps it in a static; 2.11 reads it each
+    time): so a spare's handles are given only to runs of the same workspace."""
+    env = os.environ if env is None else env
+    return env.get("CUBLAS_WORKSPACE_CONFIG") or own
+
+
 def spare_mode() -> tuple[str | None, str | None]:
     """The spare SPARE_ENV asks for ("driver", "context", "cudnn", "suspended", or None for
     none), and a line saying what was wrong with its value (then: "driver")."""
@@ -129,9 +147,10 @@ def start_cuda(context: bool = False, cudnn: bool = False, suspend: bool = False
     start where a fresh process's do; it holds GPU memory while it waits). What it did, for
     the run's log; None where there is no CUDA device. Raises RuntimeError where a context
     was made without `context` (it would hold GPU memory while nothing trains), or none with
-    it. With `cudnn` (and `context`) also cuDNN's handles, by a convolution of constants
-    forward and backward (`_start_cudnn`). With `suspend` (and both) the caller moves the
-    whole of it out of the GPU next (`_suspend`): the line then says what was made only."""
+    it. With `cudnn` (and `context`) also cuBLAS's and cuDNN's handles, by a matrix product
+    and a convolution of constants forward and backward (`_start_handles`). With `suspend`
+    (and both) the caller moves the whole of it out of the GPU next (`_suspend`): the line
+    then says what was made only."""
     import torch
     if not torch.cuda.is_available():
         return None
@@ -143,14 +162,13 @@ def start_cuda(context: bool = False, cudnn: bool = False, suspend: bool = False
         if not _primary_contexts():
             raise RuntimeError("the driver reports no CUDA context after a synchronisation")
         if cudnn:
-            _start_cudnn()
+            workspace = _start_handles()
+            made = (f"CUDA's driver started, {libraries} cuDNN libraries loaded, a CUDA "
+                    f"context, cuBLAS's (workspace {workspace}) and cuDNN's handles made")
             if suspend:
-                return (f"CUDA's driver started, {libraries} cuDNN libraries loaded, a CUDA "
-                        f"context and cuDNN's handles made ({time.perf_counter() - t:.2f} s)")
-            return (f"CUDA's driver started, {libraries} cuDNN libraries loaded, a CUDA "
-                    f"context and cuDNN's handles made before Start "
-                    f"({time.perf_counter() - t:.2f} s; they held GPU memory while they "
-                    f"waited, as {SPARE_ENV}=cudnn asks)")
+                return f"{made} ({time.perf_counter() - t:.2f} s)"
+            return (f"{made} before Start ({time.perf_counter() - t:.2f} s; they held GPU "
+                    f"memory while they waited, as {SPARE_ENV}=cudnn asks)")
         return (f"CUDA's driver started, {libraries} cuDNN libraries loaded and a CUDA context "
                 f"made before Start ({time.perf_counter() - t:.2f} s; the context held GPU "
                 f"memory while it waited, as {SPARE_ENV}=context asks)")
@@ -161,24 +179,35 @@ def start_cuda(context: bool = False, cudnn: bool = False, suspend: bool = False
             f"({time.perf_counter() - t:.2f} s; no CUDA context, no GPU memory held)")
 
 
-def _start_cudnn() -> None:
-    """cuDNN's handle of this thread (the run's, which makes its forward passes) and of
-    autograd's device thread (its backward passes), by a convolution of constants forward
-    and backward on the first device, under the default flags. Its shapes are none a run
-    of this project makes (a plan cuDNN keeps for a shape is never one a run asks for), no
-    random number is drawn, and what it allocated goes back to the device with the
-    allocator's peaks reset: the run's memory figures start where a fresh process's do.
-    cuBLAS is left to the run: the deterministic knob sets its workspace, which is fixed
-    when its handle is made."""
+def _start_handles() -> str:
+    """cuBLAS's and cuDNN's handles of this thread (the run's, which makes its forward
+    passes) and of autograd's device thread (its backward passes), by a matrix product and a
+    convolution of constants forward and backward on the first device, under the default
+    flags; the cuBLAS workspace they were made with (`cublas_used()`, set in this
+    process's environment first: the launcher's, else the default config's). Its shapes
+    are none a run of this project makes (a plan cuDNN keeps for a shape is never one a run
+    asks for), no random number is drawn, and what it allocated goes back to the device with
+    cuBLAS's workspaces and the allocator's peaks reset: the run's first matrix product
+    allocates its own workspace, as in a fresh process, and its memory figures start where
+    a fresh process's do. Only runs of that workspace are given the spare (Launcher._fits)."""
     import torch
     import torch.nn.functional as F
+    workspace = cublas_used() or CUBLAS_DETERMINISTIC
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
+    a = torch.full((3, 17), 0.5, device="cuda:0")
+    b = torch.full((17, 5), 0.5, device="cuda:0", requires_grad=True)
+    (a @ b).sum().backward()
     x = torch.full((3, 1, 17, 17), 0.5, device="cuda:0")
     w = torch.full((5, 1, 2, 2), 0.5, device="cuda:0", requires_grad=True)
     F.conv2d(x, w).sum().backward()
     torch.cuda.synchronize(0)
-    del x, w
+    del a, b, x, w
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(0)
+    return workspace
 
 
 def _load_cudnn() -> int:
@@ -374,11 +403,15 @@ class Launcher:
     def _fits(self, request: dict[str, Any]) -> bool:
         """Whether the spare waiting (if one does) may take this request: a run that starts
         CUDA (its device setting in "spare"), on the device whose context a "context" spare
-        made, whose environment agrees with the launcher's in what CUDA's start reads."""
+        made, whose environment agrees with the launcher's in what CUDA's start reads, and
+        that uses the cuBLAS workspace a spare that made cuBLAS's handles made them with
+        (`cublas_used`; the run's own in "cublas")."""
         device = request.get("spare")
         return self.spare is not None and device is not None and \
             (self.spare_mode not in ON_FIRST_DEVICE or device in FIRST_DEVICE) and \
-            cuda_reads(request["env"]) == cuda_reads(os.environ)
+            cuda_reads(request["env"]) == cuda_reads(os.environ) and \
+            (self.spare_mode not in MAKES_CUBLAS or
+             cublas_used(request["env"], request.get("cublas")) == cublas_used())
 
     def _give(self, request: dict[str, Any], fds: list[int]) -> int | None:
         """Hands a request to the spare; its pid, or None when it is gone (then the request
@@ -483,6 +516,9 @@ def _valid(request: Any) -> dict[str, Any]:
     spare = request.get("spare")
     if spare is not None and not (isinstance(spare, str) and len(spare) <= 40):
         raise ValueError("spare: the device setting of a run that starts CUDA, or null")
+    cublas = request.get("cublas")
+    if cublas is not None and not (isinstance(cublas, str) and len(cublas) <= 40):
+        raise ValueError("cublas: the cuBLAS workspace a run sets for itself, or null")
     return request
 
 

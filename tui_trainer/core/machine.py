@@ -104,6 +104,22 @@ def cuda_device(config: dict[str, Any]) -> str | None:
     return None
 
 
+# cuBLAS needs a fixed workspace to be deterministic; a run sets it before cuBLAS's first use
+# where its environment sets none (engine/knobs.py).
+CUBLAS_DETERMINISTIC = ":4096:8"
+
+
+def cublas_workspace(config: dict[str, Any]) -> str | None:
+    """The CUBLAS_WORKSPACE_CONFIG a run sets for itself on CUDA where its environment sets
+    none: the deterministic knob's (CUBLAS_DETERMINISTIC), or None (torch's default). The
+    warm launcher's spare that made cuBLAS's handle before Start is given only runs whose
+    workspace is the one it made it with (tui_trainer/warm.py). A config that is not a
+    table says None."""
+    if isinstance(config, dict) and str(config.get("deterministic", "on")) != "off":
+        return CUBLAS_DETERMINISTIC
+    return None
+
+
 def knob_problem(config: dict[str, Any], device: str) -> None:
     """Knobs that need a kind of device; raises Problem."""
     kind = device.split(":")[0]

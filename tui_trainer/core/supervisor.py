@@ -449,12 +449,14 @@ class WarmLauncher:
 
     def spawn(self, args: list[str], stdout: int, stderr: int, detach: bool,
               env: dict[str, str], out: int | None = None,
-              spare: str | None = None) -> WarmChild | None:
+              spare: str | None = None, cublas: str | None = None) -> WarmChild | None:
         """Forks `tui-trainer ARGS` with these stdout/stderr; None when the launcher cannot
         (not ready, gone): the caller then starts the run cold. `spare`: the device setting
         of a run that starts CUDA (core.machine.cuda_device), which the launcher may give
         the spare it made before Start (it has started CUDA's driver where there is a CUDA
-        device)."""
+        device); `cublas`: the cuBLAS workspace the run sets for itself
+        (core.machine.cublas_workspace), which a spare that made cuBLAS's handle must
+        share."""
         if not self.ready() or self.path is None:
             return None
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -470,7 +472,7 @@ class WarmLauncher:
             conn.connect(str(self.path))
             launcher = trust.check_peer(conn)
             request = {"args": args, "env": env, "cwd": os.getcwd(), "detach": detach,
-                       "spare": spare}
+                       "spare": spare, "cublas": cublas}
             socket.send_fds(conn, [json.dumps(request).encode()], [stdout, stderr, go_r])
             pid, started = trust.check_child(json.loads(conn.recv(4096) or b"{}"), launcher)
             conn.settimeout(None)
@@ -505,8 +507,8 @@ class WarmLauncher:
 
 def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = True,
            capture: bool = False, warm: WarmLauncher | None = None,
-           env: dict[str, str] | None = None,
-           spare: str | None = None) -> subprocess.Popen | WarmChild:
+           env: dict[str, str] | None = None, spare: str | None = None,
+           cublas: str | None = None) -> subprocess.Popen | WarmChild:
     """The one way a child `tui-trainer` process starts: `python -m tui_trainer ARGS
     --session SESSION`, stdin closed, output appended to `log_path` (with `capture`, stdout
     comes back to the caller and only stderr goes to the log), at a lower CPU priority than
@@ -515,7 +517,8 @@ def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = Tru
     `warm` launcher the process is forked from it (no imports to wait for), else started
     cold. `env` adds to the environment the process gets. `spare`: the device setting of a
     run that starts CUDA (core.machine.cuda_device), which the launcher may give the spare
-    it keeps."""
+    it keeps; `cublas`: the cuBLAS workspace that run sets for itself
+    (core.machine.cublas_workspace)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     argv = [*args, "--session", str(session)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(warm.env() if warm else {}), **(env or {})}
@@ -524,13 +527,13 @@ def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = Tru
             if capture:
                 read_end, write_end = os.pipe()
                 child = warm.spawn(argv, write_end, log.fileno(), detach, env, out=read_end,
-                                   spare=spare)
+                                   spare=spare, cublas=cublas)
                 os.close(write_end)
                 if child is None:
                     os.close(read_end)
             else:
                 child = warm.spawn(argv, log.fileno(), log.fileno(), detach, env,
-                                   spare=spare)
+                                   spare=spare, cublas=cublas)
         if child is not None:
             return child
     # Training runs at a lower CPU priority than the dashboard: with several runs on few
@@ -560,7 +563,8 @@ class Supervisor:
         """Starts the run's process; `config` is what it trains with (its device decides
         whether the launcher's spare may take it)."""
         proc = launch(self.store.dir, args, self.store.log_path(run_id), warm=self.warm,
-                      spare=machine.cuda_device(config))
+                      spare=machine.cuda_device(config),
+                      cublas=machine.cublas_workspace(config))
         self._children[run_id] = proc
         # From now on a run whose process dies before it starts training reads as crashed.
         self.store.set_launcher(run_id, proc.pid)

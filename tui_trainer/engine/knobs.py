@@ -21,10 +21,7 @@ from torch import nn
 
 from ..core import machine
 from ..core.config import ConfigError, RunConfig, graph_step
-from ..core.machine import Machine
-
-# cuBLAS needs a fixed workspace to be deterministic; it must be set before its first use.
-CUBLAS_DETERMINISTIC = ":4096:8"
+from ..core.machine import CUBLAS_DETERMINISTIC, Machine
 
 
 def machine_facts(device: str = "auto") -> Machine:
