@@ -173,9 +173,12 @@ class Helper:
         # PYTHONPATH, as a checkout run from its tree has, would not find it elsewhere).
         where = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join(p for p in (where, os.environ.get("PYTHONPATH")) if p)
+        # In a process session of its own: no signal meant for the launcher's group (which
+        # the spare was in when it started it) reaches the helper of the run it became.
         self.proc = subprocess.Popen([*self.COMMAND, str(os.getpid())], bufsize=0,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env={**os.environ, "PYTHONPATH": path})
+                                     env={**os.environ, "PYTHONPATH": path},
+                                     start_new_session=True)
         Helper.pids.add(self.proc.pid)
         self._buf = b""
         try:
