@@ -736,8 +736,8 @@ def test_a_spare_that_cannot_start_cuda_cleanly_ends_and_runs_are_forked(tmp_pat
 
 
 # CUDA's checkpoint helper (tui_trainer/core/cuda_checkpoint.py) as it is, its driver's calls
-# stood in for: a restore refused while the file TT_RESTORE_REFUSED exists, never answered
-# while TT_RESTORE_HANGS does.
+# stood in for: a suspension refused while the file TT_SUSPEND_REFUSED exists, a restore
+# refused while TT_RESTORE_REFUSED does, never answered while TT_RESTORE_HANGS does.
 HELPER = """
 import os
 import sys
@@ -750,6 +750,9 @@ class CudaCheckpoint:
         self.pid = pid
 
     def suspend(self):
+        if os.path.exists(os.environ.get("TT_SUSPEND_REFUSED", "/nonexistent")):
+            raise RuntimeError("cuCheckpointProcessLock returned CUDA_ERROR_NOT_SUPPORTED "
+                               "(801) (a test's stand-in)")
         return 0
 
     def restore(self):
@@ -771,8 +774,11 @@ from tui_trainer.core import cuda_checkpoint
 
 
 def start_cuda(context=False, cudnn=False, suspend=False):
-    assert context and cudnn and suspend
-    return "CUDA's context and cuDNN's handles made (a test's stand-in)"
+    if not suspend:
+        assert not context and not cudnn
+        return "CUDA's driver started (a test's stand-in)"
+    assert context and cudnn
+    return "CUDA's context, cuBLAS's and cuDNN's handles made (a test's stand-in)"
 
 
 warm.start_cuda = start_cuda
@@ -780,6 +786,44 @@ cuda_checkpoint.Helper.COMMAND = [sys.executable, "-c", {HELPER!r}]
 cuda_checkpoint.RESTORE_S = 3.0
 sys.exit(warm.main([sys.argv[1]]))
 """
+
+
+def test_a_spare_that_cannot_be_suspended_is_followed_by_spares_that_start_the_driver(
+        tmp_path, monkeypatch):
+    """TUI_TRAINER_SPARE=suspended where CUDA's checkpoint API does not take the spare (a
+    driver without it, a lock refused): the spare says why in the launcher's log and ends,
+    its helper with it, and the next spares start CUDA's driver only (the default spare,
+    holding no GPU memory), which a run is given at Start. The driver's calls are the
+    test's stand-ins; the spares, the helper process and the launcher are their own. Holds
+    on both devices."""
+    from tui_trainer.core.supervisor import SPARE_LINE
+    monkeypatch.setenv("TUI_TRAINER_SPARE", "suspended")
+    refused = tmp_path / "suspend-refused"
+    refused.touch()
+    monkeypatch.setenv("TT_SUSPEND_REFUSED", str(refused))
+    sock, log = _socket("unsuspended"), tmp_path / "launcher.log"
+    proc = _launcher_with_stand_ins(UNRESTORED_SPARE, sock, log)
+    try:
+        assert wait_until(lambda: "the next spares start CUDA's driver only" in
+                          log.read_text()), log.read_text()[-2000:]
+        said = log.read_text()
+        assert "the spare cannot be one: cuCheckpointProcessLock returned " \
+            "CUDA_ERROR_NOT_SUPPORTED (801) (a test's stand-in)" in said, said
+        assert wait_until(lambda: [len(_children(p)) for p in _children(proc.pid)] == [0])
+        (spare,) = _children(proc.pid)           # the next one, with no helper
+        with SessionStore(tmp_path / "s") as store:
+            run_id = store.create_run(_config(max_steps=2, deterministic="off"),
+                                      name="given the driver's spare")
+            child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
+                           warm=WarmLauncher(str(sock)), spare="auto", cublas=None)
+            assert isinstance(child, WarmChild) and child.pid == spare
+            assert child.wait(timeout=120) == 0
+            text = store.log_path(run_id).read_text()
+        assert f"{SPARE_LINE}: CUDA's driver started (a test's stand-in)" in text, text
+        assert "no more spares" not in log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_the_checkpoint_helper_answers_within_its_bounds_and_ends_with_its_owner(

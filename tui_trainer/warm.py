@@ -393,7 +393,15 @@ class Launcher:
         self.spare[1].close()
         self.spare = None
         self.spares_lost += 1
-        if self.spares_lost >= SPARE_LOSSES or code == SPARE_REFUSED:
+        if code == SUSPEND_REFUSED and self.spare_mode == "suspended":
+            # Its CUDA started, but the checkpoint API did not take it (no API in this
+            # driver, a helper refused): the next spares start the driver only.
+            self.spare_mode = "driver"
+            print(f"tui_trainer.warm: {SPARE_ENV}=suspended: the spare could not be "
+                  "suspended (above); the next spares start CUDA's driver only, holding no "
+                  "GPU memory", file=sys.stderr, flush=True)
+            self.spare_due = time.monotonic() + SPARE_AFTER_S
+        elif self.spares_lost >= SPARE_LOSSES or code == SPARE_REFUSED:
             print(f"tui_trainer.warm: no more spares ({self.spares_lost} ended before they "
                   f"were given a run; the last with exit {code}): runs are forked when "
                   "asked for", file=sys.stderr, flush=True)
@@ -546,6 +554,7 @@ def _reap(waiting: dict[int, socket.socket]) -> list[tuple[int, int]]:
 
 
 SPARE_REFUSED = 3       # a spare's exit: it cannot be one here (its CUDA start failed)
+SUSPEND_REFUSED = 4     # a suspended spare's: its CUDA started, but could not be suspended
 
 
 def _spare(conn: socket.socket, launcher: int, mode: str) -> None:
@@ -563,16 +572,18 @@ def _spare(conn: socket.socket, launcher: int, mode: str) -> None:
         suspended = mode == "suspended"
         cold = None           # why the run it is given must start cold, in this process
         helper = None         # the process that suspended it (suspended), to restore it
+        refused = SPARE_REFUSED
         try:
             did = start_cuda(mode in ON_FIRST_DEVICE, mode in ("cudnn", "suspended"),
                              suspended)
             if suspended and did is not None:       # (None: no CUDA device here)
+                refused = SUSPEND_REFUSED
                 helper, did = _suspend(did)
         except Exception as e:          # torch's CUDA errors, a context made, ...
             print(f"tui_trainer.warm: the spare cannot be one: {e}", file=sys.stderr,
                   flush=True)
             if not select.select([conn], [], [], 0)[0]:
-                os._exit(SPARE_REFUSED)
+                os._exit(refused)
             # A run was handed to it meanwhile: it runs, and meets CUDA's problem itself
             # as a process forked for it would, its log saying what the spare met; after a
             # suspension that failed, its CUDA may not be usable: the run starts cold.
