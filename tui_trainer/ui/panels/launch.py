@@ -104,11 +104,13 @@ class LaunchPanel(Vertical):
         return self._form
 
     def set_machine(self, machine: Machine | None, error: str | None = None) -> None:
-        """What this machine can run, once probed; the form is checked against it."""
+        """What this machine can run, once probed; the form is checked against it. (The
+        probe's answer may come while the app closes, its widgets already removed: then
+        there is nothing to show it on.)"""
         self.form.machine = machine
-        self.query_one("#machine", Static).update(Text(
-            f"machine: {machine.describe()}" if machine else
-            f"machine: not known ({shown(error or '?', 120)})"))
+        for label in self.query("#machine").results(Static):
+            label.update(Text(f"machine: {machine.describe()}" if machine else
+                              f"machine: not known ({shown(error or '?', 120)})"))
         self.form.recheck()
 
     def reload_presets(self) -> None:
