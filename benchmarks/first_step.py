@@ -182,6 +182,9 @@ def main() -> None:
                         if said:
                             print("   " + said[0].split("; ", 1)[1], flush=True)
                             on_cuda = on_cuda or "CUDA's driver started" in said[0]
+                        for line in log.splitlines():   # a suspended spare's run, at its end
+                            if "suspended again before it ended" in line:
+                                print("   " + line.split(" ", 1)[1], flush=True)
                 prints = [tuple(r["sha256"] for r in store.fingerprints(i)) for i in ids]
     finally:
         for name, w in (("driver", spares), *holding.items()):
