@@ -788,6 +788,20 @@ sys.exit(warm.main([sys.argv[1]]))
 """
 
 
+def _suspending_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,
+                         flag: str) -> tuple[subprocess.Popen, Path, Path, Path]:
+    """A launcher of suspended spares whose driver calls are stand-ins (UNRESTORED_SPARE),
+    the stand-ins' file `flag` (HELPER says which) there: the launcher, its socket, its log
+    and that file. The caller ends the launcher."""
+    monkeypatch.setenv("TUI_TRAINER_SPARE", "suspended")
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    marker = tmp_path / flag.lower()
+    marker.touch()
+    monkeypatch.setenv(flag, str(marker))
+    sock, log = _socket(name), tmp_path / "launcher.log"
+    return _launcher_with_stand_ins(UNRESTORED_SPARE, sock, log), sock, log, marker
+
+
 def test_a_spare_that_cannot_be_suspended_is_followed_by_spares_that_start_the_driver(
         tmp_path, monkeypatch):
     """TUI_TRAINER_SPARE=suspended where CUDA's checkpoint API does not take the spare (a
@@ -797,12 +811,8 @@ def test_a_spare_that_cannot_be_suspended_is_followed_by_spares_that_start_the_d
     test's stand-ins; the spares, the helper process and the launcher are their own. Holds
     on both devices."""
     from tui_trainer.core.supervisor import SPARE_LINE
-    monkeypatch.setenv("TUI_TRAINER_SPARE", "suspended")
-    refused = tmp_path / "suspend-refused"
-    refused.touch()
-    monkeypatch.setenv("TT_SUSPEND_REFUSED", str(refused))
-    sock, log = _socket("unsuspended"), tmp_path / "launcher.log"
-    proc = _launcher_with_stand_ins(UNRESTORED_SPARE, sock, log)
+    proc, sock, log, _ = _suspending_launcher(tmp_path, monkeypatch, "unsuspended",
+                                              "TT_SUSPEND_REFUSED")
     try:
         assert wait_until(lambda: "the next spares start CUDA's driver only" in
                           log.read_text()), log.read_text()[-2000:]
@@ -894,13 +904,8 @@ def test_a_spare_whose_cuda_is_not_restored_at_start_runs_its_run_cold_in_its_pr
     their own. Holds on both devices."""
     from tui_trainer.core.machine import CUBLAS_DETERMINISTIC
     from tui_trainer.core.supervisor import SPARE_LINE
-    monkeypatch.setenv("TUI_TRAINER_SPARE", "suspended")
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    hangs = tmp_path / "restore-hangs"
-    hangs.touch()
-    monkeypatch.setenv("TT_RESTORE_HANGS", str(hangs))
-    sock, log = _socket("unrestored"), tmp_path / "launcher.log"
-    proc = _launcher_with_stand_ins(UNRESTORED_SPARE, sock, log)
+    proc, sock, log, hangs = _suspending_launcher(tmp_path, monkeypatch, "unrestored",
+                                                  "TT_RESTORE_HANGS")
     try:
         warm = WarmLauncher(str(sock))
         texts, helpers = [], []
