@@ -577,8 +577,13 @@ def _spare(conn: socket.socket, launcher: int, mode: str) -> None:
             did = start_cuda(mode in ON_FIRST_DEVICE, mode in ("cudnn", "suspended"),
                              suspended)
             if suspended and did is not None:       # (None: no CUDA device here)
-                refused = SUSPEND_REFUSED
-                helper, did = _suspend(did)
+                if select.select([conn], [], [], 0)[0]:
+                    # A run was handed to it while its CUDA started: suspended now, it would
+                    # be restored at once, and that run would wait for both.
+                    did += " (not suspended: a run was already waiting for it)"
+                else:
+                    refused = SUSPEND_REFUSED
+                    helper, did = _suspend(did)
         except Exception as e:          # torch's CUDA errors, a context made, ...
             print(f"tui_trainer.warm: the spare cannot be one: {e}", file=sys.stderr,
                   flush=True)
