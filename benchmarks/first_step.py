@@ -53,7 +53,29 @@ from tui_trainer.core.figures import PHASES
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import SPARE_LINE, Supervisor, WarmLauncher
 from tui_trainer.core.machine import CUDA_START_ENV, CUDA_STARTS
-from tui_trainer.warm import HOLDS_CONTEXT, SPARE_AFTER_S, SPARE_ENV
+from tui_trainer.warm import HOLDS_CONTEXT, SPARE_ENV, ready_line
+
+READY_S = 90.0          # how long a spare may take to be ready (a suspended one: its CUDA
+                        # made, then moved to the host) before its run is timed anyway
+
+
+def spare_ready(warm: WarmLauncher) -> bool:
+    """Waits (at most READY_S) until the launcher's one spare says in the launcher's log that
+    it is ready, so that a run given it is timed from a spare that waits, not from one still
+    starting CUDA (or, suspended, still moving it out of the GPU). Whether it did."""
+    import psutil
+    assert warm._proc is not None and warm.path is not None
+    log, deadline = warm.path.parent / "launcher.log", time.monotonic() + READY_S
+    while time.monotonic() < deadline:
+        try:
+            kids = psutil.Process(warm._proc.pid).children()
+            said = log.read_text(errors="replace")
+        except (psutil.Error, OSError):
+            return False
+        if len(kids) == 1 and ready_line(kids[0].pid) in said:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def first_step_s(session: Path, sup: Supervisor, cfg: dict
@@ -109,7 +131,8 @@ def launcher(spares: str, weigh: bool) -> WarmLauncher:
     print(f"warm launcher (TUI_TRAINER_SPARE={spares}) ready after "
           f"{time.time() - t0:.2f} s (its one-time import cost)")
     if before is not None and spares != "0":
-        time.sleep(SPARE_AFTER_S + 3)          # its spare made, CUDA started as it asks
+        if not spare_ready(warm):               # its spare made, CUDA started as it asks
+            print(f"   its spare was not ready within {READY_S:.0f} s")
         used = gpu_memory_mib(0)
         print(f"   GPU memory held while its spare waits: {used - before:.0f} MiB (nvidia-smi)"
               if used is not None else "   nvidia-smi did not answer")
@@ -147,10 +170,14 @@ def main() -> None:
                         **{mode: Supervisor(store, w) for mode, w in holding.items()}}
                 for i in range(args.repeats):
                     for how in ways[i % len(ways):] + ways[:i % len(ways)]:
-                        # the spare given away last is made again SPARE_AFTER_S later
-                        # (a suspended one also makes a context and cuDNN's handles, and
-                        # then suspends them: more time, so that Start finds it waiting)
-                        time.sleep(SPARE_AFTER_S + (4.0 if how == "suspended" else 1.5))
+                        # a quiet moment between runs; then the spare given away last is
+                        # made again (SPARE_AFTER_S later), and a run is timed once it
+                        # waits ready (a suspended one: its CUDA made, then suspended)
+                        time.sleep(1.5)
+                        owner = {"spare": spares, **holding}.get(how.partition("@")[0])
+                        if owner is not None and not spare_ready(owner):
+                            print(f"{how}: its launcher's spare was not ready within "
+                                  f"{READY_S:.0f} s: this run is timed anyway", flush=True)
                         mode = how.partition("@")[2]
                         if mode:            # the run's environment: launch() passes it on
                             os.environ[CUDA_START_ENV] = CUDA_STARTS[mode]

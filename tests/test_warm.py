@@ -811,10 +811,11 @@ def test_a_spare_that_cannot_be_suspended_is_followed_by_spares_that_start_the_d
     """TUI_TRAINER_SPARE=suspended where CUDA's checkpoint API does not take the spare (a
     driver without it, a lock refused): the spare says why in the launcher's log and ends,
     its helper with it, and the next spares start CUDA's driver only (the default spare,
-    holding no GPU memory), which a run is given at Start. The driver's calls are the
-    test's stand-ins; the spares, the helper process and the launcher are their own. Holds
-    on both devices."""
+    holding no GPU memory), which says it is ready and is given a run at Start. The driver's
+    calls are the test's stand-ins; the spares, the helper process and the launcher are
+    their own. Holds on both devices."""
     from tui_trainer.core.supervisor import SPARE_LINE
+    from tui_trainer.warm import ready_line
     proc, sock, log, _ = _suspending_launcher(tmp_path, monkeypatch, "unsuspended",
                                               "TT_SUSPEND_REFUSED")
     try:
@@ -825,6 +826,9 @@ def test_a_spare_that_cannot_be_suspended_is_followed_by_spares_that_start_the_d
             "CUDA_ERROR_NOT_SUPPORTED (801) (a test's stand-in)" in said, said
         assert wait_until(lambda: [len(_children(p)) for p in _children(proc.pid)] == [0])
         (spare,) = _children(proc.pid)           # the next one, with no helper
+        # ready, as its line in the launcher's log says (what benchmarks wait for)
+        assert wait_until(lambda: f"{ready_line(spare)}: CUDA's driver started (a test's "
+                          "stand-in)" in log.read_text()), log.read_text()[-2000:]
         with SessionStore(tmp_path / "s") as store:
             run_id = store.create_run(_config(max_steps=2, deterministic="off"),
                                       name="given the driver's spare")

@@ -553,6 +553,12 @@ def _reap(waiting: dict[int, socket.socket]) -> list[tuple[int, int]]:
         conn.close()
 
 
+def ready_line(pid: int) -> str:
+    """How a spare's line in the launcher's log starts once it waits ready (what it did
+    follows): what a benchmark waits for before it times a run given a spare."""
+    return f"tui_trainer.warm: spare {pid} ready"
+
+
 SPARE_REFUSED = 3       # a spare's exit: it cannot be one here (its CUDA start failed)
 SUSPEND_REFUSED = 4     # a suspended spare's: its CUDA started, but could not be suspended
 
@@ -584,6 +590,8 @@ def _spare(conn: socket.socket, launcher: int, mode: str) -> None:
                 else:
                     refused = SUSPEND_REFUSED
                     helper, did = _suspend(did)
+            print(f"{ready_line(os.getpid())}: {did or 'no CUDA device here'}",
+                  file=sys.stderr, flush=True)
         except Exception as e:          # torch's CUDA errors, a context made, ...
             print(f"tui_trainer.warm: the spare cannot be one: {e}", file=sys.stderr,
                   flush=True)
