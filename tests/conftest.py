@@ -105,8 +105,10 @@ class Result:
 # Dashboard tests: a warm launcher of its own (one torch import, ~5 s of CPU) per app would
 # only slow the suite; their apps use the test process's launcher (`_warm`, the one `tt`
 # forks from), so the runs they start fork in well under a second, as in the dashboard.
-# Tests marked `warm` test the dashboard's own launcher: they keep it.
-DASHBOARD = ("test_ui", "test_snapshots", "test_terminal")
+# Tests marked `warm` test the dashboard's own launcher: they keep it. (test_activations and
+# test_explain open the dashboard too: the Model tab, the Divergence tab's explanation.)
+DASHBOARD = ("test_ui", "test_snapshots", "test_terminal", "test_activations",
+             "test_explain")
 
 
 @pytest.fixture(autouse=True)
