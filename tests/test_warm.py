@@ -793,15 +793,18 @@ sys.exit(warm.main([sys.argv[1]]))
 
 
 def _suspending_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,
-                         flag: str) -> tuple[subprocess.Popen, Path, Path, Path]:
+                         flag: str | None = None
+                         ) -> tuple[subprocess.Popen, Path, Path, Path | None]:
     """A launcher of suspended spares whose driver calls are stand-ins (UNRESTORED_SPARE),
-    the stand-ins' file `flag` (HELPER says which) there: the launcher, its socket, its log
-    and that file. The caller ends the launcher."""
+    the stand-ins' file `flag` (HELPER says which) there, if one is named: the launcher, its
+    socket, its log and that file. The caller ends the launcher."""
     monkeypatch.setenv("TUI_TRAINER_SPARE", "suspended")
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    marker = tmp_path / flag.lower()
-    marker.touch()
-    monkeypatch.setenv(flag, str(marker))
+    marker = None
+    if flag is not None:
+        marker = tmp_path / flag.lower()
+        marker.touch()
+        monkeypatch.setenv(flag, str(marker))
     sock, log = _socket(name), tmp_path / "launcher.log"
     return _launcher_with_stand_ins(UNRESTORED_SPARE, sock, log), sock, log, marker
 
@@ -1007,22 +1010,31 @@ def test_a_context_spare_takes_only_runs_on_the_first_device(tmp_path, monkeypat
     device, which is forked at Start. Checked with cudnn, which holds the most, and
     suspended (one rule, warm.ON_FIRST_DEVICE, for the three). The two also made cuBLAS's
     handles, with the workspace the default config sets (deterministic): a run that sets
-    none for itself (deterministic off) is forked too (warm.MAKES_CUBLAS). Holds on both
-    devices."""
+    none for itself (deterministic off) is forked too (warm.MAKES_CUBLAS). The suspended
+    spare's suspension is the stand-ins' (`_suspending_launcher`): the rule is the
+    launcher's, and a GPU whose checkpoint API refuses the spare (which makes the next
+    spares the default one) must not change what this test says. Holds on both devices."""
     from tui_trainer.core.machine import cublas_workspace
     from tui_trainer.core.supervisor import SPARE_LINE
-    monkeypatch.setenv("TUI_TRAINER_SPARE", mode)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    warm = _started()
+    stand_in = None
+    if mode == "suspended":
+        stand_in, sock, _, _ = _suspending_launcher(tmp_path, monkeypatch, "first-device")
+        warm, launcher = WarmLauncher(str(sock)), stand_in.pid
+    else:
+        monkeypatch.setenv("TUI_TRAINER_SPARE", mode)
+        warm = _started()
+        launcher = warm._proc.pid
+    session = tmp_path / "s"
     try:
-        assert wait_until(lambda: len(_children(warm._proc.pid)) == 1), "no spare"
+        assert wait_until(lambda: len(_children(launcher)) == 1), "no spare"
         logs = {}
-        with SessionStore(tmp_path) as store:
+        with SessionStore(session) as store:
             # what the client says the run uses: its device, and whether it is deterministic
             for device, deterministic in (("cuda:1", "on"), ("auto", "off"), ("auto", "on")):
                 cfg = _config(max_steps=2, deterministic=deterministic)
                 run_id = store.create_run(cfg, name=f"{device} {deterministic}")
-                proc = launch(tmp_path, train_args(run_id), store.log_path(run_id),
+                proc = launch(session, train_args(run_id), store.log_path(run_id),
                               warm=warm, spare=device, cublas=cublas_workspace(cfg))
                 assert proc.wait(timeout=120) == 0
                 logs[device, deterministic] = store.log_path(run_id).read_text()
@@ -1031,3 +1043,6 @@ def test_a_context_spare_takes_only_runs_on_the_first_device(tmp_path, monkeypat
         assert SPARE_LINE in logs["auto", "on"]
     finally:
         warm.close()
+        if stand_in is not None:
+            stand_in.terminate()
+            stand_in.wait(timeout=30)
