@@ -776,8 +776,10 @@ from tui_trainer.core import cuda_checkpoint
 
 
 def start_cuda(context=False, cudnn=False, suspend=False):
-    if os.path.exists(os.environ.get("TT_SLOW_START", "/nonexistent")):
-        time.sleep(5)
+    deadline = time.monotonic() + 60     # (a CUDA start that lasts until the test says)
+    while os.path.exists(os.environ.get("TT_SLOW_START", "/nonexistent")) and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
     if not suspend:
         assert not context and not cudnn
         return "CUDA's driver started (a test's stand-in)"
@@ -849,13 +851,13 @@ def test_a_spare_that_cannot_be_suspended_is_followed_by_spares_that_start_the_d
 
 def test_a_spare_given_a_run_while_its_cuda_starts_is_not_suspended(tmp_path, monkeypatch):
     """TUI_TRAINER_SPARE=suspended: a run handed to the spare while its CUDA is still being
-    made (5 s here, the stand-in's) is not made to wait for a suspension and a restore on
-    top: the spare skips both, starts no helper, and the run's log says so. The driver's
-    calls are the test's stand-ins. Holds on both devices."""
+    made (the stand-in's lasts until the run is handed over) is not made to wait for a
+    suspension and a restore on top: the spare skips both, starts no helper, and the run's
+    log says so. The driver's calls are the test's stand-ins. Holds on both devices."""
     from tui_trainer.core.machine import CUBLAS_DETERMINISTIC
     from tui_trainer.core.supervisor import SPARE_LINE
-    proc, sock, log, _ = _suspending_launcher(tmp_path, monkeypatch, "waited",
-                                              "TT_SLOW_START")
+    proc, sock, log, starting = _suspending_launcher(tmp_path, monkeypatch, "waited",
+                                                     "TT_SLOW_START")
     try:
         assert wait_until(lambda: len(_children(proc.pid)) == 1), log.read_text()[-2000:]
         (spare,) = _children(proc.pid)
@@ -864,6 +866,8 @@ def test_a_spare_given_a_run_while_its_cuda_starts_is_not_suspended(tmp_path, mo
             child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
                            warm=WarmLauncher(str(sock)), spare="auto",
                            cublas=CUBLAS_DETERMINISTIC)
+            assert starting is not None
+            starting.unlink()           # handed over: the stand-in's CUDA start ends now
             assert isinstance(child, WarmChild) and child.pid == spare
             assert child.wait(timeout=120) == 0
             text = store.log_path(run_id).read_text()
