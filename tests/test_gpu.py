@@ -324,21 +324,27 @@ print(json.dumps({"said": said, "before": before, "held": held, "made": made,
 def _launcher_and_its_spare():
     """A warm launcher (its spares as TUI_TRAINER_SPARE says) and its spare's pid, once the
     spare has loaded cuDNN (its CUDA start under way); the caller closes the launcher."""
-    from conftest import wait_until
-    from test_warm import _children
     from tui_trainer.core.supervisor import WarmLauncher
     warm = WarmLauncher()
     warm.start()
     try:
         assert warm.wait_ready(120)
-        assert wait_until(lambda: len(_children(warm._proc.pid)) == 1)
-        (spare,) = _children(warm._proc.pid)
-        assert wait_until(lambda: "libcudnn_engines" in open(f"/proc/{spare}/maps").read(),
-                          timeout=60)
+        spare = _its_spare(warm)
     except BaseException:
         warm.close()
         raise
     return warm, spare
+
+
+def _its_spare(warm):
+    """The launcher's spare (its only child), once it has loaded cuDNN."""
+    from conftest import wait_until
+    from test_warm import _children
+    assert wait_until(lambda: len(_children(warm._proc.pid)) == 1)
+    (spare,) = _children(warm._proc.pid)
+    assert wait_until(lambda: "libcudnn_engines" in open(f"/proc/{spare}/maps").read(),
+                      timeout=60)
+    return spare
 
 
 def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver(tmp_path):
@@ -353,6 +359,9 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
     from conftest import wait_until
     from test_warm import _config
     from tui_trainer.core.supervisor import SPARE_LINE, launch, train_args
+    from tui_trainer.warm import cublas_size_settable
+    sized = ("workspace size set to 32768 KiB until Start, then the run's own"
+             if cublas_size_settable() else "workspace :4096:8")
     for cudnn in (False, True):
         r = subprocess.run([sys.executable, "-c", f"CUDNN = {cudnn}\n" + CONTEXTS],
                            capture_output=True, text=True, timeout=120)
@@ -363,7 +372,7 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
         # handles (whose product's and convolution's memory, cuBLAS's workspaces with it,
         # went back): the run's figures start at 0
         assert got["made"] == 1 and got["untouched"], got
-        assert ("a CUDA context, cuBLAS's (workspace :4096:8) and cuDNN's handles made"
+        assert (f"a CUDA context, cuBLAS's ({sized}) and cuDNN's handles made"
                 if cudnn else "a CUDA context made") in got["held"], got["held"]
     warm, spare = _launcher_and_its_spare()         # its CUDA started
     try:
@@ -383,9 +392,10 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
     assert wait_until(lambda: not os.path.exists(f"/proc/{spare}"))
 
 
-@pytest.mark.parametrize("mode", ["cudnn", "suspended"])
+@pytest.mark.parametrize("mode, deterministic", [("cudnn", "on"), ("cudnn", "off"),
+                                                  ("suspended", "on")])
 def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forked_one(
-        tmp_path, monkeypatch, mode):
+        tmp_path, monkeypatch, mode, deterministic):
     """TUI_TRAINER_SPARE=cudnn (asked for: the spare holds CUDA's context and cuDNN's
     handles before Start), and =suspended (the same, then moved into the spare's host memory
     by CUDA's checkpoint API, called by a helper process, the spare's child: while it waits
@@ -394,15 +404,32 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
     workaround, and its helper ends with it): a run given it trains the bits of one
     forked at Start (the default net draws dropout masks from the device's generator), with
     the same allocated, reserved and peak memory at every log point, and its log says what
-    the spare did."""
+    the spare did. With deterministic off (torch's default cuBLAS workspace, where the
+    spare made its handles under the deterministic one's size) the same memory figures say
+    the run sized its workspace as a fresh process does: where torch can set the size the
+    spare let it go at Start; elsewhere the first spare is replaced by one of the run's
+    workspace (a run forked first). Bits are compared where the runs are deterministic."""
     from conftest import wait_until
     from test_warm import _alive, _children, _config
     from tui_trainer.core.supervisor import SPARE_LINE, launch, train_args
     from tui_trainer.core.cuda_checkpoint import CudaCheckpoint
     from tui_trainer.core.machine import cublas_workspace
+    from tui_trainer.warm import cublas_size_settable
     monkeypatch.setenv("TUI_TRAINER_SPARE", mode)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     warm, spare = _launcher_and_its_spare()     # (its handles follow in the same start)
     try:
+        if deterministic == "off" and not cublas_size_settable():
+            # this torch reads the workspace's size once: a run of torch's default is
+            # forked, and the spare made with the deterministic one's size is replaced
+            with SessionStore(tmp_path / "first") as store:
+                cfg = _config(device="cuda", max_steps=2, deterministic="off")
+                run_id = store.create_run(cfg, name="forked, the spare replaced")
+                proc = launch(tmp_path / "first", train_args(run_id),
+                              store.log_path(run_id), warm=warm, spare="cuda", cublas=None)
+                assert proc.pid != spare and proc.wait(timeout=180) == 0
+            assert wait_until(lambda: not _alive(spare), timeout=60)
+            spare = _its_spare(warm)                 # the next: the run's workspace
         helpers = set()
         if mode == "suspended":
             asked = CudaCheckpoint(spare)           # (cuInit, no context: asks the driver)
@@ -413,7 +440,8 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
         with SessionStore(tmp_path) as store:
             ids = []
             for how in ("spare", "forked"):
-                cfg = _config(device="cuda", max_steps=20, fingerprint_every=5, log_every=2)
+                cfg = _config(device="cuda", max_steps=20, fingerprint_every=5, log_every=2,
+                              deterministic=deterministic)
                 run_id = store.create_run(cfg, name=how)
                 proc = launch(tmp_path, train_args(run_id), store.log_path(run_id),
                               warm=warm, spare="cuda" if how == "spare" else None,
@@ -431,7 +459,7 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
         assert SPARE_LINE not in logs[1]
         assert not any(_alive(pid) for pid in helpers), helpers    # ended with its run
         prints = [fingerprints(tmp_path, r) for r in ids]
-        assert prints[0] == prints[1] and len(prints[0]) >= 4
+        assert len(prints[0]) >= 4 and (prints[0] == prints[1] or deterministic == "off")
         memory = [db_rows(tmp_path, "SELECT step, cuda_alloc, cuda_reserved, cuda_peak FROM "
                           f"steps WHERE run_id = {r} ORDER BY step") for r in ids]
         assert memory[0] == memory[1] and memory[0], memory

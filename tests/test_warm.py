@@ -699,7 +699,7 @@ import sys
 from tui_trainer import warm
 
 
-def start_cuda(context=False, cudnn=False, suspend=False):
+def start_cuda(context=False, cudnn=False, suspend=False, workspace=None):
     raise RuntimeError("starting CUDA's driver made a CUDA context (a test's stand-in)")
 
 
@@ -775,7 +775,7 @@ from tui_trainer import warm
 from tui_trainer.core import cuda_checkpoint
 
 
-def start_cuda(context=False, cudnn=False, suspend=False):
+def start_cuda(context=False, cudnn=False, suspend=False, workspace=None):
     deadline = time.monotonic() + 60     # (a CUDA start that lasts until the test says)
     while os.path.exists(os.environ.get("TT_SLOW_START", "/nonexistent")) and \
             time.monotonic() < deadline:
@@ -1013,13 +1013,17 @@ def test_a_context_spare_takes_only_runs_on_the_first_device(tmp_path, monkeypat
     that device) is given a run on that device (auto, cuda, cuda:0), never one on another
     device, which is forked at Start. Checked with cudnn, which holds the most, and
     suspended (one rule, warm.ON_FIRST_DEVICE, for the three). The two also made cuBLAS's
-    handles, with the workspace the default config sets (deterministic): a run that sets
-    none for itself (deterministic off) is forked too (warm.MAKES_CUBLAS). The suspended
-    spare's suspension is the stand-ins' (`_suspending_launcher`): the rule is the
-    launcher's, and a GPU whose checkpoint API refuses the spare (which makes the next
-    spares the default one) must not change what this test says. Holds on both devices."""
+    handles: where torch can set its workspace's size (warm.cublas_size_settable) a run of
+    either workspace is given the spare, deterministic off (torch's default) as on (the
+    deterministic one); elsewhere only a run of the workspace it made them with, and the
+    other is forked (`test_a_spare_whose_cublas_workspace_a_run_does_not_use_is_replaced`
+    follows the rest). The suspended spare's suspension is the stand-ins'
+    (`_suspending_launcher`): the rule is the launcher's, and a GPU whose checkpoint API
+    refuses the spare (which makes the next spares the default one) must not change what
+    this test says. Holds on both devices."""
     from tui_trainer.core.machine import cublas_workspace
     from tui_trainer.core.supervisor import SPARE_LINE
+    from tui_trainer.warm import cublas_size_settable
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     stand_in = None
     if mode == "suspended":
@@ -1035,18 +1039,137 @@ def test_a_context_spare_takes_only_runs_on_the_first_device(tmp_path, monkeypat
         logs = {}
         with SessionStore(session) as store:
             # what the client says the run uses: its device, and whether it is deterministic
-            for device, deterministic in (("cuda:1", "on"), ("auto", "off"), ("auto", "on")):
+            for device, deterministic in (("cuda:1", "on"), ("auto", "on"), ("auto", "off")):
+                # (a spare waits: the first one, or the one made after a run was given one)
+                assert wait_until(lambda: len(_children(launcher)) == 1), "no spare"
                 cfg = _config(max_steps=2, deterministic=deterministic)
                 run_id = store.create_run(cfg, name=f"{device} {deterministic}")
                 proc = launch(session, train_args(run_id), store.log_path(run_id),
                               warm=warm, spare=device, cublas=cublas_workspace(cfg))
                 assert proc.wait(timeout=120) == 0
                 logs[device, deterministic] = store.log_path(run_id).read_text()
-        for forked in (("cuda:1", "on"), ("auto", "off")):
-            assert SPARE_LINE not in logs[forked] and WARM_LINE in logs[forked]
-        assert SPARE_LINE in logs["auto", "on"]
+        given = {("cuda:1", "on"): False, ("auto", "on"): True,
+                 ("auto", "off"): cublas_size_settable()}
+        for run, spare in given.items():
+            assert (SPARE_LINE in logs[run]) == spare, (run, logs[run])
+            assert WARM_LINE in logs[run], (run, logs[run])      # forked, or a spare's
     finally:
         warm.close()
         if stand_in is not None:
             stand_in.terminate()
             stand_in.wait(timeout=30)
+
+
+# A launcher of TUI_TRAINER_SPARE=cudnn spares under a torch that reads cuBLAS's workspace
+# size once in a process and cannot set it (warm.cublas_size_settable: torch 2.11, the
+# leased GPUs'), its CUDA start the stand-in's, which says the workspace it was given.
+FIXED_SIZE_SPARE = """
+import sys
+from tui_trainer import warm
+
+
+def start_cuda(context=False, cudnn=False, suspend=False, workspace=None):
+    assert context and cudnn and not suspend
+    return f"cuBLAS's handles made with workspace {workspace or 'default'} (a test's stand-in)"
+
+
+warm.start_cuda = start_cuda
+warm.cublas_size_settable = lambda: False
+sys.exit(warm.main([sys.argv[1]]))
+"""
+
+
+def test_a_spare_whose_cublas_workspace_a_run_does_not_use_is_replaced(tmp_path,
+                                                                      monkeypatch):
+    """Where torch reads cuBLAS's workspace size once in a process and cannot set it, a
+    spare that made cuBLAS's handles (TUI_TRAINER_SPARE=cudnn or suspended) fits only runs
+    of its workspace. The first is made with the deterministic one (the default config's).
+    A run of another (deterministic off: torch's default) is forked, that spare ends, and
+    the next ones are made with the run's: the next such run is given one. A deterministic
+    run after it is forked, and the spares turn back. The launcher's log says each change;
+    none counts as a spare lost. torch here can set the size: the stand-ins are for the
+    torch that cannot and for CUDA's start; the launcher, its spares and the runs are their
+    own. Holds on both devices."""
+    from tui_trainer.core.machine import cublas_workspace
+    from tui_trainer.core.supervisor import SPARE_LINE
+    from tui_trainer.warm import ready_line
+    monkeypatch.setenv("TUI_TRAINER_SPARE", "cudnn")
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    sock, log = _socket("replaced"), tmp_path / "launcher.log"
+    proc = _launcher_with_stand_ins(FIXED_SIZE_SPARE, sock, log)
+
+    def ready(workspace: str) -> int | None:
+        """The spare, once it waits ready with cuBLAS's handles of that workspace."""
+        spares = _children(proc.pid)
+        line = "{}: cuBLAS's handles made with workspace " + workspace
+        return next((pid for pid in spares if len(spares) == 1 and
+                     line.format(ready_line(pid)) in log.read_text()), None)
+
+    try:
+        with SessionStore(tmp_path / "s") as store:
+            for deterministic, made_with, given in (("off", ":4096:8", False),
+                                                    ("off", "default", True),
+                                                    ("on", "default", False)):
+                assert wait_until(lambda: ready(made_with)), log.read_text()[-2000:]
+                spare = ready(made_with)
+                cfg = _config(max_steps=2, deterministic=deterministic)
+                run_id = store.create_run(cfg, name=f"{deterministic} after {made_with}")
+                child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
+                               warm=WarmLauncher(str(sock)), spare="auto",
+                               cublas=cublas_workspace(cfg))
+                assert isinstance(child, WarmChild) and (child.pid == spare) == given
+                assert child.wait(timeout=120) == 0
+                text = store.log_path(run_id).read_text()
+                assert (f"{SPARE_LINE}: cuBLAS's handles made with workspace {made_with}"
+                        in text) == given and WARM_LINE in text, text
+                if not given:
+                    assert wait_until(lambda: not _alive(spare)), "the spare did not end"
+        assert wait_until(lambda: ready(":4096:8")), log.read_text()[-2000:]
+        said = log.read_text()
+        for run, spare in (("default", ":4096:8"), (":4096:8", "default")):
+            assert f"tui_trainer.warm: a run of cuBLAS workspace {run} was forked: the " \
+                f"spare had made cuBLAS's handles with {spare}" in said, said
+        assert "no more spares" not in said and "cannot be one" not in said, said
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+SIZE_LET_GO = """
+import json, os, torch
+from tui_trainer import warm
+os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+torch._C._cuda_setCublasWorkspaceSize(12345)
+held = torch.backends.cuda.cublas_workspace_size()
+warm._let_cublas_size_go()
+os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":16:8"
+try:
+    after = torch.backends.cuda.cublas_workspace_size()
+except RuntimeError as e:
+    after = str(e).splitlines()[0]
+print(json.dumps({"held": held, "after": after}))
+"""
+
+
+def test_a_spares_cublas_size_is_let_go_at_start_and_the_run_reads_its_own():
+    """Where torch can set cuBLAS's workspace size (warm.cublas_size_settable), a spare sets
+    it before it makes cuBLAS's handles and lets it go at Start (warm._let_cublas_size_go).
+    While set, the size is answered without reading CUBLAS_WORKSPACE_CONFIG, or on a CPU
+    the device. Let go, the next answer reads the variable the run set, as a fresh process
+    does: :16:8 is 128 KiB on a GPU; on a CPU the answer asks for the device, which is not
+    there. So the size a fresh process reads once is still unread when a run is given the
+    spare. Holds on both devices."""
+    import torch
+
+    from tui_trainer.warm import cublas_size_settable
+    if not cublas_size_settable():
+        pytest.skip("this torch cannot set cuBLAS's workspace size")
+    r = subprocess.run([sys.executable, "-c", SIZE_LET_GO], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["held"] == 12345
+    if torch.cuda.device_count() > 0:
+        assert got["after"] == 16 * 1024 * 8, got
+    else:
+        assert isinstance(got["after"], str) and "CUDA" in got["after"], got

@@ -31,6 +31,7 @@ import functools
 import gc
 import json
 import os
+import re
 import select
 import selectors
 import signal
@@ -59,7 +60,8 @@ GO_AHEAD_S = 60.0       # how long a forked child waits for its client's go-ahea
 # memory while it waits: only where the user asks; given only runs on that device), "cudnn"
 # (the context, cuBLAS's and cuDNN's handles, of this thread and of autograd's, by a matrix
 # product and a convolution of constants: more memory held, more of CUDA's start done before
-# Start; given only runs that use the cuBLAS workspace it made its handles with),
+# Start; given runs of any cuBLAS workspace where torch can set the workspace's size, else
+# only runs of the workspace it made its handles with: `cublas_size_settable`),
 # "suspended" (what cudnn makes, then moved out of the GPU into the spare's host memory by
 # CUDA's checkpoint API, and restored when it is given a run: no GPU memory held while it
 # waits) or "0" (none).
@@ -118,13 +120,35 @@ def cublas_used(env: dict[str, str] | os._Environ | None = None,
                 own: str | None = CUBLAS_DETERMINISTIC) -> str | None:
     """The cuBLAS workspace a process uses: its environment's CUBLAS_WORKSPACE_CONFIG, else
     the one it sets for itself (`own`, core.machine.cublas_workspace; None: torch's
-    default). Without arguments: the one a spare makes cuBLAS's handles with, the launcher's
-    environment's or else the default config's (deterministic: CUBLAS_DETERMINISTIC). torch
-    reads it when it allocates a handle's workspace, and some versions only once in a
-    process (torch 2.15's getChosenWorkspaceSize keeps it in a static; 2.11 reads it each
-    time): so a spare's handles are given only to runs of the same workspace."""
+    default). Without arguments: the one the launcher's first spare makes cuBLAS's handles
+    with, the launcher's environment's or else the default config's (deterministic:
+    CUBLAS_DETERMINISTIC). torch reads it when it sizes a handle's workspace, and some
+    versions only once in a process (torch 2.15's getChosenWorkspaceSize keeps it in a
+    static; 2.11 reads it each time): see `cublas_size_settable`."""
     env = os.environ if env is None else env
     return env.get("CUBLAS_WORKSPACE_CONFIG") or own
+
+
+def cublas_size_settable() -> bool:
+    """Whether this torch lets a process set its cuBLAS workspace's size over what
+    CUBLAS_WORKSPACE_CONFIG says, and let it go again (torch 2.15:
+    torch.backends.cuda.cublas_workspace_size, and the reset beside it). The size set is
+    returned before the variable is ever read (checked here: set, it is answered without
+    CUDA; let go, the next answer reads the variable and the device). So a spare that made
+    cuBLAS's handles under a set size, and lets it go at Start, leaves the run to read its
+    own variable once, as a fresh process does: it may be given a run of any workspace.
+    Without it (torch 2.11, the leased GPUs') a spare is given only runs of the workspace
+    it made its handles with (Launcher._fits)."""
+    import torch
+    return all(hasattr(torch._C, name) for name in ("_cuda_setCublasWorkspaceSize",
+                                                   "_cuda_resetCublasWorkspaceSize"))
+
+
+def _workspace_bytes(config: str) -> int:
+    """The bytes a CUBLAS_WORKSPACE_CONFIG asks for (":SIZE_KIB:COUNT", repeated), as torch
+    sums them; 32 MiB (CUBLAS_DETERMINISTIC's) for one it cannot read."""
+    pairs = re.findall(r":([0-9]+):([0-9]+)", config)
+    return sum(int(size) * 1024 * int(count) for size, count in pairs) or 4096 * 1024 * 8
 
 
 def spare_mode() -> tuple[str | None, str | None]:
@@ -137,8 +161,8 @@ def spare_mode() -> tuple[str | None, str | None]:
                       "the spare starts the driver")
 
 
-def start_cuda(context: bool = False, cudnn: bool = False, suspend: bool = False
-               ) -> str | None:
+def start_cuda(context: bool = False, cudnn: bool = False, suspend: bool = False,
+               workspace: str | None = CUBLAS_DETERMINISTIC) -> str | None:
     """What the spare starts of CUDA before Start, where there is a CUDA device: the driver
     (`torch.cuda.init()`: cuInit and the device count, no context, so no GPU memory) and
     cuDNN's libraries (host work: 0.30 s here, 125 MiB of the spare's own memory, file pages
@@ -148,7 +172,8 @@ def start_cuda(context: bool = False, cudnn: bool = False, suspend: bool = False
     the run's log; None where there is no CUDA device. Raises RuntimeError where a context
     was made without `context` (it would hold GPU memory while nothing trains), or none with
     it. With `cudnn` (and `context`) also cuBLAS's and cuDNN's handles, by a matrix product
-    and a convolution of constants forward and backward (`_start_handles`). With `suspend`
+    and a convolution of constants forward and backward (`_start_handles`, cuBLAS's under
+    `workspace`: a CUBLAS_WORKSPACE_CONFIG, None for torch's default). With `suspend`
     (and both) the caller moves the whole of it out of the GPU next (`_suspend`): the line
     then says what was made only."""
     import torch
@@ -162,9 +187,9 @@ def start_cuda(context: bool = False, cudnn: bool = False, suspend: bool = False
         if not _primary_contexts():
             raise RuntimeError("the driver reports no CUDA context after a synchronisation")
         if cudnn:
-            workspace = _start_handles()
+            sized = _start_handles(workspace)
             made = (f"CUDA's driver started, {libraries} cuDNN libraries loaded, a CUDA "
-                    f"context, cuBLAS's (workspace {workspace}) and cuDNN's handles made")
+                    f"context, cuBLAS's ({sized}) and cuDNN's handles made")
             if suspend:
                 return f"{made} ({time.perf_counter() - t:.2f} s)"
             return (f"{made} before Start ({time.perf_counter() - t:.2f} s; they held GPU "
@@ -179,21 +204,31 @@ def start_cuda(context: bool = False, cudnn: bool = False, suspend: bool = False
             f"({time.perf_counter() - t:.2f} s; no CUDA context, no GPU memory held)")
 
 
-def _start_handles() -> str:
+def _start_handles(workspace: str | None) -> str:
     """cuBLAS's and cuDNN's handles of this thread (the run's, which makes its forward
     passes) and of autograd's device thread (its backward passes), by a matrix product and a
     convolution of constants forward and backward on the first device, under the default
-    flags; the cuBLAS workspace they were made with (`cublas_used()`, set in this
-    process's environment first: the launcher's, else the default config's). Its shapes
+    flags; what sized cuBLAS's workspace. Where torch can set that size
+    (`cublas_size_settable`) it is set (`workspace`'s bytes), never read from the
+    environment, and let go at Start (`_let_cublas_size_go`); elsewhere this process's
+    CUBLAS_WORKSPACE_CONFIG is made `workspace` (None: unset, torch's default). Its shapes
     are none a run of this project makes (a plan cuDNN keeps for a shape is never one a run
     asks for), no random number is drawn, and what it allocated goes back to the device with
     cuBLAS's workspaces and the allocator's peaks reset: the run's first matrix product
     allocates its own workspace, as in a fresh process, and its memory figures start where
-    a fresh process's do. Only runs of that workspace are given the spare (Launcher._fits)."""
+    a fresh process's do."""
     import torch
     import torch.nn.functional as F
-    workspace = cublas_used() or CUBLAS_DETERMINISTIC
-    os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
+    if cublas_size_settable():
+        size = _workspace_bytes(workspace or CUBLAS_DETERMINISTIC)
+        torch._C._cuda_setCublasWorkspaceSize(size)
+        sized = f"workspace size set to {size // 1024} KiB until Start, then the run's own"
+    elif workspace is None:
+        os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        sized = "torch's default workspace"
+    else:
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
+        sized = f"workspace {workspace}"
     a = torch.full((3, 17), 0.5, device="cuda:0")
     b = torch.full((17, 5), 0.5, device="cuda:0", requires_grad=True)
     (a @ b).sum().backward()
@@ -207,7 +242,16 @@ def _start_handles() -> str:
         clear()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(0)
-    return workspace
+    return sized
+
+
+def _let_cublas_size_go() -> None:
+    """At Start, in a spare whose cuBLAS's workspace size was set (`_start_handles`): the
+    run's first matrix product reads its own CUBLAS_WORKSPACE_CONFIG, as a fresh process's
+    does. Nothing where torch cannot set it."""
+    import torch
+    if cublas_size_settable():
+        torch._C._cuda_resetCublasWorkspaceSize()
 
 
 def _load_cudnn() -> int:
@@ -331,6 +375,12 @@ class Launcher:
             print(f"tui_trainer.warm: {wrong}", file=sys.stderr, flush=True)
         self.spare_due = None if self.spare_mode is None else time.monotonic()
         self.spares_lost = 0
+        # The cuBLAS workspace the next spare makes its handles with, and whether a spare
+        # may be given a run of any (`cublas_size_settable`; else the last CUDA run's
+        # workspace, where one asked for another: `_handle`).
+        self.spare_cublas = cublas_used()
+        self.any_cublas = cublas_size_settable()
+        self.made_with: str | None = None       # the waiting spare's
 
     def loop(self) -> None:
         while True:
@@ -383,9 +433,9 @@ class Launcher:
         if pid == 0:
             ours.close()
             self._forget()
-            _spare(theirs, launcher, self.spare_mode)    # never returns
+            _spare(theirs, launcher, self.spare_mode, self.spare_cublas)   # never returns
         theirs.close()
-        self.spare = (pid, ours)
+        self.spare, self.made_with = (pid, ours), self.spare_cublas
 
     def _spare_lost(self, code: int) -> None:
         """The spare ended before it was given a run (it says why in launcher.log)."""
@@ -411,15 +461,42 @@ class Launcher:
     def _fits(self, request: dict[str, Any]) -> bool:
         """Whether the spare waiting (if one does) may take this request: a run that starts
         CUDA (its device setting in "spare"), on the device whose context a "context" spare
-        made, whose environment agrees with the launcher's in what CUDA's start reads, and
-        that uses the cuBLAS workspace a spare that made cuBLAS's handles made them with
-        (`cublas_used`; the run's own in "cublas")."""
+        made, whose environment agrees with the launcher's in what CUDA's start reads, and,
+        where the spare made cuBLAS's handles and torch cannot set its workspace's size,
+        that uses the workspace they were made with (`_same_cublas`)."""
+        return self._takes(request) and self._same_cublas(request)
+
+    def _takes(self, request: dict[str, Any]) -> bool:
+        """`_fits` but for the cuBLAS workspace."""
         device = request.get("spare")
         return self.spare is not None and device is not None and \
             (self.spare_mode not in ON_FIRST_DEVICE or device in FIRST_DEVICE) and \
-            cuda_reads(request["env"]) == cuda_reads(os.environ) and \
-            (self.spare_mode not in MAKES_CUBLAS or
-             cublas_used(request["env"], request.get("cublas")) == cublas_used())
+            cuda_reads(request["env"]) == cuda_reads(os.environ)
+
+    def _same_cublas(self, request: dict[str, Any]) -> bool:
+        """Whether the waiting spare's cuBLAS handles suit the request's run: always, unless
+        it made them (MAKES_CUBLAS) where torch reads the workspace's size once and cannot
+        set it (`cublas_size_settable`); then only for the run's own workspace (`cublas_used`:
+        its environment's, else the one it sets for itself, in "cublas")."""
+        return self.spare_mode not in MAKES_CUBLAS or self.any_cublas or \
+            cublas_used(request["env"], request.get("cublas")) == self.made_with
+
+    def _replace(self, request: dict[str, Any]) -> None:
+        """A run on CUDA that the waiting spare did not take only for its cuBLAS workspace
+        (`_same_cublas`): that spare ends (its end of the pair closed: it leaves without a
+        word, its helper with it), and the next is made, SPARE_AFTER_S later, with the
+        run's workspace: a user who changed it (deterministic off: torch's default) gets
+        spares again from the next Start on. The launcher's log says so."""
+        assert self.spare is not None
+        wanted = cublas_used(request["env"], request.get("cublas"))
+        self.spare[1].close()
+        self.spare = None
+        self.spare_cublas = wanted
+        self.spare_due = time.monotonic() + SPARE_AFTER_S
+        print(f"tui_trainer.warm: a run of cuBLAS workspace {wanted or 'default'} was "
+              f"forked: the spare had made cuBLAS's handles with "
+              f"{self.made_with or 'default'}, which this torch reads once in a process; "
+              "the next spares make them with the run's", file=sys.stderr, flush=True)
 
     def _give(self, request: dict[str, Any], fds: list[int]) -> int | None:
         """Hands a request to the spare; its pid, or None when it is gone (then the request
@@ -476,6 +553,8 @@ class Launcher:
         pid = None
         if self._fits(request):
             pid = self._give(request, fds)
+        elif self._takes(request):          # but not its cuBLAS workspace
+            self._replace(request)
         if pid is None:
             pid = os.fork()
         if pid == 0:
@@ -563,7 +642,8 @@ SPARE_REFUSED = 3       # a spare's exit: it cannot be one here (its CUDA start 
 SUSPEND_REFUSED = 4     # a suspended spare's: its CUDA started, but could not be suspended
 
 
-def _spare(conn: socket.socket, launcher: int, mode: str) -> None:
+def _spare(conn: socket.socket, launcher: int, mode: str,
+           workspace: str | None = CUBLAS_DETERMINISTIC) -> None:
     """The spare: starts CUDA's driver where there is a CUDA device, then waits for the
     launcher to hand it a request (as it reached the launcher, with its descriptors) and
     runs it as a child forked for it would. It ends with the launcher: at its end of the
@@ -580,10 +660,13 @@ def _spare(conn: socket.socket, launcher: int, mode: str) -> None:
         helper = None         # the process that suspended it (suspended), to restore it
         refused = SPARE_REFUSED
         try:
-            did = start_cuda(mode in ON_FIRST_DEVICE, mode in ("cudnn", "suspended"),
-                             suspended)
+            did = start_cuda(mode in ON_FIRST_DEVICE, mode in MAKES_CUBLAS, suspended,
+                             workspace)
+            asked = _asked(conn)
+            if asked == "ended":        # replaced (Launcher._replace) or the launcher ended
+                os._exit(0)
             if suspended and did is not None:       # (None: no CUDA device here)
-                if select.select([conn], [], [], 0)[0]:
+                if asked == "run":
                     # A run was handed to it while its CUDA started: suspended now, it would
                     # be restored at once, and that run would wait for both.
                     did += " (not suspended: a run was already waiting for it)"
@@ -619,12 +702,25 @@ def _spare(conn: socket.socket, launcher: int, mode: str) -> None:
             except RuntimeError as e:
                 helper.close()
                 cold = f"a spare could not restore its CUDA at Start ({str(e)[:200]})"
+        if cold is None:
+            _let_cublas_size_go()
         _die_alone()        # given a run: it outlives the launcher, as a forked one does
         _child(json.loads(data), fds,
                SPARE_LINE + (f": {did}" if did else " (no CUDA here)"), cold, before_exit)
     except BaseException:             # noqa: BLE001 - a forked process never returns
         traceback.print_exc()
         os._exit(1)
+
+
+def _asked(conn: socket.socket) -> str | None:
+    """What waits on the spare's end of its pair: "run" (a request, left there), "ended"
+    (the launcher closed its end), or None (nothing yet)."""
+    if not select.select([conn], [], [], 0)[0]:
+        return None
+    try:
+        return "run" if conn.recv(1, socket.MSG_PEEK) else "ended"
+    except OSError:
+        return "ended"
 
 
 def _die_alone() -> None:
