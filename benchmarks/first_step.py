@@ -34,7 +34,12 @@ in the session records them.
 Goals: warm under 1 s on this machine; on CUDA the first step at most 0.5 s (issue 34).
 
     python benchmarks/first_step.py [--repeats 5] [--steps 20] [--cuda-start shapes handles]
-        [--spares context cudnn suspended]
+        [--spares context cudnn suspended] [--deterministic off]
+
+`--deterministic off` times runs that use torch's default cuBLAS workspace (fastest-gpu's),
+which the cudnn and suspended spares serve too (tui_trainer/warm.py, `cublas_size_settable`;
+with a torch that cannot set the size, each such launcher's first run is forked, counted
+under "no spare", and its next spares are made for the rest).
 """
 
 from __future__ import annotations
@@ -149,9 +154,12 @@ def main() -> None:
                     choices=["context", "cudnn", "suspended"],
                     help="also runs given a spare that made CUDA's context (and cuDNN's "
                          "handles) before Start, or that then suspended them")
+    ap.add_argument("--deterministic", choices=["on", "off"], default="on",
+                    help="the runs' deterministic setting (off: torch's cuBLAS workspace)")
     args = ap.parse_args()
     cfg = config.DEFAULTS.replace(dataset="mnist-sample", max_steps=args.steps, log_every=1,
-                                  fingerprint_every=5).to_dict()
+                                  fingerprint_every=5,
+                                  deterministic=args.deterministic).to_dict()
     weigh = gpu_memory_mib(0) is not None
     plain, spares = launcher("0", weigh), launcher("driver", weigh)
     holding = {mode: launcher(mode, weigh) for mode in args.spares}
