@@ -673,6 +673,9 @@ def _spare(conn: socket.socket, launcher: int, mode: str,
                 else:
                     refused = SUSPEND_REFUSED
                     helper, did = _suspend(did)
+                    if _asked(conn) == "ended":     # replaced while it was suspended
+                        helper.close()
+                        os._exit(0)
             print(f"{ready_line(os.getpid())}: {did or 'no CUDA device here'}",
                   file=sys.stderr, flush=True)
         except Exception as e:          # torch's CUDA errors, a context made, ...
