@@ -736,7 +736,8 @@ def test_a_spare_that_cannot_start_cuda_cleanly_ends_and_runs_are_forked(tmp_pat
 
 
 # CUDA's checkpoint helper (tui_trainer/core/cuda_checkpoint.py) as it is, its driver's calls
-# stood in for: a suspension refused while the file TT_SUSPEND_REFUSED exists, a restore
+# stood in for: a suspension that waits while the file TT_SLOW_SUSPEND exists, and is
+# refused while TT_SUSPEND_REFUSED does, a restore
 # refused while TT_RESTORE_REFUSED does, never answered while TT_RESTORE_HANGS does.
 HELPER = """
 import os
@@ -750,6 +751,10 @@ class CudaCheckpoint:
         self.pid = pid
 
     def suspend(self):
+        deadline = time.monotonic() + 60     # (a suspension that lasts until the test says)
+        while os.path.exists(os.environ.get("TT_SLOW_SUSPEND", "/nonexistent")) and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
         if os.path.exists(os.environ.get("TT_SUSPEND_REFUSED", "/nonexistent")):
             raise RuntimeError("cuCheckpointProcessLock returned CUDA_ERROR_NOT_SUPPORTED "
                                "(801) (a test's stand-in)")
@@ -788,6 +793,8 @@ def start_cuda(context=False, cudnn=False, suspend=False, workspace=None):
 
 
 warm.start_cuda = start_cuda
+if os.environ.get("TT_FIXED_CUBLAS"):    # a torch that cannot set cuBLAS's workspace size
+    warm.cublas_size_settable = lambda: False
 cuda_checkpoint.Helper.COMMAND = [sys.executable, "-c", {HELPER!r}]
 cuda_checkpoint.RESTORE_S = 3.0
 sys.exit(warm.main([sys.argv[1]]))
@@ -1130,6 +1137,46 @@ def test_a_spare_whose_cublas_workspace_a_run_does_not_use_is_replaced(tmp_path,
             assert f"tui_trainer.warm: a run of cuBLAS workspace {run} was forked: the " \
                 f"spare had made cuBLAS's handles with {spare}" in said, said
         assert "no more spares" not in said and "cannot be one" not in said, said
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_spare_replaced_while_it_is_suspended_leaves_without_saying_it_is_ready(
+        tmp_path, monkeypatch):
+    """TUI_TRAINER_SPARE=suspended where torch cannot set cuBLAS's workspace size: a run of
+    another workspace (deterministic off) arrives while the spare is still being suspended.
+    The run is forked and the launcher lets that spare go; once its suspension ends it
+    leaves, its helper with it, without the ready line that would name a spare that never
+    takes a run, and the next spare (the run's workspace) says it is ready. The torch that
+    cannot set the size, CUDA's start and the driver's calls are the test's stand-ins; the
+    launcher, the spares, the helper process and the run are their own. Holds on both
+    devices."""
+    from tui_trainer.warm import ready_line
+    monkeypatch.setenv("TT_FIXED_CUBLAS", "1")
+    proc, sock, log, slow = _suspending_launcher(tmp_path, monkeypatch, "suspending",
+                                                 "TT_SLOW_SUSPEND")
+    try:
+        assert wait_until(lambda: len(_children(proc.pid)) == 1), log.read_text()[-2000:]
+        (spare,) = _children(proc.pid)
+        assert wait_until(lambda: len(_children(spare)) == 1)    # its helper: suspending
+        (helper,) = _children(spare)
+        with SessionStore(tmp_path / "s") as store:
+            run_id = store.create_run(_config(max_steps=2, deterministic="off"),
+                                      name="another workspace")
+            child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
+                           warm=WarmLauncher(str(sock)), spare="auto", cublas=None)
+            assert isinstance(child, WarmChild) and child.pid != spare
+            assert child.wait(timeout=120) == 0
+        assert slow is not None
+        slow.unlink()                   # the suspension ends now
+        assert wait_until(lambda: not _alive(spare) and not _alive(helper))
+        assert wait_until(lambda: len(_children(proc.pid)) == 1 and
+                          ready_line(next(iter(_children(proc.pid)))) in log.read_text()), \
+            log.read_text()[-2000:]
+        said = log.read_text()
+        assert ready_line(spare) not in said, said
+        assert "a run of cuBLAS workspace default was forked" in said, said
     finally:
         proc.terminate()
         proc.wait(timeout=30)
