@@ -376,8 +376,8 @@ class Launcher:
         self.spare_due = None if self.spare_mode is None else time.monotonic()
         self.spares_lost = 0
         # The cuBLAS workspace the next spare makes its handles with, and whether a spare
-        # may be given a run of any (`cublas_size_settable`; else the last CUDA run's
-        # workspace, where one asked for another: `_handle`).
+        # may be given a run of any (`cublas_size_settable`; else the workspace of the last
+        # CUDA run the waiting spare did not fit: `_replace`).
         self.spare_cublas = cublas_used()
         self.any_cublas = cublas_size_settable()
         self.made_with: str | None = None       # the waiting spare's
