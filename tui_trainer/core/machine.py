@@ -105,16 +105,17 @@ def cuda_device(config: dict[str, Any]) -> str | None:
 
 
 # cuBLAS needs a fixed workspace to be deterministic; a run sets it before cuBLAS's first use
-# where its environment sets none (engine/knobs.py).
+# where its environment sets none (engine/knobs.py, by `cublas_workspace`).
 CUBLAS_DETERMINISTIC = ":4096:8"
 
 
 def cublas_workspace(config: dict[str, Any]) -> str | None:
     """The CUBLAS_WORKSPACE_CONFIG a run sets for itself on CUDA where its environment sets
     none: the deterministic knob's (CUBLAS_DETERMINISTIC), or None (torch's default). The
-    warm launcher's spare that made cuBLAS's handle before Start is given only runs whose
-    workspace is the one it made it with (tui_trainer/warm.py). A config that is not a
-    table says None."""
+    run applies it (engine/knobs.py); the warm launcher is told it, because with a torch
+    that cannot set cuBLAS's workspace size a spare that made cuBLAS's handles before Start
+    is given only runs of the workspace it made them with (tui_trainer/warm.py). A config
+    that is not a table says None."""
     if isinstance(config, dict) and str(config.get("deterministic", "on")) != "off":
         return CUBLAS_DETERMINISTIC
     return None

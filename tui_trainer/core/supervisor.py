@@ -455,8 +455,8 @@ class WarmLauncher:
         of a run that starts CUDA (core.machine.cuda_device), which the launcher may give
         the spare it made before Start (it has started CUDA's driver where there is a CUDA
         device); `cublas`: the cuBLAS workspace the run sets for itself
-        (core.machine.cublas_workspace), which a spare that made cuBLAS's handle must
-        share."""
+        (core.machine.cublas_workspace), which a spare that made cuBLAS's handles must
+        share where torch cannot set the workspace's size (warm.cublas_size_settable)."""
         if not self.ready() or self.path is None:
             return None
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -21,7 +21,7 @@ from torch import nn
 
 from ..core import machine
 from ..core.config import ConfigError, RunConfig, graph_step
-from ..core.machine import CUBLAS_DETERMINISTIC, Machine
+from ..core.machine import Machine
 
 
 def machine_facts(device: str = "auto") -> Machine:
@@ -63,8 +63,9 @@ def apply_knobs(cfg: RunConfig, device: torch.device, rank: int = 0) -> None:
     are those of a single-process run; DDP gives every rank rank 0's initial weights)."""
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    if cfg.deterministic != "off" and device.type == "cuda":
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC)
+    workspace = machine.cublas_workspace(cfg.to_dict())   # (the launcher's rule too)
+    if workspace is not None and device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", workspace)
     torch.use_deterministic_algorithms(cfg.deterministic != "off",
                                        warn_only=cfg.deterministic == "warn")
     torch.backends.cudnn.deterministic = cfg.cudnn_deterministic
