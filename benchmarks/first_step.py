@@ -23,6 +23,8 @@ none always goes first:
 - `suspended` (with `--spares suspended`): TUI_TRAINER_SPARE=suspended, cudnn's spare moved
   out of the GPU into its host memory by CUDA's checkpoint API before Start and restored at
   Start: no GPU memory held while it waits.
+  (Both, since 2026-11-26's fourth session, also load the kernels of the last run's config
+  before Start, the default config's for a launcher's first spare: the same config here.)
 Where there is a CUDA device, each launcher's spare is weighed while it waits: the GPU memory
 in use (nvidia-smi) once its spare is made, less what was in use before its launcher started.
 Each run's log says whether it was given a spare (a `spare` run that was not is counted

@@ -90,7 +90,7 @@ def one(session: Path, store: SessionStore, warm: WarmLauncher, preset: str, see
     asked = time.time()             # Start: the process, its setup and CUDA's start follow
     proc = launch(session, train_args(run_id), store.log_path(run_id), warm=warm, env=env,
                   spare=machine.cuda_device(cfg.to_dict()),
-                  cublas=machine.cublas_workspace(cfg.to_dict()))
+                  cublas=machine.cublas_workspace(cfg.to_dict()), config=cfg.to_dict())
 
     def hit() -> dict | None:
         return next((e for e in store.evals(run_id) if e["accuracy"] is not None

@@ -426,7 +426,8 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
                 cfg = _config(device="cuda", max_steps=2, deterministic="off")
                 run_id = store.create_run(cfg, name="forked, the spare replaced")
                 proc = launch(tmp_path / "first", train_args(run_id),
-                              store.log_path(run_id), warm=warm, spare="cuda", cublas=None)
+                              store.log_path(run_id), warm=warm, spare="cuda", cublas=None,
+                              config=cfg)
                 assert proc.pid != spare and proc.wait(timeout=180) == 0
             assert wait_until(lambda: not _alive(spare), timeout=60)
             spare = _its_spare(warm)                 # the next: the run's workspace
@@ -445,7 +446,7 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
                 run_id = store.create_run(cfg, name=how)
                 proc = launch(tmp_path, train_args(run_id), store.log_path(run_id),
                               warm=warm, spare="cuda" if how == "spare" else None,
-                              cublas=cublas_workspace(cfg))
+                              cublas=cublas_workspace(cfg), config=cfg)
                 assert (proc.pid == spare) == (how == "spare")
                 assert proc.wait(timeout=180) == 0
                 ids.append(run_id)
@@ -456,6 +457,13 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
                                           and "restored at Start" in logs[0]
                                           and "its CUDA suspended again before it ended"
                                           in logs[0]), logs[0]
+        # the kernels of the default config's shapes loaded before Start (the launcher's
+        # first spare; a later one, the last run's), and a suspended spare's stack limit
+        # lowered for its suspension and set back at Start
+        assert "; the kernels of a run of" in logs[0] and " loaded (a training step of " \
+            in logs[0], logs[0]
+        assert mode != "suspended" or ("its stack limit lowered first" in logs[0] and
+                                       "its stack limit set back to" in logs[0]), logs[0]
         assert SPARE_LINE not in logs[1]
         assert not any(_alive(pid) for pid in helpers), helpers    # ended with its run
         prints = [fingerprints(tmp_path, r) for r in ids]

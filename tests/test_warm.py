@@ -842,10 +842,11 @@ def test_a_spare_that_cannot_be_suspended_is_followed_by_spares_that_start_the_d
         assert wait_until(lambda: f"{ready_line(spare)}: CUDA's driver started (a test's "
                           "stand-in)" in log.read_text()), log.read_text()[-2000:]
         with SessionStore(tmp_path / "s") as store:
-            run_id = store.create_run(_config(max_steps=2, deterministic="off"),
-                                      name="given the driver's spare")
+            cfg = _config(max_steps=2, deterministic="off")
+            run_id = store.create_run(cfg, name="given the driver's spare")
             child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
-                           warm=WarmLauncher(str(sock)), spare="auto", cublas=None)
+                           warm=WarmLauncher(str(sock)), spare="auto", cublas=None,
+                           config=cfg)
             assert isinstance(child, WarmChild) and child.pid == spare
             assert child.wait(timeout=120) == 0
             text = store.log_path(run_id).read_text()
@@ -869,10 +870,11 @@ def test_a_spare_given_a_run_while_its_cuda_starts_is_not_suspended(tmp_path, mo
         assert wait_until(lambda: len(_children(proc.pid)) == 1), log.read_text()[-2000:]
         (spare,) = _children(proc.pid)
         with SessionStore(tmp_path / "s") as store:
-            run_id = store.create_run(_config(max_steps=2), name="handed over early")
+            cfg = _config(max_steps=2)
+            run_id = store.create_run(cfg, name="handed over early")
             child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
                            warm=WarmLauncher(str(sock)), spare="auto",
-                           cublas=CUBLAS_DETERMINISTIC)
+                           cublas=CUBLAS_DETERMINISTIC, config=cfg)
             assert starting is not None
             starting.unlink()           # handed over: the stand-in's CUDA start ends now
             assert isinstance(child, WarmChild) and child.pid == spare
@@ -967,10 +969,11 @@ def test_a_spare_whose_cuda_is_not_restored_at_start_runs_its_run_cold_in_its_pr
                     log.read_text()[-2000:]
                 (spare,) = _children(proc.pid)
                 helpers.append(_children(spare).pop())
-                run_id = store.create_run(_config(max_steps=4, fingerprint_every=2),
-                                          name=name)
+                cfg = _config(max_steps=4, fingerprint_every=2)
+                run_id = store.create_run(cfg, name=name)
                 child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
-                               warm=warm, spare="auto", cublas=CUBLAS_DETERMINISTIC)
+                               warm=warm, spare="auto", cublas=CUBLAS_DETERMINISTIC,
+                               config=cfg)
                 assert isinstance(child, WarmChild) and child.pid == spare
                 assert child.wait(timeout=120) == 0
                 texts.append(store.log_path(run_id).read_text())
@@ -1052,7 +1055,8 @@ def test_a_context_spare_takes_only_runs_on_the_first_device(tmp_path, monkeypat
                 cfg = _config(max_steps=2, deterministic=deterministic)
                 run_id = store.create_run(cfg, name=f"{device} {deterministic}")
                 proc = launch(session, train_args(run_id), store.log_path(run_id),
-                              warm=warm, spare=device, cublas=cublas_workspace(cfg))
+                              warm=warm, spare=device, cublas=cublas_workspace(cfg),
+                              config=cfg)
                 assert proc.wait(timeout=120) == 0
                 logs[device, deterministic] = store.log_path(run_id).read_text()
         given = {("cuda:1", "on"): False, ("auto", "on"): True,
@@ -1123,7 +1127,7 @@ def test_a_spare_whose_cublas_workspace_a_run_does_not_use_is_replaced(tmp_path,
                 run_id = store.create_run(cfg, name=f"{deterministic} after {made_with}")
                 child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
                                warm=WarmLauncher(str(sock)), spare="auto",
-                               cublas=cublas_workspace(cfg))
+                               cublas=cublas_workspace(cfg), config=cfg)
                 assert isinstance(child, WarmChild) and (child.pid == spare) == given
                 assert child.wait(timeout=120) == 0
                 text = store.log_path(run_id).read_text()
@@ -1136,6 +1140,90 @@ def test_a_spare_whose_cublas_workspace_a_run_does_not_use_is_replaced(tmp_path,
         for run, spare in (("default", ":4096:8"), (":4096:8", "default")):
             assert f"tui_trainer.warm: a run of cuBLAS workspace {run} was forked: the " \
                 f"spare had made cuBLAS's handles with {spare}" in said, said
+        assert "no more spares" not in said and "cannot be one" not in said, said
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+# A launcher of TUI_TRAINER_SPARE=cudnn spares, its CUDA start and its loading of a run's
+# kernels the stand-ins': the line of each says for which config's batch it loaded kernels.
+KERNELS_SPARE = """
+import sys
+from tui_trainer import warm
+from tui_trainer.core import config
+
+
+def start_cuda(context=False, cudnn=False, suspend=False, workspace=None):
+    assert context and cudnn and not suspend
+    return "cuBLAS's and cuDNN's handles made (a test's stand-in)"
+
+
+def load_kernels(values, workspace):
+    if not warm.loads_kernels(values):
+        return "; no kernels loaded (a test's stand-in)"
+    batch = (values or config.DEFAULTS.to_dict())["batch_size"]
+    return f"; the kernels of a run of batch {batch} loaded (a test's stand-in)"
+
+
+warm.start_cuda = start_cuda
+warm._load_kernels = load_kernels
+sys.exit(warm.main([sys.argv[1]]))
+"""
+
+
+def test_a_spare_that_loaded_a_runs_kernels_is_not_given_a_run_that_benchmarks_cudnn(
+        tmp_path, monkeypatch):
+    """A cudnn (or suspended) spare loads the kernels of the last CUDA run's config (the
+    default config's before any), which leaves cuDNN's heuristic choices of engines cached
+    for its shapes. A run with cudnn_benchmark on must benchmark its own: it is forked, that
+    spare ends, and the next is made for the run, loading none: the next such run is given
+    it. A run with the heuristics (benchmark off) may be given either kind, and the spare
+    after it loads its kernels (its batch). A run whose request does not say its config is
+    not given a spare that loaded kernels, which stays. The launcher's log says each change;
+    none counts as a spare lost. CUDA's start and the kernels' loading are the test's stand-ins; the
+    launcher, its spares and the runs are their own. Holds on both devices."""
+    from tui_trainer.core.supervisor import SPARE_LINE
+    from tui_trainer.warm import ready_line
+    monkeypatch.setenv("TUI_TRAINER_SPARE", "cudnn")
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    sock, log = _socket("kernels"), tmp_path / "launcher.log"
+    proc = _launcher_with_stand_ins(KERNELS_SPARE, sock, log)
+    default_batch = config.DEFAULTS.batch_size
+
+    def ready(loaded: str) -> int | None:
+        """The spare, once it waits ready having loaded `loaded`."""
+        spares = _children(proc.pid)
+        line = "{}: cuBLAS's and cuDNN's handles made (a test's stand-in); " + loaded
+        return next((pid for pid in spares if len(spares) == 1 and
+                     line.format(ready_line(pid)) in log.read_text()), None)
+
+    try:
+        with SessionStore(tmp_path / "s") as store:
+            for benchmark, batch, made, given, says in (
+                    (True, 32, f"the kernels of a run of batch {default_batch}", False, True),
+                    (True, 48, "no kernels loaded", True, True),
+                    (False, 40, "no kernels loaded", True, True),
+                    (False, 56, "the kernels of a run of batch 40", True, True),
+                    (False, 24, "the kernels of a run of batch 56", False, False)):
+                assert wait_until(lambda: ready(made)), log.read_text()[-2000:]
+                spare = ready(made)
+                cfg = _config(max_steps=2, cudnn_benchmark=benchmark, batch_size=batch)
+                run_id = store.create_run(cfg, name=f"benchmark {benchmark} after {made}")
+                child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
+                               warm=WarmLauncher(str(sock)), spare="auto",
+                               config=cfg if says else None)
+                assert isinstance(child, WarmChild) and (child.pid == spare) == given
+                assert child.wait(timeout=120) == 0
+                text = store.log_path(run_id).read_text()
+                assert (f"{SPARE_LINE}: cuBLAS's and cuDNN's handles made (a test's "
+                        f"stand-in); {made}" in text) == given and WARM_LINE in text, text
+                if not given and says:
+                    assert wait_until(lambda: not _alive(spare)), "the spare did not end"
+            assert _alive(spare) and ready(made) == spare      # (the last: kept)
+        said = log.read_text()
+        assert said.count("a run that asks cuDNN to benchmark its engines (cudnn_benchmark) "
+                          "was forked: the spare had loaded another run's kernels") == 1, said
         assert "no more spares" not in said and "cannot be one" not in said, said
     finally:
         proc.terminate()
@@ -1162,10 +1250,11 @@ def test_a_spare_replaced_while_it_is_suspended_leaves_without_saying_it_is_read
         assert wait_until(lambda: len(_children(spare)) == 1)    # its helper: suspending
         (helper,) = _children(spare)
         with SessionStore(tmp_path / "s") as store:
-            run_id = store.create_run(_config(max_steps=2, deterministic="off"),
-                                      name="another workspace")
+            cfg = _config(max_steps=2, deterministic="off")
+            run_id = store.create_run(cfg, name="another workspace")
             child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
-                           warm=WarmLauncher(str(sock)), spare="auto", cublas=None)
+                           warm=WarmLauncher(str(sock)), spare="auto", cublas=None,
+                           config=cfg)
             assert isinstance(child, WarmChild) and child.pid != spare
             assert child.wait(timeout=120) == 0
         assert slow is not None

@@ -64,7 +64,10 @@ GO_AHEAD_S = 60.0       # how long a forked child waits for its client's go-ahea
 # only runs of the workspace it made its handles with: `cublas_size_settable`),
 # "suspended" (what cudnn makes, then moved out of the GPU into the spare's host memory by
 # CUDA's checkpoint API, and restored when it is given a run: no GPU memory held while it
-# waits) or "0" (none).
+# waits) or "0" (none). The cudnn and suspended spares also load the kernels of the last
+# CUDA run's shapes (`_load_kernels`; the default config's before any), which caches cuDNN's
+# heuristic choice of an engine for them: such a spare is not given a run that asks cuDNN to
+# benchmark its engines instead (`Launcher._same_plans`).
 SPARE_ENV = "TUI_TRAINER_SPARE"
 SPARE_MODES = ("0", "driver", "context", "cudnn", "suspended")
 HOLDS_CONTEXT = ("context", "cudnn")            # GPU memory held while the spare waits
@@ -254,6 +257,97 @@ def _let_cublas_size_go() -> None:
         torch._C._cuda_resetCublasWorkspaceSize()
 
 
+def loads_kernels(values: dict[str, Any] | None) -> bool:
+    """Whether a cudnn or suspended spare made for a run of this config (a config's dict;
+    None: the default config) loads its kernels before Start (`_load_kernels`): unless the
+    run asks cuDNN to benchmark its engines (cudnn_benchmark), whose choices the spare must
+    not make for it."""
+    from .core import config
+    if values is None:
+        return not config.DEFAULTS.cudnn_benchmark
+    return values.get("cudnn_benchmark") is False
+
+
+def _load_kernels(values: dict[str, Any] | None, workspace: str | None) -> str:
+    """In a cudnn or suspended spare, after `_start_handles`: the kernels of a run of this
+    config loaded (CUDA loads a kernel's module when it is first launched: on an H100 that
+    was 0.12-0.15 s of a first step), by engine.cuda_start's `warm_shapes` (one training step
+    and one evaluation batch of the config's net, batch sizes, autocast, memory format and
+    optimizer, on a net of constants: no random number drawn) under the config's
+    deterministic, cuDNN and float32 matmul settings, with cuDNN choosing engines by its
+    heuristics, as the run will (`loads_kernels`: not for a run that benchmarks them). Those
+    settings go back to what they were, and so does the memory (cuBLAS's workspaces, the
+    allocator's cache and peaks): the run sets its own and its figures start where a fresh
+    process's do. What was done, for the spare's line ("" without CUDA here)."""
+    import torch
+    from .core import config
+    from .core.text import shown
+    if not torch.cuda.is_initialized() or not loads_kernels(values):
+        return ""
+    try:
+        cfg = config.DEFAULTS if values is None else config.from_dict(values)
+    except Exception as e:  # noqa: BLE001 - a config this torch cannot read: none loaded
+        return f"; no run's kernels loaded ({shown(e, 120)})"
+    from .engine.cuda_start import warm_shapes
+    from .engine.train import make_optimizer
+    cudnn = torch.backends.cudnn
+    was = (torch.are_deterministic_algorithms_enabled(),
+           torch.is_deterministic_algorithms_warn_only_enabled(), cudnn.deterministic,
+           cudnn.benchmark, cudnn.enabled, torch.get_float32_matmul_precision(),
+           cudnn.allow_tf32, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    t = time.perf_counter()
+    try:
+        if workspace is not None:       # what deterministic algorithms check cuBLAS with
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
+        torch.use_deterministic_algorithms(cfg.deterministic != "off",
+                                           warn_only=cfg.deterministic == "warn")
+        cudnn.deterministic, cudnn.benchmark = cfg.cudnn_deterministic, False
+        cudnn.enabled, cudnn.allow_tf32 = cfg.cudnn_enabled, cfg.cudnn_allow_tf32
+        torch.set_float32_matmul_precision(cfg.float32_matmul_precision)
+        train, ev = warm_shapes(cfg, torch.device("cuda:0"), 1, make_optimizer)
+        torch.cuda.synchronize(0)
+        said = (f"; the kernels of a run of {cfg.model} loaded (a training step of "
+                f"{train:,} and an evaluation batch of {ev:,} on a net of constants, "
+                f"{time.perf_counter() - t:.2f} s)")
+    except Exception as e:  # noqa: BLE001 - the run's first step loads the rest
+        said = f"; the kernels of a run of {cfg.model} not all loaded ({shown(e, 120)})"
+    finally:
+        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+        cudnn.deterministic, cudnn.benchmark, cudnn.enabled = was[2], was[3], was[4]
+        torch.set_float32_matmul_precision(was[5])
+        cudnn.allow_tf32 = was[6]
+        if was[7] is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = was[7]
+        gc.collect()    # a capturable optimizer and its rates refer to each other
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(0)
+    return said
+
+
+CU_LIMIT_STACK_SIZE = 0
+
+
+def _stack_limit(value: int | None = None) -> int:
+    """The stack limit (bytes a GPU thread's stack) of this thread's CUDA context, set first
+    to `value` where given (cuCtxSetLimit: the driver sizes the local memory it keeps for
+    every thread the GPU can hold by it). RuntimeError where the driver refuses."""
+    driver = ctypes.CDLL("libcuda.so.1")
+    if value is not None:
+        code = driver.cuCtxSetLimit(ctypes.c_int(CU_LIMIT_STACK_SIZE), ctypes.c_size_t(value))
+        if code != 0:
+            raise RuntimeError(f"cuCtxSetLimit(CU_LIMIT_STACK_SIZE, {value}) returned {code}")
+    got = ctypes.c_size_t()
+    code = driver.cuCtxGetLimit(ctypes.byref(got), ctypes.c_int(CU_LIMIT_STACK_SIZE))
+    if code != 0:
+        raise RuntimeError(f"cuCtxGetLimit(CU_LIMIT_STACK_SIZE) returned {code}")
+    return got.value
+
+
 def _load_cudnn() -> int:
     """Loads cuDNN and the libraries it would load at a run's first convolution (cuDNN 9
     opens its engines, heuristics and ops libraries by name on first use: loaded here, the
@@ -381,6 +475,10 @@ class Launcher:
         self.spare_cublas = cublas_used()
         self.any_cublas = cublas_size_settable()
         self.made_with: str | None = None       # the waiting spare's
+        # The config (a dict) whose kernels the next cudnn or suspended spare loads: the last
+        # CUDA run's that said it (None: the default config's), and the waiting spare's.
+        self.spare_config: dict[str, Any] | None = None
+        self.made_for: dict[str, Any] | None = None
 
     def loop(self) -> None:
         while True:
@@ -433,9 +531,11 @@ class Launcher:
         if pid == 0:
             ours.close()
             self._forget()
-            _spare(theirs, launcher, self.spare_mode, self.spare_cublas)   # never returns
+            _spare(theirs, launcher, self.spare_mode, self.spare_cublas,
+                   self.spare_config)                                   # never returns
         theirs.close()
         self.spare, self.made_with = (pid, ours), self.spare_cublas
+        self.made_for = self.spare_config
 
     def _spare_lost(self, code: int) -> None:
         """The spare ended before it was given a run (it says why in launcher.log)."""
@@ -461,13 +561,15 @@ class Launcher:
     def _fits(self, request: dict[str, Any]) -> bool:
         """Whether the spare waiting (if one does) may take this request: a run that starts
         CUDA (its device setting in "spare"), on the device whose context a "context" spare
-        made, whose environment agrees with the launcher's in what CUDA's start reads, and,
+        made, whose environment agrees with the launcher's in what CUDA's start reads;
         where the spare made cuBLAS's handles and torch cannot set its workspace's size,
-        that uses the workspace they were made with (`_same_cublas`)."""
-        return self._takes(request) and self._same_cublas(request)
+        that uses the workspace they were made with (`_same_cublas`); where it loaded a
+        run's kernels, one that lets cuDNN's heuristics choose its engines (`_same_plans`)."""
+        return self._takes(request) and self._same_cublas(request) and \
+            self._same_plans(request)
 
     def _takes(self, request: dict[str, Any]) -> bool:
-        """`_fits` but for the cuBLAS workspace."""
+        """`_fits` but for the cuBLAS workspace and cuDNN's engines."""
         device = request.get("spare")
         return self.spare is not None and device is not None and \
             (self.spare_mode not in ON_FIRST_DEVICE or device in FIRST_DEVICE) and \
@@ -481,22 +583,42 @@ class Launcher:
         return self.spare_mode not in MAKES_CUBLAS or self.any_cublas or \
             cublas_used(request["env"], request.get("cublas")) == self.made_with
 
+    def _same_plans(self, request: dict[str, Any]) -> bool:
+        """Whether the waiting spare's cuDNN suits the request's run: always, unless it
+        loaded a run's kernels (`loads_kernels`), which left cuDNN's heuristic choices of
+        engines cached for those shapes; then only for a run that says (its config, in
+        "config") that it lets the heuristics choose, as a run asking cuDNN to benchmark
+        would find them chosen and benchmark nothing."""
+        return self.spare_mode not in MAKES_CUBLAS or not loads_kernels(self.made_for) or \
+            loads_kernels(request.get("config") or {})
+
     def _replace(self, request: dict[str, Any]) -> None:
         """A run on CUDA that the waiting spare did not take only for its cuBLAS workspace
-        (`_same_cublas`): that spare ends (its end of the pair closed: it leaves without a
-        word, its helper with it), and the next is made, SPARE_AFTER_S later, with the
-        run's workspace: a user who changed it (deterministic off: torch's default) gets
-        spares again from the next Start on. The launcher's log says so."""
+        (`_same_cublas`) or its cuDNN's cached choices (`_same_plans`): that spare ends (its
+        end of the pair closed: it leaves without a word, its helper with it), and the next
+        is made, SPARE_AFTER_S later, for the run (its workspace, its config): a user who
+        changed them (deterministic off: torch's default workspace; cudnn_benchmark on: no
+        kernels loaded) gets spares again from the next Start on. The launcher's log says
+        so. A run that does not say its config is forked and the spare kept: the next would
+        be made for the same config."""
         assert self.spare is not None
         wanted = cublas_used(request["env"], request.get("cublas"))
+        if self._same_cublas(request) and request.get("config") is None:
+            return
+        if not self._same_cublas(request):
+            why = (f"a run of cuBLAS workspace {wanted or 'default'} was forked: the spare "
+                   f"had made cuBLAS's handles with {self.made_with or 'default'}, which "
+                   "this torch reads once in a process; the next spares make them with the "
+                   "run's")
+        else:
+            why = ("a run that asks cuDNN to benchmark its engines (cudnn_benchmark) was "
+                   "forked: the spare had loaded another run's kernels, its engines chosen "
+                   "by cuDNN's heuristics; the next spares load none")
         self.spare[1].close()
         self.spare = None
         self.spare_cublas = wanted
         self.spare_due = time.monotonic() + SPARE_AFTER_S
-        print(f"tui_trainer.warm: a run of cuBLAS workspace {wanted or 'default'} was "
-              f"forked: the spare had made cuBLAS's handles with "
-              f"{self.made_with or 'default'}, which this torch reads once in a process; "
-              "the next spares make them with the run's", file=sys.stderr, flush=True)
+        print(f"tui_trainer.warm: {why}", file=sys.stderr, flush=True)
 
     def _give(self, request: dict[str, Any], fds: list[int]) -> int | None:
         """Hands a request to the spare; its pid, or None when it is gone (then the request
@@ -553,8 +675,10 @@ class Launcher:
         pid = None
         if self._fits(request):
             pid = self._give(request, fds)
-        elif self._takes(request):          # but not its cuBLAS workspace
+        elif self._takes(request):          # but not its cuBLAS workspace or cuDNN's choices
             self._replace(request)
+        if request.get("spare") is not None and request.get("config") is not None:
+            self.spare_config = request["config"]       # the next spare: for this run
         if pid is None:
             pid = os.fork()
         if pid == 0:
@@ -606,6 +730,10 @@ def _valid(request: Any) -> dict[str, Any]:
     cublas = request.get("cublas")
     if cublas is not None and not (isinstance(cublas, str) and len(cublas) <= 40):
         raise ValueError("cublas: the cuBLAS workspace a run sets for itself, or null")
+    values = request.get("config")
+    if values is not None and not (isinstance(values, dict) and
+                                   all(isinstance(k, str) for k in values)):
+        raise ValueError("config: the run's config (an object), or null")
     return request
 
 
@@ -643,11 +771,14 @@ SUSPEND_REFUSED = 4     # a suspended spare's: its CUDA started, but could not b
 
 
 def _spare(conn: socket.socket, launcher: int, mode: str,
-           workspace: str | None = CUBLAS_DETERMINISTIC) -> None:
-    """The spare: starts CUDA's driver where there is a CUDA device, then waits for the
-    launcher to hand it a request (as it reached the launcher, with its descriptors) and
-    runs it as a child forked for it would. It ends with the launcher: at its end of the
-    pair closing, or by SIGTERM when the launcher dies (PR_SET_PDEATHSIG). Never returns."""
+           workspace: str | None = CUBLAS_DETERMINISTIC,
+           values: dict[str, Any] | None = None) -> None:
+    """The spare: starts CUDA's driver where there is a CUDA device (a cudnn or suspended
+    one: also cuBLAS's handles under `workspace` and the kernels of a run of config
+    `values`), then waits for the launcher to hand it a request (as it reached the
+    launcher, with its descriptors) and runs it as a child forked for it would. It ends with
+    the launcher: at its end of the pair closing, or by SIGTERM when the launcher dies
+    (PR_SET_PDEATHSIG). Never returns."""
     from .engine.distributed import die_with_parent
     try:
         signal.set_wakeup_fd(-1)
@@ -658,10 +789,13 @@ def _spare(conn: socket.socket, launcher: int, mode: str,
         suspended = mode == "suspended"
         cold = None           # why the run it is given must start cold, in this process
         helper = None         # the process that suspended it (suspended), to restore it
+        stack = None          # its CUDA's stack limit before the suspension, set back at Start
         refused = SPARE_REFUSED
         try:
             did = start_cuda(mode in ON_FIRST_DEVICE, mode in MAKES_CUBLAS, suspended,
                              workspace)
+            if did is not None and mode in MAKES_CUBLAS:
+                did += _load_kernels(values, workspace)
             asked = _asked(conn)
             if asked == "ended":        # replaced (Launcher._replace) or the launcher ended
                 os._exit(0)
@@ -672,7 +806,7 @@ def _spare(conn: socket.socket, launcher: int, mode: str,
                     did += " (not suspended: a run was already waiting for it)"
                 else:
                     refused = SUSPEND_REFUSED
-                    helper, did = _suspend(did)
+                    helper, did, stack = _suspend(did)
                     if _asked(conn) == "ended":     # replaced while it was suspended
                         helper.close()
                         os._exit(0)
@@ -700,7 +834,16 @@ def _spare(conn: socket.socket, launcher: int, mode: str,
         before_exit = None
         if helper is not None:
             try:
-                did += f"; restored at Start ({helper.restore():.2f} s)"
+                t = time.perf_counter()
+                helper.restore()
+                did += f"; restored at Start ({time.perf_counter() - t:.2f} s"
+                if stack is not None:
+                    try:
+                        _stack_limit(stack)
+                        did += f", its stack limit set back to {stack} bytes"
+                    except (OSError, AttributeError, RuntimeError) as e:
+                        did += f"; its stack limit was not set back: {str(e)[:120]}"
+                did += ")"
                 before_exit = functools.partial(_suspend_before_exit, helper)
             except RuntimeError as e:
                 helper.close()
@@ -813,22 +956,41 @@ def _child(request: dict[str, Any], fds: list[int], spare: str | None = None,
             os._exit(code if isinstance(code, int) else 1)
 
 
-def _suspend(did: str) -> tuple[Any, str]:
+def _suspend(did: str) -> tuple[Any, str, int | None]:
     """The spare's CUDA (what `did` says was made) moved out of the GPU into its host memory
     by a helper process (cuda_checkpoint: the checkpoint API acts from outside the process it
-    moves): the helper, kept to restore it, and the line that says what was done.
+    moves): the helper, kept to restore it, the line that says what was done, and the stack
+    limit to set back at Start (None: left as it was). Before the suspension the context's
+    stack limit is made 0: the driver then drops the local memory it keeps for every thread
+    the GPU can hold (on an H100 264 MiB of the 630 MiB moved, and 0.06 s of a 0.27 s
+    restore; benchmarks/suspend_cost.py), which it makes again when the limit is set back.
     RuntimeError where that failed (the helper is ended; the context may still be held)."""
+    import torch
     from .core.cuda_checkpoint import Helper
     helper = Helper()
+    stack = None
+    if torch.cuda.is_initialized():
+        try:
+            was = _stack_limit()
+            _stack_limit(0)
+            stack = was
+        except (OSError, AttributeError, RuntimeError):
+            pass                        # suspended as it is
     try:
         seconds, moved = helper.suspend()
     except RuntimeError:
         helper.close()
+        if stack is not None:
+            try:
+                _stack_limit(stack)
+            except (OSError, AttributeError, RuntimeError):
+                pass                    # (the suspension's error is the one to say)
         raise
     return helper, (f"{did}, then suspended by CUDA's checkpoint API ({seconds:.2f} s, by a "
                     f"helper process of {helper.memory() / 2**20:,.0f} MiB; the spare's host "
-                    f"memory grew by {moved / 2**20:,.0f} MiB to hold them; no GPU memory "
-                    f"held while it waited, as {SPARE_ENV}=suspended asks)")
+                    f"memory grew by {moved / 2**20:,.0f} MiB to hold them"
+                    f"{'' if stack is None else ', its stack limit lowered first'}; no GPU "
+                    f"memory held while it waited, as {SPARE_ENV}=suspended asks)"), stack
 
 
 def _suspend_before_exit(helper: Any) -> None:

@@ -449,14 +449,17 @@ class WarmLauncher:
 
     def spawn(self, args: list[str], stdout: int, stderr: int, detach: bool,
               env: dict[str, str], out: int | None = None,
-              spare: str | None = None, cublas: str | None = None) -> WarmChild | None:
+              spare: str | None = None, cublas: str | None = None,
+              config: dict[str, Any] | None = None) -> WarmChild | None:
         """Forks `tui-trainer ARGS` with these stdout/stderr; None when the launcher cannot
         (not ready, gone): the caller then starts the run cold. `spare`: the device setting
         of a run that starts CUDA (core.machine.cuda_device), which the launcher may give
         the spare it made before Start (it has started CUDA's driver where there is a CUDA
         device); `cublas`: the cuBLAS workspace the run sets for itself
         (core.machine.cublas_workspace), which a spare that made cuBLAS's handles must
-        share where torch cannot set the workspace's size (warm.cublas_size_settable)."""
+        share where torch cannot set the workspace's size (warm.cublas_size_settable);
+        `config`: the run's config (a dict), for which the launcher makes its next spares
+        and by which it decides whether one that loaded kernels suits it (warm.py)."""
         if not self.ready() or self.path is None:
             return None
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -472,7 +475,7 @@ class WarmLauncher:
             conn.connect(str(self.path))
             launcher = trust.check_peer(conn)
             request = {"args": args, "env": env, "cwd": os.getcwd(), "detach": detach,
-                       "spare": spare, "cublas": cublas}
+                       "spare": spare, "cublas": cublas, "config": config}
             socket.send_fds(conn, [json.dumps(request).encode()], [stdout, stderr, go_r])
             pid, started = trust.check_child(json.loads(conn.recv(4096) or b"{}"), launcher)
             conn.settimeout(None)
@@ -508,7 +511,8 @@ class WarmLauncher:
 def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = True,
            capture: bool = False, warm: WarmLauncher | None = None,
            env: dict[str, str] | None = None, spare: str | None = None,
-           cublas: str | None = None) -> subprocess.Popen | WarmChild:
+           cublas: str | None = None, config: dict[str, Any] | None = None
+           ) -> subprocess.Popen | WarmChild:
     """The one way a child `tui-trainer` process starts: `python -m tui_trainer ARGS
     --session SESSION`, stdin closed, output appended to `log_path` (with `capture`, stdout
     comes back to the caller and only stderr goes to the log), at a lower CPU priority than
@@ -518,7 +522,8 @@ def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = Tru
     cold. `env` adds to the environment the process gets. `spare`: the device setting of a
     run that starts CUDA (core.machine.cuda_device), which the launcher may give the spare
     it keeps; `cublas`: the cuBLAS workspace that run sets for itself
-    (core.machine.cublas_workspace)."""
+    (core.machine.cublas_workspace); `config`: that run's config (a dict: which spare suits
+    it, and which the next spares are made for)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     argv = [*args, "--session", str(session)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(warm.env() if warm else {}), **(env or {})}
@@ -527,13 +532,13 @@ def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = Tru
             if capture:
                 read_end, write_end = os.pipe()
                 child = warm.spawn(argv, write_end, log.fileno(), detach, env, out=read_end,
-                                   spare=spare, cublas=cublas)
+                                   spare=spare, cublas=cublas, config=config)
                 os.close(write_end)
                 if child is None:
                     os.close(read_end)
             else:
                 child = warm.spawn(argv, log.fileno(), log.fileno(), detach, env,
-                                   spare=spare, cublas=cublas)
+                                   spare=spare, cublas=cublas, config=config)
         if child is not None:
             return child
     # Training runs at a lower CPU priority than the dashboard: with several runs on few
@@ -564,7 +569,8 @@ class Supervisor:
         whether the launcher's spare may take it)."""
         proc = launch(self.store.dir, args, self.store.log_path(run_id), warm=self.warm,
                       spare=machine.cuda_device(config),
-                      cublas=machine.cublas_workspace(config))
+                      cublas=machine.cublas_workspace(config),
+                      config=config if isinstance(config, dict) else None)
         self._children[run_id] = proc
         # From now on a run whose process dies before it starts training reads as crashed.
         self.store.set_launcher(run_id, proc.pid)
