@@ -278,7 +278,9 @@ def _load_kernels(values: dict[str, Any] | None, workspace: str | None) -> str:
     heuristics, as the run will (`loads_kernels`: not for a run that benchmarks them). Those
     settings go back to what they were, and so does the memory (cuBLAS's workspaces, the
     allocator's cache and peaks): the run sets its own and its figures start where a fresh
-    process's do. What was done, for the spare's line ("" without CUDA here)."""
+    process's do. Where less of the GPU's memory is free than the shapes may take
+    (engine.cuda_start's SHAPES_MIN_FREE_BYTES: other runs train on it), nothing is loaded.
+    What was done, for the spare's line ("" without CUDA here)."""
     import torch
     from .core import config
     from .core.text import shown
@@ -288,8 +290,13 @@ def _load_kernels(values: dict[str, Any] | None, workspace: str | None) -> str:
         cfg = config.DEFAULTS if values is None else config.from_dict(values)
     except Exception as e:  # noqa: BLE001 - a config this torch cannot read: none loaded
         return f"; no run's kernels loaded ({shown(e, 120)})"
-    from .engine.cuda_start import warm_shapes
+    from .engine.cuda_start import SHAPES_MIN_FREE_BYTES, warm_shapes
     from .engine.train import make_optimizer
+    free = torch.cuda.mem_get_info(0)[0]
+    if free < SHAPES_MIN_FREE_BYTES:        # other runs train on it: theirs comes first
+        return (f"; the kernels of a run of {cfg.model} left to it ({free / 2**30:.1f} GiB of "
+                f"the GPU's memory free, under the {SHAPES_MIN_FREE_BYTES / 2**30:.0f} GiB "
+                "its shapes may take)")
     cudnn = torch.backends.cudnn
     was = (torch.are_deterministic_algorithms_enabled(),
            torch.is_deterministic_algorithms_warn_only_enabled(), cudnn.deterministic,

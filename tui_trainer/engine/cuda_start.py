@@ -14,6 +14,9 @@ data and builds the model, and the run joins it before it starts training:
   evaluation batch, on a net of the run's architecture whose weights are constants, with
   the run's batch sizes, autocast and memory format, on a stream of its own.
 
+(`warm_shapes` is also what the launcher's cudnn and suspended spares run before Start, for
+the last CUDA run's config: tui_trainer/warm.py, `_load_kernels`.)
+
 Unset (or `0`), the run starts CUDA in its own thread as its setup and first steps reach
 it. That is the default because it came first from Start on an H200 (docs/benchmarks.md,
 2026-11-26: the first step 0.57 s after Start against 0.65 s with the handles' thread and
