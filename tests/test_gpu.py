@@ -347,11 +347,13 @@ def _its_spare(warm):
     return spare
 
 
-def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver(tmp_path):
-    """Issue 34: the spare has started CUDA's driver and loaded cuDNN before Start, without a
-    context: nvidia-smi lists no process for it while it waits, and the driver's own check
-    (which sees the context TUI_TRAINER_SPARE=context's spare makes) finds none. A CUDA run
-    given it trains and says so in its log."""
+def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver(
+        tmp_path, monkeypatch):
+    """Issue 34: the spare (TUI_TRAINER_SPARE=driver, the default, named here so that a
+    suite run under another spare checks it too) has started CUDA's driver and loaded cuDNN
+    before Start, without a context: nvidia-smi lists no process for it while it waits, and
+    the driver's own check (which sees the context TUI_TRAINER_SPARE=context's spare makes)
+    finds none. A CUDA run given it trains and says so in its log."""
     import os
     import subprocess
     import sys
@@ -374,6 +376,7 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
         assert got["made"] == 1 and got["untouched"], got
         assert (f"a CUDA context, cuBLAS's ({sized}) and cuDNN's handles made"
                 if cudnn else "a CUDA context made") in got["held"], got["held"]
+    monkeypatch.setenv("TUI_TRAINER_SPARE", "driver")
     warm, spare = _launcher_and_its_spare()         # its CUDA started
     try:
         apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,"
