@@ -1071,6 +1071,15 @@ def test_a_context_spare_takes_only_runs_on_the_first_device(tmp_path, monkeypat
             stand_in.wait(timeout=30)
 
 
+def _spare_ready(launcher: subprocess.Popen, log: Path, said: str) -> int | None:
+    """The launcher's one spare, once its ready line in the launcher's log goes on with
+    `said` (what it did before Start)."""
+    from tui_trainer.warm import ready_line
+    spares = _children(launcher.pid)
+    return next((pid for pid in spares if len(spares) == 1 and
+                 f"{ready_line(pid)}: {said}" in log.read_text()), None)
+
+
 # A launcher of TUI_TRAINER_SPARE=cudnn spares under a torch that reads cuBLAS's workspace
 # size once in a process and cannot set it (warm.cublas_size_settable: torch 2.11, the
 # leased GPUs'), its CUDA start the stand-in's, which says the workspace it was given.
@@ -1103,7 +1112,6 @@ def test_a_spare_whose_cublas_workspace_a_run_does_not_use_is_replaced(tmp_path,
     own. Holds on both devices."""
     from tui_trainer.core.machine import cublas_workspace
     from tui_trainer.core.supervisor import SPARE_LINE
-    from tui_trainer.warm import ready_line
     monkeypatch.setenv("TUI_TRAINER_SPARE", "cudnn")
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     sock, log = _socket("replaced"), tmp_path / "launcher.log"
@@ -1111,10 +1119,7 @@ def test_a_spare_whose_cublas_workspace_a_run_does_not_use_is_replaced(tmp_path,
 
     def ready(workspace: str) -> int | None:
         """The spare, once it waits ready with cuBLAS's handles of that workspace."""
-        spares = _children(proc.pid)
-        line = "{}: cuBLAS's handles made with workspace " + workspace
-        return next((pid for pid in spares if len(spares) == 1 and
-                     line.format(ready_line(pid)) in log.read_text()), None)
+        return _spare_ready(proc, log, "cuBLAS's handles made with workspace " + workspace)
 
     try:
         with SessionStore(tmp_path / "s") as store:
@@ -1184,7 +1189,6 @@ def test_a_spare_that_loaded_a_runs_kernels_is_not_given_a_run_that_benchmarks_c
     none counts as a spare lost. CUDA's start and the kernels' loading are the test's stand-ins; the
     launcher, its spares and the runs are their own. Holds on both devices."""
     from tui_trainer.core.supervisor import SPARE_LINE
-    from tui_trainer.warm import ready_line
     monkeypatch.setenv("TUI_TRAINER_SPARE", "cudnn")
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     sock, log = _socket("kernels"), tmp_path / "launcher.log"
@@ -1193,10 +1197,8 @@ def test_a_spare_that_loaded_a_runs_kernels_is_not_given_a_run_that_benchmarks_c
 
     def ready(loaded: str) -> int | None:
         """The spare, once it waits ready having loaded `loaded`."""
-        spares = _children(proc.pid)
-        line = "{}: cuBLAS's and cuDNN's handles made (a test's stand-in); " + loaded
-        return next((pid for pid in spares if len(spares) == 1 and
-                     line.format(ready_line(pid)) in log.read_text()), None)
+        return _spare_ready(proc, log, "cuBLAS's and cuDNN's handles made (a test's "
+                            "stand-in); " + loaded)
 
     try:
         with SessionStore(tmp_path / "s") as store:

@@ -240,12 +240,20 @@ def _start_handles(workspace: str | None) -> str:
     F.conv2d(x, w).sum().backward()
     torch.cuda.synchronize(0)
     del a, b, x, w
+    _give_memory_back()
+    return sized
+
+
+def _give_memory_back() -> None:
+    """What a spare's CUDA made before Start gives its memory back: cuBLAS's workspaces,
+    the allocator's cache, its peaks (a run's first matrix product makes its own workspace,
+    and its memory figures start where a fresh process's do)."""
+    import torch
     clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
     if clear is not None:
         clear()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(0)
-    return sized
 
 
 def _let_cublas_size_go() -> None:
@@ -328,11 +336,7 @@ def _load_kernels(values: dict[str, Any] | None, workspace: str | None) -> str:
         else:
             os.environ["CUBLAS_WORKSPACE_CONFIG"] = was[7]
         gc.collect()    # a capturable optimizer and its rates refer to each other
-        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-        if clear is not None:
-            clear()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(0)
+        _give_memory_back()
     return said
 
 
