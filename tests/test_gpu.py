@@ -478,6 +478,61 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
         warm.close()
 
 
+def test_a_run_given_a_suspended_spare_and_killed_leaves_no_helper_and_resumes_bit_exact(
+        tmp_path, monkeypatch):
+    """TUI_TRAINER_SPARE=suspended, before it can be the default: a run given the suspended
+    spare and killed by SIGKILL at step 8 cannot have its CUDA suspended again before it
+    ends (NVIDIA/cuda-checkpoint issue #53's workaround runs after its exit functions), so
+    it ends as a live restored process. Its helper ends with it (its pipe closes), nvidia-smi
+    lists neither, the GPU trains the runs after it, and the run continued from its
+    checkpoint trains the bits of one that never stopped."""
+    import signal
+    import subprocess
+
+    from conftest import wait_until
+    from test_warm import _alive, _children, _config
+    from tui_trainer.core.cuda_checkpoint import CudaCheckpoint
+    from tui_trainer.core.machine import cublas_workspace
+    from tui_trainer.core.supervisor import SPARE_LINE, launch, train_args
+    monkeypatch.setenv("TUI_TRAINER_SPARE", "suspended")
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    warm, spare = _launcher_and_its_spare()
+    try:
+        asked = CudaCheckpoint(spare)               # (cuInit, no context: asks the driver)
+        assert wait_until(lambda: asked.state() == "checkpointed", timeout=60), asked.state()
+        helpers = _children(spare)
+        assert len(helpers) == 1, helpers
+        with SessionStore(tmp_path) as store:
+            cfg = _config(device="cuda", max_steps=12, fingerprint_every=2,
+                          checkpoint_every=4)
+            killed = store.create_run(cfg, name="given the spare, killed")
+            proc = launch(tmp_path, train_args(killed, kill_at_step=8),
+                          store.log_path(killed), warm=warm, spare="cuda",
+                          cublas=cublas_workspace(cfg), config=cfg)
+            assert proc.pid == spare
+            assert proc.wait(timeout=180) == -signal.SIGKILL
+            log = store.log_path(killed).read_text()
+            assert SPARE_LINE in log and "restored at Start" in log, log
+            assert "its CUDA suspended again before it ended" not in log, log
+            assert wait_until(lambda: not any(_alive(pid) for pid in helpers), timeout=30), \
+                helpers
+            apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid",
+                                   "--format=csv,noheader"], capture_output=True, text=True,
+                                  timeout=60)
+            assert apps.returncode == 0
+            assert not {str(spare), *map(str, helpers)} & set(apps.stdout.split()), apps.stdout
+            straight = store.create_run(cfg, name="never stopped")
+            assert launch(tmp_path, train_args(straight), store.log_path(straight),
+                          warm=warm).wait(timeout=180) == 0
+        r = tt("resume", str(killed), "--session", str(tmp_path), "--json")
+        assert r.rc == 0, r.err
+        later = {s: h for s, h in fingerprints(tmp_path, killed).items() if s > 8}
+        assert later and all(fingerprints(tmp_path, straight)[s] == h
+                             for s, h in later.items()), later
+    finally:
+        warm.close()
+
+
 def test_cuda_started_beside_the_setup_changes_no_bit_and_no_memory_figure(tmp_path):
     """CUDA's start in a thread beside the run's setup (engine/cuda_start.py) with the
     handles and the run's shapes (TUI_TRAINER_CUDA_START=shapes), with the handles only,
