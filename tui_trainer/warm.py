@@ -300,7 +300,10 @@ def _load_kernels(values: dict[str, Any] | None, workspace: str | None) -> str:
         return f"; no run's kernels loaded ({shown(e, 120)})"
     from .engine.cuda_start import SHAPES_MIN_FREE_BYTES, warm_shapes
     from .engine.train import make_optimizer
-    free = torch.cuda.mem_get_info(0)[0]
+    try:
+        free = torch.cuda.mem_get_info(0)[0]
+    except RuntimeError as e:       # the run meets what CUDA says itself
+        return f"; no run's kernels loaded ({shown(e, 120)})"
     if free < SHAPES_MIN_FREE_BYTES:        # other runs train on it: theirs comes first
         return (f"; the kernels of a run of {cfg.model} left to it ({free / 2**30:.1f} GiB of "
                 f"the GPU's memory free, under the {SHAPES_MIN_FREE_BYTES / 2**30:.0f} GiB "
