@@ -593,7 +593,8 @@ def test_a_run_that_starts_cuda_is_given_the_spare_and_trains_the_same_bits(tmp_
                 cfg = _config(**over)
                 run_id = store.create_run(cfg, name=how)
                 proc = launch(tmp_path, train_args(run_id), store.log_path(run_id), warm=warm,
-                              env=env, spare=cuda_device(cfg) if env is not None else None)
+                              env=env, spare=cuda_device(cfg) if env is not None else None,
+                              config=cfg)
                 procs.append(proc)
                 assert isinstance(proc, WarmChild)
                 pids[how], ids[how] = proc.pid, run_id

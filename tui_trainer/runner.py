@@ -53,7 +53,8 @@ def train_child(store: SessionStore, run_id: int, args: list[str], expect_kill: 
     # It ends with this process, even killed (core.supervisor.watch_owner).
     proc = launch(store.dir, [*args, "--json"], log_path, detach=False, capture=True,
                   warm=warm, env={**(env or {}), **owner_env()},
-                  spare=machine.cuda_device(config), cublas=machine.cublas_workspace(config))
+                  spare=machine.cuda_device(config), cublas=machine.cublas_workspace(config),
+                  config=config if isinstance(config, dict) else None)
     store.set_launcher(run_id, proc.pid)
     if children is not None:
         children.add(proc)
