@@ -64,6 +64,10 @@ from tui_trainer.warm import HOLDS_CONTEXT, SPARE_ENV, ready_line
 
 READY_S = 90.0          # how long a spare may take to be ready (a suspended one: its CUDA
                         # made, then moved to the host) before its run is timed anyway
+# Goal 4 counts a spare as holding no GPU memory at or under this much in nvidia-smi (the
+# driver's spare, which has no context, reads 4 MiB there)
+NO_MEMORY_MIB = 16
+HELD: dict[str, float] = {}     # each launcher's spare: the GPU memory it held (MiB)
 
 
 def spare_ready(warm: WarmLauncher) -> bool:
@@ -143,6 +147,8 @@ def launcher(spares: str, weigh: bool) -> WarmLauncher:
         used = gpu_memory_mib(0)
         print(f"   GPU memory held while its spare waits: {used - before:.0f} MiB (nvidia-smi)"
               if used is not None else "   nvidia-smi did not answer")
+        if used is not None:
+            HELD[spares] = used - before
     return warm
 
 
@@ -258,11 +264,17 @@ def main() -> None:
             print(f"reference: cold start; {how} is {ratio:.1f}x sooner to the first step")
     for how in (w for w in ways if w.startswith(("spare", *holding)) and results[w]
                 and on_cuda):
+        # the goal: at most 0.5 s, without GPU memory held while nothing trains (unless
+        # asked for: the context and cudnn spares); `spare@...` are the default launcher's
         spare = statistics.median(f for f, _ in results[how])
-        held = f" (GPU memory held before Start, as TUI_TRAINER_SPARE={how} asks)" \
-            if how in HOLDS_CONTEXT else ""
+        mib = HELD.get("driver" if how.startswith("spare") else how)
+        asked = how in HOLDS_CONTEXT
+        held = f"{mib:.0f} MiB of GPU memory held while it waited" if mib is not None else \
+            "its GPU memory not weighed"
+        held += f", as TUI_TRAINER_SPARE={how} asks" if asked else ""
+        met = spare <= 0.5 and (asked or (mib is not None and mib <= NO_MEMORY_MIB))
         print(f"goal (CUDA, issue 34): the first step at most 0.5 s after Start: {how} "
-              f"{spare:.2f} s{held} -> {'MET' if spare <= 0.5 else 'NOT MET'}")
+              f"{spare:.2f} s ({held}) -> {'MET' if met else 'NOT MET'}")
     same = len(set(prints)) == 1 and len(prints[0]) > 1
     print(f"all {len(ids)} runs bit-identical (every fingerprint): {'yes' if same else 'NO'}")
 
