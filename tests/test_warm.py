@@ -122,6 +122,20 @@ def test_a_forked_run_killed_reports_its_signal_and_resumes_bit_exact(tmp_path, 
     assert fingerprints(tmp_path, killed) == fingerprints(tmp_path, straight)
 
 
+def test_a_config_the_launcher_cannot_be_sent_still_forks_its_run(tmp_path, warm):
+    """A run's config goes to the launcher as JSON (which spare suits it). One that is not
+    JSON is left out of the request: the run is forked all the same and trains, rather than
+    its Start failing. Holds on both devices."""
+    with SessionStore(tmp_path) as store:
+        cfg = _config(max_steps=2)
+        run_id = store.create_run(cfg, name="odd config")
+        proc = launch(tmp_path, train_args(run_id), store.log_path(run_id), warm=warm,
+                      spare="auto", config={**cfg, "odd": object()})
+        assert isinstance(proc, WarmChild) and proc.wait(timeout=120) == 0
+        log = store.log_path(run_id).read_text()
+    assert WARM_LINE in log and "was not used" not in log, log
+
+
 def test_a_study_forks_its_runs_and_stops_cleanly(tmp_path):
     """`ab` starts a launcher of its own: every run's log says it was forked, the launcher
     is gone afterwards with its folder, and the variant is bit-identical where it should

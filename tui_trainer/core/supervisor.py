@@ -474,6 +474,10 @@ class WarmLauncher:
             conn.settimeout(10)
             conn.connect(str(self.path))
             launcher = trust.check_peer(conn)
+            try:
+                json.dumps(config)
+            except (TypeError, ValueError):     # not JSON: the launcher does without it
+                config = None
             request = {"args": args, "env": env, "cwd": os.getcwd(), "detach": detach,
                        "spare": spare, "cublas": cublas, "config": config}
             socket.send_fds(conn, [json.dumps(request).encode()], [stdout, stderr, go_r])
