@@ -228,6 +228,32 @@ def test_an_op_deterministic_on_refuses_is_named_in_one_line_with_the_knob():
     assert determinism_refusal(RuntimeError("CUDA out of memory")) is None
 
 
+def test_a_spares_algorithm_flags_are_the_configs_inside_and_back_after():
+    """The launcher's spare loads a run's kernels under that run's algorithm knobs, with
+    cuDNN's heuristics choosing (engine/knobs.py `algorithms_of`, tui_trainer/warm.py): in
+    the block every flag is the config's, cudnn.benchmark off; after it, also when the block
+    raises, every flag is what it was. Flags only: holds on both devices."""
+    import torch
+    from tui_trainer.core import config
+    from tui_trainer.engine.knobs import algorithms_of
+
+    def flags():
+        cudnn = torch.backends.cudnn
+        return (torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled(), cudnn.deterministic,
+                cudnn.benchmark, cudnn.enabled, torch.get_float32_matmul_precision(),
+                cudnn.allow_tf32)
+    before = flags()
+    cfg = config.from_dict({"deterministic": "warn", "cudnn_deterministic": True,
+                            "cudnn_benchmark": True, "cudnn_enabled": False,
+                            "float32_matmul_precision": "medium", "cudnn_allow_tf32": False})
+    with pytest.raises(ValueError):
+        with algorithms_of(cfg, cudnn_benchmark=False):
+            assert flags() == (True, True, True, False, False, "medium", False)
+            raise ValueError("the kernels' loading failed")
+    assert flags() == before
+
+
 @pytest.mark.parametrize("knobs", [
     {"model": "grokking"},                      # dropout (functional and a module)
     {"model": "examples", "optimizer": "sgd", "optimizer_impl": "for-loop",

@@ -299,6 +299,7 @@ def _load_kernels(values: dict[str, Any] | None, workspace: str | None) -> str:
     except Exception as e:  # noqa: BLE001 - a config this torch cannot read: none loaded
         return f"; no run's kernels loaded ({shown(e, 120)})"
     from .engine.cuda_start import SHAPES_MIN_FREE_BYTES, warm_shapes
+    from .engine.knobs import algorithms_of
     from .engine.train import make_optimizer
     try:
         free = torch.cuda.mem_get_info(0)[0]
@@ -308,36 +309,24 @@ def _load_kernels(values: dict[str, Any] | None, workspace: str | None) -> str:
         return (f"; the kernels of a run of {cfg.model} left to it ({free / 2**30:.1f} GiB of "
                 f"the GPU's memory free, under the {SHAPES_MIN_FREE_BYTES / 2**30:.0f} GiB "
                 "its shapes may take)")
-    cudnn = torch.backends.cudnn
-    was = (torch.are_deterministic_algorithms_enabled(),
-           torch.is_deterministic_algorithms_warn_only_enabled(), cudnn.deterministic,
-           cudnn.benchmark, cudnn.enabled, torch.get_float32_matmul_precision(),
-           cudnn.allow_tf32, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    env = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     t = time.perf_counter()
     try:
         if workspace is not None:       # what deterministic algorithms check cuBLAS with
             os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
-        torch.use_deterministic_algorithms(cfg.deterministic != "off",
-                                           warn_only=cfg.deterministic == "warn")
-        cudnn.deterministic, cudnn.benchmark = cfg.cudnn_deterministic, False
-        cudnn.enabled, cudnn.allow_tf32 = cfg.cudnn_enabled, cfg.cudnn_allow_tf32
-        torch.set_float32_matmul_precision(cfg.float32_matmul_precision)
-        train, ev = warm_shapes(cfg, torch.device("cuda:0"), 1, make_optimizer)
-        torch.cuda.synchronize(0)
+        with algorithms_of(cfg, cudnn_benchmark=False):
+            train, ev = warm_shapes(cfg, torch.device("cuda:0"), 1, make_optimizer)
+            torch.cuda.synchronize(0)
         said = (f"; the kernels of a run of {cfg.model} loaded (a training step of "
                 f"{train:,} and an evaluation batch of {ev:,} on a net of constants, "
                 f"{time.perf_counter() - t:.2f} s)")
     except Exception as e:  # noqa: BLE001 - the run's first step loads the rest
         said = f"; the kernels of a run of {cfg.model} not all loaded ({shown(e, 120)})"
     finally:
-        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
-        cudnn.deterministic, cudnn.benchmark, cudnn.enabled = was[2], was[3], was[4]
-        torch.set_float32_matmul_precision(was[5])
-        cudnn.allow_tf32 = was[6]
-        if was[7] is None:
+        if env is None:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
         else:
-            os.environ["CUBLAS_WORKSPACE_CONFIG"] = was[7]
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = env
         gc.collect()    # a capturable optimizer and its rates refer to each other
         _give_memory_back()
     return said

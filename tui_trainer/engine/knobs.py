@@ -7,13 +7,14 @@ their bits, not on what their config files asked for.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
 import platform
 import random
 import re
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -66,15 +67,41 @@ def apply_knobs(cfg: RunConfig, device: torch.device, rank: int = 0) -> None:
     workspace = machine.cublas_workspace(cfg.to_dict())   # (the launcher's rule too)
     if workspace is not None and device.type == "cuda":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", workspace)
+    set_algorithms(cfg)
+    if cfg.seed is not None:
+        seed_everything(cfg.seed + rank)
+
+
+def set_algorithms(cfg: RunConfig, cudnn_benchmark: bool | None = None) -> None:
+    """The knobs that choose torch's algorithms: deterministic algorithms, cuDNN's flags and
+    the float32 matmul precision (cudnn_benchmark the config's unless given)."""
     torch.use_deterministic_algorithms(cfg.deterministic != "off",
                                        warn_only=cfg.deterministic == "warn")
     torch.backends.cudnn.deterministic = cfg.cudnn_deterministic
-    torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
+    torch.backends.cudnn.benchmark = cfg.cudnn_benchmark if cudnn_benchmark is None \
+        else cudnn_benchmark
     torch.backends.cudnn.enabled = cfg.cudnn_enabled
     torch.set_float32_matmul_precision(cfg.float32_matmul_precision)
     torch.backends.cudnn.allow_tf32 = cfg.cudnn_allow_tf32
-    if cfg.seed is not None:
-        seed_everything(cfg.seed + rank)
+
+
+@contextlib.contextmanager
+def algorithms_of(cfg: RunConfig, cudnn_benchmark: bool | None = None) -> Iterator[None]:
+    """`set_algorithms` for the block, then each of those flags back as it was (the
+    launcher's spare loads a run's kernels under them: tui_trainer/warm.py)."""
+    cudnn = torch.backends.cudnn
+    was = (torch.are_deterministic_algorithms_enabled(),
+           torch.is_deterministic_algorithms_warn_only_enabled(), cudnn.deterministic,
+           cudnn.benchmark, cudnn.enabled, torch.get_float32_matmul_precision(),
+           cudnn.allow_tf32)
+    try:
+        set_algorithms(cfg, cudnn_benchmark)
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+        cudnn.deterministic, cudnn.benchmark, cudnn.enabled = was[2], was[3], was[4]
+        torch.set_float32_matmul_precision(was[5])
+        cudnn.allow_tf32 = was[6]
 
 
 def _cpu_name() -> str:
