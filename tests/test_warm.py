@@ -1201,8 +1201,8 @@ def test_a_spare_that_loaded_a_runs_kernels_is_not_given_a_run_that_benchmarks_c
     it. A run with the heuristics (benchmark off) may be given either kind, and the spare
     after it loads its kernels (its batch). A run whose request does not say its config is
     not given a spare that loaded kernels, which stays. The launcher's log says each change;
-    none counts as a spare lost. CUDA's start and the kernels' loading are the test's stand-ins; the
-    launcher, its spares and the runs are their own. Holds on both devices."""
+    none counts as a spare lost. CUDA's start and the kernels' loading are the test's
+    stand-ins; the launcher, its spares and the runs are their own. Holds on both devices."""
     from tui_trainer.core.supervisor import SPARE_LINE
     monkeypatch.setenv("TUI_TRAINER_SPARE", "cudnn")
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)

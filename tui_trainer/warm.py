@@ -968,7 +968,8 @@ def _suspend(did: str) -> tuple[Any, str, int | None]:
     the GPU can hold (on an H100 264 MiB of the 630 MiB moved, and 0.06 s of a 0.27 s
     restore; benchmarks/suspend_cost.py), which it makes again when the limit is set back.
     A limit left low changes no result: the driver raises it for each kernel launch as
-    needed (cuCtxSetLimit's documentation). RuntimeError where that failed (the helper is ended; the context may still be held)."""
+    needed (cuCtxSetLimit's documentation). RuntimeError where that failed (the helper is
+    ended; the context may still be held)."""
     import torch
     from .core.cuda_checkpoint import Helper
     helper = Helper()
