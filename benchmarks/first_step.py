@@ -8,14 +8,17 @@ store, where the dashboard reads it. Three ways, their order turning each repeat
 none always goes first:
 - `cold`: a new interpreter (imports torch);
 - `warm`: forked from a launcher whose spares are off (TUI_TRAINER_SPARE=0), at Start;
-- `spare`: given the spare of a launcher as it comes by default: a process forked before
-  Start that has started CUDA's driver and loaded cuDNN where there is a CUDA device
-  (tui_trainer/warm.py); on a CPU it differs from `warm` only by the fork.
+- `spare`: given the spare of a launcher as it comes by default (TUI_TRAINER_SPARE unset:
+  since issue 34 the suspended spare below; the driver's before); on a CPU it differs from
+  `warm` only by the fork.
 - `spare@shapes`, `spare@handles` (with `--cuda-start shapes handles`): the same with
   TUI_TRAINER_CUDA_START=shapes (a thread beside the run's setup starts CUDA's context and
   handles and loads the kernels of the run's shapes) or =handles (the context and handles
   only); plain `spare` is the engine's default (engine/cuda_start.py: the run starts CUDA
   in its own thread, `spare@off` the same asked for by name);
+- `driver` (with `--spares driver`): TUI_TRAINER_SPARE=driver, a process forked before
+  Start that has started CUDA's driver and loaded cuDNN where there is a CUDA device, no
+  context: no GPU memory held while it waits (the default spare until issue 34).
 - `context`, `cudnn` (with `--spares context cudnn`): given the spare of a launcher with
   TUI_TRAINER_SPARE=context (it also made CUDA's context before Start) or =cudnn (the
   context and cuDNN's handles), which hold GPU memory while they wait: what a user who
@@ -36,7 +39,7 @@ in the session records them.
 Goals: warm under 1 s on this machine; on CUDA the first step at most 0.5 s (issue 34).
 
     python benchmarks/first_step.py [--repeats 5] [--steps 20] [--cuda-start shapes handles]
-        [--spares context cudnn suspended] [--deterministic off]
+        [--spares driver context cudnn suspended] [--deterministic off]
 
 `--deterministic off` times runs that use torch's default cuBLAS workspace (fastest-gpu's),
 which the cudnn and suspended spares serve too (tui_trainer/warm.py, `cublas_size_settable`;
@@ -60,7 +63,7 @@ from tui_trainer.core.figures import PHASES
 from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import SPARE_LINE, Supervisor, WarmLauncher
 from tui_trainer.core.machine import CUDA_START_ENV, CUDA_STARTS
-from tui_trainer.warm import HOLDS_CONTEXT, SPARE_ENV, ready_line
+from tui_trainer.warm import DEFAULT_SPARE, HOLDS_CONTEXT, SPARE_ENV, ready_line
 
 READY_S = 90.0          # how long a spare may take to be ready (a suspended one: its CUDA
                         # made, then moved to the host) before its run is timed anyway
@@ -126,7 +129,8 @@ def first_step_s(session: Path, sup: Supervisor, cfg: dict
 
 
 def launcher(spares: str, weigh: bool) -> WarmLauncher:
-    """A launcher whose spares are `spares` (warm.SPARE_MODES); with `weigh`, what its spare
+    """A launcher whose spares are `spares` (warm.SPARE_MODES; "": unset, the default); with
+    `weigh`, what its spare
     holds of the GPU's memory once it is made (the memory in use then, less before the
     launcher started: the launchers before it have made their spares already)."""
     before = gpu_memory_mib(0) if weigh else None
@@ -139,7 +143,7 @@ def launcher(spares: str, weigh: bool) -> WarmLauncher:
             raise SystemExit("the warm launcher did not come up")
     finally:
         del os.environ[SPARE_ENV]
-    print(f"warm launcher (TUI_TRAINER_SPARE={spares}) ready after "
+    print(f"warm launcher (TUI_TRAINER_SPARE={spares or f'(unset: {DEFAULT_SPARE})'}) ready after "
           f"{time.time() - t0:.2f} s (its one-time import cost)")
     if before is not None and spares != "0":
         if not spare_ready(warm):               # its spare made, CUDA started as it asks
@@ -159,9 +163,11 @@ def main() -> None:
     ap.add_argument("--cuda-start", nargs="*", default=[], choices=list(CUDA_STARTS),
                     help="also spare runs with TUI_TRAINER_CUDA_START=shapes, =handles or =0")
     ap.add_argument("--spares", nargs="*", default=[],
-                    choices=["context", "cudnn", "suspended"],
-                    help="also runs given a spare that made CUDA's context (and cuDNN's "
-                         "handles) before Start, or that then suspended them")
+                    choices=[m for m in ("driver", "context", "cudnn", "suspended")
+                             if m != DEFAULT_SPARE],
+                    help="also runs given a spare that started the driver only, that made "
+                         "CUDA's context (and cuDNN's handles) before Start, or that then "
+                         "suspended them (the default spare's runs are `spare`'s)")
     ap.add_argument("--deterministic", choices=["on", "off"], default="on",
                     help="the runs' deterministic setting (off: torch's cuBLAS workspace)")
     args = ap.parse_args()
@@ -169,7 +175,7 @@ def main() -> None:
                                   fingerprint_every=5,
                                   deterministic=args.deterministic).to_dict()
     weigh = gpu_memory_mib(0) is not None
-    plain, spares = launcher("0", weigh), launcher("driver", weigh)
+    plain, spares = launcher("0", weigh), launcher("", weigh)
     holding = {mode: launcher(mode, weigh) for mode in args.spares}
     ways = ("cold", "warm", "spare", *(f"spare@{m}" for m in args.cuda_start), *holding)
     results: dict[str, list[tuple[float, float]]] = {how: [] for how in (*ways, "no spare")}
@@ -230,7 +236,7 @@ def main() -> None:
                                 print("   " + line.split(" ", 1)[1], flush=True)
                 prints = [tuple(r["sha256"] for r in store.fingerprints(i)) for i in ids]
     finally:
-        for name, w in (("driver", spares), *holding.items()):
+        for name, w in ((f"(unset: {DEFAULT_SPARE})", spares), *holding.items()):
             log = w.path.parent / "launcher.log" if w.path is not None else None
             said = log.read_text(errors="replace").strip() if log and log.exists() else ""
             if said:           # what a spare met (a CUDA start or a suspension refused)
@@ -267,7 +273,7 @@ def main() -> None:
         # the goal: at most 0.5 s, without GPU memory held while nothing trains (unless
         # asked for: the context and cudnn spares); `spare@...` are the default launcher's
         spare = statistics.median(f for f, _ in results[how])
-        mib = HELD.get("driver" if how.startswith("spare") else how)
+        mib = HELD.get("" if how.startswith("spare") else how)
         asked = how in HOLDS_CONTEXT
         held = f"{mib:.0f} MiB of GPU memory held while it waited" if mib is not None else \
             "its GPU memory not weighed"

@@ -349,11 +349,12 @@ def _its_spare(warm):
 
 def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver(
         tmp_path, monkeypatch):
-    """Issue 34: the spare (TUI_TRAINER_SPARE=driver, the default, named here so that a
-    suite run under another spare checks it too) has started CUDA's driver and loaded cuDNN
-    before Start, without a context: nvidia-smi lists no process for it while it waits, and
-    the driver's own check (which sees the context TUI_TRAINER_SPARE=context's spare makes)
-    finds none. A CUDA run given it trains and says so in its log."""
+    """Issue 34: the driver's spare (TUI_TRAINER_SPARE=driver: the default until the
+    suspended one, named here so that a suite run under any spare checks it) has started
+    CUDA's driver and loaded cuDNN before Start, without a context: nvidia-smi lists no
+    process for it while it waits, and the driver's own check (which sees the context
+    TUI_TRAINER_SPARE=context's spare makes) finds none. A CUDA run given it trains and
+    says so in its log."""
     import os
     import subprocess
     import sys
@@ -480,10 +481,11 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
 
 def test_a_run_given_a_suspended_spare_and_killed_leaves_no_helper_and_resumes_bit_exact(
         tmp_path, monkeypatch):
-    """TUI_TRAINER_SPARE=suspended, before it can be the default: a run given the suspended
-    spare and killed by SIGKILL at step 8 cannot have its CUDA suspended again before it
-    ends (NVIDIA/cuda-checkpoint issue #53's workaround runs after its exit functions), so
-    it ends as a live restored process. Its helper ends with it (its pipe closes), nvidia-smi
+    """TUI_TRAINER_SPARE=suspended (the default; named here so that a suite run under
+    another spare checks it too): a run given the suspended spare and killed by SIGKILL at
+    step 8 cannot have its CUDA suspended again before it ends (NVIDIA/cuda-checkpoint
+    issue #53's workaround runs after its exit functions), so it ends as a live restored
+    process. Its helper ends with it (its pipe closes), nvidia-smi
     lists neither, the GPU trains the runs after it, and the run continued from its
     checkpoint trains the bits of one that never stopped."""
     import signal

@@ -837,10 +837,10 @@ def test_a_spare_that_cannot_be_suspended_is_followed_by_spares_that_start_the_d
         tmp_path, monkeypatch):
     """TUI_TRAINER_SPARE=suspended where CUDA's checkpoint API does not take the spare (a
     driver without it, a lock refused): the spare says why in the launcher's log and ends,
-    its helper with it, and the next spares start CUDA's driver only (the default spare,
-    holding no GPU memory), which says it is ready and is given a run at Start. The driver's
-    calls are the test's stand-ins; the spares, the helper process and the launcher are
-    their own. Holds on both devices."""
+    its helper with it, and the next spares start CUDA's driver only (TUI_TRAINER_SPARE=
+    driver's spare, holding no GPU memory), which says it is ready and is given a run at
+    Start. The driver's calls are the test's stand-ins; the spares, the helper process and
+    the launcher are their own. Holds on both devices."""
     from tui_trainer.core.supervisor import SPARE_LINE
     from tui_trainer.warm import ready_line
     proc, sock, log, _ = _suspending_launcher(tmp_path, monkeypatch, "unsuspended",
@@ -1014,10 +1014,10 @@ def test_a_spare_whose_cuda_is_not_restored_at_start_runs_its_run_cold_in_its_pr
 
 
 @pytest.mark.parametrize("value, mode, wrong", [
-    ("", "driver", False), ("driver", "driver", False), ("0", None, False),
+    ("", "suspended", False), ("driver", "driver", False), ("0", None, False),
     ("context", "context", False), ("cudnn", "cudnn", False),
-    ("suspended", "suspended", False), ("1", "driver", True),
-    ("ctx\x1b[31m", "driver", True)])
+    ("suspended", "suspended", False), ("1", "suspended", True),
+    ("ctx\x1b[31m", "suspended", True)])
 def test_the_spare_setting_is_read_and_a_wrong_value_named_in_one_line(monkeypatch, value,
                                                                          mode, wrong):
     from tui_trainer import warm

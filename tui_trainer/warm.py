@@ -55,21 +55,24 @@ GO_AHEAD_S = 60.0       # how long a forked child waits for its client's go-ahea
 # starts and that holds no GPU memory (`start_cuda`), and waits; a request for a run that
 # starts CUDA (core.machine.cuda_device) is given to it instead of a new fork, and a new
 # spare is made SPARE_AFTER_S later (not at once: the run it was given starts CUDA now).
-# SPARE_ENV (the launcher's environment) says which spare: "driver" (the default: no GPU
-# memory held), "context" (also CUDA's context on the first visible device, which holds GPU
-# memory while it waits: only where the user asks; given only runs on that device), "cudnn"
-# (the context, cuBLAS's and cuDNN's handles, of this thread and of autograd's, by a matrix
-# product and a convolution of constants: more memory held, more of CUDA's start done before
-# Start; given runs of any cuBLAS workspace where torch can set the workspace's size, else
-# only runs of the workspace it made its handles with: `cublas_size_settable`),
-# "suspended" (what cudnn makes, then moved out of the GPU into the spare's host memory by
-# CUDA's checkpoint API, and restored when it is given a run: no GPU memory held while it
-# waits) or "0" (none). The cudnn and suspended spares also load the kernels of the last
-# CUDA run's shapes (`_load_kernels`; the default config's before any), which caches cuDNN's
-# heuristic choice of an engine for them: such a spare is not given a run that asks cuDNN to
-# benchmark its engines instead (`Launcher._same_plans`).
+# SPARE_ENV (the launcher's environment) says which spare: "suspended" (the default since
+# issue 34: what cudnn makes, below, then moved out of the GPU into the spare's host memory
+# by CUDA's checkpoint API, and restored when it is given a run: no GPU memory held while it
+# waits; where the driver has no checkpoint API or it refuses the spare, the next spares are
+# "driver" ones), "driver" (the driver started and cuDNN's libraries loaded, no context: no
+# GPU memory held, less of CUDA's start done), "context" (also CUDA's context on the first
+# visible device, which holds GPU memory while it waits: only where the user asks; given
+# only runs on that device), "cudnn" (the context, cuBLAS's and cuDNN's handles, of this
+# thread and of autograd's, by a matrix product and a convolution of constants: more memory
+# held, more of CUDA's start done before Start; given runs of any cuBLAS workspace where
+# torch can set the workspace's size, else only runs of the workspace it made its handles
+# with: `cublas_size_settable`) or "0" (none). The cudnn and suspended spares also load the
+# kernels of the last CUDA run's shapes (`_load_kernels`; the default config's before any),
+# which caches cuDNN's heuristic choice of an engine for them: such a spare is not given a
+# run that asks cuDNN to benchmark its engines instead (`Launcher._same_plans`).
 SPARE_ENV = "TUI_TRAINER_SPARE"
 SPARE_MODES = ("0", "driver", "context", "cudnn", "suspended")
+DEFAULT_SPARE = "suspended"
 HOLDS_CONTEXT = ("context", "cudnn")            # GPU memory held while the spare waits
 ON_FIRST_DEVICE = (*HOLDS_CONTEXT, "suspended")  # a context made: runs on that device only
 MAKES_CUBLAS = ("cudnn", "suspended")           # cuBLAS's handles made: one workspace only
@@ -156,12 +159,14 @@ def _workspace_bytes(config: str) -> int:
 
 def spare_mode() -> tuple[str | None, str | None]:
     """The spare SPARE_ENV asks for ("driver", "context", "cudnn", "suspended", or None for
-    none), and a line saying what was wrong with its value (then: "driver")."""
-    value = os.environ.get(SPARE_ENV, "") or "driver"
+    none; unset or empty: DEFAULT_SPARE), and a line saying what was wrong with its value
+    (then: DEFAULT_SPARE)."""
+    value = os.environ.get(SPARE_ENV, "") or DEFAULT_SPARE
     if value in SPARE_MODES:
         return (None if value == "0" else value), None
-    return "driver", (f"{SPARE_ENV}: {value[:40]!r} is not one of {', '.join(SPARE_MODES)}; "
-                      "the spare starts the driver")
+    return DEFAULT_SPARE, (f"{SPARE_ENV}: {value[:40]!r} is not one of "
+                           f"{', '.join(SPARE_MODES)}; the default spare ({DEFAULT_SPARE}) "
+                           "is made")
 
 
 def start_cuda(context: bool = False, cudnn: bool = False, suspend: bool = False,
@@ -995,7 +1000,7 @@ def _suspend(did: str) -> tuple[Any, str, int | None]:
                     f"helper process of {helper.memory() / 2**20:,.0f} MiB; the spare's host "
                     f"memory grew by {moved / 2**20:,.0f} MiB to hold them"
                     f"{'' if stack is None else ', its stack limit lowered first'}; no GPU "
-                    f"memory held while it waited, as {SPARE_ENV}=suspended asks)"), stack
+                    "memory held while it waited)"), stack
 
 
 def _suspend_before_exit(helper: Any) -> None:
