@@ -582,13 +582,14 @@ def _children(pid: int) -> set[int]:
 
 
 def test_a_run_that_starts_cuda_is_given_the_spare_and_trains_the_same_bits(tmp_path):
-    """The launcher keeps one spare, forked before anyone asks (on CUDA it has started the
-    driver). A run that starts CUDA (device auto) is given it, and trains the bits a process
-    forked at Start trains; a CPU run, and a run whose environment differs in what CUDA reads
-    at its start, are forked at Start, the spare left waiting; a new spare is made after the
-    one given away; the spare ends with its launcher, also one killed with SIGKILL. Holds
-    on both devices (the spare of a CPU machine has nothing of CUDA to start)."""
-    from tui_trainer.core.machine import cuda_device
+    """The launcher keeps one spare, forked before anyone asks (on CUDA, by default, it has
+    started CUDA, made cuBLAS's and cuDNN's handles and suspended them). A run that starts
+    CUDA (device auto) is given it, and trains the bits a process forked at Start trains; a
+    CPU run, and a run whose environment differs in what CUDA reads at its start, are
+    forked at Start, the spare left waiting; a new spare is made after the one given away;
+    the spare ends with its launcher, also one killed with SIGKILL. Holds on both devices
+    (the spare of a CPU machine has nothing of CUDA to start)."""
+    from tui_trainer.core.machine import cublas_workspace, cuda_device
     from tui_trainer.core.supervisor import SPARE_LINE
     warm = _started()
     launcher = warm._proc.pid
@@ -606,9 +607,11 @@ def test_a_run_that_starts_cuda_is_given_the_spare_and_trains_the_same_bits(tmp_
             for how, (over, env) in runs.items():
                 cfg = _config(**over)
                 run_id = store.create_run(cfg, name=how)
+                # (what Supervisor.start sends: the run's cuBLAS workspace too, which a
+                # spare that made cuBLAS's handles must match where torch cannot set it)
                 proc = launch(tmp_path, train_args(run_id), store.log_path(run_id), warm=warm,
                               env=env, spare=cuda_device(cfg) if env is not None else None,
-                              config=cfg)
+                              cublas=cublas_workspace(cfg), config=cfg)
                 procs.append(proc)
                 assert isinstance(proc, WarmChild)
                 pids[how], ids[how] = proc.pid, run_id
@@ -1203,6 +1206,7 @@ def test_a_spare_that_loaded_a_runs_kernels_is_not_given_a_run_that_benchmarks_c
     not given a spare that loaded kernels, which stays. The launcher's log says each change;
     none counts as a spare lost. CUDA's start and the kernels' loading are the test's
     stand-ins; the launcher, its spares and the runs are their own. Holds on both devices."""
+    from tui_trainer.core.machine import cublas_workspace
     from tui_trainer.core.supervisor import SPARE_LINE
     monkeypatch.setenv("TUI_TRAINER_SPARE", "cudnn")
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
@@ -1228,7 +1232,7 @@ def test_a_spare_that_loaded_a_runs_kernels_is_not_given_a_run_that_benchmarks_c
                 run_id = store.create_run(cfg, name=f"benchmark {benchmark} after {made}")
                 child = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
                                warm=WarmLauncher(str(sock)), spare="auto",
-                               config=cfg if says else None)
+                               cublas=cublas_workspace(cfg), config=cfg if says else None)
                 assert isinstance(child, WarmChild) and (child.pid == spare) == given
                 assert child.wait(timeout=120) == 0
                 text = store.log_path(run_id).read_text()
