@@ -121,8 +121,11 @@ def main() -> int:
     print(f"engine overhead: {overhead:+.1%} (each repeat: "
           + ", ".join(f"{o:+.1%}" for o in per_repeat) + ") (goal < 2%)  -> "
           f"{'MET' if overhead < 0.02 else 'NOT MET'}")
-    print(f"best resident speed-up: {speedup:.2f}x (goal >= 3x)  -> "
-          f"{'MET' if speedup >= 3 else 'NOT MET'}")
+    # (the resident goal is set at batch 256: at smaller batches the per-step work that
+    # the resident loader does not remove is a larger share, and it is not judged there)
+    print(f"best resident speed-up: {speedup:.2f}x (goal >= 3x at batch 256)  -> "
+          + (("MET" if speedup >= 3 else "NOT MET") if args.batch_size == 256 else
+             f"not judged at batch {args.batch_size}"))
     fastest = med["preset-fastest-cpu"] / ref
     # (the preset is tuned for time to accuracy since issue 34, a net twice the size and
     # three epochs: its goal is in benchmarks/time_to_accuracy.py, against the peer)
