@@ -130,9 +130,9 @@ def first_step_s(session: Path, sup: Supervisor, cfg: dict
 
 def launcher(spares: str, weigh: bool) -> WarmLauncher:
     """A launcher whose spares are `spares` (warm.SPARE_MODES; "": unset, the default); with
-    `weigh`, what its spare
-    holds of the GPU's memory once it is made (the memory in use then, less before the
-    launcher started: the launchers before it have made their spares already)."""
+    `weigh`, what its spare holds of the GPU's memory once it is made (the memory in use
+    then, less before the launcher started: the launchers before it have made their spares
+    already)."""
     before = gpu_memory_mib(0) if weigh else None
     os.environ[SPARE_ENV] = spares          # read by the launcher it starts
     try:
@@ -143,7 +143,8 @@ def launcher(spares: str, weigh: bool) -> WarmLauncher:
             raise SystemExit("the warm launcher did not come up")
     finally:
         del os.environ[SPARE_ENV]
-    print(f"warm launcher (TUI_TRAINER_SPARE={spares or f'(unset: {DEFAULT_SPARE})'}) ready after "
+    named = spares or f"(unset: {DEFAULT_SPARE})"
+    print(f"warm launcher (TUI_TRAINER_SPARE={named}) ready after "
           f"{time.time() - t0:.2f} s (its one-time import cost)")
     if before is not None and spares != "0":
         if not spare_ready(warm):               # its spare made, CUDA started as it asks
