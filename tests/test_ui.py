@@ -556,8 +556,8 @@ async def test_quit_with_runs_training_can_stop_them(tmp_path):
         await pilot.pause()
         await click(pilot, "#quit-stop")
         await pilot.pause()
-    # The run finishes its step and writes its checkpoint at nice 10 (its scheduling group
-    # too): on a loaded machine that is slow, not wrong.
+    # The run finishes its step and writes its checkpoint: on a loaded machine (the other
+    # test workers) that is slow, not wrong.
     deadline = time.time() + 180
     while status(tmp_path, 1) == "running" and time.time() < deadline:
         await asyncio.sleep(0.2)

@@ -16,7 +16,7 @@ import pytest
 from conftest import QUICK, db_rows, fingerprints, sets, tt, wait_until
 from tui_trainer.core import config
 from tui_trainer.core.store import SessionStore
-from tui_trainer.core.supervisor import (NICENESS, WARM_LINE, WarmChild, WarmLauncher,
+from tui_trainer.core.supervisor import (WARM_LINE, WarmChild, WarmLauncher,
                                          launch, train_args)
 
 CFG = {**{k: config.parse_value(k, v) for k, v in (p.split("=") for p in QUICK)},
@@ -65,6 +65,11 @@ def _group_nice(pid: int) -> int | None:
     return int(Path(f"/proc/{pid}/autogroup").read_text().split("nice")[1])
 
 
+def _group(pid: int) -> str:
+    """Which autogroup the process is in (`/autogroup-N`)."""
+    return Path(f"/proc/{pid}/autogroup").read_text().split()[0]
+
+
 def test_a_forked_run_is_bit_identical_to_a_cold_one(tmp_path, warm):
     with SessionStore(tmp_path) as store:
         ids = {}
@@ -75,11 +80,17 @@ def test_a_forked_run_is_bit_identical_to_a_cold_one(tmp_path, warm):
                           warm=None if how == "cold" else warm)
             assert isinstance(proc, WarmChild) == (how != "cold")
             if how != "warm-again":
-                # its own process session (it outlives the dashboard), and its session's
-                # scheduling group yields to the dashboard as the process does
-                assert wait_until(lambda: os.getsid(proc.pid) == proc.pid)
-                assert wait_until(lambda: _group_nice(proc.pid) in (None, NICENESS)), \
-                    f"autogroup nice {_group_nice(proc.pid)}, the process's {NICENESS}"
+                # Out of the terminal's signals (a process group of its own: it outlives
+                # the dashboard), and never ranked below the machine's other programs (issue
+                # 54): in the caller's session, so in its scheduling group (the launcher's
+                # too), at the launcher's nice value (0 here: not the dashboard's), its
+                # group not niced.
+                assert wait_until(lambda: os.getpgid(proc.pid) == proc.pid)
+                assert os.getsid(proc.pid) == os.getsid(0) == os.getsid(warm._proc.pid)
+                assert os.getpriority(os.PRIO_PROCESS, proc.pid) == warm.nice == 0
+                assert _group_nice(proc.pid) in (None, 0)
+                if _group_nice(proc.pid) is not None:
+                    assert _group(proc.pid) == _group(os.getpid())
             if how == "warm":       # forked by the launcher
                 assert int(Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1]
                            .split()[1]) == warm._proc.pid
@@ -91,6 +102,44 @@ def test_a_forked_run_is_bit_identical_to_a_cold_one(tmp_path, warm):
     assert len(fp["cold"]) >= 4 and fp["warm"] == fp["cold"] == fp["warm-again"]
     statuses = db_rows(tmp_path, "SELECT status FROM runs ORDER BY id")
     assert statuses == [("finished",)] * 3
+
+
+def test_the_dashboards_runs_train_below_it_in_its_own_scheduling_group_only(tmp_path):
+    """The dashboard's launcher (nice = supervisor.TRAINING_NICE, as dashboard_nice() gives
+    where sessions are the scheduler's groups): its forked runs, and a run started cold in
+    its place before it is ready, train at that nice value, each a process group of its own
+    in the dashboard's session, so in the dashboard's autogroup, which is not niced: below
+    the dashboard, never below the machine's other programs (issue 54)."""
+    import shutil
+    import tempfile
+
+    from tui_trainer.core.supervisor import TRAINING_NICE
+    runtime = tempfile.mkdtemp(prefix="ttrun-")       # (as the module's launcher's)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_RUNTIME_DIR", runtime)
+        launcher = WarmLauncher(nice=TRAINING_NICE)
+        with SessionStore(tmp_path / "s") as store:
+            procs = []
+            for how in ("cold", "warm"):
+                if how == "warm":
+                    launcher.start()
+                    assert launcher.wait_ready(120)
+                run_id = store.create_run(_config(max_steps=2), name=how)
+                proc = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
+                              warm=launcher)
+                assert isinstance(proc, WarmChild) == (how == "warm")
+                assert wait_until(lambda: os.getpgid(proc.pid) == proc.pid)
+                # (a cold one is `nice`, which sets its value and then executes Python)
+                assert wait_until(lambda: os.getpriority(os.PRIO_PROCESS, proc.pid)
+                                  == TRAINING_NICE, timeout=30)
+                assert os.getsid(proc.pid) == os.getsid(0)
+                if _group_nice(proc.pid) is not None:
+                    assert _group(proc.pid) == _group(os.getpid())
+                    assert _group_nice(proc.pid) == 0
+                procs.append(proc)
+            assert [p.wait(timeout=120) for p in procs] == [0, 0]
+        launcher.close()
+    shutil.rmtree(runtime, ignore_errors=True)
 
 
 def test_forked_runs_without_a_seed_draw_their_own(tmp_path, warm):

@@ -11,6 +11,7 @@ is imported only by the commands that train.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    os.environ.update(supervisor.thread_wait_env())     # before any command imports torch
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -79,7 +81,6 @@ def main(argv: list[str] | None = None) -> int:
         except SessionError as e:
             say(str(e))
             return EXIT_SESSION
-    supervisor.yield_to_dashboard()
     supervisor.watch_owner()
     try:
         return commands.BY_NAME[args.command].run(args)

@@ -909,7 +909,10 @@ def _child(request: dict[str, Any], fds: list[int], spare: str | None = None,
                 os.close(fd)
             os._exit(0)
         if request.get("detach", True):
-            os.setsid()
+            # A process group of its own (a signal to the launcher's group is not its), in
+            # the launcher's session: the scheduling group of the tool's runs
+            # (core/supervisor.py says why it is not a session of its own).
+            os.setpgid(0, 0)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(fds[0], 1)
@@ -929,8 +932,16 @@ def _child(request: dict[str, Any], fds: list[int], spare: str | None = None,
         sys.stdout.reconfigure(line_buffering=True, write_through=True)
         sys.stderr.reconfigure(line_buffering=True, write_through=True)
         os.chdir(request["cwd"])
+        # How idle OpenMP threads wait is what libgomp read in this launcher, whatever the
+        # request's environment says: the run's record (its settings) tells the truth.
+        waits = {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
         os.environ.clear()
         os.environ.update(request["env"])
+        for key, value in waits.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         # As a fresh interpreter: numpy's and torch's global RNGs from the OS (Python's
         # `random` reseeds itself after a fork). Without this every forked run with
         # seed = none would draw the same numbers.

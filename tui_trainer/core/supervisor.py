@@ -29,45 +29,75 @@ from .config import world_size
 from .liveness import is_live, process_alive
 from .store import SessionStore
 
-NICENESS = 10
-AUTOGROUP_TRIES = 20          # the kernel takes one autogroup change per 0.1 s, machine-wide
+# How the tool's processes share the CPU (issue 54). On Linux each process session is a
+# scheduling group (autogroup): the scheduler shares the CPU between groups first, as
+# equals, and a nice value ranks a process only among the processes of its own group. The
+# runs the dashboard starts stay in the dashboard's session (the launcher and each run a
+# process group of their own, out of the terminal's reach), at nice 19: below the dashboard
+# within its group, so its keys answer however many train (a run takes what the dashboard
+# leaves of the group's share, all of it while no key is pressed), and as a group equal to
+# any other program of the machine. Before, each run led a session of its own whose group
+# was niced to 10 against the whole machine: beside one busy program a run got a tenth of
+# a core (185 samples/s where the same run typed into a shell had 1,454). A study or a run
+# started from a shell is not niced: no dashboard to answer for. Where sessions are not
+# the scheduler's groups (autogroup off, or a cgroup with the CPU controller above the
+# process), a nice value would rank runs below everything else: nothing is niced there.
+TRAINING_NICE = 19
 
 
-def yield_to_dashboard() -> None:
-    """Makes a training process that leads a process session of its own as polite to the
-    dashboard as its nice value says.
-
-    On Linux with autogroup (the default on desktops and servers) the scheduler first shares
-    the CPU between sessions, as equals, and only then between the processes of a session by
-    their nice values: a run started in its own session at nice 10 still took as much CPU as
-    the whole dashboard, so with four runs the dashboard had a fifth of the machine and keys
-    lagged (issue 18). The session's group gets the process's own nice value here. Only a
-    process that leads its session and was started niced (by `launch`) does this; a run
-    typed into a shell is left as the user started it. Nothing happens where there is no
-    autogroup. The kernel refuses a change within 0.1 s of the last one (EAGAIN, any
-    process's): a daemon thread tries again, at most AUTOGROUP_TRIES times."""
+def ranked_by_session() -> bool:
+    """Whether Linux's autogroup decides how this process's session shares the CPU: it is
+    on, and no cgroup of this process's own has the CPU controller (a cgroup v1 `cpu`
+    hierarchy, or a v2 parent that delegates `cpu`: systemd's user slices may)."""
     try:
-        if os.getsid(0) != os.getpid():
-            return
-        nice = os.getpriority(os.PRIO_PROCESS, 0)
-    except (OSError, AttributeError):
-        return
-    group = Path("/proc/self/autogroup")
-    if nice <= 0 or not group.exists():
-        return
+        if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1" \
+                or not Path("/proc/self/autogroup").exists():
+            return False
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, where = line.split(":", 2)
+            if where in ("", "/"):
+                continue
+            if controllers and "cpu" in controllers.split(","):
+                return False
+            if not controllers:           # v2: the cpu controller, if the parent enables it
+                parent = Path("/sys/fs/cgroup" + where).parent
+                if "cpu" in (parent / "cgroup.subtree_control").read_text().split():
+                    return False
+    except (OSError, ValueError):
+        return False
+    return True
 
-    def apply() -> None:
-        for _ in range(AUTOGROUP_TRIES):
-            try:
-                group.write_text(str(nice))
-                return
-            except BlockingIOError:
-                time.sleep(0.11)
-            except OSError:
-                return
 
-    import threading
-    threading.Thread(target=apply, name="autogroup-nice", daemon=True).start()
+def dashboard_nice() -> int:
+    """The nice value of the runs the dashboard starts (TRAINING_NICE where it ranks them
+    only among the dashboard's own session, else 0)."""
+    return TRAINING_NICE if ranked_by_session() else 0
+
+
+# How torch's idle OpenMP threads wait (GNU OpenMP, which torch's CPU ops run on): spinning
+# GOMP_SPINCOUNT times, then asleep. libgomp spins 300,000 times by default; beside another
+# busy program the spinning thread holds a core while the thread it waits for shares the
+# other one with that program, and every parallel region waits for that thread's turn:
+# 2 threads beside one busy program on 2 cores trained 218 samples/s, against 2,300 with
+# short spins (docs/benchmarks.md, issue 54). It decides only how a thread waits, never what
+# it computes: the bits are the same. Read by libgomp when torch loads it, so it is in the
+# environment of every process the tool starts (and of the `tui-trainer` command itself,
+# before a command imports torch); a user's own GOMP_SPINCOUNT or OMP_WAIT_POLICY wins.
+THREAD_WAIT = {"GOMP_SPINCOUNT": "1000"}
+
+
+def niced(nice: int) -> list[str]:
+    """The command prefix that starts a process at `nice` (nothing for 0)."""
+    which = shutil.which("nice")
+    return [which, "-n", str(nice)] if nice and which else []
+
+
+def thread_wait_env(environ: Any = None) -> dict[str, str]:
+    """THREAD_WAIT, or nothing where `environ` (os.environ) says how threads wait already."""
+    environ = os.environ if environ is None else environ
+    if "GOMP_SPINCOUNT" in environ or "OMP_WAIT_POLICY" in environ:
+        return {}
+    return dict(THREAD_WAIT)
 
 
 OWNER_ENV = "TUI_TRAINER_OWNER"     # "PID START": the process whose end ends this one
@@ -354,16 +384,19 @@ class WarmLauncher:
     # A launcher's socket, handed to the jobs it starts; "0" turns warm starts off.
     ENV = "TUI_TRAINER_WARM"
 
-    def __init__(self, attach: str | None = None) -> None:
+    def __init__(self, attach: str | None = None, nice: int = 0) -> None:
         self._proc: subprocess.Popen | None = None
         self._dir: Path | None = None
         self._attached = Path(attach) if attach else None
+        # the nice value of this launcher's own process, so of the runs it forks and of
+        # those started cold in its place (the dashboard's: dashboard_nice())
+        self.nice = 0 if attach else nice
 
     @classmethod
-    def from_env(cls) -> "WarmLauncher | None":
+    def from_env(cls, nice: int = 0) -> "WarmLauncher | None":
         """None where warm starts are turned off (ENV is "0"); the launcher ENV names, when
         its socket is this user's and private (a launcher this one did not start is only
-        used, never closed); else one of this process's own, not started yet."""
+        used, never closed); else one of this process's own at `nice`, not started yet."""
         attach = os.environ.get(cls.ENV)
         if attach == "0":
             return None
@@ -373,7 +406,7 @@ class WarmLauncher:
                 return cls(attach)
             except (OSError, trust.Untrusted):
                 pass
-        return cls()
+        return cls(nice=nice)
 
     @classmethod
     def shared(cls) -> "WarmLauncher":
@@ -419,15 +452,16 @@ class WarmLauncher:
         if len(os.fsencode(self._dir / "launcher.sock.binding")) > trust.SOCKET_PATH_MAX:
             self.close()
             return
-        nice = [shutil.which("nice") or "", "-n", str(NICENESS)] if shutil.which("nice") else []
         # numpy's OpenBLAS starts a thread pool when imported: one thread here keeps the
         # launcher single-threaded, so that it can fork (training does not use numpy's BLAS;
-        # each run gets the environment it was asked with).
+        # each run gets the environment it was asked with). A process group of its own in
+        # this process's session: out of the terminal's signals, in its scheduling group.
         with open(self._dir / "launcher.log", "ab") as log:
             self._proc = subprocess.Popen(
-                [*nice, sys.executable, "-m", "tui_trainer.warm", str(self.path)],
+                [*niced(self.nice), sys.executable, "-m", "tui_trainer.warm", str(self.path)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                start_new_session=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+                process_group=0, env={**os.environ, **thread_wait_env(),
+                                      "OPENBLAS_NUM_THREADS": "1"})
         # Whose folder this is: a later sweep removes it once that process is gone.
         (self._dir / "owner.pid").write_text(
             f"{self._proc.pid} {trust.start_time(self._proc.pid) or 0}\n")
@@ -519,18 +553,21 @@ def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = Tru
            ) -> subprocess.Popen | WarmChild:
     """The one way a child `tui-trainer` process starts: `python -m tui_trainer ARGS
     --session SESSION`, stdin closed, output appended to `log_path` (with `capture`, stdout
-    comes back to the caller and only stderr goes to the log), at a lower CPU priority than
-    the dashboard, unbuffered. `detach` puts it in a process session of its own, so it
-    outlives the dashboard and a Ctrl-C in the terminal does not reach it. With a ready
-    `warm` launcher the process is forked from it (no imports to wait for), else started
-    cold. `env` adds to the environment the process gets. `spare`: the device setting of a
+    comes back to the caller and only stderr goes to the log), unbuffered, at the nice
+    value of `warm` (the dashboard's launcher: dashboard_nice(); see above). `detach` puts
+    it in a process group of its own, in the caller's session and so in its scheduling
+    group: it outlives the dashboard, and the terminal's signals (Ctrl-C, a hang-up) reach
+    only the terminal's foreground group. With a ready `warm` launcher the process is
+    forked from it (no imports to wait for), else started cold. `env` adds to the
+    environment the process gets. `spare`: the device setting of a
     run that starts CUDA (core.machine.cuda_device), which the launcher may give the spare
     it keeps; `cublas`: the cuBLAS workspace that run sets for itself
     (core.machine.cublas_workspace); `config`: that run's config (a dict: which spare suits
     it, and which the next spares are made for)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     argv = [*args, "--session", str(session)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(warm.env() if warm else {}), **(env or {})}
+    env = {**os.environ, **thread_wait_env(), "PYTHONUNBUFFERED": "1",
+           **(warm.env() if warm else {}), **(env or {})}
     if warm is not None and warm.ready():
         with open(log_path, "ab") as log:
             if capture:
@@ -545,15 +582,13 @@ def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = Tru
                                    spare=spare, cublas=cublas, config=config)
         if child is not None:
             return child
-    # Training runs at a lower CPU priority than the dashboard: with several runs on few
-    # cores the dashboard would otherwise wait its turn behind every training thread.
-    nice = [shutil.which("nice") or "", "-n", str(NICENESS)] if shutil.which("nice") else []
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            [*nice, sys.executable, "-m", "tui_trainer", *argv],
+            [*niced(warm.nice if warm is not None else 0), sys.executable, "-m",
+             "tui_trainer", *argv],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if capture else log,
             stderr=log if capture else subprocess.STDOUT, text=capture,
-            start_new_session=detach, env=env)
+            process_group=0 if detach else None, env=env)
 
 
 class Supervisor:

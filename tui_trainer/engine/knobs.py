@@ -167,6 +167,9 @@ def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any
         "seed_workers": cfg.seed_workers,
         "num_threads": torch.get_num_threads(),
         "num_interop_threads": torch.get_num_interop_threads(),
+        # how idle OpenMP threads wait, as libgomp read it (core.supervisor.THREAD_WAIT)
+        "omp_wait": os.environ.get("OMP_WAIT_POLICY") or
+        f"spin {os.environ.get('GOMP_SPINCOUNT', 'default')}",
         "loader": cfg.loader,
         "augment": cfg.augment,
         "num_workers": cfg.num_workers if cfg.loader == "torchvision" else 0,

@@ -34,7 +34,7 @@ from ..core.errors import SessionError
 from ..core.paths import default_session_dir
 from ..core.reader import Snapshot
 from ..core.store import SessionStore
-from ..core.supervisor import Supervisor, WarmLauncher
+from ..core.supervisor import Supervisor, WarmLauncher, dashboard_nice
 from ..core.text import shown, shown_lines
 from . import heap
 from .actions import Job, RunActions, SessionActions, twins_of
@@ -122,7 +122,8 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         self.session_dir = Path(session_dir or default_session_dir()).expanduser().resolve()
         # Runs are forked from a process that has imported torch already (started after the
         # first screen): a run's first step comes within a second of Start.
-        self.warm = WarmLauncher.from_env()
+        # They train in the dashboard's scheduling group, below it (supervisor.py says why).
+        self.warm = WarmLauncher.from_env(nice=dashboard_nice())
         self.writer: Writer | None = None       # opened in a worker (_open)
         self.refused: SessionError | None = None  # why the session given could not open
         self.poller = Poller(self, poll, self.wait_for_quiet)
@@ -497,6 +498,14 @@ class TrainerApp(RunActions, SessionActions, App[None]):
             self.query_one(RunTable).draw(self._tick())
         self.refresh_all()
 
+    @on(RunTable.FitThreads)
+    def _fit_threads(self, event: RunTable.FitThreads) -> None:
+        self.query_one(LaunchPanel).form.set_value("num_threads", event.threads)
+        self.notify(f"num_threads = {event.threads} in the form, as run {event.run_id}'s note "
+                    "suggests: F2 starts a run with it. Faster beside what else runs, but "
+                    "another thread count can change the bits on the CPU: compare it with "
+                    "runs of the same count")
+
     @on(RunTable.Deleted)
     def _deleted(self, event: RunTable.Deleted) -> None:
         self._select(self.selection.without(event.run_id))
@@ -644,7 +653,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
     async def on_unmount(self) -> None:
         heap.release()
         self.poller.stop()
-        if self.warm is not None:       # runs it forked go on: they are sessions of their own
+        if self.warm is not None:       # runs it forked go on: process groups of their own
             self.warm.close()
         if self.writer is not None:
             # The writes asked before (a Stop from the quit dialog), the last screen state,
