@@ -553,6 +553,48 @@ def test_a_seed_sweep_its_table_spread_and_band_come_from_its_runs(tmp_path):
                                                            "sweep 1 mean", "1"]
 
 
+def test_a_study_beside_a_permanent_hog_waits_once_and_keeps_its_loaded_rounds_marked(
+        tmp_path):
+    """device=cpu, real CPU hogs (one a core but one) all along: every round is measured
+    under load, and no wait finds the machine freer than when a round was measured. The
+    study waits once (at most a round's time, not --quiet-wait's 60 s), says so, and waits
+    no more while --until-sure adds its rounds: it ends with every loaded round kept and
+    marked, its re-runs unspent (issue 54: before, it waited again after every round)."""
+    import subprocess
+    import sys
+    import time
+    from conftest import tt_popen
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(max(1, (os.cpu_count() or 2) - 1))]
+    try:
+        t0 = time.monotonic()
+        proc = tt_popen("ab", "--session", str(tmp_path), "--json",
+                        *sets(*QUICK, "device=cpu", "num_threads=1"),
+                        "--steps", "6", "--vary", "eval_batch_size=100", "--repeats", "2",
+                        "--quiet-wait", "60", "--until-sure", "0.001", "--max-rounds", "4")
+        out, err = proc.communicate(timeout=400)
+        took = time.monotonic() - t0
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    waits = len(result["waits"])
+    assert result["repeats"] == 4 and result["ended_by"].startswith("bound: 4 rounds")
+    if not result["reruns"]:        # (another test process may have ended meanwhile)
+        assert waits == 1, err
+        assert any("still busy" in n and "every round measured under load" in n
+                   for n in result["notes"]), result["notes"]
+        assert result["rows"][1]["loaded_rounds"], result["rows"][1]
+    assert 1 <= waits <= len(result["reruns"]) + 1, result["waits"]
+    # a wait of at most a round's time so far, not the 60 s --quiet-wait allows
+    per_round = took / (4 + len(result["reruns"]))
+    assert all(w["waited_s"] <= w["limit_s"] + 3 and w["limit_s"] <= 1.5 * per_round < 60
+               for w in result["waits"]), (result["waits"], took)
+    assert all(w["busy_then"] > 0.5 for w in result["waits"]), result["waits"]
+
+
 def test_rounds_beside_a_cpu_hog_are_marked_trained_again_and_until_sure_stops_at_its_bound(
         tmp_path):
     """Real CPU hogs beside the first two rounds (one process a core but one: a single one
@@ -566,12 +608,7 @@ def test_rounds_beside_a_cpu_hog_are_marked_trained_again_and_until_sure_stops_a
     import sys
     from conftest import tt_popen, wait_until
     from tui_trainer.core import contention
-    from tui_trainer.core.supervisor import NICENESS
-    # at the runs' own niceness: beside 15 un-niced hogs and 11 test workers (the H100
-    # machine), a run at niceness 10 gets a tenth of a contended core, too little for its
-    # own_cores (most likely why the test failed there; its output was cut)
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                             preexec_fn=lambda: os.nice(NICENESS))
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
             for _ in range(max(1, (os.cpu_count() or 2) - 1))]
     try:
         proc = tt_popen("ab", "--session", str(tmp_path), "--json",

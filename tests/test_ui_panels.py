@@ -247,3 +247,67 @@ async def test_writes_asked_as_the_app_quits_are_done_before_it_ends(tmp_path):
                 1, notes=f"{s.labels().get(1, {}).get('notes', '')} {i}"))
     with SessionStore(tmp_path, create=False, readonly=True) as s:
         assert s.labels()[1]["notes"] == " 1 2 3 4 5 6 7 8"
+
+
+async def test_a_crowded_runs_note_shows_and_T_puts_the_count_that_fits_in_the_form(tmp_path):
+    """A live run whose process said its threads outnumber the free cores (the heartbeat's
+    note) and a finished one whose whole-run record says so: the table's why column shows
+    each note, the filter finds them by "crowded", and T on such a run puts the count the
+    note suggests into the form (nothing else changes, nothing starts); once the live run
+    says its threads fit again, its note goes and T changes nothing."""
+    import time
+
+    from tui_trainer.core import contention
+    from tui_trainer.ui.panels.launch import LaunchPanel
+    _session(tmp_path, n=1)
+    store = SessionStore(tmp_path)
+    done = store.create_run(config.DEFAULTS.to_dict(), name="done")
+    store.set_settings(done, {"num_threads": 4, "device": "cpu"}, "mnist-sample")
+    store.end_run(done, "finished", {"elapsed_s": 9.0, "contention": {
+        "wall_s": 9.0, "others_cores": 1.4, "own_cores": 2.0, "cores": 4}})
+    live = store.create_run(config.DEFAULTS.to_dict(), name="live")
+    store.claim(live)
+    note = contention.crowded(contention.read({"wall_s": 6.0, "others_cores": 1.0,
+                                               "own_cores": 1.1, "cores": 2}), 2, "cpu")
+    store.heartbeat(live, progressed=time.time(), crowded=note)
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        table = await _table(pilot)
+        # (the why column cuts a long note to its width: the whole is in the Log)
+        shown = str(table.get_cell(str(live), "reason"))
+        assert shown.startswith("2 threads, 1.0 of 2 cores free") and \
+            note.startswith(shown.rstrip("…")), shown
+        assert str(table.get_cell(str(done), "reason")).startswith(
+            "4 threads, 2.6 of 4 cores free")
+        assert str(table.get_cell("1", "reason")) == ""
+        form = app.query_one(LaunchPanel).form
+
+        def threads() -> int:
+            return form.raw_values()[0]["num_threads"]
+        assert threads() == 0
+        table.focus()
+        table.move_cursor(row=_ids(app).index(str(live)))
+        await pilot.press("T")
+        await pilot.pause()
+        assert threads() == 1
+        table.move_cursor(row=_ids(app).index(str(done)))
+        await pilot.press("T")
+        await pilot.pause()
+        assert threads() == 3
+        await pilot.press("slash")
+        await _answer(pilot, "crowded")
+        assert sorted(_ids(app)) == sorted([str(done), str(live)])
+        await pilot.press("slash")
+        await _answer(pilot, "*")
+        store.heartbeat(live, progressed=time.time(), crowded=None)
+        for _ in range(5):
+            await app.poll_now()
+            await pilot.pause()
+        assert str(table.get_cell(str(live), "reason")) == ""
+        table.move_cursor(row=_ids(app).index(str(live)))
+        await pilot.press("T")
+        await pilot.pause()
+        assert threads() == 3
+        assert len(store.runs()) == 3                       # nothing started
+    store.end_run(live, "stopped", {})
+    store.close()

@@ -457,13 +457,16 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
 
 def _after_plan(store: SessionStore, study_id: int, train_positions: Callable[[list[int]], None],
                 stop: dict[str, bool], say: Say, started: float) -> None:
-    """What a study does once its planned rounds are trained: trains again, when the machine
-    is quiet, the rounds that shared the CPU with another process (at most `rerun_loaded`
-    times in all); then, with `until_sure`, adds rounds until every variant's samples/s
-    interval is narrower than asked, or a bound is reached. What ended it is kept in the
-    spec (`ended_by`) and said."""
+    """What a study does once its planned rounds are trained: trains again the rounds that
+    shared the CPU with another process, each once the machine has more room than when it
+    was measured (core.contention.more_room; at most `rerun_loaded` times in all); then,
+    with `until_sure`, adds rounds until every variant's samples/s interval is narrower
+    than asked, or a bound is reached. What ended it is kept in the spec (`ended_by`) and
+    said. A wait lasts at most `quiet_wait_s` and at most one round's time so far; once one
+    finds the machine no freer, the study waits no more (a machine under permanent load:
+    its rounds stay as measured, marked), so it ends about when its rounds are trained."""
     from .core import contention
-    from .core.study import QUIET_WAIT_S, add_round, rerun_round, round_need, table
+    from .core.study import QUIET_WAIT_S, add_round, rerun_round, round_load, table
     study = store.study(study_id)
     spec = study["spec"]
     if study["kind"] != "ab" or (spec.get("repeats", 1) < 2 and spec.get("until_sure") is None):
@@ -474,31 +477,42 @@ def _after_plan(store: SessionStore, study_id: int, train_positions: Callable[[l
             return 0
         return spec.get("rerun_loaded", 0) - len(spec.get("reruns", []))
 
+    busy_still: list[bool] = []          # a wait found no more room: wait no more
+
     def rerun_loaded() -> None:
-        while budget() > 0 and not stop["asked"]:
+        while budget() > 0 and not stop["asked"] and not busy_still:
             _, rows = table(store, study_id)
             marked = sorted({r for row in rows[1:] for r in row.loaded_rounds})
             if not marked:
                 return
             rnd = marked[0]
-            limit = store.study(study_id)["spec"].get("quiet_wait_s", QUIET_WAIT_S)
-            need = round_need(store, study_id, rnd)
-            room = contention.room_for(need)
-            say(f"ab: round {rnd + 1} shared the CPU with another process; waiting for "
-                f"room for it (everything else below {room:.1f} cores, at most "
-                f"{limit:.0f} s) to train it again")
-            quiet, waited = contention.wait_quiet(limit, give_up=lambda: stop["asked"],
-                                                  need_cores=need)
+            spec = store.study(study_id)["spec"]
+            per_round = (time.monotonic() - started) / max(1, spec.get("repeats", 1))
+            limit = min(spec.get("quiet_wait_s", QUIET_WAIT_S), per_round)
+            need, then = round_load(store, study_id, rnd)
+            beside = f"{then:.1f} cores of other work" if then is not None else "other work"
+            say(f"ab: round {rnd + 1} was measured beside {beside}; waiting at most "
+                f"{limit:.0f} s (a round's time) for more room to train it again")
+            room, waited, busy = contention.wait_room(limit, then, need,
+                                                      give_up=lambda: stop["asked"])
+            spec = store.study(study_id)["spec"]
+            store.set_study_spec(study_id, {**spec, "waits": [*spec.get("waits", []), {
+                "round": rnd, "limit_s": round(limit, 1), "waited_s": round(waited, 1),
+                "busy_then": then, "busy_now": busy, "room": room}]})
             if stop["asked"]:
                 return
-            if not quiet:
-                note = (f"round {rnd + 1}: the machine was still busy after {waited:.0f} s; "
-                        "kept as measured under load")
+            if not room:
+                now = f" ({busy:.1f} cores of other work)" if busy is not None else ""
+                note = (f"round {rnd + 1}: the machine was still busy{now} after "
+                        f"{waited:.0f} s; it and every round measured under load are kept "
+                        f"as measured, marked (`ab --study {study_id}` again trains them "
+                        "once there is room)")
                 say(f"ab: {note}")
                 _note(store, study_id, note)
+                busy_still.append(True)
                 return
             positions = rerun_round(store, study_id, rnd, f"shared the CPU (waited "
-                                    f"{waited:.0f} s for quiet)")
+                                    f"{waited:.0f} s for more room)")
             train_positions(positions)
 
     rerun_loaded()

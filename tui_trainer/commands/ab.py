@@ -53,12 +53,15 @@ def add(sub: Any) -> None:
     sp.add_argument("--rerun-loaded", type=int, metavar="N", default=None,
                     help="rounds that shared the CPU with another process (recorded around "
                          "every run: other processes' CPU, steal, load, frequency) are "
-                         "trained again once the machine is quiet, at most N times in all "
-                         "(default: as many as rounds; 0: never, the verdicts say how many "
-                         "rounds were under load)")
+                         "trained again once the machine has more room than when they "
+                         "were measured, at most N times in all (default: as many as "
+                         "rounds; 0: never, the verdicts say how many rounds were under "
+                         "load)")
     sp.add_argument("--quiet-wait", type=float, metavar="S", default=None,
-                    help="how long to wait for a quiet machine before a re-run (default "
-                         f"{study.QUIET_WAIT_S:.0f} s; then the round is kept, marked)")
+                    help="how long to wait for more room before a re-run (default "
+                         f"{study.QUIET_WAIT_S:.0f} s, and at most one round's time so "
+                         "far; a wait that finds none keeps that round and the later "
+                         "loaded ones as measured, marked)")
     sp.add_argument("--plan", action="store_true",
                     help="say what the study would train (its arms, what each changes, the "
                          "runs in all) and which arms this machine cannot run, and train "
@@ -169,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
              "jobs": record["spec"].get("jobs", 1), "vary": record["spec"]["vary"],
              "notes": record["spec"].get("notes", []),
              "reruns": record["spec"].get("reruns", []),
+             "waits": record["spec"].get("waits", []),
              "until_sure": record["spec"].get("until_sure"),
              "ended_by": record["spec"].get("ended_by"),
              "rows": [r.to_dict() for r in rows]})))

@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from ..core import figures
+from ..core import contention, figures
 from ..core.columns import fit
 from ..core.errors import EXIT_OK
 from ..core.reader import reason_of, shown_status, stall_note
@@ -34,6 +34,7 @@ def run_rows(store: SessionStore) -> list[dict[str, Any]]:
             "status": shown_status(run["status"], run["stalled_s"]),
             "reason": stall_note(run) or reason_of(summary), "stalled_s": run["stalled_s"],
             "not_learning": f["not_learning_text"],
+            "crowded": contention.run_crowded(run),
             "steps": run["step"], "epochs": run["epoch"],
             "train_loss": f["train_loss"], "eval_loss": f["eval_loss"],
             "eval_accuracy": f["accuracy"],
@@ -82,4 +83,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"run {r['run_id']} {r['status']}: {shown(r['reason'], 300)}")
         elif r["not_learning"]:
             print(f"run {r['run_id']} {r['status']}, {shown(r['not_learning'], 300)}")
+        if r["crowded"]:
+            print(f"run {r['run_id']} {r['status']}, crowded: {shown(r['crowded'], 300)}")
     return EXIT_OK

@@ -21,7 +21,12 @@ own cores together above its cores less SPARE_CORES. On a 2-core machine a busy 
 beside a run is loaded, the idle background (0.01 to 0.05 cores, docs/benchmarks.md) is not;
 on a 16-core GPU machine a dashboard, the hypervisor's steal (0.05 to 0.25 cores seen on an
 H100's VM) and a neighbour on spare cores take nothing the run wanted. A study marks every
-round one of whose runs was loaded, and waits until there is room again (`wait_quiet`).
+round one of whose runs was loaded, and trains it again once the machine has more room than
+when it was measured (`wait_room`).
+
+A CPU run is *crowded* when its torch threads outnumber the cores the rest of the machine
+leaves it (`crowded`): each step waits on a starved thread. Judged while it trains (its
+heartbeat thread, over CROWDED_WINDOW_S) and over its whole run (its summary's record).
 
 Linux only (/proc); elsewhere `snapshot` returns None and nothing is marked. Core layer:
 standard library only.
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import resource
 import time
 from dataclasses import dataclass
@@ -41,6 +47,9 @@ LOADED_CORES = 0.2      # others + steal above this, on average over the run, ..
 SPARE_CORES = 0.5       # ... with fewer than this many cores left idle: a loaded run
 QUIET_CORES = 0.1       # the machine is quiet again when everything together takes less,
 QUIET_WINDOW_S = 2.0    # over this long (or when the runs to come fit beside what runs)
+MORE_ROOM = 0.5         # a loaded round is trained again beside at most this share of its load
+CROWDED_SLACK = 0.5     # a CPU run's threads beyond the free cores by more than this: crowded
+CROWDED_WINDOW_S = 6.0  # while a run trains, judged over about this long
 
 
 @dataclass(frozen=True)
@@ -213,6 +222,62 @@ def loaded(c: dict[str, Any] | None) -> bool:
     return others + c["own_cores"] > c["cores"] - SPARE_CORES
 
 
+def free_cores(c: dict[str, Any] | None) -> float | None:
+    """The cores the rest of the machine left the run (its cores less what others, the
+    hypervisor and the study that started it took), None where the record cannot say."""
+    if c is None or c.get("cores") is None:
+        return None
+    taken = c["others_cores"] + (c.get("steal_cores") or 0.0) + (c.get("study_cores") or 0.0)
+    return max(0.0, c["cores"] - taken)
+
+
+def crowded(c: dict[str, Any] | None, threads: Any, device: Any = "cpu") -> str | None:
+    """When a CPU run's torch threads outnumber the cores the rest of the machine left it
+    (by more than CROWDED_SLACK): each parallel region waits for its slowest thread, and one
+    that shares a core with another program gets a fraction of it, so the run trains
+    several times slower than with fewer threads (docs/benchmarks.md, issue 54: 2 threads
+    beside one busy program on 2 cores, 15x). The thread count is never changed for the
+    user: on the CPU it can change the bits. None when the threads fit, or the record, the
+    thread count or the device cannot say (a CUDA run's step does not wait on its CPU
+    threads)."""
+    free = free_cores(c)
+    if free is None or device != "cpu" or not isinstance(threads, int) \
+            or isinstance(threads, bool) or threads < 2 or threads <= free + CROWDED_SLACK:
+        return None
+    fit = max(1, min(threads - 1, int(free + 0.5)))
+    return (f"{threads} threads, {free:.1f} of {c['cores']} cores free: each step waits on "
+            f"a starved thread; num_threads = {fit} would not (and changes the bits on the "
+            "CPU)")
+
+
+def run_crowded(run: dict[str, Any]) -> str | None:
+    """A stored run's crowded note: while it trains, what its process last judged (the
+    runs.crowded column, over its last CROWDED_WINDOW_S); once it ended, the judgment over
+    its whole timed training (its summary's contention, its settings' thread count and
+    device). A run's record is untrusted: anything that is not one reads as None."""
+    if run.get("status") in ("created", "running"):
+        note = run.get("crowded")
+        return note if isinstance(note, str) and note else None
+    summary, settings = run.get("summary"), run.get("settings")
+    if not isinstance(summary, dict) or not isinstance(settings, dict):
+        return None
+    device = settings.get("device")
+    return crowded(read(summary.get("contention")), settings.get("num_threads"),
+                   device.split(":")[0] if isinstance(device, str) else None)
+
+
+def suggested_threads(note: str | None) -> int | None:
+    """The thread count a crowded note suggests (the number it says, one definition)."""
+    found = re.search(r"num_threads = (\d+) would not", note or "")
+    return int(found.group(1)) if found else None
+
+
+def fit_threads(c: dict[str, Any] | None) -> int | None:
+    """The thread count that fits the cores the record says were free (at least 1)."""
+    free = free_cores(c)
+    return None if free is None else max(1, int(free + 0.5))
+
+
 def text(c: dict[str, Any] | None) -> str:
     """`others 1.02 cores, own 1.95, load 3.1, 2596 MHz` (what a round's mark rests on)."""
     if c is None:
@@ -255,19 +320,29 @@ def room_for(need_cores: float | None, cores: int | None = None) -> float:
     return max(QUIET_CORES, cores - SPARE_CORES - need_cores)
 
 
-def wait_quiet(max_s: float, window_s: float = QUIET_WINDOW_S,
-               give_up: Callable[[], bool] = lambda: False,
-               need_cores: float | None = None) -> tuple[bool, float]:
-    """Waits, at most `max_s` seconds, until the machine has room for runs that take
-    `need_cores` (everything busy below `room_for(need_cores)` over `window_s`; with no
-    need given, below QUIET_CORES), or `give_up` says so. (quiet?, seconds waited)."""
-    start = time.monotonic()
-    limit = room_for(need_cores)
+def more_room(busy: float, busy_then: float | None, need_cores: float | None,
+              cores: int | None = None) -> bool:
+    """Whether a machine now `busy` (cores, everything counted) has more room for a round
+    measured beside `busy_then` cores of other work (its runs' others and steal): room
+    for its runs unloaded (room_for), or at most MORE_ROOM of the load it was measured
+    under. Training it again beside the same load would measure the same load again."""
+    if busy < room_for(need_cores, cores):
+        return True
+    return busy_then is not None and busy <= busy_then * MORE_ROOM
+
+
+def wait_room(max_s: float, busy_then: float | None, need_cores: float | None,
+              window_s: float = QUIET_WINDOW_S, give_up: Callable[[], bool] = lambda: False
+              ) -> tuple[bool, float, float | None]:
+    """Waits, at most `max_s` seconds, until the machine has more room than a round had
+    when it was measured (more_room), or `give_up` says so. (room?, seconds waited, the
+    cores last seen busy)."""
+    start, busy = time.monotonic(), None
     while not give_up():
         busy = busy_now(window_s)
         waited = time.monotonic() - start
-        if busy is None or busy < limit:
-            return True, waited
+        if busy is None or more_room(busy, busy_then, need_cores):
+            return True, waited, busy
         if waited + window_s > max_s:
-            return False, waited
-    return False, time.monotonic() - start
+            return False, waited, busy
+    return False, time.monotonic() - start, busy

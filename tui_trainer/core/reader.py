@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import figures
+from . import contention, figures
 from .config import DEFAULTS, world_size
 from .activations import EVENT as SEEN
 from .explain import EVENT as EXPLAINED
@@ -103,6 +103,7 @@ class RunRow:
     not_learning: str | None = None  # why it reads "not learning" (figures.not_learning_text)
     workers_mib: float | None = None  # its DataLoader workers' part of peak_memory_mib
     last_phase_ms: tuple[tuple[str, float], ...] | None = None   # ... its last interval
+    crowded: str | None = None   # its threads outnumber the free cores (contention.run_crowded)
 
     @property
     def live(self) -> bool:
@@ -270,7 +271,7 @@ class SessionReader:
             phase_ms=tuple(f.phase_ms.items()) if f.phase_ms else None,
             last_phase_ms=tuple(f.last_phase_ms.items()) if f.last_phase_ms else None,
             not_learning=figures.not_learning_text(f, run["config"] or {}),
-            workers_mib=f.workers_mib)
+            workers_mib=f.workers_mib, crowded=contention.run_crowded(run))
 
     def _seed_figures(self, run: dict[str, Any]) -> figures.Figures:
         """A run seen for the first time: an ended run's figures from its summary (written by

@@ -113,7 +113,9 @@ OPTIONAL_TABLES = frozenset({"studies", "study_runs", "run_labels"})
 # training process last saw its step move (its heartbeat thread writes it), runs.pace_s its
 # own seconds per step and runs.busy what it does besides stepping (evaluating, ...): a live
 # run whose step has not moved for its stall window (core.liveness) reads as stalled.
-OPTIONAL_COLUMNS = {"runs": {"progressed": "REAL", "pace_s": "REAL", "busy": "TEXT"},
+# runs.crowded: while it trains, why its threads wait (core.contention.crowded).
+OPTIONAL_COLUMNS = {"runs": {"progressed": "REAL", "pace_s": "REAL", "busy": "TEXT",
+                             "crowded": "TEXT"},
                     "steps": {c: "REAL" for c in ("peak_rss", "tensor_bytes", "copy_s",
                                                   "forward_s", "backward_s", "optimizer_s",
                                                   "record_s", "workers_uss", "ranks_uss")}}
@@ -450,14 +452,19 @@ class SessionStore:
                        run_id))
 
     def heartbeat(self, run_id: int, progressed: float | None = None,
-                  pace_s: float | None = None, busy: str | None = None) -> None:
+                  pace_s: float | None = None, busy: str | None = None,
+                  crowded: Any = ...) -> None:
         """The training process is alive; `progressed`: when it last saw its step (or its
         other work) move; `pace_s`: its seconds per step so far; `busy`: what it does now
-        besides stepping (None: training steps)."""
+        besides stepping (None: training steps); `crowded`: while its threads outnumber the
+        free cores, the note that says so (core.contention.crowded), None once they fit
+        again, Ellipsis (the default) to leave it as it is."""
         with self.transaction() as c:
             c.execute("UPDATE runs SET heartbeat = ?, progressed = COALESCE(?, progressed), "
                       "pace_s = COALESCE(?, pace_s), busy = ? WHERE id = ?",
                       (time.time(), progressed, pace_s, busy, run_id))
+            if crowded is not ...:
+                c.execute("UPDATE runs SET crowded = ? WHERE id = ?", (crowded, run_id))
 
     def set_progress(self, run_id: int, step: int, epoch: float) -> None:
         with self.transaction() as c:

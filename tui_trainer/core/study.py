@@ -379,6 +379,10 @@ class Row:
     # another process (core.contention), and how many rounds the verdicts rest on
     loaded_rounds: list[int] = field(default_factory=list)
     compared_rounds: int = 0
+    # the rounds in which this arm's run had more torch threads than the machine left it
+    # free cores (core.contention.crowded), and the first such run's note
+    crowded_rounds: list[int] = field(default_factory=list)
+    crowded: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -393,20 +397,26 @@ def _arm_status(statuses: list[str]) -> str:
     return "finished" if statuses else "queued"
 
 
-def round_need(store: SessionStore, study_id: int, rnd: int) -> float | None:
-    """The most cores one run of round `rnd` kept busy (its recorded own cores): what a
-    re-run of the round needs free beside whatever else runs; None when none says."""
+def round_load(store: SessionStore, study_id: int, rnd: int
+               ) -> tuple[float | None, float | None]:
+    """(need, busy) of round `rnd` as its runs recorded them: the most cores one of its runs
+    kept busy (what a re-run needs free beside whatever else runs), and the most cores of
+    other work (others and steal) beside one of them (how busy the rest of the machine was
+    while it was measured); None where none says."""
     study = store.study(study_id)
     places = study["spec"].get("layout") or [[i, 0] for i in range(len(study["variants"]))]
-    need = None
+    need = busy = None
     for v, (_, r) in zip(study["variants"], places, strict=True):
         if r != rnd or v["run_id"] is None:
             continue
         summary = store.run(v["run_id"])["summary"]
         c = contention.read(summary.get("contention") if isinstance(summary, dict) else None)
-        if c is not None and c.get("own_cores") is not None:
+        if c is None:
+            continue
+        busy = max(busy or 0.0, c["others_cores"] + (c.get("steal_cores") or 0.0))
+        if c.get("own_cores") is not None:
             need = max(need or 0.0, c["own_cores"])
-    return need
+    return need, busy
 
 
 def loaded_of(store: SessionStore, run_id: int) -> bool:
@@ -414,6 +424,14 @@ def loaded_of(store: SessionStore, run_id: int) -> bool:
     summary = store.run(run_id)["summary"]
     return contention.loaded(contention.read(summary.get("contention")
                                              if isinstance(summary, dict) else None))
+
+
+def crowded_text(r: Row) -> str:
+    """`; its threads outnumbered the free cores in 3 of 6 rounds` (nothing when never)."""
+    if not r.crowded_rounds:
+        return ""
+    of = f" in {len(r.crowded_rounds)} of {r.rounds} rounds" if r.rounds > 1 else ""
+    return f"; its threads outnumbered the free cores{of}"
 
 
 def table(store: SessionStore, study_id: int,
@@ -440,6 +458,16 @@ def table(store: SessionStore, study_id: int,
             loaded[run_id] = loaded_of(store, run_id)
         return loaded[run_id]
 
+    crowded: dict[int, str | None] = {}
+
+    def crowded_of(cell: Any) -> str | None:
+        run_id = cell[0]["run_id"] if cell is not None else None
+        if run_id is None or not _finished(cell):
+            return None
+        if run_id not in crowded:
+            crowded[run_id] = contention.run_crowded(store.run(run_id))
+        return crowded[run_id]
+
     hashes_of = hashes_of or (lambda r: figures.hashes(store.fingerprints(r)))
     spec = study["spec"]
     level = spec.get("level", stats.DEFAULT_LEVEL)
@@ -464,6 +492,9 @@ def table(store: SessionStore, study_id: int,
                   status=_arm_status(statuses), runs=runs, rounds=repeats,
                   done=statuses.count("finished"),
                   note=next((c[0]["note"] for c in cells if c[0]["note"]), None))  # type: ignore
+        notes = [(r, crowded_of(c)) for r, c in enumerate(cells)]
+        row.crowded_rounds = [r for r, note in notes if note]
+        row.crowded = next((note for _, note in notes if note), None)
         figs = [c[1] for c in cells if c[1] is not None]  # type: ignore[index]
         if figs:
             row.steps = max(f["steps"] or 0 for f in figs)
@@ -650,7 +681,8 @@ def verdict_text(r: Row) -> str:
             else ""
     few = [iv.n for iv in (r.intervals or {}).values() if iv is not None and iv.low is None]
     if few:
-        return stats.no_interval(min(few), level) + " (per-round ratios shown)" + load_text(r)
+        return stats.no_interval(min(few), level) + " (per-round ratios shown)" + load_text(r) \
+            + crowded_text(r)
     words = []
     for key in ("samples_per_s", "accuracy"):
         if key in r.verdicts:
@@ -661,7 +693,7 @@ def verdict_text(r: Row) -> str:
         v = r.verdicts.get(key)
         if v and not v.startswith("within"):
             words.append(v)
-    return ", ".join(words) + load_text(r)
+    return ", ".join(words) + load_text(r) + crowded_text(r)
 
 
 def load_text(r: Row) -> str:
@@ -751,11 +783,18 @@ def format_table(rows: list[Row], sweep: bool = False, width: int | None = None)
                      for j in fitted.shown).rstrip()
            for line in lines]
     out += [f"{r.label}: {shown(r.note)}" for r in rows if r.note and not sweep]
+    out += crowded_lines(rows)
     if fitted.left_out:
         out.append(f"({len(fitted.left_out)} column(s) left out to fit {width} columns: "
                    f"{', '.join(lines[0][j] for j in fitted.left_out)}; --json or "
                    "`export --study` has them all)")
     return out
+
+
+def crowded_lines(rows: list[Row]) -> list[str]:
+    """Under a table: each arm whose runs' threads outnumbered the free cores, what its
+    first such run said (the same note as the run table's)."""
+    return [f"{r.label}: {crowded_text(r)[2:]}: {shown(r.crowded)}" for r in rows if r.crowded]
 
 
 def identity_text(r: Row) -> str:

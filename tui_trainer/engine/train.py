@@ -228,9 +228,11 @@ class _Heartbeat(threading.Thread):
     stalled once its step has stood still for its stall window (core.liveness)."""
 
     def __init__(self, session_dir: Path, run_id: int,
-                 position: Callable[[], tuple[int, str | None, float | None]]):
+                 position: Callable[[], tuple[int, str | None, float | None]],
+                 crowding: "Crowding | None" = None):
         super().__init__(daemon=True, name="heartbeat")
         self.session_dir, self.run_id, self.position = session_dir, run_id, position
+        self.crowding = crowding
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -241,9 +243,41 @@ class _Heartbeat(threading.Thread):
                 step, busy, pace = self.position()
                 if (step, busy) != seen:
                     seen, moved = (step, busy), time.time()
-                store.heartbeat(self.run_id, moved, pace, busy)
+                crowded = self.crowding.beat() if self.crowding is not None else ...
+                store.heartbeat(self.run_id, moved, pace, busy, crowded)
         finally:
             store.close()
+
+
+class Crowding:
+    """Whether a CPU run's torch threads outnumber the cores the rest of the machine leaves
+    it (core.contention.crowded), judged while it trains from what it records anyway: the
+    machine's and its own CPU time over the last CROWDED_WINDOW_S. `beat` (each heartbeat)
+    returns the note while crowded, None once it is not, Ellipsis when nothing changed; a
+    change is said in the run's log."""
+
+    def __init__(self, threads: int, device: str, say: Callable[[str], None]):
+        self.threads, self.device, self.say = threads, device, say
+        self.snaps: list[contention.Snapshot] = []
+        self.shown: int | None = None        # the thread count the shown note suggests
+
+    def beat(self) -> Any:
+        snap = contention.snapshot(supervisor.owner())
+        if snap is None:
+            return ...
+        self.snaps.append(snap)
+        while len(self.snaps) > 2 and \
+                self.snaps[1].wall <= snap.wall - contention.CROWDED_WINDOW_S:
+            self.snaps.pop(0)
+        c = contention.between(self.snaps[0], snap)
+        note = contention.crowded(c, self.threads, self.device)
+        fit = contention.fit_threads(c) if note else None
+        if fit == self.shown:
+            return ...
+        self.shown = fit
+        self.say(note if note else f"{self.threads} threads fit the cores free again "
+                 f"({contention.text(c)})")
+        return note
 
 
 # The `compile` knob's values, as torch.compile's modes.
@@ -1020,6 +1054,10 @@ class Trainer:
                  f"{fmt(summary.eval_loss, 'eval_loss')}, eval accuracy "
                  f"{figures.accuracy_text(summary.eval_accuracy)}, "
                  f"{fmt(summary.samples_per_s, 'samples_per_s')} samples/s (training)")
+        crowded = contention.crowded(contention.read(machine), self.settings["num_threads"],
+                                     self.device.type)
+        if crowded:
+            self.log(f"over the whole run: {crowded}")
         return summary
 
     def _progress_bar(self) -> Any:
@@ -1089,8 +1127,12 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
                 f"{trainer.loaders.info.description}")
     if trainer.cuda_start is not None and (said := trainer.cuda_start.said()):
         trainer.log(said)
+    # CPU runs only (a CUDA step does not wait on torch's CPU threads); one process of a
+    # data-parallel run cannot tell its peers from strangers
+    crowding = None if group.active or trainer.device.type != "cpu" else \
+        Crowding(trainer.settings["num_threads"], trainer.device.type, trainer.log)
     heartbeat = _Heartbeat(store.dir, run_id,
-                           lambda: (trainer.pos.step, trainer.busy, trainer.pace_s))
+                           lambda: (trainer.pos.step, trainer.busy, trainer.pace_s), crowding)
     heartbeat.start()
     restore = _listen(trainer)
     try:

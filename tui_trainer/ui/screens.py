@@ -52,7 +52,8 @@ HELP_KEYS = (
     ("run table", "space marks a run (plots, the pair), / filters, s sorts (S reverses), "
                   "c config columns, a every column (a narrow table shows the most important "
                   "ones; ←/→ scroll), h hides (H shows hidden), r renames, n notes, t tags, "
-                  "delete deletes"),
+                  "delete deletes, T on a crowded run puts the thread count that fits the "
+                  "free cores into the form"),
     ("knob search", "typing filters the form's knobs; enter or ↓ goes to the first match, "
                     "escape clears"),
     ("plots", "m smoothing, x the x axis, l log scale, w all steps or the last ones, 1-8 one "
@@ -102,7 +103,9 @@ HELP_STATUSES = ("created, starting, running, finished, stopped (F3: it wrote a 
                  "NaN/inf: every row is kept and the newest checkpoint is the last finite one), "
                  "copied (training in another session when this one was copied from it: this "
                  "copy keeps it as it was). A read-only session opens for viewing and export "
-                 "only.")
+                 "only. The why column also says when a CPU run's torch threads outnumber the "
+                 "cores the rest of the machine leaves it (each step then waits on a starved "
+                 "thread): while it trains, and over its whole run once it ends.")
 _HELP: Group | None = None
 
 

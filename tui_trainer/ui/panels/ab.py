@@ -119,8 +119,8 @@ class ABPanel(Vertical):
         self._study = study
         rows = study["rows"]
         notes = "".join(f"\n{r.label}: {r.note}" for r in rows if r.note)
-        phases = "".join(f"\n{line}" for line in studies.phase_lines(rows)
-                         + studies.rerun_lines(study))
+        phases = "".join(f"\n{line}" for line in studies.crowded_lines(rows)
+                         + studies.phase_lines(rows) + studies.rerun_lines(study))
         self.query_one("#ab-title", Static).update(Text(
             studies.title_text(study, rows) + ". " + studies.method_text(study, rows)
             + (" Enter on a row pairs it with the base." if len(rows) > 1 else "")

@@ -4,7 +4,7 @@ Keys (while the table has focus): space marks a run (marked runs are plotted tog
 the last two form the pair), / filters, s sorts by the next column (S reverses), c shows the
 config columns, a shows every column (a narrow table keeps the most important ones), h
 hides the run (H shows hidden runs), r renames, n edits notes, t tags, delete deletes (asks
-first). The table asks its own questions (dialogs) and hands the change to `app.write`, which
+first), T puts the thread count a crowded run's note suggests into the form. The table asks its own questions (dialogs) and hands the change to `app.write`, which
 runs it in a worker thread; what the app must know (the cursor, a mark, a deleted run) it is
 told with messages.
 """
@@ -19,7 +19,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
 
-from ...core import figures
+from ...core import contention, figures
 from ...core.columns import cut, fit
 from ...core.reader import RunRow, shown_status
 from ...core.text import name_problem
@@ -67,7 +67,7 @@ def cells(row: RunRow, marked: bool, status: str) -> dict[str, Text]:
            if row.workers_mib else ""),
         "elapsed": figures.duration(row.elapsed), "tags": " ".join(row.tags),
         "split": figures.split_text(dict(row.last_phase_ms or ())),
-        "reason": row.reason or row.not_learning or "",
+        "reason": row.reason or row.not_learning or row.crowded or "",
     }
     if row.not_learning and status in ("running", "finished", "stopped"):
         texts["status"] = f"{status}, not learning"
@@ -94,6 +94,7 @@ def matches(row: RunRow, text: str) -> bool:
     value (`key=value` words match that config key)."""
     hay = " ".join([row.name, row.status, shown_status(row.status, row.stalled_s),
                     "not learning" if row.not_learning else "",
+                    "crowded" if row.crowded else "",
                     " ".join(row.tags), row.notes, str(row.id)]).lower()
     for word in text.lower().split():
         if "=" in word:
@@ -129,6 +130,7 @@ class RunTable(Table):
         Binding("n", "ask('notes')", "Notes", show=False),
         Binding("t", "ask('tags')", "Tags", show=False),
         Binding("delete", "ask('delete')", "Delete", show=False),
+        Binding("T", "fit_threads", "Fit threads", show=False),
     ]
 
     class CursorMoved(Message):
@@ -145,6 +147,12 @@ class RunTable(Table):
         """A run is gone from the session: it leaves the selection."""
         def __init__(self, run_id: int) -> None:
             self.run_id = run_id
+            super().__init__()
+
+    class FitThreads(Message):
+        """The user asked for the thread count a crowded run's note suggests, in the form."""
+        def __init__(self, run_id: int, threads: int, note: str) -> None:
+            self.run_id, self.threads, self.note = run_id, threads, note
             super().__init__()
 
     class ViewChanged(Message):
@@ -286,6 +294,21 @@ class RunTable(Table):
         self.app.push_screen(NameScreen("Show runs matching (words in names, tags, notes, "
                                         "status; key=value for config; * for all):",
                                         self.view.filter), filtered)
+
+    def action_fit_threads(self) -> None:
+        """T: on a run whose threads outnumbered the free cores, the thread count its note
+        suggests goes into the form (for speed over bits: another thread count can change
+        the bits on the CPU); nothing else changes, and nothing starts."""
+        rid = self.current()
+        run = next((r for r in self._rows if r.id == rid), None)
+        if run is None:
+            return
+        threads = contention.suggested_threads(run.crowded)
+        if threads is None:
+            self.notify(f"run {run.id}: its threads did not outnumber the free cores "
+                        "(nothing to fit)")
+            return
+        self.post_message(self.FitThreads(run.id, threads, run.crowded or ""))
 
     # --- changes to a run: a dialog, then the write in a worker (app.write) ------------------
     def _run(self, what: str) -> RunRow | None:

@@ -196,6 +196,17 @@ class ConfigForm(VerticalScroll):
                     widget.value = _text(value)
         self.post_message(self.Changed(self.validate()))
 
+    def set_value(self, key: str, value: Any) -> None:
+        """One field to `value`, the others as they are (typed text that does not parse
+        stays, marked)."""
+        if not self.ready:
+            self._initial = {**self._initial, key: value}
+            return
+        widget = self._widgets[key]
+        with self.prevent(Input.Changed, Checkbox.Changed, Select.Changed):
+            widget.value = value if isinstance(widget, (Checkbox, Select)) else _text(value)
+        self.post_message(self.Changed(self.validate()))
+
     def _mark(self, problems: dict[str, str]) -> None:
         values, _ = self.raw_values()
         defaults = config.DEFAULTS.to_dict()
