@@ -36,7 +36,9 @@ from pathlib import Path
 SESSION = "keys-bench"
 # The tabs in ctrl+t's order, each with text only it shows (None: the Log tab has none).
 TAB_MARKS = [("Plots", "train loss (raw faint"), ("Divergence", "|Δloss| per step"),
-             ("Compare", "train loss (smoothed)"), ("A/B", "Run study"), ("Log", None)]
+             ("Compare", "train loss (smoothed)"), ("A/B", "Run study"),
+             ("Profile", "p: profile the run under the cursor"),
+             ("Model", "g: what the net sees in a digit"), ("Log", None)]
 KEY_GOAL_MS, CHAR_GOAL_MS = 150.0, 50.0
 
 
@@ -132,7 +134,7 @@ def measure(repeats: int) -> dict[str, list[float]]:
                                                "the character"))
     for _ in typed:
         tmux("send-keys", "-t", SESSION, "BSpace")
-    # ctrl+t, the next tab, round the five tabs from Plots: each tab's frame titles on the
+    # ctrl+t, the next tab, round the seven tabs from Plots: each tab's frame titles on the
     # screen (its charts follow once the keys stop, by design). The Log tab has no fixed
     # text: the key that leaves it is measured, not the one that reaches it.
     wait_for(lambda s: TAB_MARKS[0][1] in s, 20, "the Plots tab")
