@@ -677,8 +677,8 @@ def verdict_text(r: Row) -> str:
     level = next((iv.level for iv in (r.intervals or {}).values() if iv is not None),
                  stats.DEFAULT_LEVEL)
     if not r.verdicts:
-        return f"not yet: needs {stats.min_pairs(level)} finished rounds" if r.rounds > 1 \
-            else ""
+        return f"not yet: needs {stats.min_pairs(level)} finished rounds" \
+            + crowded_text(r) if r.rounds > 1 else ""
     few = [iv.n for iv in (r.intervals or {}).values() if iv is not None and iv.low is None]
     if few:
         return stats.no_interval(min(few), level) + " (per-round ratios shown)" + load_text(r) \
@@ -794,7 +794,8 @@ def format_table(rows: list[Row], sweep: bool = False, width: int | None = None)
 def crowded_lines(rows: list[Row]) -> list[str]:
     """Under a table: each arm whose runs' threads outnumbered the free cores, what its
     first such run said (the same note as the run table's)."""
-    return [f"{r.label}: {crowded_text(r)[2:]}: {shown(r.crowded)}" for r in rows if r.crowded]
+    return [f"{r.label}: {crowded_text(r)[2:]}: {shown(r.crowded, 300)}" for r in rows
+            if r.crowded]
 
 
 def identity_text(r: Row) -> str:
