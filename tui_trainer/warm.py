@@ -910,8 +910,8 @@ def _child(request: dict[str, Any], fds: list[int], spare: str | None = None,
             os._exit(0)
         if request.get("detach", True):
             # A process group of its own (a signal to the launcher's group is not its), in
-            # the launcher's session: the scheduling group of the tool's runs
-            # (core/supervisor.py says why it is not a session of its own).
+            # the launcher's session (the dashboard's, or the shell's) and so in its
+            # scheduling group (core/supervisor.py says why not a session of its own).
             os.setpgid(0, 0)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)

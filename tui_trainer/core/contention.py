@@ -272,12 +272,6 @@ def suggested_threads(note: str | None) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def fit_threads(c: dict[str, Any] | None) -> int | None:
-    """The thread count that fits the cores the record says were free (at least 1)."""
-    free = free_cores(c)
-    return None if free is None else max(1, int(free + 0.5))
-
-
 def text(c: dict[str, Any] | None) -> str:
     """`others 1.02 cores, own 1.95, load 3.1, 2596 MHz` (what a round's mark rests on)."""
     if c is None:

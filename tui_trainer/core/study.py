@@ -419,9 +419,10 @@ def round_load(store: SessionStore, study_id: int, rnd: int
     return need, busy
 
 
-def loaded_of(store: SessionStore, run_id: int) -> bool:
-    """Whether a run was timed while another process took the CPU (its summary says)."""
-    summary = store.run(run_id)["summary"]
+def loaded_of(run: dict[str, Any]) -> bool:
+    """Whether a stored run was timed while another process took the CPU (its summary
+    says)."""
+    summary = run["summary"]
     return contention.loaded(contention.read(summary.get("contention")
                                              if isinstance(summary, dict) else None))
 
@@ -444,29 +445,21 @@ def table(store: SessionStore, study_id: int,
     reader, which also gives the `study` as it read it: the store's may already name a
     run its figures do not hold yet)."""
     figures_of = figures_of or (lambda r: figures.run_figures(store, r))
-    loaded: dict[int, bool] = {}
     study = study if study is not None else store.study(study_id)
     side_by_side = study["spec"].get("jobs", 1) > 1
+    marks: dict[int, tuple[bool, str | None]] = {}
 
-    def is_loaded(cell: Any) -> bool:
-        # Runs trained side by side share the CPU by design (the title says so): their
-        # neighbours are the study's own runs, not a mark against a round.
-        run_id = cell[0]["run_id"] if cell is not None else None
-        if side_by_side or run_id is None or not _finished(cell):
-            return False
-        if run_id not in loaded:
-            loaded[run_id] = loaded_of(store, run_id)
-        return loaded[run_id]
-
-    crowded: dict[int, str | None] = {}
-
-    def crowded_of(cell: Any) -> str | None:
+    def marks_of(cell: Any) -> tuple[bool, str | None]:
+        """A finished cell's run, read once: (loaded, its crowded note). Runs trained side
+        by side share the CPU by design (the title says so): their neighbours are the
+        study's own runs, not a mark against a round."""
         run_id = cell[0]["run_id"] if cell is not None else None
         if run_id is None or not _finished(cell):
-            return None
-        if run_id not in crowded:
-            crowded[run_id] = contention.run_crowded(store.run(run_id))
-        return crowded[run_id]
+            return False, None
+        if run_id not in marks:
+            run = store.run(run_id)
+            marks[run_id] = (not side_by_side and loaded_of(run), contention.run_crowded(run))
+        return marks[run_id]
 
     hashes_of = hashes_of or (lambda r: figures.hashes(store.fingerprints(r)))
     spec = study["spec"]
@@ -492,7 +485,7 @@ def table(store: SessionStore, study_id: int,
                   status=_arm_status(statuses), runs=runs, rounds=repeats,
                   done=statuses.count("finished"),
                   note=next((c[0]["note"] for c in cells if c[0]["note"]), None))  # type: ignore
-        notes = [(r, crowded_of(c)) for r, c in enumerate(cells)]
+        notes = [(r, marks_of(c)[1]) for r, c in enumerate(cells)]
         row.crowded_rounds = [r for r, note in notes if note]
         row.crowded = next((note for _, note in notes if note), None)
         figs = [c[1] for c in cells if c[1] is not None]  # type: ignore[index]
@@ -553,7 +546,7 @@ def table(store: SessionStore, study_id: int,
                     _finished(grid[arm][r])]
             row.compared_rounds = len(both)
             row.loaded_rounds = [r for r in both
-                                 if is_loaded(grid[0][r]) or is_loaded(grid[arm][r])]
+                                 if marks_of(grid[0][r])[0] or marks_of(grid[arm][r])[0]]
             row.intervals, row.verdicts = {}, {}
             for key, _, _ in FIGURES:
                 pairs = [(grid[0][r][1][key], grid[arm][r][1][key])   # type: ignore[index]

@@ -78,8 +78,8 @@ def dashboard_nice() -> int:
 # GOMP_SPINCOUNT times, then asleep. libgomp spins 300,000 times by default; beside another
 # busy program the spinning thread holds a core while the thread it waits for shares the
 # other one with that program, and every parallel region waits for that thread's turn:
-# 2 threads beside one busy program on 2 cores trained 218 samples/s, against 2,300 with
-# short spins (docs/benchmarks.md, issue 54). It decides only how a thread waits, never what
+# 2 threads beside one busy program on 2 cores trained 218 samples/s, against 2,400 with
+# 1,000 spins (docs/benchmarks.md, issue 54). It decides only how a thread waits, never what
 # it computes: the bits are the same. Read by libgomp when torch loads it, so it is in the
 # environment of every process the tool starts (and of the `tui-trainer` command itself,
 # before a command imports torch); a user's own GOMP_SPINCOUNT or OMP_WAIT_POLICY wins.

@@ -256,8 +256,8 @@ class Crowding:
     returns the note while crowded, None once it is not, Ellipsis when nothing changed; a
     change is said in the run's log."""
 
-    def __init__(self, threads: int, device: str, say: Callable[[str], None]):
-        self.threads, self.device, self.say = threads, device, say
+    def __init__(self, threads: int, say: Callable[[str], None]):
+        self.threads, self.say = threads, say
         self.snaps: list[contention.Snapshot] = []
         self.shown: int | None = None        # the thread count the shown note suggests
 
@@ -270,8 +270,8 @@ class Crowding:
                 self.snaps[1].wall <= snap.wall - contention.CROWDED_WINDOW_S:
             self.snaps.pop(0)
         c = contention.between(self.snaps[0], snap)
-        note = contention.crowded(c, self.threads, self.device)
-        fit = contention.fit_threads(c) if note else None
+        note = contention.crowded(c, self.threads, "cpu")
+        fit = contention.suggested_threads(note)
         if fit == self.shown:
             return ...
         self.shown = fit
@@ -1130,7 +1130,7 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
     # CPU runs only (a CUDA step does not wait on torch's CPU threads); one process of a
     # data-parallel run cannot tell its peers from strangers
     crowding = None if group.active or trainer.device.type != "cpu" else \
-        Crowding(trainer.settings["num_threads"], trainer.device.type, trainer.log)
+        Crowding(trainer.settings["num_threads"], trainer.log)
     heartbeat = _Heartbeat(store.dir, run_id,
                            lambda: (trainer.pos.step, trainer.busy, trainer.pace_s), crowding)
     heartbeat.start()

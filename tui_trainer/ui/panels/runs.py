@@ -4,9 +4,9 @@ Keys (while the table has focus): space marks a run (marked runs are plotted tog
 the last two form the pair), / filters, s sorts by the next column (S reverses), c shows the
 config columns, a shows every column (a narrow table keeps the most important ones), h
 hides the run (H shows hidden runs), r renames, n edits notes, t tags, delete deletes (asks
-first), T puts the thread count a crowded run's note suggests into the form. The table asks its own questions (dialogs) and hands the change to `app.write`, which
-runs it in a worker thread; what the app must know (the cursor, a mark, a deleted run) it is
-told with messages.
+first), T puts the thread count a crowded run's note suggests into the form. The table asks
+its own questions (dialogs) and hands the change to `app.write`, which runs it in a worker
+thread; what the app must know (the cursor, a mark, a deleted run) it is told with messages.
 """
 
 from __future__ import annotations
@@ -151,8 +151,8 @@ class RunTable(Table):
 
     class FitThreads(Message):
         """The user asked for the thread count a crowded run's note suggests, in the form."""
-        def __init__(self, run_id: int, threads: int, note: str) -> None:
-            self.run_id, self.threads, self.note = run_id, threads, note
+        def __init__(self, run_id: int, threads: int) -> None:
+            self.run_id, self.threads = run_id, threads
             super().__init__()
 
     class ViewChanged(Message):
@@ -308,7 +308,7 @@ class RunTable(Table):
             self.notify(f"run {run.id}: its threads did not outnumber the free cores "
                         "(nothing to fit)")
             return
-        self.post_message(self.FitThreads(run.id, threads, run.crowded or ""))
+        self.post_message(self.FitThreads(run.id, threads))
 
     # --- changes to a run: a dialog, then the write in a worker (app.write) ------------------
     def _run(self, what: str) -> RunRow | None:
