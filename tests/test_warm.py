@@ -59,10 +59,13 @@ def _config(**over) -> dict:
 
 
 def _group_nice(pid: int) -> int | None:
-    """The nice value of the live process's autogroup; None where the kernel has none."""
+    """The nice value of the live process's autogroup; None where the kernel has none, or
+    where the process's CPU share is a cgroup's, not an autogroup's (the kernel then writes
+    nothing in the file: CI's containers)."""
     if not Path("/proc/self/autogroup").exists():
         return None
-    return int(Path(f"/proc/{pid}/autogroup").read_text().split("nice")[1])
+    text = Path(f"/proc/{pid}/autogroup").read_text()
+    return int(text.split("nice")[1]) if "nice" in text else None
 
 
 def _group(pid: int) -> str:

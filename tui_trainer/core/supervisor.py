@@ -47,12 +47,14 @@ TRAINING_NICE = 19
 
 def ranked_by_session() -> bool:
     """Whether Linux's autogroup decides how this process's session shares the CPU: it is
-    on, and no cgroup of this process's own has the CPU controller (a cgroup v1 `cpu`
-    hierarchy, or a v2 parent that delegates `cpu`: systemd's user slices may)."""
+    on, this session has an autogroup of its own (not the root group that every process
+    without one shares: the kernel then writes nothing in /proc/self/autogroup), and no
+    cgroup of this process's own has the CPU controller (a cgroup v1 `cpu` hierarchy, or a
+    v2 parent that delegates `cpu`: systemd's user slices may)."""
     try:
         if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1" \
-                or not Path("/proc/self/autogroup").exists():
-            return False
+                or "nice" not in Path("/proc/self/autogroup").read_text():
+            return False      # (an empty file: this session is in the machine's root group)
         for line in Path("/proc/self/cgroup").read_text().splitlines():
             _, controllers, where = line.split(":", 2)
             if where in ("", "/"):
