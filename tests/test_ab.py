@@ -477,7 +477,8 @@ def test_ab_with_two_rounds_gives_each_rounds_ratio_and_no_interval(tmp_path):
     r = tt("ab", "--study", "1", "--session", str(tmp_path))
     assert r.rc == 0, r.err
     line = next(x for x in r.out.splitlines() if x.startswith("eval_batch_size=100"))
-    assert "2/2" in line and "no verdict: 2 rounds" in line and "; rounds 1.00 1.00" in line
+    assert "2/2" in line and "no verdict: 2 of 6 rounds" in line and "; rounds 1.00 1.00" in line
+    assert "eval_batch_size=100: no verdict: 2 rounds, a 95% interval needs 6" in r.out
     assert "x [" not in r.out and "needs 6 rounds or more" in r.out
     assert "2 at a time" in r.out
     # the export: one row per arm with the interval and verdict, the points of every round

@@ -183,6 +183,31 @@ def test_phase_time_per_step_leaves_out_the_start_up_interval():
     assert restored.phase_ms == f.phase_ms
 
 
+def test_phases_and_samples_per_s_come_from_one_window_and_tell_one_story():
+    """Each phase's ms/step is the median over the intervals samples/s takes its median
+    of: one slow interval (an evaluation, a pause) moves neither, and a run whose steps take
+    half the time reads twice the samples/s and half the ms/step (issue 55: Compare read
+    samples/s 1.42x beside forward 0.51x, means beside a median)."""
+    def run(step_s: float) -> list[dict]:
+        rows = []
+        for i in range(7):
+            s = 8.0 if i == 0 else 40 * step_s if i == 3 else 10 * step_s   # start-up; a pause
+            rows.append({"step": 10 * (i + 1), "loss": 1.0, "samples_per_s": 640 / s,
+                         **{f"{k}_s": s / len(figures.PHASES) for k in figures.PHASES}})
+        return rows
+    a, b = figures.figures(run(0.02)), figures.figures(run(0.01))
+    speed = b.samples_per_s / a.samples_per_s
+    assert speed == pytest.approx(2.0)
+    for k in figures.PHASES:
+        assert b.phase_ms[k] / a.phase_ms[k] == pytest.approx(1 / speed)
+        assert a.phase_ms[k] == pytest.approx(1000 * 0.02 / len(figures.PHASES))
+    assert figures.Figures.restore(a.state()).phase_ms == pytest.approx(a.phase_ms)
+    # a summary written before the medians has the sums alone: their mean is read
+    old = {k: v for k, v in a.state().items() if k != "phase_ms"}
+    assert figures.Figures.restore(old).phase_ms["data"] == pytest.approx(
+        1000 * (5 * 0.2 + 0.8) / 60 / len(figures.PHASES))
+
+
 def test_the_last_intervals_split_is_its_own_rows_phases_and_reads_as_shares():
     rows = [{"step": s, "loss": 1.0, "samples_per_s": 100.0,
              **{f"{k}_s": v for k, v in zip(figures.PHASES, phases)}}

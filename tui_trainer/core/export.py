@@ -264,6 +264,16 @@ def export_png(store: SessionStore, run_ids: list[int], out: Path) -> list[Path]
     return written
 
 
+def ratio_label(r: Any) -> str:
+    """A variant's name on the ratio figure, marked where its speed has no verdict (no
+    interval: too few rounds, or one run each)."""
+    speed = (r.intervals or {}).get("samples_per_s")
+    if speed is not None and speed.low is not None and speed.high is not None:
+        return r.label
+    n = speed.n if speed else r.done
+    return f"{r.label}\n(no verdict: {n} round{'' if n == 1 else 's'})"
+
+
 def export_study(store: SessionStore, study_id: int, out: Path) -> list[Path]:
     """An A/B study: its table (figures and ratios) as CSV, every point of its runs as CSV,
     and figures: its runs' loss, throughput and memory overlaid, each figure as a ratio to
@@ -315,14 +325,32 @@ def export_study(store: SessionStore, study_id: int, out: Path) -> list[Path]:
     variants = [r for r in trained if r.position and r.ratios]
     fig, ax = plt.subplots(figsize=FIG_SIZE_IN, dpi=FIG_DPI)
     height = 0.8 / len(FIGURES)
+    # Each bar with its interval (the verdict's); a ratio without one (too few rounds, or
+    # one run each) is drawn pale and hatched, the spread of its rounds' ratios dashed, and
+    # its variant marked "no verdict" (issue 55: it looked like a measured bar).
     for j, (key, heading, _) in enumerate(FIGURES):
         ys = [i + (j - (len(FIGURES) - 1) / 2) * height for i in range(len(variants))]
         xs = [(r.ratios or {}).get(key) or 0.0 for r in variants]
-        ax.barh(ys, xs, height=height, label=heading)
+        ivs = [(r.intervals or {}).get(key) for r in variants]
+        sure = [iv is not None and iv.low is not None and iv.high is not None for iv in ivs]
+        bars = ax.barh(ys, xs, height=height, label=heading)
+        colour = bars.patches[0].get_facecolor() if bars.patches else None
+        for bar, iv, known, x, y in zip(bars.patches, ivs, sure, xs, ys, strict=True):
+            if known:
+                ax.errorbar(x, y, xerr=[[x - iv.low], [iv.high - x]], fmt="none",
+                            ecolor="black", elinewidth=1, capsize=2)
+                continue
+            bar.set_alpha(0.35)
+            bar.set_hatch("//")
+            if iv is not None and len(iv.ratios) > 1:
+                spread = ax.errorbar(x, y, xerr=[[x - min(iv.ratios)], [max(iv.ratios) - x]],
+                                     fmt="none", ecolor=colour, elinewidth=1, capsize=2)
+                spread[-1][0].set_linestyle("--")
     ax.axvline(1.0, color="black", linewidth=1, label="base = 1")
-    ax.set_yticks(range(len(variants)), [r.label for r in variants])
+    ax.set_yticks(range(len(variants)), [ratio_label(r) for r in variants])
     ax.invert_yaxis()
-    ax.set_xlabel("ratio to the base (1 = same as the base)")
+    ax.set_xlabel("ratio to the base (1 = the base's value)\nblack: the ratio's interval; "
+                  "pale, hatched: no interval (dashed: its rounds' spread)")
     ax.set_ylabel("variant")
     ax.set_title(f"A/B study {study_id} ({study['name']}): "
                  f"{study['spec']['steps']} steps each, ratio to the base")

@@ -5,7 +5,8 @@ the exports all take them from here.
   interval left out (start-up: workers spawning, first allocations, cudnn.benchmark trials,
   compilation). A median, so an evaluation or a checkpoint that falls inside an interval
   does not drag it down. It is not the whole-run average (samples / wall time), which mixes
-  in start-up and evaluation; that one is `wall_s` next to it.
+  in start-up and evaluation; that one is `wall_s` next to it. Each phase's milliseconds
+  per step are medians over the same intervals (WINDOW), so the two tell one story.
 - peak memory: the CUDA peak allocated where the run recorded one, else the process's peak
   resident set size (RSS: its high-water mark per log interval, on Linux); `kind` says
   which. The tensors of the training state alone are `tensor_bytes` (plotted, exported).
@@ -54,9 +55,14 @@ LABELS = {"samples_per_s": "samples/s (training)", "data_wait_s": "data wait s",
           "peak_memory_mib": "peak memory MiB",
           "eval_loss": "eval loss", "train_loss": "train loss (smoothed)",
           "accuracy": "eval accuracy %", "wall_s": "wall time s"}
+# The window of every per-step figure (samples/s and each phase's ms per step), said once
+# wherever they are shown together; and what wall time holds, which is not in that window.
+WINDOW = ("samples/s and ms/step: the median of the logged intervals, the first (start-up) "
+          "left out")
+WALL = "wall time: the whole run, start-up, evaluations and checkpoints included"
 EXPLAINED = (
     "samples/s: training throughput, the median of the logged intervals with the first "
-    "(start-up) left out; peak memory: GPU peak allocated on CUDA, else the run's RSS (its "
+    "(start-up) left out (each phase's ms/step too); peak memory: GPU peak allocated on CUDA, else the run's RSS (its "
     "process's, plus what its DataLoader workers and other ranks hold alone, their USS; the "
     "workers' part in brackets); eval "
     "loss/accuracy: the last evaluation on the held-out set; train loss: logged mini-batch "
@@ -116,6 +122,8 @@ class Figures:
     phase_steps: int = 0
     last_phase_ms: dict[str, float] | None = None   # ms per step by phase, the last interval
     _rates: list[float] = field(default_factory=list)   # sorted, first interval left out
+    # each phase's ms per step in the same intervals as _rates, sorted (phase_ms: medians)
+    _phase_rates: dict[str, list[float]] = field(default_factory=dict)
     _first_seen: bool = False
     _smoother: Smoother = field(default_factory=Smoother)
     frozen: bool = False        # restored from a summary: more rows need every row again
@@ -132,7 +140,7 @@ class Figures:
         """What a finished run stores in its summary, so that a reader need not read its
         rows again (`restore`)."""
         return {**{k: getattr(self, k) for k in self.STATE},
-                "samples_per_s": self.samples_per_s}
+                "samples_per_s": self.samples_per_s, "phase_ms": self.phase_ms}
 
     @classmethod
     def restore(cls, state: Mapping[str, Any]) -> "Figures":
@@ -145,6 +153,9 @@ class Figures:
                 last_phase_ms=_phases_or_none(state.get("last_phase_ms")))
         if finite(state.get("samples_per_s")):
             f._rates = [state["samples_per_s"]]
+        phases = _phases_or_none(state.get("phase_ms"))     # (a summary before the medians
+        if phases is not None:                              # has the sums alone: their mean)
+            f._phase_rates = {k: [v] for k, v in phases.items()}
         return f
 
     def add_step(self, row: Mapping[str, Any]) -> None:
@@ -155,6 +166,8 @@ class Figures:
                 self.phase_s[k] = self.phase_s.get(k, 0.0) + row[f"{k}_s"]
             self.phase_steps += covered
             self.last_phase_ms = {k: 1000 * row[f"{k}_s"] / covered for k in PHASES}
+            for k, ms in self.last_phase_ms.items():
+                bisect.insort(self._phase_rates.setdefault(k, []), ms)
         self.steps = row["step"]
         self.elapsed = row.get("elapsed", self.elapsed)
         self.last_loss = row.get("loss")
@@ -205,16 +218,16 @@ class Figures:
 
     @property
     def samples_per_s(self) -> float | None:
-        r = self._rates
-        if not r:
-            return None
-        mid = len(r) // 2
-        return r[mid] if len(r) % 2 else (r[mid - 1] + r[mid]) / 2
+        return _median(self._rates)
 
     @property
     def phase_ms(self) -> dict[str, float] | None:
-        """Milliseconds per step in each phase (PHASES), the start-up interval left out;
-        None for a run that recorded no phases (before they existed) or too few rows."""
+        """Milliseconds per step in each phase (PHASES): the median over the same logged
+        intervals as samples_per_s (WINDOW: the first, start-up, left out), so that a
+        phase's ratio and the speed's tell one story; None for a run that recorded no
+        phases (before they existed) or too few rows."""
+        if set(self._phase_rates) == set(PHASES):
+            return {k: _median(self._phase_rates[k]) for k in PHASES}
         if not self.phase_steps or set(self.phase_s) != set(PHASES):
             return None
         return {k: 1000 * self.phase_s[k] / self.phase_steps for k in PHASES}
@@ -250,6 +263,14 @@ class Figures:
                 "wall_s": wall_s if wall_s is not None else self.elapsed,
                 "workers_mib": self.workers_mib,
                 "not_learning": list(self.not_learning) if self.not_learning else None}
+
+
+def _median(values: list[float]) -> float | None:
+    """The median of a sorted list (None for an empty one)."""
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def memory_lines(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, list[float | None], bool]]:

@@ -613,8 +613,10 @@ def _phase_ratios(grid: list, arm: int, row: Row, base: Row, repeats: int, level
 
 
 def phase_text(row: Row, base: Row, least_share: float = 0.03) -> str:
-    """Where a variant's time went against the base's, phase by phase: "forward 0.71x
-    [0.66-0.77], backward 0.80x [...]" (phases under `least_share` of both steps left out)."""
+    """Where a variant's time went against the base's, phase by phase, each a ratio of
+    times, said as such: "forward 0.71x the time [0.66-0.77] (faster), backward 0.80x the
+    time [...]" (the word where the interval is all on one side of 1; phases under
+    `least_share` of both steps left out)."""
     if not row.phase_ratios or not row.phase_ms or not base.phase_ms:
         return ""
     total_a, total_b = sum(base.phase_ms.values()), sum(row.phase_ms.values())
@@ -624,10 +626,12 @@ def phase_text(row: Row, base: Row, least_share: float = 0.03) -> str:
             continue
         r = row.phase_ratios.get(k)
         if isinstance(r, stats.Interval):
-            parts.append(f"{k} {r.ratio:.2f}x" + (f" [{r.low:.2f}-{r.high:.2f}]"
-                                                  if r.low is not None else ""))
+            word = r.verdict("slower", "faster", "") if r.low is not None else ""
+            parts.append(f"{k} {r.ratio:.2f}x the time"
+                         + (f" [{r.low:.2f}-{r.high:.2f}]" if r.low is not None else "")
+                         + (f" ({word})" if word else ""))
         elif r is not None:
-            parts.append(f"{k} {r:.2f}x")
+            parts.append(f"{k} {r:.2f}x the time")
     return ", ".join(parts)
 
 
@@ -637,7 +641,7 @@ def phase_lines(rows: list[Row]) -> list[str]:
     base = rows[0] if rows else None
     if base is None or not base.phase_ms:
         return []
-    out = ["Where the time went (ms per step, the start-up interval left out): base "
+    out = ["Where the time went (ms per step; " + figures.WINDOW + "): base "
            + ", ".join(f"{k} {v:.2f}" for k, v in base.phase_ms.items()) + "."]
     for r in rows[1:]:
         text = phase_text(r, base)
@@ -676,17 +680,64 @@ def verdict_text(r: Row) -> str:
     if few:
         return stats.no_interval(min(few), level) + " (per-round ratios shown)" + load_text(r) \
             + crowded_text(r)
+    return ", ".join(_verdict_words(r)) + load_text(r) + crowded_text(r)
+
+
+def short_verdict(r: Row) -> str:
+    """The verdict cell of a table, a few words wide: the speed's ratio, interval and verdict
+    ("1.75x [1.52-2.01] faster"), or "no verdict: 3 of 6 rounds" (finished rounds of those
+    an interval needs), and "+N" where verdict_text says N more things (under the table)."""
+    if not r.position:
+        return "(base)"
+    level = next((iv.level for iv in (r.intervals or {}).values() if iv is not None),
+                 stats.DEFAULT_LEVEL)
+    speed = (r.intervals or {}).get("samples_per_s")
+    if speed is None or speed.low is None or speed.high is None:
+        text = f"no verdict: {speed.n if speed else r.compared_rounds} of " \
+            f"{stats.min_pairs(level)} rounds"
+        more = bool(load_text(r)) + bool(crowded_text(r))
+    else:
+        text = f"{speed.text()} {(r.verdicts or {}).get('samples_per_s', '')}".rstrip()
+        more = len(_verdict_words(r)) - 1 + bool(load_text(r)) + bool(crowded_text(r))
+    return text + (f" +{more}" if more else "")
+
+
+def _verdict_words(r: Row) -> list[str]:
+    """The verdicts in words: speed and accuracy always, the others where not within
+    noise."""
     words = []
     for key in ("samples_per_s", "accuracy"):
-        if key in r.verdicts:
+        if key in (r.verdicts or {}):
             v = r.verdicts[key]
             words.append(v if key == "samples_per_s" or not v.startswith("within")
                          else f"accuracy {v}")
     for key in ("data_wait_s", "peak_memory_mib", "train_loss", "eval_loss"):
-        v = r.verdicts.get(key)
+        v = (r.verdicts or {}).get(key)
         if v and not v.startswith("within"):
             words.append(v)
-    return ", ".join(words) + load_text(r) + crowded_text(r)
+    return words
+
+
+def row_lines(r: Row, base: Row | None) -> list[str]:
+    """What a table's short cells leave out of one arm, for the lines under the table: its
+    whole verdict, its bit-identity, its note, where its time went against the base's, and
+    whether its threads were crowded."""
+    if not r.position:
+        return [f"{r.label}: the config every variant is measured against"
+                + (f" ({r.status})" if r.status != "finished" else "")
+                + ("; its figures are the mean ±sd over its rounds" if r.rounds > 1 else "")]
+    out = []
+    if r.rounds > 1:
+        out.append(f"{r.label}: {verdict_text(r)}")
+    out.append(f"{r.label}, bit-identical to base: {identity_text(r)}")
+    if r.note and r.status != "skipped":
+        out.append(f"{r.label}: {shown(r.note)}")
+    if base is not None:
+        text = phase_text(r, base)
+        if text:
+            out.append(f"{r.label}, time per step against the base's: {text}")
+    out += crowded_lines([r])
+    return out
 
 
 def load_text(r: Row) -> str:
@@ -729,7 +780,7 @@ def row_cells(r: Row, sweep: bool = False, note_at: str | None = None) -> list[s
     if sweep:
         return cells
     if r.rounds > 1:
-        cells.append(verdict_text(r))
+        cells.append(short_verdict(r))
     identity = identity_text(r)
     if r.note and note_at:
         identity = f"not run (see {note_at})" if r.status == "skipped" else \
@@ -775,6 +826,8 @@ def format_table(rows: list[Row], sweep: bool = False, width: int | None = None)
     out = ["  ".join(line[j].rjust(widths[j]) if j in figures else line[j].ljust(widths[j])
                      for j in fitted.shown).rstrip()
            for line in lines]
+    out += [f"{r.label}: {verdict_text(r)}" for r in rows       # the short cells' reasons
+            if r.position and r.rounds > 1 and not sweep]
     out += [f"{r.label}: {shown(r.note)}" for r in rows if r.note and not sweep]
     out += crowded_lines(rows)
     if fitted.left_out:

@@ -27,7 +27,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.reactive import var
 from textual.screen import Screen
-from textual.widgets import Button, Header, TabbedContent, TabPane
+from textual.widgets import Button, DataTable, Header, TabbedContent, TabPane
+from textual.widgets._tabbed_content import ContentTabs
 
 from ..core.config import ConfigError
 from ..core.errors import SessionError
@@ -140,6 +141,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         self._saved_state: str | None = None
         self._state_text: str | None = None
         self._panels: dict[type, Any] = {}
+        self._focus_tab: str | None = None      # the tab whose panel takes the focus
         self._save_pending = False
         self._form_values: dict[str, Any] | None = None
         self.last_input = 0.0           # monotonic time of the last key or mouse press
@@ -346,6 +348,9 @@ class TrainerApp(RunActions, SessionActions, App[None]):
     async def _tab(self, event: TabbedContent.TabActivated) -> None:
         self.tab = self._tabs().active
         await self._show_tab(self.tab)
+        if self._focus_tab == self.tab:
+            self._focus_tab = None
+            self.call_after_refresh(self._focus_into, self.tab)
         self._save_state()
         self._draw()
         self.refresh_all()
@@ -610,7 +615,25 @@ class TrainerApp(RunActions, SessionActions, App[None]):
             panel.show_evidence()
 
     def action_show_tab(self, tab: str) -> None:
-        self._tabs().active = tab
+        """Shows the tab; where the focus was inside the tab left, it goes into the tab shown
+        (to its first widget that takes keys, else the tab strip). Left in a hidden pane,
+        the focus moved to that pane's next widget and TabbedContent showed its pane again:
+        ctrl+t did nothing from Compare's tables (issue 55)."""
+        tabs = self._tabs()
+        focused = self.focused
+        inside = focused is not None and any(isinstance(a, TabPane) for a in focused.ancestors)
+        if inside:
+            tabs.query_one(ContentTabs).focus()
+            self._focus_tab = tab           # (once its panel is mounted: _tab)
+        tabs.active = tab
+
+    def _focus_into(self, tab: str) -> None:
+        takes_keys = [w for w in self._tabs().get_pane(tab).query("*")
+                      if w.can_focus and not w.disabled and w.styles.display != "none"]
+        first = next((w for w in takes_keys if isinstance(w, DataTable)),
+                     takes_keys[0] if takes_keys else None)
+        if first is not None:
+            first.focus()
 
     def action_next_tab(self) -> None:
         self.action_show_tab(TAB_IDS[(TAB_IDS.index(self._tabs().active) + 1)

@@ -86,7 +86,10 @@ class ABPanel(Vertical):
                          "arm trains once per round, the rounds interleaved; each ratio gets "
                          "a confidence interval and a verdict. Seed sweep: the form's config "
                          "once per seed.", id="ab-title")
-            yield Table(id="ab-table", cursor_type="row", zebra_stripes=True)
+            # The variant's column stays while Right and Left move the others one at a time.
+            yield Table(id="ab-table", cursor_type="row", zebra_stripes=True, fixed_columns=1)
+            yield Static("", id="ab-row")         # the row under the cursor, whole
+            yield Static("", id="ab-method")      # how to read the table; where time went
 
     def set_spec(self, vary: list[str], steps: int | None, repeats: int | None = None) -> None:
         self.query_one("#ab-vary", Input).value = " ".join(vary)
@@ -118,14 +121,19 @@ class ABPanel(Vertical):
             return
         self._study = study
         rows = study["rows"]
-        notes = "".join(f"\n{r.label}: {r.note}" for r in rows if r.note)
-        phases = "".join(f"\n{line}" for line in studies.crowded_lines(rows)
-                         + studies.phase_lines(rows) + studies.rerun_lines(study))
+        # Above the table its title alone; under it the row under the cursor (_row_lines),
+        # then how to read the table: at 80x24 the table is in view as the tab opens.
         self.query_one("#ab-title", Static).update(Text(
-            studies.title_text(study, rows) + ". " + studies.method_text(study, rows)
-            + (" Enter on a row pairs it with the base." if len(rows) > 1 else "")
-            + (f" {shown(study['message'], 300)}" if study["message"] else "")
-            + shown_lines(notes) + shown_lines(phases)))
+            studies.title_text(study, rows)
+            + (f". {shown(study['message'], 300)}" if study["message"] else "")))
+        skipped = "".join(f"\n{r.label}: {r.note}" for r in rows
+                          if r.note and r.status == "skipped")
+        more = "".join(f"\n{line}" for line in studies.phase_lines(rows)[:1]
+                       + studies.rerun_lines(study))
+        self.query_one("#ab-method", Static).update(Text(
+            studies.method_text(study, rows)
+            + (" Enter on a row pairs it with the base; Right and Left move one column."
+               if len(rows) > 1 else "") + shown_lines(skipped) + shown_lines(more)))
         table = self.query_one("#ab-table", DataTable)
         cursor = table.cursor_row
         table.clear(columns=True)
@@ -134,13 +142,25 @@ class ABPanel(Vertical):
         cols = studies.display_order(len(heads), rows[0].rounds if rows else 1, sweep)
         table.add_columns(*(heads[i] for i in cols))
         for r in rows:
-            cells = studies.row_cells(r, sweep, note_at="above")   # the notes are in the title
-            # (the verdict is our own words: "…; measured under load: 3 of 6 rounds shared
-            # the CPU" is kept whole)
-            table.add_row(*(plain(cells[i], 100 if heads[i] == "verdict" else 60)
-                            for i in cols), key=str(r.position))
+            cells = studies.row_cells(r, sweep, note_at="below")   # the notes under it
+            table.add_row(*(plain(cells[i], 60) for i in cols), key=str(r.position))
         if cursor < table.row_count:
             table.move_cursor(row=cursor)
+        self._row_lines(table.cursor_row)
+
+    @on(DataTable.RowHighlighted, "#ab-table")
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self._row_lines(event.cursor_row)
+
+    def _row_lines(self, index: int) -> None:
+        """Under the table, what its short cells leave out of the row under the cursor: its
+        whole verdict, bit-identity, note, phases against the base's."""
+        rows = self._study["rows"] if self._study else []
+        text = ""
+        if 0 <= index < len(rows) and self._study["kind"] != "sweep":
+            text = "\n".join(studies.row_lines(rows[index], rows[0]))
+        self.query_one("#ab-row", Static).update(Text(shown_lines(text)))
 
     # --- what the user asks ------------------------------------------------------------------
     @on(Select.Changed, "#ab-study")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
+from textual.widget import Widget
 from textual.widgets import DataTable
 
 from ...core import figures
@@ -60,6 +61,67 @@ class Table(DataTable):
     between (the first screen, a busy machine) stayed on the screen at the old widths (the
     run table showed "[@cl" and "finish" above rows drawn in full). The count is moved on
     here so that every line is drawn again with the widths measured."""
+
+    # A table that shows all its rows (height auto: Compare's, A/B's) in a pane that
+    # scrolls: PageUp and PageDown scroll the pane, and so do Up past its first row and
+    # Down past its last (issue 55: the keyboard could not scroll Compare or A/B).
+    def _pane(self) -> Widget | None:
+        if self.max_scroll_y > 0:
+            return None
+        return next((a for a in self.ancestors
+                     if isinstance(a, Widget) and a.allow_vertical_scroll), None)
+
+    def action_page_down(self) -> None:
+        pane = self._pane()
+        pane.scroll_page_down(animate=False) if pane else super().action_page_down()
+
+    def action_page_up(self) -> None:
+        pane = self._pane()
+        pane.scroll_page_up(animate=False) if pane else super().action_page_up()
+
+    def action_cursor_down(self) -> None:
+        pane = self._pane()
+        if pane is not None and (self.cursor_type == "none" or not self.show_cursor
+                                 or self.cursor_row >= self.row_count - 1):
+            pane.scroll_down(animate=False)
+        else:
+            super().action_cursor_down()
+
+    def action_cursor_up(self) -> None:
+        pane = self._pane()
+        if pane is not None and (self.cursor_type == "none" or not self.show_cursor
+                                 or self.cursor_row <= 0):
+            pane.scroll_up(animate=False)
+        else:
+            super().action_cursor_up()
+
+    def action_cursor_right(self) -> None:
+        """With a row cursor, Right shows the next column at the left edge (after the fixed
+        ones): every column of a wide table is a few key presses away, not one character
+        each (issue 55: the A/B table's accuracy sat some 100 presses to the right)."""
+        if self.cursor_type != "row" or not self.show_cursor:
+            return super().action_cursor_right()
+        self._set_hover_cursor(False)
+        starts = self._column_starts()
+        later = [x for x in starts if x > self.scroll_x]
+        self.scroll_to(x=min(later[0], self.max_scroll_x) if later else self.max_scroll_x,
+                       animate=False)
+
+    def action_cursor_left(self) -> None:
+        """With a row cursor, Left shows the column before the leftmost one shown."""
+        if self.cursor_type != "row" or not self.show_cursor:
+            return super().action_cursor_left()
+        self._set_hover_cursor(False)
+        earlier = [x for x in self._column_starts() if x < self.scroll_x]
+        self.scroll_to(x=earlier[-1] if earlier else 0, animate=False)
+
+    def _column_starts(self) -> list[int]:
+        """Where each scrolling column begins (scroll_x that puts it first)."""
+        starts, x = [], 0
+        for column in self.ordered_columns[self.fixed_columns:]:
+            starts.append(x)
+            x += column.get_render_width(self)
+        return starts
 
     def _update_dimensions(self, new_rows: Any) -> None:
         super()._update_dimensions(new_rows)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Static
@@ -84,6 +85,9 @@ class ComparePanel(Vertical):
         with Horizontal(id="compare-tables"):
             yield Table(id="compare-config", cursor_type="row")
             yield Table(id="compare-summary", cursor_type="row")
+        yield Static(Text(f"{figures.WINDOW}; {figures.WALL}. A ratio is the run's value over "
+                          "A's: above 1 is faster for samples/s, slower for ms/step and wall "
+                          "time."), id="compare-window")
         yield MetricPlot("train loss (smoothed)", "loss", id="plot-compare")
 
     def draw(self, tick: Tick) -> None:

@@ -60,15 +60,6 @@ class PlotsPanel(Vertical):
 
     def on_mount(self) -> None:
         self._say()
-        # Charts scrolled out of view are not built; those scrolled in are built now.
-        self.watch(self.query_one("#plot-scroll"), "scroll_y", self._scrolled, init=False)
-
-    def _scrolled(self) -> None:
-        self.call_after_refresh(self._redraw_in_view)
-
-    def _redraw_in_view(self) -> None:
-        for plot in self.query(MetricPlot):
-            plot.redraw()
 
     def set_options(self, options: PlotOptions) -> None:
         self.options = options

@@ -9,7 +9,7 @@ thread only shows the text.
 "In view" means drawn in the screen's last update, not merely laid out: a panel scrolled
 out of the plot grid is laid out but not seen, and refreshing it makes Textual rebuild the
 whole screen's map (about 37 ms with the form on screen), which is what kept keys waiting
-while runs streamed. The plots panel asks its charts to redraw when the grid scrolls.
+while runs streamed. A chart asks to be drawn when a container above it scrolls.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Sequence
 from rich.text import Text
 from textual import work
 from textual.app import RenderResult
+from textual.widget import Widget
 from textual_plotext import PlotextPlot
 from textual_plotext.plot import Plot
 
@@ -63,6 +64,16 @@ class MetricPlot(PlotextPlot):
 
     def on_show(self) -> None:
         self.redraw()
+
+    def on_mount(self) -> None:
+        # A chart out of view is not built; scrolled into view (by any container above it:
+        # the plot grid, Compare, Divergence), it is built then.
+        for above in self.ancestors:
+            if isinstance(above, Widget):
+                self.watch(above, "scroll_y", self._scrolled, init=False)
+
+    def _scrolled(self) -> None:
+        self.call_after_refresh(self.redraw)
 
     def on_resize(self) -> None:
         self.redraw()
