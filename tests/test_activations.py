@@ -57,8 +57,9 @@ def _recomputed(session: Path, run_id: int, step: int, digit: int):
 
 def test_the_same_digit_through_two_runs_as_a_png_kept_and_refused_where_wrong(tmp_path):
     _train(tmp_path, "seed=1")
-    _train(tmp_path, "seed=2")
+    _train(tmp_path, "seed=1", "lr=0.05")          # the same start, other steps
     meta = _seen(tmp_path, "1", "2", "--digit", "5")
+    assert meta["same_start"] is True
     assert meta["runs"] == [1, 2] and meta["steps"] == [6, 6] and meta["digit"] == 5
     assert [L["name"] for L in meta["layers"]] == ["conv1", "conv2"]
     assert [L["shape"] for L in meta["layers"]] == [[10, 24, 24], [20, 8, 8]]
@@ -74,7 +75,7 @@ def test_the_same_digit_through_two_runs_as_a_png_kept_and_refused_where_wrong(t
     L = meta["layers"][0]
     assert (L["lo"], L["hi"]) == pytest.approx((both.min(), both.max()))
     assert L["diff"] == pytest.approx(np.abs(arrays["0:conv1"] - arrays["1:conv1"]).max())
-    assert L["diff"] > 0                                  # two seeds: other weights
+    assert L["diff"] > 0                                  # another lr: other weights
     # The PNG: a real image, named in the answer and printed by the text form.
     png = Path(meta["png"])
     assert png.is_file() and png.parent == tmp_path / "exports"
@@ -98,14 +99,24 @@ def test_the_same_digit_through_two_runs_as_a_png_kept_and_refused_where_wrong(t
     same = _seen(tmp_path, "1", "1")
     assert all(L["diff"] == 0 for L in same["layers"])
     assert "identical" in activations.layer_line(same, same["layers"][0])
+    # Two seeds: other initial weights, so channel k of one is not channel k of the other;
+    # no difference is drawn, and the words say why (issue 55).
+    _train(tmp_path, "seed=2")
+    other = _seen(tmp_path, "1", "3")
+    assert other["same_start"] is False and all(L["diff"] is None for L in other["layers"])
+    assert [v[0] for v in activations.views(other, activations.load(tmp_path, other),
+                                            "conv1")] == ["run 1 (step 6)", "run 3 (step 6)"]
+    words = " ".join(activations.lines(other))
+    assert "Runs 1 and 3 started from other initial weights" in words
+    assert "(other initial weights: no difference drawn)" in words
     kinds = db_rows(tmp_path, "SELECT count(*) FROM events WHERE kind = 'activations'")
-    assert kinds == [(3,)]
+    assert kinds == [(4,)]
     # Exports of the pair draw its kept view again (and each run's own: run 1's worst).
     r = tt("export", "1", "2", "--session", str(tmp_path), "--out", str(tmp_path / "x"),
            "--json")
     assert r.rc == 0, r.err
     names = {Path(f).name for f in json.loads(r.out)["files"]}
-    assert {"run-1-2-activations-step-6-6-digit-5.png",
+    assert {"runs-1-2-activations-step-6-6-digit-5.png",
             f"run-1-activations-step-3-digit-{found['digit']}.png"} <= names, names
     # Refused, naming what is wrong, with nothing kept: a digit out of range (the eval set
     # holds 200), not a digit, negative; a step with no checkpoint; a run with none.
@@ -125,7 +136,7 @@ def test_the_same_digit_through_two_runs_as_a_png_kept_and_refused_where_wrong(t
         assert r.rc == 2 and said in r.err and len(r.err.strip().splitlines()) == 1, \
             (args, r.rc, r.err)
     assert db_rows(tmp_path, "SELECT count(*) FROM events WHERE kind = 'activations'") == \
-        [(3,)]
+        [(4,)]
 
 
 def test_runs_of_different_evaluation_sets_are_not_compared(tmp_path):
@@ -216,9 +227,15 @@ def _segments(app) -> list:
 
 
 def _picture(app) -> str:
+    """The words, the digit and the probabilities, then the layers' maps."""
     if not app.query("#model-picture"):
         return ""
-    return "".join(s.text for s in _segments(app))
+    import io
+    from rich.console import Console
+    panel = app.query_one("#model-panel")
+    console = Console(width=panel._width(), file=io.StringIO())
+    return "".join(s.text for s in _segments(app)) + "".join(
+        s.text for s in console.render(panel.query_one("#model-layers").content))
 
 
 def _status(app) -> str:
@@ -243,7 +260,8 @@ async def test_the_model_tab_shows_a_real_runs_checkpoint_and_its_keys_choose(tm
         await pilot.press("g")
         await _until(pilot, lambda: "Digit 0 of the mnist-sample" in _picture(app))
         text = _picture(app)
-        assert "Run 1, checkpoint at step 6 (model grokking)" in text
+        assert "Run 1, checkpoint at step 6 (small two-conv net, 10 and 20 5x5 filters " \
+            "(model = grokking))" in " ".join(text.split())        # (wrapped to the width)
         assert "conv1: 10 channel(s) of 24x24" in text and "conv2: 20 channel(s)" in text
         assert "▄" in text and "← label" in text
         panel = app.query_one("#model-panel")
@@ -266,14 +284,28 @@ async def test_the_model_tab_shows_a_real_runs_checkpoint_and_its_keys_choose(tm
         await pilot.press("left_square_bracket")
         await _until(pilot, lambda: panel.shown["steps"] == [3])
         assert panel.shown["digit"] == worst           # the same digit, an earlier checkpoint
-        await pilot.press("d")                          # a digit by index, at that checkpoint
+        await pilot.press("d")          # a digit by index: the dialog gives the range, and
+        await _until(pilot, lambda: app.screen.__class__.__name__ == "NameScreen", 10)
+        assert "Its index, 0 to 199." in str(app.screen.query_one("Label").render())
+        app.screen.query_one("Input").value = "99999"   # one outside it is refused at once
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert app._activating is None and panel.shown["steps"] == [3]
+        assert any("give an index 0 to 199 into the evaluation set (200 digits), not '99999'"
+                   in n.message for n in app._notifications)
+        await pilot.press("d")                          # one inside, at that checkpoint
         await _until(pilot, lambda: app.screen.__class__.__name__ == "NameScreen", 10)
         app.screen.query_one("Input").value = "7"
         await pilot.press("enter")
         await _until(pilot, lambda: panel.shown["digit"] == 7)
         assert panel.shown["steps"] == [3] and "Digit 7 of the mnist-sample" in _picture(app)
-        await pilot.press("plus")                       # bigger maps: fewer to a row
-        await pilot.pause(0.5)
+        panel.scroll_home(animate=False)
+        await pilot.pause(0.3)
+        layers = app.query_one("#model-layers")
+        assert not panel.region.contains(layers.region.x, layers.region.y)  # below the view
+        await pilot.press("plus")       # bigger maps: fewer to a row, scrolled into view
+        await _until(pilot, lambda: panel.region.contains(layers.region.x, layers.region.y)
+                     and panel.scroll_y > 0, 30)
         await pilot.press("v")                          # one layer
         await _until(pilot, lambda: "layer 1 of 2" in _picture(app))
         assert "conv2:" not in _picture(app)

@@ -99,7 +99,7 @@ def test_memory_breaks_a_step_down_by_category_and_module_and_keeps_it(tmp_path)
     kept = db_rows(tmp_path, "SELECT run_id, message FROM events WHERE kind = ?", (EVENT,))
     assert [r for r, _ in kept] == [1, 2] and kept[0][1].startswith("peak ")
     printed = tt("memory", "1", "--session", str(tmp_path))
-    assert printed.rc == 0 and "At the step's peak:" in printed.out
+    assert printed.rc == 0 and "Tensors at the step's peak:" in printed.out
     assert "activations (kept for backward)" in printed.out and "GrokkingNet.fc1" in printed.out
 
 

@@ -251,6 +251,14 @@ async def test_presets_load_into_the_form_and_the_form_saves_as_one(tmp_path, is
         saved = isolated_home / "presets" / "mine.toml"
         assert "batch_size = 200" in saved.read_text()
         assert any(v == str(saved) for _, v in preset._options)
+        # Loading a preset over edits names what it replaced (issue 55: they went silently).
+        await fill(pilot, {"lr": "0.07"})
+        preset.value = next(v for _, v in preset._options
+                            if isinstance(v, str) and v.endswith("baseline.toml"))
+        await pilot.pause()
+        said = [n.message for n in app._notifications if "preset baseline loaded" in n.message]
+        assert said and "lr 0.07 → 0.03" in said[-1] and "batch_size 200 → 64" in said[-1], said
+        assert form.config() == load(preset.value)
 
 
 @pytest.mark.warm
@@ -299,8 +307,11 @@ async def test_stop_then_continue(tmp_path):
         assert app.screen.query_one("#continue-epochs", Input).value == "200"
         app.screen.query_one("#continue-max-steps", Input).value = str(stopped_at + 6)
         await click(pilot, "#continue-ok")
+        # while its process starts the run reads "continuing", not "stopped" (issue 55)
+        await until(pilot, lambda: cell(app, 1, "status") == "continuing", 5)
         await until(pilot, lambda: status(tmp_path, 1) == "finished")
         assert db_rows(tmp_path, "SELECT step FROM runs")[0][0] == stopped_at + 6
+        await until(pilot, lambda: cell(app, 1, "status") == "finished", 30)
         kinds = [k for (k,) in db_rows(tmp_path, "SELECT kind FROM events ORDER BY id")]
         assert "resumed" in kinds
 
@@ -807,8 +818,11 @@ async def test_b_measures_a_runs_memory_and_p_profiles_it(tmp_path):
 
         def words() -> str:     # once the pushed screen has composed its children
             return "\n".join(str(s.render()) for s in app.screen.query("#memory-text Static"))
-        await until(pilot, lambda: "At the step's peak:" in words(), 10, words)
+        await until(pilot, lambda: "Tensors at the step's peak:" in words(), 10, words)
         text = words()
+        # both memories named: the tensors' peak, and the process's that the table shows
+        resident = f"{app.runs[1].peak_memory_mib:,.0f} MiB, is its process's resident memory"
+        assert app.runs[1].memory_kind == "RSS" and resident in text, text
         assert "GrokkingNet.conv1" in text
         assert "activations (kept for backward)" in text
         # the step's timeline, drawn above the words: the peak, the phases, the legend

@@ -1384,3 +1384,28 @@ def test_a_spares_cublas_size_is_let_go_at_start_and_the_run_reads_its_own():
         assert got["after"] == 16 * 1024 * 8, got
     else:
         assert isinstance(got["after"], str) and "CUDA" in got["after"], got
+
+
+def test_a_training_process_is_named_by_its_run_name_and_session_in_ps(tmp_path, warm):
+    """`ps`, `top` and `nvidia-smi` show what a training process is: its run, name and
+    session (setproctitle), whether forked by the launcher or started cold (issue 55:
+    every run read "python3 -m tui_trainer.warm ...")."""
+    import psutil
+    with SessionStore(tmp_path / "s") as store:
+        procs = []
+        for how in ("cold", "warm"):
+            run_id = store.create_run(_config(max_steps=0, epochs=1000),
+                                      name=f"{how}-\x1b[31mrun")
+            proc = launch(tmp_path / "s", train_args(run_id), store.log_path(run_id),
+                          warm=warm if how == "warm" else None)
+            procs.append(proc)
+            assert isinstance(proc, WarmChild) == (how == "warm")
+            want = f'tui-trainer run {run_id} "{how}-\\x1b[31mrun" (session {tmp_path / "s"})'
+            try:
+                assert wait_until(lambda: " ".join(
+                    x for x in psutil.Process(proc.pid).cmdline() if x) == want, timeout=120), \
+                    psutil.Process(proc.pid).cmdline()
+                assert "\x1b" not in Path(f"/proc/{proc.pid}/cmdline").read_text()
+            finally:
+                proc.kill()
+                proc.wait(timeout=60)

@@ -19,6 +19,7 @@ from .core import config
 from .core import supervisor
 from .core.config import ConfigError
 from .core.errors import EXIT_FAILED, BadInput, CheckpointError, RunBusy
+from .core.proctitle import set_title, title
 from .core.liveness import is_live
 from .core.store import SessionStore
 
@@ -201,6 +202,7 @@ def _train_group(session: Path, run_id: int, cfg: config.RunConfig,
                  worker: list[str]) -> Ended:
     """Launches the run's ranks through torchrun (runner.train_group), waits, and says how
     the run ended."""
+    set_title(title(run_id, session=session, role="run (launcher of its ranks)"))
     result = runner.train_group(session, run_id, cfg, worker)
     run = result.run or {}
     if result.failures or result.reason:

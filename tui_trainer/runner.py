@@ -281,11 +281,13 @@ def activations(store: SessionStore, runs: list[dict[str, Any]], how: str,
     models = [seen.restore(c, load_checkpoint(p["path"])) for c, p in zip(cfgs, points)]
     digit = seen.pick(how, index, models[0], data)
     found = [seen.seen(m, data, digit) for m in models]
+    starts = [store.fingerprint_at(r["id"], 0) for r in runs]
+    same_start = None if len(runs) != 2 or None in starts else starts[0] == starts[1]
     return drawn.combine([r["id"] for r in runs], [p["step"] for p in points],
                          [c.model for c in cfgs], found,
                          {"dataset": data.info.name, "digit": digit, "how": how,
                           "label": int(data.y[digit]), "image": data.raw[digit, 0].numpy(),
-                          **({"classes": data.classes} if data.classes else {})})
+                          **({"classes": data.classes} if data.classes else {})}, same_start)
 
 
 def explain(store: SessionStore, a: int, b: int, record: bool = True) -> dict[str, Any]:

@@ -103,6 +103,13 @@ def warm_up() -> None:
 
     from . import cli, lifecycle, runner  # noqa: F401
     from .engine import checkpoint, data, distributed, models, knobs, train  # noqa
+    try:    # setproctitle finds the memory it rewrites on its first call: here, while this
+        # process's environment is its own (a child that replaced it first could not name
+        # itself; core/proctitle.py)
+        from setproctitle import getproctitle
+        getproctitle()
+    except ImportError:
+        pass
 
 
 def settle() -> None:

@@ -24,6 +24,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .config import model_words
 from .store import SessionStore
 from .text import shown
 
@@ -42,8 +43,11 @@ HOW_WORDS = {"index": "chosen by index", "random": "drawn at random",
 # --- from the engine's answer to what is kept -----------------------------------------------
 
 def combine(runs: list[int], steps: list[int], models: list[str], seen: list[dict[str, Any]],
-            digit: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The metadata and the arrays of one digit seen by one or two runs."""
+            digit: dict[str, Any], same_start: bool | None = None
+            ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The metadata and the arrays of one digit seen by one or two runs. `same_start`: two
+    runs' step-0 fingerprints agree (True), differ (False: channel k of one net is not
+    channel k of the other, so no difference is drawn), or are not both kept (None)."""
     import numpy as np
     arrays: dict[str, np.ndarray] = {"input": np.asarray(digit.pop("image"), np.float32)}
     names: list[str] = []
@@ -58,13 +62,14 @@ def combine(runs: list[int], steps: list[int], models: list[str], seen: list[dic
         present = [m for m in mine if m is not None]
         lo, hi = _span(np.concatenate([m.ravel() for m in present]))
         diff = None
-        if len(mine) == 2 and all(m is not None for m in mine) and mine[0].shape == mine[1].shape:
+        if len(mine) == 2 and all(m is not None for m in mine) and \
+                mine[0].shape == mine[1].shape and same_start is not False:
             diff = _span(np.abs(mine[0] - mine[1]).ravel())[1]
         layers.append({"name": name, "shape": list(present[0].shape), "lo": lo, "hi": hi,
                        "diff": diff, "in": [m is not None for m in mine]})
     meta = {"runs": runs, "steps": steps, "models": models, **digit,
             "probs": [s["probs"] for s in seen], "predicted": [s["predicted"] for s in seen],
-            "layers": layers}
+            "layers": layers, **({"same_start": same_start} if len(runs) == 2 else {})}
     return meta, arrays
 
 
@@ -76,10 +81,12 @@ def _span(values: np.ndarray) -> tuple[float, float]:
 
 
 def stem(meta: dict[str, Any]) -> str:
-    """The files' common name: runs, steps, digit."""
+    """The files' common name: runs, steps, digit ("run-1-..." for one run, "runs-1-2-..." for
+    two, as every export of several runs is named)."""
     runs = "-".join(str(r) for r in meta["runs"])
     steps = "-".join(str(s) for s in meta["steps"])
-    return f"run-{runs}-activations-step-{steps}-digit-{meta['digit']}"
+    return f"run{'s' if len(meta['runs']) > 1 else ''}-{runs}-activations-step-{steps}-" \
+        f"digit-{meta['digit']}"
 
 
 def keep(store: SessionStore, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
@@ -136,7 +143,8 @@ def readable(d: Any) -> bool:
                         and _number(L["lo"]) and _number(L["hi"])
                         and (L["diff"] is None or _number(L["diff"]))
                         and len(L["in"]) == n and all(isinstance(x, bool) for x in L["in"])
-                        and any(L["in"]) for L in d["layers"]))
+                        and any(L["in"]) for L in d["layers"])
+                and d.get("same_start") in (None, True, False))
     except (KeyError, TypeError, IndexError):
         return False
 
@@ -254,9 +262,15 @@ def lines(meta: dict[str, Any]) -> list[str]:
            + (f" ({how})" if how else "") + f", labelled {class_name(meta, meta['label'])}."]
     for r, s, m, c, p in zip(runs, steps, meta["models"], meta["predicted"], meta["probs"]):
         mark = "right" if c == meta["label"] else "wrong"
-        out.append(f"Run {r}, checkpoint at step {s} (model {m}): predicts "
+        out.append(f"Run {r}, checkpoint at step {s} ({model_words(m)}): predicts "
                    f"{class_name(meta, c)} with "
                    f"{_pct(p[c])} ({mark}).")
+    if meta.get("same_start") is False:
+        a, b = runs
+        out.append(f"Runs {a} and {b} started from other initial weights (their step-0 "
+                   "fingerprints differ: another seed, or another model): channel k of one "
+                   "net is not channel k of the other, so their maps are shown side by side "
+                   "without a difference.")
     width = max(5, *(len(class_name(meta, c)) for c in range(10)))
     head = f"{'class':<{width}} " + "".join(f"{'run ' + str(r):>10}" for r in runs) + \
         (f"{'A - B':>9}" if len(runs) == 2 else "")
@@ -284,7 +298,8 @@ def layer_line(meta: dict[str, Any], L: dict[str, Any]) -> str:
                       f"{L['diff']:.3g} (red: A higher, blue: B higher)")
     elif len(meta["runs"]) == 2:
         text += f" (only in {who[0]}: no difference drawn)" if len(who) == 1 else \
-            " (shapes differ: no difference drawn)"
+            " (other initial weights: no difference drawn)" \
+            if meta.get("same_start") is False else " (shapes differ: no difference drawn)"
     return text
 
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .text import shown
+
 # Keys that may change when a run is continued: they only say how long to train.
 TRAINING_LENGTH_KEYS = ("epochs", "max_steps")
 # Keys that may also change when a run is continued: where its processes meet and how long
@@ -55,6 +57,20 @@ def knob(default: Any, doc: str, group: str, *, choices: tuple[str, ...] | None 
         "doc": doc, "group": group, "choices": choices,
         "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open,
     })
+
+
+# Each model by what it is, where a line names a run's net (the knob's value is a short key).
+MODEL_WORDS = {"grokking": "small two-conv net, 10 and 20 5x5 filters",
+               "examples": "pytorch/examples' net, 32 and 64 3x3 filters",
+               "fast": "fast-MNIST net, 24 5x5 and 32 3x3 filters",
+               "resnet": "small ResNet, BatchNorm"}
+
+
+def model_words(model: object) -> str:
+    """`small two-conv net, 10 and 20 5x5 filters (model = grokking)`; an unknown value (a
+    kept answer is untrusted) as its text, cut."""
+    words = MODEL_WORDS.get(model) if isinstance(model, str) else None
+    return f"{words} (model = {model})" if words else f"model {shown(model, 40)}"
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,11 @@ def summary(result: dict[str, Any]) -> str:
             f"{result['batch']}: {parts}")
 
 
-def lines(result: dict[str, Any]) -> list[str]:
-    """The breakdown as text: the peak by category, then each module's own peak."""
+def lines(result: dict[str, Any], resident_mib: float | None = None) -> list[str]:
+    """The breakdown as text: the peak by category, then each module's own peak. The peak is
+    of tensors alone; `resident_mib` (the run's peak memory where it is the process's
+    resident set, as the run table shows it) is named beside it: the two differ by the
+    process's Python, libraries and data (issue 55: 4.1 beside 519 MiB, unexplained)."""
     try:
         total = result["total"] or 0
         out = [f"One training step measured on a copy of the run ({result['device']}, batch "
@@ -54,7 +57,10 @@ def lines(result: dict[str, Any]) -> list[str]:
                   "(cuda_graph = step), whose memory pool it holds while it lives; the "
                   "run's own figures are in its rows."]
                  if result.get("graphs_replayed") is True else []),
-               f"At the step's peak: {_mib(total)} MiB",
+               f"Tensors at the step's peak: {_mib(total)} MiB"
+               + (f" (the run's peak memory in the run table, {resident_mib:,.0f} MiB, is "
+                  "its process's resident memory: Python, torch's libraries, the data and "
+                  "these tensors)" if resident_mib is not None else ""),
                f"  {'category':<34}{'MiB':>10}{'share':>8}"]
         for name, b in sorted(result["categories"].items(), key=lambda kv: -kv[1]):
             share = f"{100 * b / total:.0f}%" if total else "-"

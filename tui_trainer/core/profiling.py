@@ -119,10 +119,25 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}" if v < 100 else f"{v:,.0f}"
 
 
-def lines(result: dict[str, Any], run_id: int | None = None, session: Path | None = None
-          ) -> list[str]:
+def _cells(name: str, cells: tuple[str, ...], name_w: int) -> str:
+    """A table line: the name cut to name_w, then each cell right-aligned in 9 columns with
+    at least one space before it (a wide figure never runs into its neighbour)."""
+    return f"  {shown(name, name_w):<{name_w}}" + "".join(f" {c:>8}" for c in cells)
+
+
+def name_width(width: int | None, cells: int) -> int:
+    """How wide the operator column can be for tables `width` columns wide (44 without)."""
+    if width is None:
+        return 44
+    return max(16, min(44, width - 2 - 9 * cells))
+
+
+def lines(result: dict[str, Any], run_id: int | None = None, session: Path | None = None,
+          width: int | None = None) -> list[str]:
     """The profile as text: what was profiled, the phases, the operators by self time, the
-    modules' forward time, the memory peak by category, and where the trace is."""
+    modules' forward time, the memory peak by category, and where the trace is (its tables
+    fit `width` columns, the operators' names cut)."""
+    name_w = name_width(width, 3)
     p = read(result)
     if p is None:
         return ["the profile kept cannot be read (damaged)"]
@@ -140,17 +155,17 @@ def lines(result: dict[str, Any], run_id: int | None = None, session: Path | Non
         out.append("By phase (ms per step): " + ", ".join(
             f"{k} {_ms(v)} ({v / total:.0%})" for k, v in phases))
     out += ["Operators by self time (ms per step; share of all operators' self time):",
-            f"  {'operator':<44}{'self ms':>9}{'share':>7}{'calls':>7}"]
+            _cells("operator", ("self ms", "share", "calls"), name_w)]
     for o in p["ops"][:SHOWN_OPS]:
-        out.append(f"  {shown(o['op'], 44):<44}{_ms(o['self_ms']):>9}{o['share']:>7.1%}"
-                   f"{o['calls']:>7.0f}")
+        out.append(_cells(o["op"], (_ms(o["self_ms"]), f"{o['share']:.1%}",
+                                    f"{o['calls']:.0f}"), name_w))
     if p["device_ms"] is not None:
         out += [f"CUDA time by operator (ms per step: the kernels it launched; share of all "
                 f"{_ms(p['device_ms'])} ms of kernel time):",
-                f"  {'operator':<44}{'CUDA ms':>9}{'share':>7}{'calls':>7}"]
+                _cells("operator", ("CUDA ms", "share", "calls"), name_w)]
         for o in ranked(p)[:SHOWN_OPS]:
-            out.append(f"  {shown(o['op'], 44):<44}{_ms(o['device_ms']):>9}"
-                       f"{o['device_share']:>7.1%}{o['calls']:>7.0f}")
+            out.append(_cells(o["op"], (_ms(o["device_ms"]), f"{o['device_share']:.1%}",
+                                        f"{o['calls']:.0f}"), name_w))
         if p["kernels"]:
             out.append("Kernels by CUDA time (ms per step): " + ", ".join(
                 f"{shown(k['kernel'], 60)} {_ms(k['device_ms'])}" for k in p["kernels"][:5]))
@@ -158,7 +173,8 @@ def lines(result: dict[str, Any], run_id: int | None = None, session: Path | Non
         out.append("Forward by module (ms per step, its ops included): " + ", ".join(
             f"{shown(m['module'], 30)} {_ms(m['ms'])}" for m in p["modules"][:10]))
     if p["memory"]:
-        out.append("Memory at the step's peak (MiB; MemTracker, one more step): "
+        out.append("Tensors at the step's peak (MiB; MemTracker, one more step; the "
+                   "process's resident memory is more): "
                    + ", ".join(f"{shown(k, 30)} {v / 2**20:,.1f}"
                                for k, v in sorted(p["memory"].items(), key=lambda kv: -kv[1])
                                if v))
@@ -190,14 +206,16 @@ def diff(a: dict[str, Any], b: dict[str, Any], by: str = "self_ms") -> list[dict
 
 
 def diff_lines(a: dict[str, Any], b: dict[str, Any], ids: tuple[Any, Any] = ("A", "B"),
-               limit: int = SHOWN_OPS) -> list[str]:
-    """The operators whose self time changed most between two profiles, both figures."""
+               limit: int = SHOWN_OPS, width: int | None = None) -> list[str]:
+    """The operators whose self time changed most between two profiles, both figures (the
+    table `width` columns wide at most, the names cut)."""
+    name_w = name_width(width, 4)
     pa, pb = read(a), read(b)
     if pa is None or pb is None:
         return ["one of the two profiles cannot be read (damaged)"]
     out = [f"Operators whose self time changed most, {ids[0]} -> {ids[1]} (ms per step): "
            f"step {_ms(pa['wall_ms'])} -> {_ms(pb['wall_ms'])}",
-           f"  {'operator':<44}{str(ids[0]):>9}{str(ids[1]):>9}{'B/A':>7}{'change':>9}"]
+           _cells("operator", (str(ids[0]), str(ids[1]), "B/A", "change"), name_w)]
     tables = [("self_ms", out)]
     if pa["device_ms"] is not None and pb["device_ms"] is not None:
         tables.append(("device_ms", [
@@ -206,6 +224,6 @@ def diff_lines(a: dict[str, Any], b: dict[str, Any], ids: tuple[Any, Any] = ("A"
     for by, table in tables:
         for r in diff(a, b, by)[:limit]:
             ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
-            table.append(f"  {shown(r['op'], 44):<44}{_ms(r['a_ms']):>9}{_ms(r['b_ms']):>9}"
-                         f"{ratio:>7}{r['change_ms']:>+9.2f}")
+            table.append(_cells(r["op"], (_ms(r["a_ms"]), _ms(r["b_ms"]), ratio,
+                                          f"{r['change_ms']:+.2f}"), name_w))
     return [line for _, table in tables for line in table]

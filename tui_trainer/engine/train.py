@@ -39,6 +39,7 @@ from ..core.figures import DEVICE_PHASES, PHASES
 from ..core.config import ConfigError, RunConfig, graph_step
 from ..core.errors import CheckpointError, DiskFull, is_disk_full
 from ..core.liveness import HEARTBEAT_S
+from ..core.proctitle import set_title, title
 from ..core.store import SessionStore
 from .checkpoint import sweep
 from .cuda_start import CudaStart
@@ -1104,6 +1105,8 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
             run_id = store.create_run(cfg.to_dict(), name=name)
         # One writer per run, claimed atomically before anything of the run is written.
         store.claim(run_id)
+        set_title(title(run_id, store.run(run_id)["name"], session_dir, group.rank,
+                        group.world))
         store.touch()
         store.set_config(run_id, cfg.to_dict())
         for kind, message, step in events:        # what the caller found, now that we own it
@@ -1215,6 +1218,7 @@ def _listen(trainer: Trainer) -> Any:
 def _train_rank(trainer: Trainer, run_id: int, echo: TextIO | None) -> Summary:
     """A rank other than the lead: trains in step with the others, records nothing itself;
     a failure is said on stderr (labelled by torchrun, in the run's log) and re-raised."""
+    set_title(title(run_id, rank=trainer.group.rank, world=trainer.group.world))
     trainer.attach(None, run_id, echo)
     restore = _listen(trainer)
     try:

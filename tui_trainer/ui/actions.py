@@ -184,8 +184,33 @@ class RunActions:
             if overrides else ""
         self.notify(f"{'restarting' if restart else 'continuing'} run {run_id}{extra}"
                     + (" from step 0" if restart else ""))
-        self.write(lambda _, sup: sup.resume(run_id, overrides, restart=restart),
-                   failed=f"run {run_id} not continued")
+        run = self.runs.get(run_id)
+        if run is not None:     # the table says "continuing" until the run moves on
+            self._continuing[run_id] = (run.status, run.step, time.monotonic())
+
+        def resume(_: Any, sup: Supervisor) -> None:
+            try:
+                sup.resume(run_id, overrides, restart=restart)
+            except BaseException:
+                self._answer(self._continuing.pop, run_id, None)
+                raise
+        self.write(resume, failed=f"run {run_id} not continued")
+
+    # A continued run reads "continuing" from F4 until its status or step moves (its process
+    # marks it running as it starts), its process ends, or this long has passed.
+    CONTINUING_S = 60.0
+
+    def _continuing_now(self) -> frozenset[int]:
+        now, out = time.monotonic(), set()
+        for run_id, (status, step, asked) in list(self._continuing.items()):
+            run = self.runs.get(run_id)
+            alive = self.writer is not None and self.writer.supervisor.starting_cached(run_id)
+            if run is None or (run.status, run.step) != (status, step) or \
+                    now - asked > self.CONTINUING_S or (now - asked > 5 and not alive):
+                del self._continuing[run_id]
+            else:
+                out.add(run_id)
+        return frozenset(out)
 
     def action_repeat(self) -> None:
         run = self._selected() if self.writable("not repeated") else None
@@ -495,7 +520,11 @@ class RunActions:
         def closed(again: Any) -> None:
             if again:
                 self.measure_memory(run_id)
-        self.push_screen(MemoryScreen(f"Where run {run_id}'s memory goes", result), closed)
+        row = self.runs.get(run_id)
+        resident = row.peak_memory_mib if row is not None and row.memory_kind == "RSS" \
+            else None
+        self.push_screen(MemoryScreen(f"Where run {run_id}'s memory goes", result, resident),
+                         closed)
 
     def action_verdict(self) -> None:
         run = self._checkable()

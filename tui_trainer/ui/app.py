@@ -33,6 +33,7 @@ from textual.widgets._tabbed_content import ContentTabs
 from ..core.config import ConfigError
 from ..core.errors import SessionError
 from ..core.paths import default_session_dir
+from ..core.plotdata import PANELS
 from ..core.reader import Snapshot
 from ..core.store import SessionStore
 from ..core.supervisor import Supervisor, WarmLauncher, dashboard_nice
@@ -100,6 +101,8 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         # The next tab from anywhere (no text box uses ctrl+t; alt+digits do not arrive as
         # such from every terminal); the palette names each tab too.
         Binding("ctrl+t", "next_tab", "Next tab", show=False),
+        # The Plots tab's 1-8 (one panel alone), wherever the focus is but in a text field.
+        *[Binding(str(i + 1), f"plot_solo({i})", show=False) for i in range(len(PANELS))],
     ]
 
     marked: var[list[int]] = var(list)
@@ -135,6 +138,8 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         self._explaining: Job | None = None      # an explain this dashboard started
         self._check_job: tuple[int, Any] | None = None  # the F7/F8 check: run, job
         self._measuring: Job | None = None       # a memory breakdown under way (b)
+        # runs continued (F4) that still read as before: {run: (status, step, when asked)}
+        self._continuing: dict[int, tuple[str, int, float]] = {}
         self._profiling: Job | None = None       # a profile under way (p)
         self._activating: Job | None = None      # the Model tab's computation under way
         self._restoring = True
@@ -468,8 +473,8 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         assert self.snapshot is not None
         starting = frozenset(r for r in self.runs if self.writer.supervisor.starting_cached(r))
         return Tick(self.snapshot, self.runs, self.selection, self.study_shown,
-                    self._await_twin, lines, starting, self._explaining_now(),
-                    self._profiling_now(), self._activating_now())
+                    self._await_twin, lines, starting, self._continuing_now(),
+                    self._explaining_now(), self._profiling_now(), self._activating_now())
 
     def _draw(self, lines: dict | None = None) -> None:
         """The visible tab's panel draws the tick (a panel skips what did not change)."""
@@ -601,13 +606,18 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         the Profile tab is, the Model tab's keys where it is (elsewhere the keys are free)."""
         if action in ("explain", "evidence") and self.panel(TabbedContent) is not None:
             return self._tabs().active == "tab-divergence"
-        if action == "memory" and self.panel(TabbedContent) is not None:
+        if action in ("memory", "plot_solo") and self.panel(TabbedContent) is not None:
             return self._tabs().active == "tab-plots"
         if action == "profile" and self.panel(TabbedContent) is not None:
             return self._tabs().active == "tab-profile"
         if action == "model" and self.panel(TabbedContent) is not None:
             return self._tabs().active == "tab-model"
         return True
+
+    def action_plot_solo(self, index: int) -> None:
+        panel = self.panel(PlotsPanel)
+        if panel is not None:
+            panel.action_solo(index)
 
     def action_evidence(self) -> None:
         panel = self.panel(DivergencePanel)

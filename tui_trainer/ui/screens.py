@@ -30,9 +30,9 @@ HELP_INTRO = ("Configure a run on the left (F9 shows or hides the form), start i
 HELP_KEYS = (
     ("F2", "start a run with the form's config"),
     ("F3", "stop the run under the cursor (it finishes its step and writes a checkpoint)"),
-    ("F4", "continue the run under the cursor from its newest good checkpoint (with none, "
-           "offers to train it again from step 0); epochs and max_steps changed in the form "
-           "apply"),
+    ("F4", "continue the run under the cursor from its newest good checkpoint: a dialog "
+           "asks how far (epochs and max_steps, the run's own to start with; the form is not "
+           "read); with no checkpoint, it offers to train the run again from step 0"),
     ("F5", "repeat: start a twin with the same config, paired with it for divergence"),
     ("F6", "compare the pair: two marked runs, or a run and its twin"),
     ("F7", "determinism verdict: train a twin of the run under the cursor and say whether the "
@@ -189,9 +189,10 @@ class MemoryScreen(TextScreen):
     BINDINGS = [Binding("escape,b,q", "dismiss(False)", "Close"),
                 Binding("m", "dismiss(True)", "Measure again")]
 
-    def __init__(self, title: str, result: dict) -> None:
+    def __init__(self, title: str, result: dict, resident_mib: float | None = None) -> None:
         from ..core import memory
-        super().__init__(title, memory.lines(result), "memory", again="Measure again (m)")
+        super().__init__(title, memory.lines(result, resident_mib), "memory",
+                         again="Measure again (m)")
         self.timeline = memory.timeline(result)
 
     def on_mount(self) -> None:

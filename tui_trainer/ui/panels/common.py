@@ -32,6 +32,7 @@ class Tick:
     awaiting_twin: int | None = None        # a check (F7/F8) whose twin has not started
     lines: dict | None = None               # the Plots tab's lines, when it is visible
     starting: frozenset[int] = frozenset()  # runs this dashboard is starting
+    continuing: frozenset[int] = frozenset()    # ... continuing (F4), not yet training
     explaining: tuple[int, int, float] | None = None    # A, B, seconds since it started
     profiling: tuple[tuple[int, ...], float] | None = None  # runs, seconds since it started
     activating: tuple[tuple[int, ...], float] | None = None  # runs, seconds since it started

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Static
 
 from ...core import figures
@@ -73,7 +73,7 @@ def settings_rows(runs: list[RunRow]) -> list[list[str]]:
     return out or [["(same config)", *([""] * len(runs))]]
 
 
-class ComparePanel(Vertical):
+class ComparePanel(VerticalScroll):
     TAB, TITLE, PANEL_ID = "tab-compare", "Compare", "compare-panel"
 
     def __init__(self, **kwargs: Any) -> None:

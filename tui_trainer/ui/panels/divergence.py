@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Static
 
 from ...core.divergence import divergence, seed_spread, spread_text
@@ -28,7 +28,7 @@ HINT = ("Mark two runs (space in the run table) or repeat one (F5) to see how th
 EXPLAIN_HINT = "x: explain where and why they part (replays both runs from their checkpoints)"
 
 
-class DivergencePanel(Vertical):
+class DivergencePanel(VerticalScroll):
     TAB, TITLE, PANEL_ID = "tab-divergence", "Divergence", "divergence-panel"
 
     def __init__(self, **kwargs: Any) -> None:

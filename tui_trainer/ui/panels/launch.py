@@ -129,10 +129,20 @@ class LaunchPanel(Vertical):
         except ConfigError as e:
             self.post_message(self.Notice(f"preset not loaded: {e}", "error"))
             return
+        before = self.form.texts()
         self.form.set_config(cfg.to_dict())
+        after = self.form.texts()
         name = next((p.label for p in presets.presets() if str(p.path) == event.value),
                     "defaults")
-        self.post_message(self.Notice(f"preset {name} loaded"))
+        # Never silently: the values the form held that the preset replaced, by name.
+        replaced = [f"{k} {shown(before[k], 30)} → {shown(after[k], 30)}" for k in after
+                    if before.get(k) != after[k]]
+        self.post_message(self.Notice(
+            f"preset {shown(name, 60)} loaded" + (
+                f"; it replaced {len(replaced)} value(s) the form held: "
+                + ", ".join(replaced[:6]) + (f" and {len(replaced) - 6} more"
+                                             if len(replaced) > 6 else "")
+                if replaced else "; the form already held its values")))
 
     @on(Input.Changed, "#knob-search")
     def _search(self, event: Input.Changed) -> None:

@@ -72,10 +72,13 @@ class ModelPanel(VerticalScroll):
         self.zoom: int | None = None                # index into ZOOMS (None: by width)
         self.one_layer: int | None = None               # one layer (its index), or all
         self._status = ""
+        self._reveal = False        # scroll to the maps once they are drawn again (+ - v)
+        self.digits: int | None = None   # the target's evaluation set's size, where known
 
     def compose(self) -> ComposeResult:
         yield Static(HINT, id="model-status")
-        yield Static("", id="model-picture")
+        yield Static("", id="model-picture")      # the words, the digit, the probabilities
+        yield Static("", id="model-layers")       # each convolution's maps
 
     # --- what the tick says -------------------------------------------------------------
     def draw(self, tick: Tick) -> None:
@@ -83,6 +86,8 @@ class ModelPanel(VerticalScroll):
         pair = sel.current_pair(tick.runs)
         cursor = sel.cursor
         self.target = tuple(pair) if pair else ((cursor,) if cursor is not None else ())
+        sizes = [_eval_size(tick.runs.get(r)) for r in self.target]
+        self.digits = None if not sizes or None in sizes else min(sizes)
         found = activations.newest(tick.snap.checks.get(self.target[0], []), self.target) \
             if self.target else None
         busy = tick.activating
@@ -125,6 +130,7 @@ class ModelPanel(VerticalScroll):
         if meta is None:
             self._built_key = None
             picture.update("")
+            self.query_one("#model-layers", Static).update("")
             return
         width = self._width()
         key = (repr(meta)[:4000], width, self._zoom(), self.one_layer)
@@ -145,8 +151,15 @@ class ModelPanel(VerticalScroll):
         self.run_worker(build, thread=True, exclusive=True, group="model-build")
 
     def _show(self, key: Any, drawn: Any) -> None:
-        if key == self._built_key:
-            self.query_one("#model-picture", Static).update(drawn)
+        if key != self._built_key:
+            return
+        head, layers = drawn if isinstance(drawn, tuple) else (drawn, "")
+        self.query_one("#model-picture", Static).update(head)
+        self.query_one("#model-layers", Static).update(layers)
+        if self._reveal:        # + - v change the maps, often below the view: shown
+            self._reveal = False
+            self.call_after_refresh(self.scroll_to_widget, self.query_one("#model-layers"),
+                                    animate=False, top=True)
 
     # --- keys (bound by the app while this tab shows) -----------------------------------
     def current(self) -> Choice:
@@ -166,21 +179,25 @@ class ModelPanel(VerticalScroll):
             self.notify("no run selected", severity="warning")
             return
 
+        n = self.digits
+        allowed = f"0 to {n - 1:,}" if n else "0, 1, ..."
+
         def chosen(text: str | None) -> None:
             if text is None:
                 return
             try:
-                index = int(text)
-                if index < 0:
+                index = int(text.replace(",", "").replace("_", ""))
+                if index < 0 or (n is not None and index >= n):
                     raise ValueError
-            except ValueError:
-                self.notify(f"digit: give an index 0, 1, ... into the evaluation set, not "
+            except ValueError:      # refused here: the range is known, nothing is started
+                self.notify(f"digit: give an index {allowed} into the evaluation set"
+                            + (f" ({n:,} digits)" if n else "") + f", not "
                             f"{shown(text, 20)!r}", severity="error")
                 return
             self.ask(Choice("index", index, self.current().step))
 
-        self.app.push_screen(NameScreen("Which digit of the evaluation set (its index)?",
-                                        str(self.current().index or 0)), chosen)
+        self.app.push_screen(NameScreen(f"Which digit of the evaluation set? Its index, "
+                                        f"{allowed}.", str(self.current().index or 0)), chosen)
 
     def ask_how(self, how: str) -> None:
         self.ask(Choice(how, None, self.current().step))
@@ -207,13 +224,26 @@ class ModelPanel(VerticalScroll):
     def resize_maps(self, bigger: bool) -> None:
         i = ZOOM if self.zoom is None else self.zoom
         self.zoom = max(0, min(len(ZOOMS) - 1, i + (1 if bigger else -1)))
+        if self.zoom == i:
+            self.notify(f"the maps are at their {'largest' if bigger else 'smallest'} size",
+                        severity="warning")
+        self._reveal = self.shown is not None
         self._build()
 
     def next_layer(self) -> None:
         n = len(self.shown["layers"]) if self.shown else 0
         self.one_layer = None if not n or self.one_layer == n - 1 else \
             (0 if self.one_layer is None else self.one_layer + 1)
+        self._reveal = self.shown is not None
         self._build()
+
+
+def _eval_size(run: Any) -> int | None:
+    """How many digits a run's evaluation set holds, as its settings recorded it (None for
+    a run that has not started, or settings that do not say: untrusted)."""
+    data = (getattr(run, "settings", None) or {}).get("data") if run is not None else None
+    size = data.get("eval_size") if isinstance(data, dict) else None
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
 # --- what is drawn (a thread; nothing here touches the screen) ---------------------------
@@ -239,18 +269,19 @@ def tiles(shape: list[int], views: int, width: int, zoom: float
 
 
 def compose(meta: dict[str, Any], arrays: dict[str, Any], width: int, zoom: float,
-            layer: int | None) -> Group:
-    """The words, the digit beside the probabilities, then each convolution (or one): its
-    line of scale and the views of it (each run's maps, their difference), side by side
-    where the width allows."""
+            layer: int | None) -> tuple[Group, Group]:
+    """The words and the digit beside the probabilities; then each convolution (or one):
+    its line of scale and the views of it (each run's maps, their difference), side by
+    side where the width allows."""
     import numpy as np
     from ..widgets.pictures import legend, picture, probability_table, resized
     words = activations.lines(meta)
-    head = [Text(shown(line, None)) for line in words[:1 + len(meta["runs"])]]
+    head = [Text(shown(line, None)) for line in
+            words[:1 + len(meta["runs"]) + (meta.get("same_start") is False)]]
     digit = arrays["input"]
     top = Table.grid(padding=(0, 2))
     top.add_row(picture(digit, "gray", 0.0, 1.0), probability_table(meta))
-    parts: list[Any] = [*head, Text(""), top]
+    parts: list[Any] = []
     layers = meta["layers"] if layer is None else meta["layers"][layer:layer + 1]
     for L in layers:
         views = activations.views(meta, arrays, L["name"])
@@ -271,5 +302,5 @@ def compose(meta: dict[str, Any], arrays: dict[str, Any], width: int, zoom: floa
     if layer is not None and meta["layers"]:
         parts.append(Text(f"(layer {layer + 1} of {len(meta['layers'])}: v for the next, "
                           "or all)", style="dim"))
-    return Group(*parts)
+    return Group(*head, Text(""), top), Group(*parts)
 

@@ -1,8 +1,9 @@
 """The Plots tab: the plotted runs' panels, and the controls that shape them.
 
 Keys (anywhere in the tab): m smoothing (cycles), x the x axis (step, samples, time),
-l log scale, w the window (all steps or the last N), 1-8 show one panel alone (again: all),
-which is also how a small terminal shows a plot at a readable size.
+l log scale, w the window (all steps or the last N); 1-8 (wherever the focus is while the
+tab shows, but in a text field: the App's) show one panel alone over the tab (again: all,
+each at a readable height, the tab scrolling).
 """
 
 from __future__ import annotations
@@ -38,8 +39,7 @@ class PlotsPanel(Vertical):
         Binding("x", "x_axis", "X axis"),
         Binding("l", "log_scale", "Log scale"),
         Binding("w", "window", "Window"),
-        *[Binding(str(i + 1), f"solo({i})", show=False) for i in range(len(PANELS))],
-    ]
+    ]   # (1-8 are the App's: they work wherever the focus is, but in a text field)
 
     class OptionsChanged(Message):
         def __init__(self, options: PlotOptions) -> None:
@@ -114,7 +114,12 @@ class PlotsPanel(Vertical):
         self._change(last=WINDOWS[(i + 1) % len(WINDOWS)])
 
     def action_solo(self, index: int) -> None:
+        """One panel alone over the whole tab; the same key again: every panel, each at its
+        own height in a grid that scrolls (classes, so the terminal's size still decides the
+        grid: a display set here outlived a resize and squeezed eight panels into one
+        column's height)."""
         self.solo = None if self.solo == index else index
         for i, (pid, _, _) in enumerate(PANELS):
-            self.query_one(f"#{pid}").display = self.solo is None or self.solo == i
+            self.query_one(f"#{pid}").set_class(self.solo == i, "-alone")
         self.query_one(PlotGrid).set_class(self.solo is not None, "-solo")
+        self.query_one("#plot-scroll", VerticalScroll).scroll_home(animate=False)

@@ -40,8 +40,9 @@ class ProfilePanel(VerticalScroll):
         kept = {r: profiling.newest(checks.get(r, [])) for r in {*(pair or ()), cursor}
                 if r is not None}
         busy = tick.profiling
+        width = self.scrollable_content_region.width - 1 or None    # the tables fit it
         key = (pair, cursor, repr(sorted((r, repr(p)[:4000]) for r, p in kept.items())),
-               (busy[0], int(busy[1])) if busy else None)
+               (busy[0], int(busy[1])) if busy else None, width)
         if key == self._key:
             return
         self._key = key
@@ -53,11 +54,11 @@ class ProfilePanel(VerticalScroll):
                        f"under torch.profiler ({int(busy[1])} s so far) ...")
         if pair and kept.get(pair[0]) and kept.get(pair[1]):
             a, b = kept[pair[0]], kept[pair[1]]
-            out += profiling.diff_lines(a, b, ids=pair)
-            out += [""] + profiling.lines(a, pair[0], session) + [""] + \
-                profiling.lines(b, pair[1], session)
+            out += profiling.diff_lines(a, b, ids=pair, width=width)
+            out += [""] + profiling.lines(a, pair[0], session, width) + [""] + \
+                profiling.lines(b, pair[1], session, width)
         elif cursor is not None and kept.get(cursor):
-            out += profiling.lines(kept[cursor], cursor, session)
+            out += profiling.lines(kept[cursor], cursor, session, width)
             if pair:
                 out.append(f"(p profiles both runs of the pair {pair[0]}, {pair[1]} for a diff)")
         if not busy:

@@ -166,6 +166,7 @@ class RunTable(Table):
         self._rows: tuple[RunRow, ...] = ()
         self._marked: tuple[int, ...] = ()
         self._starting: frozenset[int] = frozenset()
+        self._continuing: frozenset[int] = frozenset()
         self._shown_key: Any = None
         self._columns_key: Any = None
         self._reason_width: int | None = None
@@ -173,12 +174,13 @@ class RunTable(Table):
     # --- drawing ---------------------------------------------------------------------------
     def draw(self, tick: Tick) -> None:
         self.show(tick.snap.runs, list(tick.selection.marked), tick.selection.cursor,
-                  tick.starting)
+                  tick.starting, tick.continuing)
 
     def show(self, rows: tuple[RunRow, ...], marked: list[int], cursor: int | None,
-             starting: frozenset[int] = frozenset()) -> None:
+             starting: frozenset[int] = frozenset(),
+             continuing: frozenset[int] = frozenset()) -> None:
         """Draws the rows (only the cells that changed)."""
-        key = (rows, tuple(marked), starting, self.view.filter, self.view.sort,
+        key = (rows, tuple(marked), starting, continuing, self.view.filter, self.view.sort,
                self.view.reverse, self.view.show_hidden, self.view.config_columns,
                self.view.all_columns, self.size.width)
         if key == self._shown_key:
@@ -186,6 +188,7 @@ class RunTable(Table):
             return
         self._shown_key = key
         self._rows, self._marked, self._starting = rows, tuple(marked), starting
+        self._continuing = continuing
         visible = [r for r in rows if (self.view.show_hidden or not r.hidden or r.id in marked)
                    and matches(r, self.view.filter)]
         visible.sort(key=lambda r: sort_key(r, self.view.sort), reverse=self.view.reverse)
@@ -212,7 +215,7 @@ class RunTable(Table):
 
     def _all_cells(self, r: RunRow) -> dict[str, Text]:
         status = "starting" if r.status == "created" and r.id in self._starting else \
-            shown_status(r.status, r.stalled_s)
+            "continuing" if r.id in self._continuing else shown_status(r.status, r.stalled_s)
         if r.hidden:
             status += " (hidden)"
         c = cells(r, r.id in self._marked, status)
@@ -252,7 +255,8 @@ class RunTable(Table):
 
     def on_resize(self) -> None:
         if self._rows:      # columns chosen again for the new width
-            self.show(self._rows, list(self._marked), self.current(), self._starting)
+            self.show(self._rows, list(self._marked), self.current(), self._starting,
+                  self._continuing)
 
     def _ensure_columns(self, want: list[tuple[str, str]]) -> None:
         key = tuple(k for k, _ in want)
@@ -397,4 +401,5 @@ class RunTable(Table):
         self._columns_key = None          # headings carry the sort arrow
         self.post_message(self.ViewChanged(self.view))
         self._shown_key = None
-        self.show(self._rows, list(self._marked), self.current(), self._starting)
+        self.show(self._rows, list(self._marked), self.current(), self._starting,
+                  self._continuing)

@@ -155,6 +155,12 @@ class ConfigForm(VerticalScroll):
                     problems[key] = e.reason
         return values, problems
 
+    def texts(self) -> dict[str, str]:
+        """What each field shows, as text (an edit that does not parse included)."""
+        if not self.ready:
+            return {k: str(v) for k, v in self._initial.items()}
+        return {key: str(self._widgets[key].value) for key in config.FIELDS}
+
     def validate(self) -> dict[str, str]:
         values, problems = self.raw_values()
         good = {k: v for k, v in values.items() if k not in problems}
