@@ -28,7 +28,9 @@ def _fill(session, marked=(1, 2), tab="tab-plots"):
                   "loss": 2.3 * math.exp(-k / 50) + 0.25 + wobble * math.sin(k / 7),
                   "lr": 0.03 if k <= 125 else 0.021, "grad_norm": 1.0,
                   "samples_per_s": 4000 + 300 * math.sin(k / 20) - 200 * rid,
-                  "data_s": 0.05 + 0.01 * rid, "compute_s": 0.11,
+                  "data_s": 0.05 + 0.01 * rid, "compute_s": 0.11, "copy_s": 0.001,
+                  "forward_s": 0.05, "backward_s": 0.05 + 0.01 * rid, "optimizer_s": 0.009,
+                  "record_s": 0.002,
                   "rss_bytes": (780 + 20 * rid + k / 10) * 2**20} for k in range(10, 251, 10)]
         evals = [{"step": 125, "epoch": 1.0, "loss": 0.33, "accuracy": 0.92 - 0.01 * rid},
                  {"step": 250, "epoch": 2.0, "loss": 0.17, "accuracy": 0.955 - 0.01 * rid}]

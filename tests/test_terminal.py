@@ -52,11 +52,22 @@ class Terminal:
             time.sleep(0.3)
         raise AssertionError("screen never showed it; last screen:\n" + self.screen())
 
+    def mouse(self, x: int, y: int, button: int, times: int = 1) -> None:
+        """A mouse event at column x, row y (0-based) as an xterm sends it (SGR): button 0 a
+        click (press and release), 64 and 65 the wheel up and down."""
+        for _ in range(times):
+            press = f"\x1b[<{button};{x + 1};{y + 1}M"
+            self.tmux("send-keys", "-l", press + (f"\x1b[<0;{x + 1};{y + 1}m"
+                                                   if button == 0 else ""))
+
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
 
 
 STATUSES = {"starting", "created", "running", "finished", "stopped", "crashed"}
+# The A/B table's headings of a one-round study (core.study.headings)
+AB_HEADINGS = ("variant", "bit-identical to base", "samples/s", "accuracy %", "eval loss",
+               "train loss", "peak mem MiB", "data wait s", "run")
 
 
 def _run_row(text: str) -> list[str] | None:
@@ -117,7 +128,7 @@ def test_every_tab_is_usable_in_an_80x24_terminal(tmp_path, isolated_home):
         assert "f1 Help" in footer and "f9 Form" in footer and "^p palette" in footer
         for tab, content in (("Divergence", ("|Δloss| per step", "not identical")),
                              ("Compare", ("B/A", "samples/s (training)", "0.95x")),
-                             ("A/B", ("bit-identical to base", "seed=2", "accuracy %")),
+                             ("A/B", ("bit-identical to base", "seed=2", "samples/s")),
                              ("Profile", ("p: profile the run under the cursor",)),
                              ("Model", ("g: what the net sees in a digit",)),
                              ("Log", ("hello from run 2",)),
@@ -125,6 +136,27 @@ def test_every_tab_is_usable_in_an_80x24_terminal(tmp_path, isolated_home):
             term.tmux("send-keys", "C-t")
             text = term.wait_for(lambda t, c=content: all(x in t for x in c), timeout=120)
             assert all(len(line) <= 80 for line in text.splitlines()), tab
+            if tab in ("Divergence", "Compare"):
+                # Every chart draws: scrolled into view by the wheel, each shows its lines
+                # (Compare's held a "…" for minutes, issue 55).
+                term.mouse(40, 18, 65, times=12)
+                text = term.wait_for(lambda t: "train loss, smoothed" in t and
+                                     bool(BRAILLE & set(t)) if tab == "Compare"
+                                     else bool(BRAILLE & set(t)), timeout=60)
+                term.mouse(40, 18, 64, times=12)
+            if tab == "A/B":
+                # Every column of the table within 8 Right presses (the variant's stays).
+                row = next(i for i, line in enumerate(text.splitlines())
+                           if line.lstrip().startswith("seed=2"))
+                term.mouse(4, row, 0)
+                heads = set()
+                for _ in range(9):
+                    text = term.screen()
+                    heads |= {h for h in AB_HEADINGS if h in text}
+                    term.tmux("send-keys", "Right")
+                    time.sleep(0.3)
+                assert heads == set(AB_HEADINGS), AB_HEADINGS
+                assert "variant" in term.screen()
         term.tmux("send-keys", "F9")            # the form, over the whole width
         text = term.wait_for(lambda t: "find a knob" in t and "deterministic" in t, 120)
         assert "seed-2" not in text
@@ -132,6 +164,13 @@ def test_every_tab_is_usable_in_an_80x24_terminal(tmp_path, isolated_home):
         term.wait_for(lambda t: "seed-2" in t and "find a knob" not in t, 120)
         term.tmux("send-keys", "F1")
         term.wait_for(lambda t: "ctrl+p finds every action" in t, 120)
+        # Its last section is reachable: End shows the end of Statuses (issue 55: the help
+        # stopped inside the A/B entry).
+        from tui_trainer.ui.screens import HELP_STATUSES
+        last = HELP_STATUSES.split()[-3:]
+        term.tmux("send-keys", "End")
+        text = term.wait_for(lambda t: "Statuses" in t and
+                             " ".join(last) in " ".join(t.replace("█", " ").split()), 30)
         term.tmux("send-keys", "Escape")
         term.wait_for(lambda t: "ctrl+p finds every action" not in t and "seed-2" in t, 120)
     finally:
