@@ -93,6 +93,23 @@ def test_other_augmentation_draws_are_named_as_the_batch(tmp_path):
     assert "the batch of step 1 differs" in text and "seed_workers True vs False" in text
 
 
+def test_one_batch_against_two_accumulated_halves_is_named_as_how_the_step_computed(
+        tmp_path):
+    """batch_size 64 against 32 with grad_accum_steps 2: each step consumes the same 64
+    samples; the answer compares what the whole step took and names the accumulation, not
+    "32 of 64 samples differ" from A's batch against B's first half (issue 55)."""
+    _runs(tmp_path, ["batch_size=64", "device=cpu"],
+          ["batch_size=32", "grad_accum_steps=2", "device=cpu"])
+    rc, result, text = _explain(tmp_path)
+    assert rc == 3 and result["verdict"] == "input" and result["step"] == 1, result
+    assert result["input"] == {"item": "partition", "samples": 64, "a": [64], "b": [32, 32]}
+    assert "both steps consume the same 64 samples in the same order, computed otherwise: " \
+        "A as one batch of 64, B as 2 micro-batches of 32 whose gradients are added " \
+        "(gradient accumulation)" in text
+    assert "batch_size 64 vs 32, grad_accum_steps 1 vs 2" in text
+    assert "samples differ" not in text
+
+
 def test_runs_not_comparable_are_refused_and_lost_checkpoints_replayed_from_the_config(
         tmp_path):
     """On the CPU: run 3 differs from run 1 by its thread count (on CUDA it would not)."""

@@ -219,8 +219,19 @@ def _input_text(step: int, item: dict[str, Any], result: dict[str, Any]) -> str:
                 for x, w in zip("AB", worlds) if w > 1)
         return (f"the batch of step {step} differs: {how}"
                 + (f" in micro-batch {item['micro_batch'] + 1}" if item.get("micro_batches", 1)
-                   > 1 else "")
+                   > 1 and "micro_batch" in item else "")
                 + (f"; what the batch holds follows {cause}" if cause else "") + ".")
+    if kind == "partition":
+        def split(sizes: list[int]) -> str:
+            return f"one batch of {sizes[0]}" if len(sizes) == 1 else \
+                f"{len(sizes)} micro-batches of {'/'.join(map(str, sorted(set(sizes))))} " \
+                "whose gradients are added (gradient accumulation)"
+        cause = _config_changes(result, ("batch_size", "grad_accum_steps"))
+        return (f"both steps consume the same {item['samples']} samples in the same order, "
+                f"computed otherwise: A as {split(item['a'])}, B as {split(item['b'])}; the "
+                "sums of the loss and the gradients are then taken in another grouping and "
+                "order, which rounds otherwise in floating point"
+                + (f" (this follows {cause})" if cause else "") + ".")
     if kind == "rng":
         source = item["name"].split(".")[0]
         return (f"the random state going into step {step} differs: "

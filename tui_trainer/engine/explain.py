@@ -813,18 +813,28 @@ def first_differing_input(ca: Capture, cb: Capture) -> dict[str, Any] | None:
         if key is not None:
             return {"item": item, "name": key}
     if ia.batch != ib.batch:
-        detail: dict[str, Any] = {"item": "batch", "micro_batches": len(ia.batch)}
-        for m, ((xa, ya), (xb, yb)) in enumerate(zip(ia.batch, ib.batch)):
-            if (xa, ya) != (xb, yb):
-                diff = [i for i in range(max(len(xa), len(xb)))
-                        if i >= len(xa) or i >= len(xb) or xa[i] != xb[i] or ya[i] != yb[i]]
-                same_set = sorted(zip(xa, ya)) == sorted(zip(xb, yb))
-                detail.update(micro_batch=m, samples=diff, of=len(xa),
-                              same_samples_reordered=same_set,
-                              same_labels=ia.labels[m] == ib.labels[m],
-                              labels_a=[ia.labels[m][i] for i in diff[:8] if i < len(xa)],
-                              labels_b=[ib.labels[m][i] for i in diff[:8] if i < len(xb)])
-                break
+        # What the whole step consumed, its micro-batches in order: one batch of 64 and two
+        # accumulated micro-batches of 32 take the same samples (issue 55: the first
+        # micro-batches were compared, and B's second half read as "differs").
+        xa, ya = [h for x, _ in ia.batch for h in x], [h for _, y in ia.batch for h in y]
+        xb, yb = [h for x, _ in ib.batch for h in x], [h for _, y in ib.batch for h in y]
+        sizes = [[len(x) for x, _ in ia.batch], [len(x) for x, _ in ib.batch]]
+        if (xa, ya) == (xb, yb):        # the same samples, split otherwise: how it computed
+            return {"item": "partition", "samples": len(xa), "a": sizes[0], "b": sizes[1]}
+        la = [c for m in ia.labels for c in m]
+        lb = [c for m in ib.labels for c in m]
+        diff = [i for i in range(max(len(xa), len(xb)))
+                if i >= len(xa) or i >= len(xb) or xa[i] != xb[i] or ya[i] != yb[i]]
+        detail: dict[str, Any] = {
+            "item": "batch", "micro_batches": max(len(ia.batch), len(ib.batch)),
+            "samples": diff, "of": max(len(xa), len(xb)),
+            "same_samples_reordered": sorted(zip(xa, ya)) == sorted(zip(xb, yb)),
+            "same_labels": la == lb,
+            "labels_a": [la[i] for i in diff[:8] if i < len(la)],
+            "labels_b": [lb[i] for i in diff[:8] if i < len(lb)]}
+        if sizes[0] == sizes[1] and len(sizes[0]) > 1:     # the micro-batch it starts in
+            ends = [sum(sizes[0][:k + 1]) for k in range(len(sizes[0]))]
+            detail["micro_batch"] = next(k for k, end in enumerate(ends) if diff[0] < end)
         return detail
     key = _first(ia.rng, ib.rng)
     if key is not None:
