@@ -52,6 +52,7 @@ class MetricPlot(PlotextPlot):
         self._shown = 0
         self._last_build = -MIN_BUILD_S
         self._timer_set = False
+        self._drawn_labels: frozenset[str] = frozenset()   # lines with points, last built
 
     def show(self, lines: Sequence[Line], note: str = "", xlabel: str | None = None,
              log_y: bool = False) -> None:
@@ -96,7 +97,14 @@ class MetricPlot(PlotextPlot):
         key = (id(self._pending), self._note, self.xlabel, self.log_y, w, h, self.app.theme)
         if key == self._built_key or w < 8 or h < 4:
             return
-        wait = self._last_build + MIN_BUILD_S - time.monotonic()
+        # A line that gets its first points (a run just started, a run newly plotted) is
+        # drawn now, not after the streaming limit: a person waits for it (issue 55: the
+        # first point of a run came 1 to 2 s after its first loss in the table).
+        labels = frozenset(line.label for line in self._pending
+                           if any(isinstance(y, (int, float)) and math.isfinite(y)
+                                  for y in line.ys))
+        wait = 0.0 if not labels <= self._drawn_labels else \
+            self._last_build + MIN_BUILD_S - time.monotonic()
         quiet = getattr(self.app, "input_quiet", lambda: 0.0)()
         if quiet > 0 and self._canvas is not None:
             wait = max(wait, quiet)     # the user is typing: the screen answers first
@@ -107,6 +115,7 @@ class MetricPlot(PlotextPlot):
             return
         self._last_build = time.monotonic()
         self._built_key = key
+        self._drawn_labels = labels
         self._latest = next(self._asked)
         self._build(self._latest, list(self._pending), self._note, self.xlabel,
                     self.ylabel + (" (log scale)" if self.log_y else ""), w, h,
