@@ -147,8 +147,9 @@ def test_launcher_killed_mid_epoch_resumes_bit_exact(straight, tmp_path):
     assert store.run(1)["status"] == "crashed"
     # Every rank got its SIGKILL with the launcher's death; rank 1 may still be tearing
     # down its memory a moment after rank 0 is gone, so this waits (bounded) for it to end.
+    # (a rank is titled "tui-trainer run 1 rank R/2 (session ...)": core/proctitle.py)
     ranks = [p for p in psutil.process_iter(["cmdline"])
-             if "worker" in (p.info["cmdline"] or [])
+             if " rank " in " ".join(p.info["cmdline"] or [])
              and str(tmp_path) in " ".join(p.info["cmdline"] or [])]
     _, alive = psutil.wait_procs(ranks, timeout=30)
     assert not alive

@@ -919,3 +919,36 @@ async def test_at_80x24_the_ab_results_are_reached_by_tab_and_by_wheel_to_the_la
         await pilot.press("left")
         await pilot.pause()
         assert table.scroll_x == max(x for x in starts if x < table.max_scroll_x)
+
+
+async def test_keys_typed_in_a_burst_while_runs_train_all_reach_the_knob(tmp_path):
+    """Two runs train; keys come as a terminal delivers a fast typist's burst (all read
+    before the first is handled): the knob search, enter, a value. Every key lands where
+    it was typed for: the search keeps its text and the knob gets the whole value (issue
+    55: "300" typed fast under load after enter landed in the search box; the keys after
+    enter went there, as a binding ran after them)."""
+    from textual import events
+    base = sets(*QUICK)
+    live = [tt_popen("run", "--session", str(tmp_path), *base, "--set", "epochs=200",
+                     quiet=True) for _ in range(2)]
+    try:
+        app = TrainerApp(tmp_path, poll=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await app.ready()
+            await until(pilot, lambda: cell(app, 1, "status") == cell(app, 2, "status")
+                        == "running")
+            search = app.query_one("#knob-search", Input)
+            for value in ("300", "1205", "47"):
+                search.value = ""
+                search.focus()
+                await pilot.pause(0.2)
+                for key in [*"max_steps", "enter", *value]:
+                    app.post_message(events.Key(key, "\r" if key == "enter" else key))
+                await until(pilot, lambda: search.value == "max_steps"
+                            and app.query_one("#field-max_steps", Input).value == value, 10,
+                            lambda: (search.value, app.query_one("#field-max_steps").value))
+                assert app.query_one(ConfigForm).config().max_steps == int(value)
+    finally:
+        for p in live:
+            p.kill()
+            p.wait()

@@ -202,7 +202,7 @@ def _train_group(session: Path, run_id: int, cfg: config.RunConfig,
                  worker: list[str]) -> Ended:
     """Launches the run's ranks through torchrun (runner.train_group), waits, and says how
     the run ended."""
-    set_title(title(run_id, session=session, role="run (launcher of its ranks)"))
+    set_title(title(run_id, session=session, ranks=cfg.nproc))
     result = runner.train_group(session, run_id, cfg, worker)
     run = result.run or {}
     if result.failures or result.reason:

@@ -15,10 +15,13 @@ PREFIX = "tui-trainer"
 
 
 def title(run_id: int, name: str | None = None, session: Path | str | None = None,
-          rank: int | None = None, world: int = 1, role: str = "run") -> str:
-    """`tui-trainer run 3 "lr-sweep" rank 1/4 (session ~/s)`: the parts known, as text
-    (a name from the session is data: no control characters)."""
-    parts = [PREFIX, role, str(run_id)]
+          rank: int | None = None, world: int = 1, ranks: int | None = None) -> str:
+    """`tui-trainer run 3 "lr-sweep" rank 1/4 (session ~/s)`; with `ranks`, the launcher of
+    a data-parallel run: `tui-trainer run 3 launcher of 2 ranks (session ~/s)`. The parts
+    known, as text (a name from the session is data: no control characters)."""
+    parts = [PREFIX, "run", str(run_id)]
+    if ranks is not None:
+        parts.append(f"launcher of {ranks} ranks")
     if name:
         parts.append(f'"{shown(name, 40)}"')
     if world > 1 and rank is not None:

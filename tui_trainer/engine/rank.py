@@ -15,6 +15,7 @@ from typing import Any
 
 from ..core import config
 from ..core.errors import EXIT_DIVERGED, EXIT_OK, EXPECTED, BadInput, CheckpointError, expected
+from ..core.proctitle import set_title, title
 from ..core.store import SessionStore
 from .distributed import (AGENT_ENV, PeerLost, die_with_parent, join_group, leave_at_once,
                           under_torchrun)
@@ -43,6 +44,8 @@ def run_rank(args: RankArgs, say: Any = print) -> int:
     die_with_parent()
     sys.stdout = sys.stderr
     group = join_group(args.dist_timeout)
+    set_title(title(args.run_id or 0, session=args.session, rank=group.rank,
+                    world=group.world))
     payload: dict[str, Any] | None = None
     if group.lead:
         try:

@@ -1218,7 +1218,6 @@ def _listen(trainer: Trainer) -> Any:
 def _train_rank(trainer: Trainer, run_id: int, echo: TextIO | None) -> Summary:
     """A rank other than the lead: trains in step with the others, records nothing itself;
     a failure is said on stderr (labelled by torchrun, in the run's log) and re-raised."""
-    set_title(title(run_id, rank=trainer.group.rank, world=trainer.group.world))
     trainer.attach(None, run_id, echo)
     restore = _listen(trainer)
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -31,21 +31,37 @@ def preset_options() -> list[tuple[Any, str]]:
 
 
 class KnobSearch(Input):
-    """The knob search box: typing filters the form (LaunchPanel._search); enter or down asks
-    to go to the first match (`Go`); escape clears the search. It never moves the focus by
-    itself, so every key typed lands in it."""
+    """The knob search box: typing filters the form (LaunchPanel._search); enter or down go
+    to the first match; escape clears the search. Only those keys move the focus, and the
+    keys typed after them reach the knob gone to (`_on_key`)."""
 
     BINDINGS = [Binding("down", "go", "First match", show=False),
                 Binding("escape", "clear", "Clear search", show=False)]
 
-    class Go(Message):
-        pass
-
     def action_go(self) -> None:
-        self.post_message(self.Go())
+        self.query_ancestor(LaunchPanel).go_to_match()
 
     async def action_submit(self) -> None:
-        self.post_message(self.Go())
+        self.action_go()
+
+    async def _on_key(self, event: events.Key) -> None:
+        """Keys typed in a burst after enter were already on their way here when the focus
+        moved to the knob (the App hands each key to the widget focused when it reads it):
+        they go on to the knob, in order (issue 55: "300" typed fast under load after
+        enter landed in this box, and the knob kept its old value)."""
+        focused = self.app.focused      # (has_focus follows only once the blur arrives)
+        if focused is not None and focused is not self:
+            event.stop()
+            event.prevent_default()
+            focused.post_message(events.Key(event.key, event.character))
+            return
+        if event.key in ("enter", "down"):
+            # here, in the keys' order: as a binding it ran after the keys behind it
+            event.stop()
+            event.prevent_default()
+            self.action_go()
+            return
+        await super()._on_key(event)
 
     def action_clear(self) -> None:
         self.value = ""
@@ -163,12 +179,14 @@ class LaunchPanel(Vertical):
                 (f"{more}enter or ↓: go to {keys[0]}", "italic"), "\n",
                 self._explanation(keys[0])))
 
-    @on(KnobSearch.Go)
-    def _search_done(self, event: KnobSearch.Go) -> None:
-        event.stop()
+    def go_to_match(self) -> None:
+        """Enter or down in the search: the focus to the first matching knob, now."""
         text = self.query_one("#knob-search", Input).value
-        if text.strip() and self.form.matches:      # filtered as it was typed
-            self.form.focus_knob(self.form.matches[0])
+        # filtered here, not only as typed: in a burst, enter comes before the box's change
+        # messages have filtered the form
+        keys = self.form.filter(text) if text.strip() else []
+        if keys:
+            self.form.focus_knob(keys[0])
 
     @staticmethod
     def _explanation(key: str) -> Text:

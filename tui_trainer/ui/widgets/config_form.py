@@ -132,7 +132,9 @@ class ConfigForm(VerticalScroll):
     def focus_knob(self, key: str) -> None:
         """Moves the focus to a knob's value (its group opened): the user asked for it."""
         self.query_one(f"#group-{config.group(key)}", Collapsible).collapsed = False
-        self._widgets[key].focus()
+        # now, not after the keys already queued (Widget.focus defers it): those typed next
+        # reach this knob (KnobSearch)
+        self.screen.set_focus(self._widgets[key])
         self.call_after_refresh(self.scroll_to_widget, self._boxes[key], animate=False)
 
     # --- values ----------------------------------------------------------------------------
