@@ -7,6 +7,7 @@ across two launcher agents (nnodes = 2) over the loopback address."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -164,7 +165,7 @@ def test_one_rank_killed_ends_the_run_as_crashed_naming_it(straight, tmp_path):
     proc = tt_popen("run", "--session", str(tmp_path), "--json", *sets(*PARALLEL))
     wait_for_row(tmp_path, "SELECT 1 FROM steps WHERE run_id = 1 AND step >= 18")
     ranks = [p for p in psutil.Process(proc.pid).children(recursive=True)
-             if p.environ().get("RANK") == "1"]
+             if _rank_of(p) == "1"]
     assert len(ranks) == 1
     ranks[0].send_signal(signal.SIGKILL)
     out, err = proc.communicate(timeout=120)
@@ -304,8 +305,15 @@ def test_join_with_no_node_0_says_what_it_waits_for_and_gives_up(tmp_path, monke
     assert list(tmp.glob("tui-trainer*")) == []      # (torch keeps a cache of its own there)
 
 
-def _ranks(agent_pid: int) -> dict[str, psutil.Process]:
-    return {p.environ().get("RANK"): p for p in psutil.Process(agent_pid).children()}
+def _rank_of(p: psutil.Process) -> str | None:
+    """A rank's number, from its title ("tui-trainer run 1 rank 1/2 (session ...)":
+    core/proctitle.py; setproctitle writes it over the process's environment)."""
+    found = re.search(r" rank (\d+)/\d+", " ".join(p.cmdline()))
+    return found.group(1) if found else None
+
+
+def _ranks(agent_pid: int) -> dict[str | None, psutil.Process]:
+    return {_rank_of(p): p for p in psutil.Process(agent_pid).children()}
 
 
 @pytest.mark.slow

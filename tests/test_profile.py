@@ -63,6 +63,16 @@ def test_profile_of_a_pair_by_operator_phase_module_and_memory_with_its_trace_an
     assert f"ui.perfetto.dev): {profiling.trace_path(tmp_path, a)}" in text
     assert "Operators whose self time changed most, 1 -> 2" in \
         profiling.diff_lines(a, b, ids=(1, 2))[0]
+    # At 78 columns (the tab at 80x24) the tables fit, the names cut; a figure as wide as
+    # its column keeps a space before it (issue 55: "64.33184.70x").
+    wide = {**b, "ops": [{**o, "self_ms": o["self_ms"] * 300} for o in b["ops"]]}
+    table = [x for x in profiling.diff_lines(a, wide, ids=(1, 2), width=78)[1:]
+             if x.startswith("  ")]
+    assert table and all(len(x) <= 78 for x in table), table
+    for row in table[1:]:
+        cells = row[2 + profiling.name_width(78, 4):]
+        assert len(cells.split()) == 4 and all(cells[i] == " " for i in (0, 9, 18, 27)), row
+    assert all(len(x) <= 78 for x in profiling.lines(a, 1, None, 78) if x.startswith("  "))
     # ctrl+e's export carries the words and the trace; a kept path that leads out of the
     # session (a hostile or foreign session) is not followed, and damage is said
     with SessionStore(tmp_path, create=False) as store:

@@ -18,6 +18,7 @@ from tui_trainer.core.store import SessionStore
 from tui_trainer.core.supervisor import WARM_LINE
 from tui_trainer.ui.app import TrainerApp
 from tui_trainer.ui.panels.divergence import DivergencePanel
+from tui_trainer.ui.panels.plots import PlotsPanel
 from tui_trainer.ui.panels.profile import ProfilePanel
 from tui_trainer.ui.screens import EvidenceScreen, MemoryScreen
 from tui_trainer.ui.widgets.config_form import ConfigForm
@@ -257,7 +258,8 @@ async def test_presets_load_into_the_form_and_the_form_saves_as_one(tmp_path, is
                             if isinstance(v, str) and v.endswith("baseline.toml"))
         await pilot.pause()
         said = [n.message for n in app._notifications if "preset baseline loaded" in n.message]
-        assert said and "lr 0.07 → 0.03" in said[-1] and "batch_size 200 → 64" in said[-1], said
+        assert said and "it replaced your edit(s): batch_size 200 → 64, lr 0.07 → 0.03; " \
+            in said[-1] and "other value(s) changed" in said[-1], said
         assert form.config() == load(preset.value)
 
 
@@ -373,6 +375,23 @@ async def test_divergence_finds_the_first_differing_step_of_runs_that_differ(tmp
         evidence = str(app.screen.query_one("#evidence-text Static").render())
         assert "config seed: A 1, B 5" in evidence and "parameter hashes different" in evidence
         await pilot.press("escape")
+        # At 80x24, under the explanation, the charts keep a readable height and the tab
+        # scrolls, by the keys too (issue 55: they got one row, then none).
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.5)
+        panel = app.query_one(DivergencePanel)
+        assert min(p.outer_size.height for p in app.query("#plot-dloss, #plot-pdist")) >= 12
+        assert panel.max_scroll_y > 0
+        panel.focus()
+        await pilot.press("pagedown")
+        await pilot.pause(0.3)
+        assert panel.scroll_y > 0
+        await pilot.press("end")
+        await pilot.pause(0.3)
+        explanation = app.query_one("#explanation")
+        assert panel.region.contains(explanation.region.x, explanation.region.bottom - 1)
+        await pilot.resize_terminal(*SIZE)
+        await pilot.pause(0.3)
         # x on another tab is not the Divergence tab's
         app.query_one("#tabs").active = "tab-plots"
         app.query_one("#runs", DataTable).focus()
@@ -952,3 +971,58 @@ async def test_keys_typed_in_a_burst_while_runs_train_all_reach_the_knob(tmp_pat
         for p in live:
             p.kill()
             p.wait()
+
+
+async def test_at_80x24_compare_scrolls_by_keys_ctrl_t_leaves_it_and_plots_keep_their_height(
+        tmp_path):
+    """Issue 55 at 80x24 (two finished runs marked): in Compare, PageDown on a table scrolls
+    the tab to its chart, and ctrl+t from there shows the next tab with the focus in it
+    (it did nothing); in Plots, 1-8 work with the focus in the run table, and 3 then 3
+    again, across a resize, leave every chart its height (they were squeezed to a row)."""
+    from test_snapshots import _fill
+    _fill(tmp_path, tab="tab-compare")
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.ready()
+        await app.poll_now()
+        await pilot.pause(0.3)
+        panel = app.query_one("#compare-panel")
+        chart = app.query_one("#plot-compare", MetricPlot)
+        assert panel.max_scroll_y > 0 and not panel.region.contains(
+            chart.region.x, chart.region.y + 2)               # below the first screen
+        app.query_one("#compare-summary", DataTable).focus()
+        await pilot.pause(0.2)
+        for _ in range(3):
+            await pilot.press("pagedown")
+        await pilot.pause(0.3)
+        assert panel.region.contains(chart.region.x, chart.region.y + 2), panel.scroll_y
+        await until(pilot, lambda: chart.drawn and chart._canvas is not None, 30)
+        await pilot.press("ctrl+t")
+        await until(pilot, lambda: app.query_one("#tabs").active == "tab-ab", 10)
+        await until(pilot, lambda: app.focused is app.query_one("#ab-table"), 10)
+        # Plots: the keys from the run table, and back to all eight after a resize
+        app.query_one("#tabs").active = "tab-plots"
+        app.query_one("#runs", DataTable).focus()
+        await pilot.pause(0.3)
+        await pilot.press("3")
+        await pilot.pause(0.3)
+        alone = app.query_one("#plot-accuracy", MetricPlot)
+        assert [p.id for p in app.query(MetricPlot) if p.display and p.parent.id == "plots"] \
+            == ["plot-accuracy"] and alone.outer_size.height >= 10
+        await pilot.resize_terminal(130, 42)
+        await pilot.pause(0.3)
+        await pilot.press("3")
+        await pilot.pause(0.3)
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.3)
+        grid = [p for p in app.query(MetricPlot) if p.parent.id == "plots"]
+        assert len(grid) == 8 and all(p.display and p.outer_size.height >= 12 for p in grid), \
+            [(p.id, p.outer_size.height) for p in grid]
+        assert app.query_one("#plot-scroll").max_scroll_y > 0      # the tab scrolls
+        search = app.query_one("#knob-search", Input)       # a digit typed into a text
+        await pilot.press("f9")                             # field is the field's
+        await pilot.pause(0.3)
+        search.focus()
+        await pilot.press("5")
+        await pilot.pause(0.2)
+        assert search.value == "5" and app.query_one(PlotsPanel).solo is None

@@ -291,6 +291,10 @@ async def test_a_crowded_runs_note_shows_and_T_puts_the_count_that_fits_in_the_f
         await pilot.pause()
         assert threads() == 1
         table.move_cursor(row=_ids(app).index(str(done)))
+        for _ in range(100):            # (the highlight reaches the app as a message)
+            if app.cursor_run == done:
+                break
+            await pilot.pause(0.05)
         await pilot.press("T")
         await pilot.pause()
         assert threads() == 3

@@ -30,7 +30,7 @@ def title(run_id: int, name: str | None = None, session: Path | str | None = Non
         home = Path.home()
         where = Path(session)
         where = Path("~") / where.relative_to(home) if where.is_relative_to(home) else where
-        parts.append(f"(session {shown(str(where), 80)})")
+        parts.append(f"(session {shown(str(where), 240)})")
     return " ".join(parts)
 
 

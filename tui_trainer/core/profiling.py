@@ -223,7 +223,9 @@ def diff_lines(a: dict[str, Any], b: dict[str, Any], ids: tuple[Any, Any] = ("A"
             f"kernels {_ms(pa['device_ms'])} -> {_ms(pb['device_ms'])}", out[1]]))
     for by, table in tables:
         for r in diff(a, b, by)[:limit]:
-            ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
+            q, change = r["ratio"], r["change_ms"]
+            ratio = "-" if q is None else f"{q:.2f}x" if q < 100 else f"{q:,.0f}x"
             table.append(_cells(r["op"], (_ms(r["a_ms"]), _ms(r["b_ms"]), ratio,
-                                          f"{r['change_ms']:+.2f}"), name_w))
+                                          f"{change:+.2f}" if abs(change) < 1000
+                                          else f"{change:+,.0f}"), name_w))
     return [line for _, table in tables for line in table]

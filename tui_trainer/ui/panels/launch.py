@@ -105,6 +105,7 @@ class LaunchPanel(Vertical):
         super().__init__(**kwargs)
         self._form = ConfigForm(id="form")
         self._form_asked = False
+        self._loaded: dict[str, str] | None = None   # the fields as last loaded, not typed
 
     async def mount_form(self) -> None:
         if not self._form_asked:
@@ -134,6 +135,7 @@ class LaunchPanel(Vertical):
 
     def set_config(self, config: dict[str, Any]) -> None:
         self.form.set_config(config)
+        self._loaded = self.form.texts()
 
     @on(Select.Changed, "#preset")
     def _preset_chosen(self, event: Select.Changed) -> None:
@@ -145,20 +147,23 @@ class LaunchPanel(Vertical):
         except ConfigError as e:
             self.post_message(self.Notice(f"preset not loaded: {e}", "error"))
             return
-        before = self.form.texts()
-        self.form.set_config(cfg.to_dict())
+        before, loaded = self.form.texts(), self._loaded
+        self.set_config(cfg.to_dict())
         after = self.form.texts()
         name = next((p.label for p in presets.presets() if str(p.path) == event.value),
                     "defaults")
-        # Never silently: the values the form held that the preset replaced, by name.
-        replaced = [f"{k} {shown(before[k], 30)} → {shown(after[k], 30)}" for k in after
-                    if before.get(k) != after[k]]
+        # Never silently: the user's edits it replaced (values typed since the form was
+        # last loaded) by name, first; then how many other values it changed.
+        changed = [k for k in after if before.get(k) != after[k]]
+        edits = [k for k in changed if loaded is None or before.get(k) != loaded.get(k)]
+        others = len(changed) - len(edits)
         self.post_message(self.Notice(
-            f"preset {shown(name, 60)} loaded" + (
-                f"; it replaced {len(replaced)} value(s) the form held: "
-                + ", ".join(replaced[:6]) + (f" and {len(replaced) - 6} more"
-                                             if len(replaced) > 6 else "")
-                if replaced else "; the form already held its values")))
+            f"preset {shown(name, 60)} loaded"
+            + (f"; it replaced your edit(s): " + ", ".join(
+                f"{k} {shown(before[k], 30)} → {shown(after[k], 30)}" for k in edits)
+               if edits else "")
+            + (f"; {others} other value(s) changed" if others else "")
+            + ("; the form already held its values" if not changed else "")))
 
     @on(Input.Changed, "#knob-search")
     def _search(self, event: Input.Changed) -> None:
