@@ -1026,3 +1026,21 @@ async def test_at_80x24_compare_scrolls_by_keys_ctrl_t_leaves_it_and_plots_keep_
         await pilot.press("5")
         await pilot.pause(0.2)
         assert search.value == "5" and app.query_one(PlotsPanel).solo is None
+
+
+async def test_at_80x24_the_help_reaches_its_end_and_its_close_button_shows(tmp_path):
+    """F1 at 80x24: the help's text scrolls to its last line and the Close button lies
+    inside the dialog (issue 55: the text ran below the screen; then the button was left
+    no row)."""
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.ready()
+        await pilot.press("f1")
+        await until(pilot, lambda: bool(app.screen.query("#help-text")), 10)
+        box, text = app.screen.query_one("#help-box"), app.screen.query_one("#help-text")
+        close = app.screen.query_one("#help-close")
+        await pilot.press("end")
+        await pilot.pause(0.3)
+        assert box.content_region.contains_region(text.region)
+        assert box.content_region.contains_region(close.region)
+        assert box.region.bottom <= 24 and text.scroll_y == text.max_scroll_y > 0
