@@ -1409,3 +1409,33 @@ def test_a_training_process_is_named_by_its_run_name_and_session_in_ps(tmp_path,
             finally:
                 proc.kill()
                 proc.wait(timeout=60)
+
+
+def test_runs_are_niced_only_where_the_session_has_an_autogroup_of_its_own(tmp_path):
+    """supervisor.ranked_by_session reads the kernel's files: autogroup on and this
+    session's own group named (`/autogroup-N nice 0`), no cgroup with the CPU controller
+    above it. An empty autogroup file (the session in the root group every other process
+    shares, as in CI's containers) ranks nothing by session: a nice value there would put
+    the runs below every other program (issue 54's resubmission)."""
+    from tui_trainer.core.supervisor import ranked_by_session
+
+    def kernel(enabled: str, group: str, cgroup: str, delegated: str = "") -> Path:
+        root = tmp_path / f"k{len(list(tmp_path.iterdir()))}"
+        (root / "proc/sys/kernel").mkdir(parents=True)
+        (root / "proc/self").mkdir()
+        (root / "proc/sys/kernel/sched_autogroup_enabled").write_text(enabled)
+        (root / "proc/self/autogroup").write_text(group)
+        (root / "proc/self/cgroup").write_text(cgroup)
+        (root / "cg/user.slice").mkdir(parents=True)
+        (root / "cg/user.slice/cgroup.subtree_control").write_text(delegated)
+        return root
+
+    def ranked(root: Path) -> bool:
+        return ranked_by_session(root / "proc", root / "cg")
+    own = "/autogroup-428 nice 0\n"
+    assert ranked(kernel("1\n", own, "1:cpu:/\n0::/\n"))
+    assert not ranked(kernel("1\n", "", "1:cpu:/\n0::/\n"))          # the root group
+    assert not ranked(kernel("0\n", own, "0::/\n"))                   # autogroup off
+    assert not ranked(kernel("1\n", own, "1:cpu,cpuacct:/docker/x\n"))  # a v1 cpu cgroup
+    assert not ranked(kernel("1\n", own, "0::/user.slice/s\n", "cpu memory"))  # v2, cpu
+    assert ranked(kernel("1\n", own, "0::/user.slice/s\n", "memory pids"))

@@ -45,24 +45,26 @@ from .store import SessionStore
 TRAINING_NICE = 19
 
 
-def ranked_by_session() -> bool:
+def ranked_by_session(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup")
+                      ) -> bool:
     """Whether Linux's autogroup decides how this process's session shares the CPU: it is
     on, this session has an autogroup of its own (not the root group that every process
-    without one shares: the kernel then writes nothing in /proc/self/autogroup), and no
-    cgroup of this process's own has the CPU controller (a cgroup v1 `cpu` hierarchy, or a
-    v2 parent that delegates `cpu`: systemd's user slices may)."""
+    without one shares: the kernel then writes nothing in /proc/self/autogroup, as in CI's
+    containers), and no cgroup of this process's own has the CPU controller (a cgroup v1
+    `cpu` hierarchy, or a v2 parent that delegates `cpu`: systemd's user slices may).
+    (`proc`, `cgroups`: where the kernel's files are read from.)"""
     try:
-        if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1" \
-                or "nice" not in Path("/proc/self/autogroup").read_text():
+        if (proc / "sys/kernel/sched_autogroup_enabled").read_text().strip() != "1" \
+                or "nice" not in (proc / "self/autogroup").read_text():
             return False      # (an empty file: this session is in the machine's root group)
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
+        for line in (proc / "self/cgroup").read_text().splitlines():
             _, controllers, where = line.split(":", 2)
             if where in ("", "/"):
                 continue
             if controllers and "cpu" in controllers.split(","):
                 return False
             if not controllers:           # v2: the cpu controller, if the parent enables it
-                parent = Path("/sys/fs/cgroup" + where).parent
+                parent = Path(str(cgroups) + where).parent
                 if "cpu" in (parent / "cgroup.subtree_control").read_text().split():
                     return False
     except (OSError, ValueError):
