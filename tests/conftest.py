@@ -305,6 +305,22 @@ def fingerprints(session: Path, run_id: int) -> dict[int, str]:
                                  "ORDER BY step", (run_id,)))
 
 
+def kept_agrees(session: Path, run_id: int) -> None:
+    """An ended run's figures were kept (SessionStore.figures_of), and they are exactly those
+    computed again from its rows now: every figure shown and every kept number, bit for bit
+    (NaN as NaN)."""
+    from tui_trainer.core import figures
+    from tui_trainer.core.store import SessionStore
+    with SessionStore(session, create=False, readonly=True, verify=False) as store:
+        run = store.run(run_id)
+        kept = store.kept_figures(run)
+        assert kept is not None, f"run {run_id} ({run['stored_status']}) has no kept figures"
+        again = figures.figures(store.steps(run_id), store.evals(run_id))
+    assert json.dumps(kept.as_dict(), sort_keys=True) == \
+        json.dumps(again.as_dict(), sort_keys=True)
+    assert json.dumps(kept.state(), sort_keys=True) == json.dumps(again.state(), sort_keys=True)
+
+
 def wait_until(condition, timeout: float = 60) -> bool:
     """Polls `condition()` until it holds (True) or `timeout` seconds pass (False): a wait
     for a condition with a generous bound, never a fixed time."""

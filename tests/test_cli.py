@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, db_rows, on_cuda, sets, tt, wait_for_row
+from conftest import QUICK, db_rows, kept_agrees, on_cuda, sets, tt, wait_for_row
 from tui_trainer.core.store import SessionStore
 
 REQUIRED = {"run_id", "status", "steps", "epochs", "final_loss", "train_loss", "eval_loss",
@@ -85,6 +85,9 @@ def test_runs_lists_every_run_with_status_and_figures(tmp_path):
     table = tt("runs", "--session", str(tmp_path)).out.splitlines()
     assert table[0].split()[:4] == ["id", "name", "status", "step"]
     assert table[2].split()[:4] == ["2", "second", "finished", "6"]
+    # Each finished run's figures were kept when it ended: the ones listed (issue 56).
+    for run_id in (1, 2):
+        kept_agrees(tmp_path, run_id)
 
 
 def test_a_failure_while_training_exits_1_marks_the_run_crashed_with_its_traceback(tmp_path):

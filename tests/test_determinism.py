@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from conftest import QUICK, db_rows, fingerprints, sets, tt, tt_popen, wait_for_row
+from conftest import QUICK, db_rows, fingerprints, kept_agrees, sets, tt, tt_popen, wait_for_row
 
 # 3 epochs of 10 steps; checkpoints every 7 steps land inside epochs (7, 14, 21, 28).
 RESUMABLE = QUICK + ["epochs=3", "checkpoint_every=7", "deterministic=on"]
@@ -95,6 +95,7 @@ def test_resume_after_sigkill_mid_epoch_is_bit_identical(tmp_path, case):
     assert fa == fb
     assert resumed.json["param_sha256"] == straight.json["param_sha256"]
     assert resumed.json["status"] == "finished"
+    kept_agrees(tmp_path, 2)            # the resumed run's figures, kept when it ended again
     lrs = [lr for (lr,) in db_rows(tmp_path, "SELECT lr FROM steps WHERE run_id = 2 "
                                              "ORDER BY step")]
     assert lrs == [lr for (lr,) in db_rows(tmp_path, "SELECT lr FROM steps WHERE run_id = 1 "

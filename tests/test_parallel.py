@@ -18,8 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import (QUICK, db_rows, fingerprints, in_private_mount, sets, tt, tt_popen,
-                      wait_for_row, wait_until)
+from conftest import (QUICK, db_rows, fingerprints, in_private_mount, kept_agrees, sets, tt,
+                      tt_popen, wait_for_row, wait_until)
 from tui_trainer.core import config
 from tui_trainer.core.liveness import HEARTBEAT_S
 from tui_trainer.core.reader import stall_note
@@ -173,9 +173,11 @@ def test_one_rank_killed_ends_the_run_as_crashed_naming_it(straight, tmp_path):
     assert f"rank 1 (pid {ranks[0].pid}" in err and "SIGKILL" in err
     run = SessionStore(tmp_path, create=False, readonly=True).run(1)
     assert run["status"] == "crashed" and "rank 1" in run["summary"]["error"]
+    kept_agrees(tmp_path, 1)            # a crashed data-parallel run's, kept by its launcher
     r = tt("resume", "1", "--session", str(tmp_path), "--json")
     assert r.rc == 0, r.err
     assert r.json["steps"] == 44 and fingerprints(tmp_path, 1) == reference
+    kept_agrees(tmp_path, 1)            # and the resumed one's
 
 
 @pytest.mark.slow

@@ -100,7 +100,7 @@ def test_deleting_a_run_removes_its_files_and_keeps_others(tmp_path):
     assert w.steps(1) == [] and len(w.steps(2)) == 5
 
 
-def test_an_ended_run_is_seeded_from_its_summary_and_trained_on_from_its_rows(tmp_path):
+def test_an_ended_run_is_seeded_from_its_kept_figures_and_trained_on_from_its_rows(tmp_path):
     from tui_trainer.core import figures
     w = SessionStore(tmp_path)
     rid = w.create_run(config.DEFAULTS.to_dict(), name="r")
@@ -108,7 +108,7 @@ def test_an_ended_run_is_seeded_from_its_summary_and_trained_on_from_its_rows(tm
     w.add_rows(evals=[{"step": 500, "epoch": 5.0, "loss": 0.3, "accuracy": 0.9}], run_id=rid)
     w.set_progress(rid, 500, 5.0)
     full = figures.figures(w.steps(rid), w.evals(rid))
-    w.end_run(rid, "finished", {"elapsed_s": 5.0, "figures": full.state()})
+    w.end_run(rid, "finished", {"elapsed_s": 5.0})          # keeps its figures
     reader = SessionReader(SessionStore(tmp_path, readonly=True, create=False))
     sql: list[str] = []
     reader.store._conn.set_trace_callback(sql.append)

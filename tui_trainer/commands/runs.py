@@ -9,7 +9,7 @@ from typing import Any
 
 from ..core import contention, figures
 from ..core.columns import fit
-from ..core.errors import EXIT_OK
+from ..core.errors import EXIT_OK, DiskFull, SessionError
 from ..core.reader import reason_of, shown_status, stall_note
 from ..core.store import SessionStore
 from ..core.text import shown
@@ -17,18 +17,22 @@ from .common import json_safe, session_dir, terminal_width
 
 
 def add(sub: Any) -> None:
-    sp = sub.add_parser("runs", help="list a session's runs (reads only; works on a "
-                                     "read-only session)")
+    sp = sub.add_parser("runs", help="list a session's runs (reads; works on a read-only "
+                                     "session)")
     sp.add_argument("--session", metavar="DIR")
     sp.add_argument("--json", action="store_true")
 
 
-def run_rows(store: SessionStore) -> list[dict[str, Any]]:
+def run_rows(store: SessionStore, computed: list | None = None) -> list[dict[str, Any]]:
+    """Every run's row: an ended run's figures as kept when it ended (what is read does not
+    grow with its rows); those computed from rows instead go to `computed`."""
+    runs = store.runs()
+    kept = store.figures_of(runs, computed)
+    newest = store.newest_checkpoints()
     rows = []
-    for run in store.runs():
+    for run in runs:
         summary = run["summary"] or {}
-        f = figures.run_figures(store, run["id"])
-        checkpoints = store.usable_checkpoints(run["id"])
+        f = figures.run_figures(store, run["id"], run, kept[run["id"]])
         rows.append({
             "run_id": run["id"], "name": run["name"],
             "status": shown_status(run["status"], run["stalled_s"]),
@@ -43,16 +47,30 @@ def run_rows(store: SessionStore) -> list[dict[str, Any]]:
             "workers_mib": f["workers_mib"],
             "elapsed_s": f["wall_s"],
             "dataset": run["dataset"], "created": run["created"],
-            "checkpoint": checkpoints[0]["path"] if checkpoints else None,
+            "checkpoint": newest.get(run["id"]),
             "config": run["config"], "settings": run["settings"],
         })
     return rows
 
 
+def keep_figures(session: Any, computed: list) -> None:
+    """Ended runs whose figures were computed from their rows (a session from before they
+    were kept): kept now where the session can be written, so that the next listing reads
+    them; a read-only session is left as it is."""
+    try:
+        with SessionStore(session, create=False, verify=False) as store:
+            store.keep_figures(computed)
+    except (DiskFull, SessionError):    # read-only, full, locked: nothing kept
+        pass                            # listed all the same; computed again next time
+
+
 def run(args: argparse.Namespace) -> int:
     session = session_dir(args)
-    with SessionStore(session, create=False, readonly=True) as store:   # reads only
-        rows = run_rows(store)
+    computed: list = []
+    with SessionStore(session, create=False, readonly=True) as store:   # reads
+        rows = run_rows(store, computed)
+    if computed:
+        keep_figures(session, computed)
     if args.json:
         print(json.dumps(json_safe(rows)))
         return EXIT_OK

@@ -28,6 +28,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+# The definition's version: raised whenever a figure's definition changes, so that figures
+# kept for an ended run (SessionStore.figures_of) by another definition are computed again
+# from the rows.
+VERSION = 1
 SMOOTHING = 0.8          # the EMA weight of the smoothed training loss (as TensorBoard's 0.8)
 # A run that does not learn: its smoothed training loss at chance, CHANCE_BAND around ln 10
 # (what a net that guesses among the 10 digits gets; a fresh net's loss lies a little above
@@ -144,6 +148,7 @@ class Figures:
 
     @classmethod
     def restore(cls, state: Mapping[str, Any]) -> "Figures":
+        """The figures a `state()` was taken of (valid_state says whether one can be)."""
         f = cls(frozen=True, **{k: state.get(k) for k in cls.STATE
                                 if k not in ("data_wait_s", "phase_s", "phase_steps",
                                              "last_phase_ms")},
@@ -265,6 +270,28 @@ class Figures:
                 "not_learning": list(self.not_learning) if self.not_learning else None}
 
 
+def valid_state(state: Any) -> bool:
+    """Whether a kept `Figures.state()` (read back from a session: untrusted) can be
+    restored: every figure a number or None, the step counts whole numbers."""
+    def number(v: Any) -> bool:
+        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+    def whole(v: Any, none: bool = True) -> bool:
+        return (none and v is None) or (isinstance(v, int) and not isinstance(v, bool))
+    if not isinstance(state, dict) or not whole(state.get("steps"), none=False):
+        return False
+    if not all(whole(state.get(k)) for k in ("eval_step", "phase_steps", "chance_from",
+                                              "zero_grad_from")):
+        return False
+    spans = ("phase_s", "last_phase_ms", "phase_ms")
+    if not all(number(state.get(k)) for k in (*Figures.STATE, "samples_per_s")
+               if k not in spans and k not in ("steps",)):
+        return False
+    return all(state.get(k) is None or (isinstance(state[k], dict) and all(
+        isinstance(p, str) and number(v) and v is not None for p, v in state[k].items()))
+        for k in spans)
+
+
 def _median(values: list[float]) -> float | None:
     """The median of a sorted list (None for an empty one)."""
     if not values:
@@ -362,11 +389,13 @@ def not_learning_text(f: Figures, config: Mapping[str, Any]) -> str | None:
     return f"{what}; usually {causes[0]}, or {causes[1]}"
 
 
-def run_figures(store: Any, run_id: int) -> dict[str, Any]:
-    """A run's figures from a session store (reads every row of the run: for the CLI and
-    exports; the dashboard keeps a Figures per run and feeds it new rows)."""
-    run = store.run(run_id)
-    f = figures(store.steps(run_id), store.evals(run_id))
+def run_figures(store: Any, run_id: int, run: Mapping[str, Any] | None = None,
+                f: Figures | None = None) -> dict[str, Any]:
+    """A run's shown figures, by name: for the CLI, studies and exports. An ended run's
+    come as kept when it ended (SessionStore.figures_of), a live one's from its rows; the
+    dashboard keeps a Figures per run and feeds it new rows."""
+    run = run if run is not None else store.run(run_id)
+    f = f if f is not None else store.run_figures(run)
     summary = run["summary"] or {}
     return {"status": run["status"], "steps": run["step"],
             **f.as_dict(wall_s=summary.get("elapsed_s", f.elapsed)),

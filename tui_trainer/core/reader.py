@@ -28,7 +28,7 @@ from .explain import EVENT as EXPLAINED
 from .liveness import stall_window
 from .memory import EVENT as MEASURED
 from .profiling import EVENT as PROFILED
-from .store import SessionStore
+from .store import ENDED, SessionStore
 
 FULL_EVERY_S = 10.0
 # The events of the runs a tick checks (the pair, the cursor's, a check's): determinism
@@ -36,7 +36,6 @@ FULL_EVERY_S = 10.0
 # breakdowns, profiles, what a net sees in a digit.
 CHECK_EVENTS = ("repro_verdict", "check_twin", "replicas_drift", EXPLAINED, MEASURED,
                 PROFILED, SEEN)
-ENDED = ("finished", "stopped", "crashed", "diverged", "copied")
 
 
 def reason_of(summary: dict[str, Any]) -> str | None:
@@ -155,6 +154,8 @@ class SessionReader:
         self.series: dict[int, RunSeries] = {}
         self.hashes: dict[int, dict[int, str]] = {}     # read when asked for (hashes_of)
         self._seeded_upto: dict[int, dict[str, int]] = {}
+        # ended runs' figures computed from their rows, not kept yet (for the poller's writer)
+        self.unkept: list[tuple[dict[str, Any], figures.Figures]] = []
         self._started = False
         self.rows: dict[int, RunRow] = {}
         self.raw: dict[int, dict[str, Any]] = {}
@@ -179,7 +180,7 @@ class SessionReader:
         t0 = time.perf_counter()
         if not self._started:
             # Rows stored before the first tick are read per run when it is first seen (or
-            # not at all: an ended run's figures are in its summary); the tick reads only
+            # not at all: an ended run's figures are kept in the session); the tick reads only
             # rows written after this point.
             self._started = True
             self.cursors = {t: self.store.last_row_id(t) for t in self.cursors}
@@ -274,12 +275,17 @@ class SessionReader:
             workers_mib=f.workers_mib, crowded=contention.run_crowded(run))
 
     def _seed_figures(self, run: dict[str, Any]) -> figures.Figures:
-        """A run seen for the first time: an ended run's figures from its summary (written by
-        the engine with the same core.figures), else from every row it has so far (indexed
-        reads of that run, once); later rows come through the tick."""
-        state = (run.get("summary") or {}).get("figures")
-        if run.get("status") in ENDED and state and state.get("steps") == run.get("step"):
-            return figures.Figures.restore(state)
+        """A run seen for the first time: an ended run's figures as kept when it ended
+        (SessionStore.figures_of), else from every row it has so far (indexed reads of that
+        run, once); later rows come through the tick. An ended run's figures computed here
+        (a session from before they were kept) wait in `unkept` for a writer to keep."""
+        if run.get("stored_status") in ENDED:
+            kept = self.store.kept_figures(run)
+            if kept is not None:
+                return kept
+            f = self._figures_from_rows(run["id"])
+            self.unkept.append((run, f))
+            return f
         return self._figures_from_rows(run["id"])
 
     def _figures_from_rows(self, rid: int) -> figures.Figures:

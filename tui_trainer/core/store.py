@@ -25,6 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Iterator
 
+from . import figures
 from .liveness import (dead_reason, is_live, process_alive, process_start_time, stalled_for,
                        starting)
 from .errors import (DiskFull, NotFound, ReadOnlySession, RunBusy, SessionError,
@@ -40,6 +41,7 @@ APP_ID = "tui-trainer session"
 # "copied": a run (or study) that was training in another session when this one was copied
 # from it; it trains on there, and this copy keeps it as it was (it can be continued here).
 STATUSES = ("created", "running", "finished", "stopped", "crashed", "diverged", "copied")
+ENDED = ("finished", "stopped", "crashed", "diverged", "copied")
 # Stored for a NaN in a REAL column (SQLite would store NULL, losing "it was NaN"); read back
 # as float("nan"). Infinities are stored as themselves.
 NAN_TEXT = "NaN"
@@ -105,10 +107,17 @@ CREATE TABLE IF NOT EXISTS study_runs (
 CREATE TABLE IF NOT EXISTS run_labels (
     run_id INTEGER PRIMARY KEY REFERENCES runs(id), notes TEXT NOT NULL DEFAULT '',
     tags TEXT NOT NULL DEFAULT '', hidden INTEGER NOT NULL DEFAULT 0
+)""", """
+CREATE TABLE IF NOT EXISTS kept_figures (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(id), version INTEGER NOT NULL,
+    status TEXT NOT NULL, step INTEGER NOT NULL, ended REAL, state TEXT NOT NULL
 )"""))
 # Tables added after schema 1 shipped: a writable open creates them when missing; a
 # read-only open of an older session reads them as empty.
-OPTIONAL_TABLES = frozenset({"studies", "study_runs", "run_labels"})
+# kept_figures: an ended run's figures (core.figures), computed once from its rows when it
+# ended, with the run as it was then (status, step, end time) and the figures' VERSION: they
+# stand for the run while all four still hold (SessionStore.figures_of).
+OPTIONAL_TABLES = frozenset({"studies", "study_runs", "run_labels", "kept_figures"})
 # Columns added since, the same way: {table: {column: its type}}. runs.progressed is when the
 # training process last saw its step move (its heartbeat thread writes it), runs.pace_s its
 # own seconds per step and runs.busy what it does besides stepping (evaluating, ...): a live
@@ -491,10 +500,15 @@ class SessionStore:
         self.end_run(run_id, "crashed", {"error": reason})
 
     def end_run(self, run_id: int, status: str, summary: dict[str, Any] | None = None) -> None:
+        """Stores how a run ended, and its figures, computed once here from its rows (the
+        run's process wrote its last rows before): readers take them from then on."""
         assert status in STATUSES, status
+        kept = self._from_rows(run_id) if status in ENDED else None
         with self.transaction() as c:
             c.execute("UPDATE runs SET status = ?, ended = ?, summary = ?, pid = NULL "
                       "WHERE id = ?", (status, time.time(), json.dumps(summary or {}), run_id))
+            if kept is not None:
+                self._keep(c, run_id, kept)
 
     def _run_dict(self, row: sqlite3.Row) -> dict[str, Any]:
         run = dict(row)
@@ -541,6 +555,7 @@ class SessionStore:
             if why is None:
                 continue
             why = f"{reason}: {why}" if reason else why
+            kept = self._from_rows(r["id"])      # its process is gone: its rows are all here
             with self.transaction() as c:
                 # Re-check inside the transaction: the run may have changed meanwhile.
                 now = c.execute("SELECT * FROM runs WHERE id = ?", (r["id"],)).fetchone()
@@ -552,6 +567,7 @@ class SessionStore:
                           (time.time(), json.dumps({**summary, "error": why}), r["id"]))
                 c.execute("INSERT INTO events (run_id, t, kind, message) VALUES (?, ?, ?, ?)",
                           (r["id"], time.time(), "crashed", f"marked crashed: {why}"))
+                self._keep(c, r["id"], kept)
             dead.append(r["id"])
         if run_id is None:
             self._reconcile_studies()
@@ -564,6 +580,7 @@ class SessionStore:
         a consequence first, e.g. its all-reduce losing a peer). A run that had already
         ended well keeps its status; the failure is recorded either way (an event of
         `kind`: failure, or stop_forced for ranks killed after a Stop they did not see)."""
+        kept = self._from_rows(run_id)          # every rank has ended: its rows are all here
         with self.transaction() as c:
             row = c.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
@@ -575,6 +592,7 @@ class SessionStore:
                 summary["error"] = reason
                 c.execute("UPDATE runs SET status = 'crashed', ended = ?, pid = NULL, "
                           "summary = ? WHERE id = ?", (time.time(), json.dumps(summary), run_id))
+                self._keep(c, run_id, kept)
             c.execute("INSERT INTO events (run_id, t, step, kind, message, data) "
                       "VALUES (?, ?, ?, ?, ?, ?)",
                       (run_id, time.time(), row["step"], kind,
@@ -619,8 +637,9 @@ class SessionStore:
         with self.transaction() as c:
             for table in ("steps", "evals", "fingerprints", "checkpoints", "events"):
                 c.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
-            if "run_labels" in self._tables:
-                c.execute("DELETE FROM run_labels WHERE run_id = ?", (run_id,))
+            for table in ("run_labels", "kept_figures"):
+                if table in self._tables:
+                    c.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             if self._has_studies:
                 c.execute("UPDATE study_runs SET run_id = NULL, note = ? WHERE run_id = ?",
                           (f"run {run_id} was deleted", run_id))
@@ -633,6 +652,79 @@ class SessionStore:
                 folder.resolve().is_relative_to(self.dir):
             shutil.rmtree(folder, ignore_errors=True)
         self.log_path(run_id).unlink(missing_ok=True)
+
+    # --- figures: computed once a run has ended, kept with it -----------------------------
+    def figures_of(self, runs: list[dict[str, Any]],
+                   computed: list[tuple[dict[str, Any], figures.Figures]] | None = None
+                   ) -> dict[int, figures.Figures]:
+        """Each run's figures (core.figures, the one definition), by run id. An ended run's
+        are the ones kept when it ended, while the run is as it was then (its status, step
+        and end time, and the figures' VERSION); otherwise, and for a kept record that does
+        not read back (damaged), they are computed from its rows. An ended run's computed
+        figures go to `computed`, and are kept where this store writes (a session from
+        before they were kept: computed once, then read)."""
+        kept = self._kept_rows([r["id"] for r in runs])
+        out: dict[int, figures.Figures] = {}
+        fresh = []
+        for run in runs:
+            f = _restored(kept.get(run["id"]), run)
+            if f is None:
+                f = self._from_rows(run["id"])
+                if run.get("stored_status", run.get("status")) in ENDED:
+                    fresh.append((run, f))
+            out[run["id"]] = f
+        if computed is not None:
+            computed.extend(fresh)
+        self.keep_figures(fresh)
+        return out
+
+    def run_figures(self, run: dict[str, Any]) -> figures.Figures:
+        """One run's figures (figures_of)."""
+        return self.figures_of([run])[run["id"]]
+
+    def kept_figures(self, run: dict[str, Any]) -> figures.Figures | None:
+        """The figures kept for an ended run while they still stand for it, else None."""
+        return _restored(self._kept_rows([run["id"]]).get(run["id"]), run)
+
+    def keep_figures(self, computed: list[tuple[dict[str, Any], figures.Figures]]) -> bool:
+        """Keeps figures computed from the rows of runs (as read then) that had ended, each
+        only while its run is still as it was read (a Continue since then keeps nothing).
+        Keeping saves later readers time and nothing more: on a read-only or full disk
+        nothing is kept, and False says so."""
+        if self.readonly or not computed:
+            return False
+        try:
+            with self.transaction() as c:
+                for run, f in computed:
+                    c.execute(
+                        "INSERT OR REPLACE INTO kept_figures (run_id, version, status, step, "
+                        "ended, state) SELECT id, ?, status, step, ended, ? FROM runs WHERE "
+                        "id = ? AND status = ? AND step = ? AND ended IS ?",
+                        (figures.VERSION, _state_json(f), run["id"],
+                         run.get("stored_status", run.get("status")), run["step"],
+                         run["ended"]))
+            return True
+        except (DiskFull, SessionError):
+            return False
+
+    def _keep(self, c: sqlite3.Connection, run_id: int, f: figures.Figures) -> None:
+        """Keeps a run's figures with the run as it is in this transaction."""
+        c.execute("INSERT OR REPLACE INTO kept_figures (run_id, version, status, step, ended, "
+                  "state) SELECT id, ?, status, step, ended, ? FROM runs WHERE id = ?",
+                  (figures.VERSION, _state_json(f), run_id))
+
+    def _kept_rows(self, run_ids: list[int]) -> dict[int, sqlite3.Row]:
+        if "kept_figures" not in self._tables or not run_ids:
+            return {}
+        if len(run_ids) > 100:        # most of a session: one read of the (small) table
+            rows = self._q("SELECT * FROM kept_figures")
+        else:
+            rows = self._q(f"SELECT * FROM kept_figures WHERE run_id IN "
+                           f"({','.join('?' * len(run_ids))})", tuple(run_ids))
+        return {r["run_id"]: r for r in rows}
+
+    def _from_rows(self, run_id: int) -> figures.Figures:
+        return figures.figures(self.steps(run_id), self.evals(run_id))
 
     # --- metrics -------------------------------------------------------------------------
     def add_rows(self, steps: list[dict] = (), evals: list[dict] = (),
@@ -882,6 +974,20 @@ class SessionStore:
             out.append(d)
         return out
 
+    def newest_checkpoints(self) -> dict[int, str]:
+        """Each run's newest usable checkpoint file ({run id: path}), in one read: for
+        listings of every run."""
+        newest: dict[int, str] = {}
+        for r in self._q("SELECT run_id, path FROM checkpoints WHERE removed = 0 "
+                         "ORDER BY run_id, step DESC, id DESC"):
+            if r["run_id"] in newest:
+                continue
+            try:
+                newest[r["run_id"]] = str(self.inside(r["path"]))
+            except SessionError:
+                continue                     # leads out of the session: never used
+        return newest
+
     def usable_checkpoints(self, run_id: int) -> list[dict[str, Any]]:
         return [c for c in self.checkpoints(run_id) if c["path"] is not None]
 
@@ -952,6 +1058,24 @@ def _expected_columns() -> dict[str, frozenset[str]]:
                 for t in tables}
     finally:
         conn.close()
+
+
+def _state_json(f: figures.Figures) -> str:
+    return json.dumps(f.state())     # floats as repr: read back bit for bit (NaN, inf too)
+
+
+def _restored(row: sqlite3.Row | None, run: dict[str, Any]) -> figures.Figures | None:
+    """Kept figures that stand for the run as it is now, else None (none kept, kept for the
+    run as it was before a Continue, by another definition of the figures, or damaged)."""
+    if row is None or row["version"] != figures.VERSION or row["step"] != run.get("step") \
+            or row["status"] != run.get("stored_status", run.get("status")) \
+            or row["status"] not in ENDED or row["ended"] != run.get("ended"):
+        return None
+    try:
+        state = json.loads(row["state"])
+    except (TypeError, ValueError):
+        return None
+    return figures.Figures.restore(state) if figures.valid_state(state) else None
 
 
 def _encode(rows: Any) -> list[dict]:

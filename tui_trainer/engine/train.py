@@ -155,8 +155,7 @@ class Summary:
     diverged: str | None = None
     resume_fingerprints_matched: int | None = None
     resume_fingerprints_differed: int | None = None
-    figures: dict[str, Any] = field(default_factory=dict)   # core.figures state: readers
-    extra: dict[str, Any] = field(default_factory=dict)     # seed from it, not every row
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -1028,8 +1027,7 @@ class Trainer:
             elapsed_s=elapsed,
             param_sha256=self.last_fingerprint[1] if self.last_fingerprint else None,
             checkpoint=self.recorder.newest_checkpoint(),
-            dataset=self.loaders.info.name, device=str(self.device),
-            figures=figs.state())
+            dataset=self.loaders.info.name, device=str(self.device))
         if machine is not None:
             summary.extra["contention"] = machine
         if self.group.active:

@@ -135,6 +135,12 @@ class Poller:
                     self._reread = False
                     reader.invalidate()
                 snap = reader.tick(req.watched, req.study, req.checks_for)
+                if reader.unkept:
+                    # Ended runs of a session from before figures were kept: computed once
+                    # from their rows by this tick, kept now for every later reader.
+                    unkept, reader.unkept = reader.unkept, []
+                    if write is not None:
+                        write(lambda s, _: s.keep_figures(unkept))
                 if req.tab == "tab-plots":
                     groups = sweep_groups(snap.studies)
                     key = (req.plotted, req.options, tuple(groups),

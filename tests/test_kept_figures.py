@@ -1,0 +1,222 @@
+"""A session used for months stays quick (issue 56): an ended run's figures are computed once
+from its rows, kept with it, and computed again only when the run changes (a Continue, a
+resume, a kept record that does not read back); what lists runs reads what it shows, not
+every row ever logged. The real store over real session files; the engine's own runs are
+checked where they end (conftest.kept_agrees: finished, crashed, resumed, data-parallel)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sqlite3
+import subprocess
+import sys
+
+from conftest import in_private_mount, kept_agrees, tt
+from tui_trainer.commands.runs import run_rows
+from tui_trainer.core import config, figures, study
+from tui_trainer.core.reader import SessionReader
+from tui_trainer.core.store import SessionStore
+
+
+def _rows(first: int, n: int, loss: float = 2.3) -> list[dict]:
+    out = []
+    for s in range(first, first + n):
+        out.append({"step": s, "epoch": s / 100, "elapsed": s * 0.01,
+                    "loss": loss * 0.99 ** s if math.isfinite(loss) else loss,
+                    "grad_norm": 1.0 + (s % 7) / 10, "samples_per_s": 1000.0 + (s * 37) % 101,
+                    "rss_bytes": 1e8 + s, "peak_rss": 1.1e8 + s, "tensor_bytes": 1e6,
+                    **{f"{k}_s": 0.001 * (1 + (s * i) % 5) for i, k in
+                       enumerate(figures.PHASES, 1)}})
+    return out
+
+
+def _ended(store: SessionStore, name: str, steps: int = 300, status: str = "finished",
+           loss: float = 2.3) -> int:
+    rid = store.create_run(config.DEFAULTS.to_dict(), name=name)
+    store.add_rows(steps=_rows(1, steps, loss), run_id=rid)
+    store.add_rows(evals=[{"step": steps, "epoch": steps / 100, "loss": 0.3,
+                           "accuracy": 0.91}], run_id=rid)
+    store.set_progress(rid, steps, steps / 100)
+    store.end_run(rid, status, {"elapsed_s": steps * 0.01})
+    return rid
+
+
+def _reads_of_rows(store: SessionStore, fn) -> list[str]:
+    """The statements that read a run's step or eval rows while fn() runs."""
+    seen: list[str] = []
+    store._conn.set_trace_callback(seen.append)
+    try:
+        fn()
+    finally:
+        store._conn.set_trace_callback(None)
+    return [s for s in seen if "FROM steps WHERE run_id" in s or "FROM evals WHERE run_id" in s]
+
+
+def _same(a: figures.Figures, b: figures.Figures) -> bool:
+    return json.dumps(a.as_dict(), sort_keys=True) == json.dumps(b.as_dict(), sort_keys=True)
+
+
+def test_a_listing_reads_the_rows_of_live_runs_only(tmp_path):
+    """`runs` and `runs --json` (run_rows) take an ended run's figures as kept when it ended,
+    whatever its status: the rows read are the live run's, not the session's history."""
+    with SessionStore(tmp_path) as w:
+        ended = [_ended(w, "done"), _ended(w, "stopped", status="stopped"),
+                 _ended(w, "crashed", status="crashed"),
+                 _ended(w, "diverged", status="diverged", loss=math.nan)]
+        live = w.create_run(config.DEFAULTS.to_dict(), name="live")
+        w.claim(live)                               # this process trains it
+        w.add_rows(steps=_rows(1, 50), run_id=live)
+        w.set_progress(live, 50, 0.5)
+        for rid in ended:
+            kept_agrees(tmp_path, rid)
+        with SessionStore(tmp_path, create=False, readonly=True) as r:
+            rows: list = []
+            reads = _reads_of_rows(r, lambda: rows.extend(run_rows(r)))
+            # its steps and its evaluations, once each
+            assert len(reads) == 2 and all(f"run_id = {live} " in s for s in reads), reads
+            # The listed figures are those of every row, for the ended runs and the live one.
+            for row in rows:
+                again = figures.run_figures(
+                    r, row["run_id"], f=figures.figures(r.steps(row["run_id"]),
+                                                        r.evals(row["run_id"])))
+                for key, shown in (("train_loss", "train_loss"), ("eval_loss", "eval_loss"),
+                                   ("accuracy", "eval_accuracy"),
+                                   ("samples_per_s", "samples_per_s"),
+                                   ("peak_memory_mib", "peak_memory_mib")):
+                    assert json.dumps(row[shown]) == json.dumps(again[key]), (row["name"], key)
+            assert math.isnan(rows[3]["train_loss"])           # NaN kept as NaN
+    # A study's table and the A/B tab read the kept figures too.
+    planned = study.prepare(config.DEFAULTS, [("cudnn_benchmark", [True])], 300, repeats=2,
+                            name="ab")
+    with SessionStore(tmp_path) as w:
+        sid = w.create_study(planned.kind, planned.name, planned.spec, planned.runs)
+        for position in range(4):
+            w.set_study_run(sid, position, _ended(w, f"arm-{position}"))
+        w.set_study_status(sid, "finished")
+    with SessionStore(tmp_path, create=False, readonly=True) as r:
+        assert _reads_of_rows(r, lambda: study.table(r, sid)) == []
+        reader = SessionReader(r)
+        reads = _reads_of_rows(r, lambda: reader.tick(study=sid))
+        assert all(f"run_id = {live} " in s for s in reads), reads
+        assert reader.unkept == []
+
+
+def test_a_continue_computes_them_again_and_its_end_keeps_the_new_ones(tmp_path):
+    with SessionStore(tmp_path) as w:
+        rid = _ended(w, "r")
+        before = w.kept_figures(w.run(rid))
+        assert before is not None
+        w.claim(rid)                                # Continue: the run trains again
+        assert w.kept_figures(w.run(rid)) is None   # kept for the run as it was
+        w.add_rows(steps=_rows(301, 100), run_id=rid)
+        w.set_progress(rid, 400, 4.0)
+        live = w.run_figures(w.run(rid))
+        assert live.steps == 400 and not _same(live, before)
+        w.end_run(rid, "finished", {"elapsed_s": 4.0})
+    kept_agrees(tmp_path, rid)
+    with SessionStore(tmp_path, create=False, readonly=True) as r:
+        assert _same(r.kept_figures(r.run(rid)), live)
+
+
+def test_a_crashed_run_is_kept_when_a_writer_stores_it_crashed(tmp_path):
+    with SessionStore(tmp_path) as w:
+        rid = w.create_run(config.DEFAULTS.to_dict(), name="dies")
+        proc = subprocess.Popen([sys.executable, "-c",
+                                 "import sys, time; from tui_trainer.core.store import "
+                                 f"SessionStore\nSessionStore(sys.argv[1]).claim({rid}); "
+                                 "print('ok', flush=True); time.sleep(60)", str(tmp_path)],
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "ok"
+        w.add_rows(steps=_rows(1, 120), run_id=rid)
+        w.set_progress(rid, 120, 1.2)
+        proc.kill()
+        proc.wait()
+        assert w.run(rid)["status"] == "crashed"          # read so, not stored yet
+        assert w.kept_figures(w.run(rid)) is None
+        assert w.reconcile() == [rid]
+    kept_agrees(tmp_path, rid)
+
+
+def test_a_kept_record_that_does_not_read_back_is_computed_again_and_replaced(tmp_path):
+    with SessionStore(tmp_path) as w:
+        rid = _ended(w, "r")
+        right = w.kept_figures(w.run(rid))
+    damages = ["not json", json.dumps({"steps": "300"}), json.dumps([1, 2]),
+               json.dumps({**right.state(), "phase_s": {"data": "x"}}),
+               json.dumps({**right.state(), "train_loss": True})]
+    for damage in [*damages, None]:
+        con = sqlite3.connect(tmp_path / "session.sqlite")
+        if damage is None:                          # kept by another definition of them
+            con.execute("UPDATE kept_figures SET version = ?", (figures.VERSION + 1,))
+        else:
+            con.execute("UPDATE kept_figures SET state = ?", (damage,))
+        con.commit()
+        con.close()
+        with SessionStore(tmp_path, create=False, readonly=True) as r:
+            assert r.kept_figures(r.run(rid)) is None, damage
+            assert _same(r.run_figures(r.run(rid)), right)      # from the rows
+        with SessionStore(tmp_path, create=False) as w:
+            assert _same(w.run_figures(w.run(rid)), right)      # ... and kept again
+        kept_agrees(tmp_path, rid)
+
+
+def _older(tmp_path, runs: int = 3):
+    """A session as written before figures were kept: no kept_figures table."""
+    with SessionStore(tmp_path) as w:
+        ids = [_ended(w, f"old-{i}", steps=200 + i) for i in range(runs)]
+    con = sqlite3.connect(tmp_path / "session.sqlite")
+    con.execute("DROP TABLE kept_figures")
+    con.commit()
+    con.close()
+    return ids
+
+
+def _digest(path) -> str:
+    return hashlib.sha256((path / "session.sqlite").read_bytes()).hexdigest()
+
+
+def test_an_older_session_is_listed_then_its_figures_are_kept_once(tmp_path):
+    ids = _older(tmp_path)
+    expected = None
+    with SessionStore(tmp_path, create=False, readonly=True) as r:
+        expected = [figures.figures(r.steps(i), r.evals(i)).train_loss for i in ids]
+        computed: list = []
+        rows = run_rows(r, computed)                # read-only: lists, keeps nothing
+        assert [x["train_loss"] for x in rows] == expected and len(computed) == 3
+    listing = tt("runs", "--session", str(tmp_path), "--json")
+    assert listing.rc == 0, listing.err
+    assert [x["train_loss"] for x in listing.json] == expected
+    for rid in ids:                                 # kept by that first listing
+        kept_agrees(tmp_path, rid)
+    with SessionStore(tmp_path, create=False, readonly=True) as r:
+        assert _reads_of_rows(r, lambda: run_rows(r)) == []
+    # The dashboard: its reader computes them once, for its writer to keep.
+    _older(tmp_path / "ui")
+    with SessionStore(tmp_path / "ui", create=False, readonly=True) as r:
+        reader = SessionReader(r)
+        reader.tick()
+        assert sorted(run["id"] for run, _ in reader.unkept) == [1, 2, 3]
+        with SessionStore(tmp_path / "ui", create=False) as w:   # (the app's writer)
+            assert w.keep_figures(reader.unkept)
+    with SessionStore(tmp_path / "ui", create=False, readonly=True) as r:   # the next open
+        reader = SessionReader(r)
+        assert _reads_of_rows(r, reader.tick) == [] and reader.unkept == []
+
+
+def test_an_older_session_on_a_read_only_disk_is_listed_and_nothing_is_written(tmp_path):
+    _older(tmp_path / "s")
+    before = _digest(tmp_path / "s")
+    p = in_private_mount(f"""
+        mount --bind {tmp_path}/s {tmp_path}/s
+        mount -o remount,bind,ro {tmp_path}/s
+        python -m tui_trainer runs --session {tmp_path}/s --json > {tmp_path}/out.json
+        echo "rc=$?"
+    """)
+    assert "rc=0" in p.stdout, p.stdout + p.stderr
+    listed = json.loads((tmp_path / "out.json").read_text())
+    assert [x["status"] for x in listed] == ["finished"] * 3
+    assert all(isinstance(x["train_loss"], float) for x in listed)
+    assert _digest(tmp_path / "s") == before
+    assert sorted(f.name for f in (tmp_path / "s").iterdir()) == ["session.sqlite"]
