@@ -17,7 +17,7 @@ from conftest import in_private_mount, kept_agrees, tt
 from tui_trainer.commands.runs import run_rows
 from tui_trainer.core import config, figures, study
 from tui_trainer.core.reader import SessionReader
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.store import INDEXES, SessionStore
 
 
 def _rows(first: int, n: int, loss: float = 2.3) -> list[dict]:
@@ -163,11 +163,14 @@ def test_a_kept_record_that_does_not_read_back_is_computed_again_and_replaced(tm
 
 
 def _older(tmp_path, runs: int = 3):
-    """A session as written before figures were kept: no kept_figures table."""
+    """A session as written before figures were kept: no kept_figures table, no indexes of
+    events and checkpoints by run."""
     with SessionStore(tmp_path) as w:
         ids = [_ended(w, f"old-{i}", steps=200 + i) for i in range(runs)]
     con = sqlite3.connect(tmp_path / "session.sqlite")
     con.execute("DROP TABLE kept_figures")
+    for name in INDEXES:
+        con.execute(f"DROP INDEX {name}")
     con.commit()
     con.close()
     return ids
@@ -190,6 +193,9 @@ def test_an_older_session_is_listed_then_its_figures_are_kept_once(tmp_path):
     assert [x["train_loss"] for x in listing.json] == expected
     for rid in ids:                                 # kept by that first listing
         kept_agrees(tmp_path, rid)
+    con = sqlite3.connect(tmp_path / "session.sqlite")   # ... which brought the session up
+    assert {n for (n,) in con.execute("SELECT name FROM sqlite_master")} >= set(INDEXES)
+    con.close()
     with SessionStore(tmp_path, create=False, readonly=True) as r:
         assert _reads_of_rows(r, lambda: run_rows(r)) == []
     # The dashboard: its reader computes them once, for its writer to keep.
@@ -220,3 +226,26 @@ def test_an_older_session_on_a_read_only_disk_is_listed_and_nothing_is_written(t
     assert all(isinstance(x["train_loss"], float) for x in listed)
     assert _digest(tmp_path / "s") == before
     assert sorted(f.name for f in (tmp_path / "s").iterdir()) == ["session.sqlite"]
+
+
+def test_a_damaged_page_of_old_rows_is_said_by_what_reads_it_not_by_every_listing(tmp_path):
+    """Opening a session checks the tables that grow with the runs (core.store.CHECKED), not
+    every row ever logged: a listing of a session whose old step rows are damaged lists its
+    runs from their kept figures, and what reads those rows says the damage in one line."""
+    with SessionStore(tmp_path) as w:
+        for i in range(2):
+            _ended(w, f"r{i}", steps=3000)
+    con = sqlite3.connect(tmp_path / "session.sqlite")
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'steps'").fetchone()[0]
+    size = con.execute("PRAGMA page_size").fetchone()[0]
+    con.close()
+    data = bytearray((tmp_path / "session.sqlite").read_bytes())
+    data[(root - 1) * size:root * size] = b"\xff" * size       # the steps table's root page
+    (tmp_path / "session.sqlite").write_bytes(bytes(data))
+    listing = tt("runs", "--session", str(tmp_path), "--json")
+    assert listing.rc == 0, listing.err
+    assert [(x["name"], x["steps"]) for x in listing.json] == [("r0", 3000), ("r1", 3000)]
+    exported = tt("export", "1", "--session", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert exported.rc == 4 and "session.sqlite is damaged" in exported.err
+    assert "Traceback" not in exported.err and len(exported.err.strip().splitlines()) == 1
