@@ -162,12 +162,17 @@ def test_a_kept_record_that_does_not_read_back_is_computed_again_and_replaced(tm
         kept_agrees(tmp_path, rid)
 
 
-def _older(tmp_path, runs: int = 3):
+def _older(tmp_path, runs: int = 3, legacy: dict | None = None):
     """A session as written before figures were kept: no kept_figures table, no indexes of
-    events and checkpoints by run."""
+    events and checkpoints by run; `legacy`: the figures state its engine wrote into each
+    finished run's summary (an older definition's)."""
     with SessionStore(tmp_path) as w:
         ids = [_ended(w, f"old-{i}", steps=200 + i) for i in range(runs)]
     con = sqlite3.connect(tmp_path / "session.sqlite")
+    if legacy is not None:
+        for rid in ids:
+            con.execute("UPDATE runs SET summary = ? WHERE id = ?", (json.dumps(
+                {"elapsed_s": 2.0, "figures": {**legacy, "steps": 199 + rid}}), rid))
     con.execute("DROP TABLE kept_figures")
     for name in INDEXES:
         con.execute(f"DROP INDEX {name}")
@@ -249,3 +254,44 @@ def test_a_damaged_page_of_old_rows_is_said_by_what_reads_it_not_by_every_listin
     exported = tt("export", "1", "--session", str(tmp_path), "--out", str(tmp_path / "out"))
     assert exported.rc == 4 and "session.sqlite is damaged" in exported.err
     assert "Traceback" not in exported.err and len(exported.err.strip().splitlines()) == 1
+
+
+def test_the_dashboard_opens_an_older_session_at_once_and_catches_up(tmp_path, monkeypatch):
+    """An older session's ended runs show the figures their summary kept (what the dashboard
+    showed before) on the first screen, without reading their rows; the following ticks
+    compute them from the rows (CATCH_UP_S of each) and hand them to the writer to keep."""
+    from tui_trainer.core import reader as reader_module
+    old_definition = {**figures.figures(_rows(1, 10)).state(), "train_loss": 9.0}
+    ids = _older(tmp_path, legacy=old_definition)
+    with SessionStore(tmp_path, create=False, readonly=True) as r:
+        reader = SessionReader(r)
+        seen: list = []
+        reads = _reads_of_rows(r, lambda: seen.append(reader.tick()))
+        assert reads == [] and [row.train_loss for row in seen[0].runs] == [9.0] * 3
+        monkeypatch.setattr(reader_module, "CATCH_UP_S", 0.0)    # a tick with no time left
+        assert [row.train_loss for row in reader.tick().runs] == [9.0] * 3
+        monkeypatch.setattr(reader_module, "CATCH_UP_S", 30.0)
+        rows = reader.tick().runs
+        again = [figures.figures(r.steps(i), r.evals(i)) for i in ids]
+        assert [row.train_loss for row in rows] == [f.train_loss for f in again]
+        assert sorted(run["id"] for run, _ in reader.unkept) == ids
+        with SessionStore(tmp_path, create=False) as w:
+            assert w.keep_figures(reader.unkept)
+    for rid in ids:
+        kept_agrees(tmp_path, rid)
+
+
+def test_runs_says_what_it_computes_before_a_long_wait(tmp_path, monkeypatch):
+    from tui_trainer.core import store as store_module
+    monkeypatch.setattr(store_module, "SAY_BEHIND", 3)
+    _older(tmp_path)
+    said: list[str] = []
+    with SessionStore(tmp_path, create=False, readonly=True) as r:
+        run_rows(r, say=said.append)
+    assert said == ["computing the figures of 3 ended runs from their rows, once (kept from "
+                    "now on: this session was written before they were kept)"]
+    with SessionStore(tmp_path, create=False) as w:
+        said.clear()
+        run_rows(w, say=said.append)            # a writer keeps them: the next one is quiet
+        run_rows(w, say=said.append)
+    assert len(said) == 1

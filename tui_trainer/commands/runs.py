@@ -13,7 +13,7 @@ from ..core.errors import EXIT_OK, DiskFull, SessionError
 from ..core.reader import reason_of, shown_status, stall_note
 from ..core.store import SessionStore
 from ..core.text import shown
-from .common import json_safe, session_dir, terminal_width
+from .common import json_safe, say, session_dir, terminal_width
 
 
 def add(sub: Any) -> None:
@@ -23,11 +23,12 @@ def add(sub: Any) -> None:
     sp.add_argument("--json", action="store_true")
 
 
-def run_rows(store: SessionStore, computed: list | None = None) -> list[dict[str, Any]]:
+def run_rows(store: SessionStore, computed: list | None = None,
+             say: Any = None) -> list[dict[str, Any]]:
     """Every run's row: an ended run's figures as kept when it ended (what is read does not
     grow with its rows); those computed from rows instead go to `computed`."""
     runs = store.runs()
-    kept = store.figures_of(runs, computed)
+    kept = store.figures_of(runs, computed, say)
     newest = store.newest_checkpoints()
     rows = []
     for run in runs:
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     session = session_dir(args)
     computed: list = []
     with SessionStore(session, create=False, readonly=True) as store:   # reads
-        rows = run_rows(store, computed)
+        rows = run_rows(store, computed, say)
     if computed:
         keep_figures(session, computed)
     if args.json:

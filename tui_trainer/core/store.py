@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from . import figures
 from .liveness import (dead_reason, is_live, process_alive, process_start_time, stalled_for,
@@ -143,6 +143,8 @@ OPTIONAL_COLUMNS = {"runs": {"progressed": "REAL", "pace_s": "REAL", "busy": "TE
 # with every step ever logged (the whole file took 0.7 s to check at 1,000 runs of 2,000
 # steps, and growing): SQLite checks each of their pages as it is read, and a damaged one
 # is said then, naming the file (_session_error), by whatever read it.
+# How many ended runs without kept figures make figures_of say what it computes first.
+SAY_BEHIND = 20
 CHECKED = ("meta", "runs", "kept_figures", "checkpoints", "studies", "study_runs",
            "run_labels")
 
@@ -683,19 +685,26 @@ class SessionStore:
 
     # --- figures: computed once a run has ended, kept with it -----------------------------
     def figures_of(self, runs: list[dict[str, Any]],
-                   computed: list[tuple[dict[str, Any], figures.Figures]] | None = None
-                   ) -> dict[int, figures.Figures]:
+                   computed: list[tuple[dict[str, Any], figures.Figures]] | None = None,
+                   say: Callable[[str], None] | None = None) -> dict[int, figures.Figures]:
         """Each run's figures (core.figures, the one definition), by run id. An ended run's
         are the ones kept when it ended, while the run is as it was then (its status, step
         and end time, and the figures' VERSION); otherwise, and for a kept record that does
         not read back (damaged), they are computed from its rows. An ended run's computed
         figures go to `computed`, and are kept where this store writes (a session from
-        before they were kept: computed once, then read)."""
-        kept = self._kept_rows([r["id"] for r in runs])
+        before they were kept: computed once, then read). `say` hears what a long
+        computation waits for before it starts."""
+        kept_rows = self._kept_rows([r["id"] for r in runs])
+        kept = {r["id"]: _restored(kept_rows.get(r["id"]), r) for r in runs}
+        behind = [r for r in runs if kept[r["id"]] is None
+                  and r.get("stored_status", r.get("status")) in ENDED]
+        if say is not None and len(behind) >= SAY_BEHIND:
+            say(f"computing the figures of {len(behind)} ended runs from their rows, once "
+                "(kept from now on: this session was written before they were kept)")
         out: dict[int, figures.Figures] = {}
         fresh = []
         for run in runs:
-            f = _restored(kept.get(run["id"]), run)
+            f = kept[run["id"]]
             if f is None:
                 f = self._from_rows(run["id"])
                 if run.get("stored_status", run.get("status")) in ENDED:
