@@ -295,3 +295,54 @@ def test_runs_says_what_it_computes_before_a_long_wait(tmp_path, monkeypatch):
         run_rows(w, say=said.append)            # a writer keeps them: the next one is quiet
         run_rows(w, say=said.append)
     assert len(said) == 1
+
+
+def _kept_now(path, rid) -> figures.Figures | None:
+    with SessionStore(path, create=False, readonly=True) as r:
+        return r.kept_figures(r.run(rid))
+
+
+def test_a_live_runs_figures_are_kept_with_each_batch_of_its_rows(tmp_path):
+    """The training process's writer keeps its run's figures as its rows arrive, in the
+    transaction that writes them: a listing of a live run reads none of its rows, and what
+    it reads is what every row gives. A resumed run re-recording steps it had before has
+    none kept (the rows say) until it is past them."""
+    from tui_trainer.core.store import BatchedWriter
+    with SessionStore(tmp_path) as w:
+        rid = w.create_run(config.DEFAULTS.to_dict(), name="live")
+        w.claim(rid)
+        writer = BatchedWriter(w, rid, interval=3600)
+        for row in _rows(1, 120):
+            row["peak_rss"] = int(row["peak_rss"])        # a whole number, stored as REAL
+            row["loss"] = math.nan if row["step"] == 60 else row["loss"]
+            writer.step(row)
+            writer.progress(row["step"], row["epoch"])
+            if row["step"] % 50 == 0:
+                writer.eval({"step": row["step"], "epoch": 0.5, "loss": 0.4, "accuracy": 1})
+        writer.flush()
+        with SessionStore(tmp_path, create=False, readonly=True) as r:
+            run = r.run(rid)
+            assert run["status"] == "running" and run["step"] == 120
+            got: dict = {}
+            assert _reads_of_rows(r, lambda: got.update(r.figures_of([run]))) == []
+            assert json.dumps(got[rid].state(), sort_keys=True) == json.dumps(
+                figures.figures(r.steps(rid), r.evals(rid)).state(), sort_keys=True)
+        w.end_run(rid, "stopped", {}, writer.live)
+        kept_agrees(tmp_path, rid)
+        # Continued from step 80: steps 81-120 are recorded again.
+        w.claim(rid)
+        writer = BatchedWriter(w, rid, interval=3600)
+        for row in _rows(81, 30):
+            writer.step({**row, "loss": 0.5})
+            writer.progress(row["step"], row["epoch"])
+        writer.flush()
+        assert writer.live is None and _kept_now(tmp_path, rid) is None
+        for row in _rows(111, 20):                        # past what it had: kept again
+            writer.step({**row, "loss": 0.5})
+            writer.progress(row["step"], row["epoch"])
+        writer.flush()
+        with SessionStore(tmp_path, create=False, readonly=True) as r:
+            kept = r.kept_figures(r.run(rid))
+            assert kept is not None and kept.steps == 130
+            assert json.dumps(kept.state(), sort_keys=True) == json.dumps(
+                figures.figures(r.steps(rid), r.evals(rid)).state(), sort_keys=True)

@@ -42,6 +42,9 @@ APP_ID = "tui-trainer session"
 # from it; it trains on there, and this copy keeps it as it was (it can be continued here).
 STATUSES = ("created", "running", "finished", "stopped", "crashed", "diverged", "copied")
 ENDED = ("finished", "stopped", "crashed", "diverged", "copied")
+# Whose figures are kept: an ended run's (computed once where it ends), and a running one's
+# (its training process's, written with every batch of its rows: BatchedWriter).
+KEPT_FOR = ENDED + ("running",)
 # Stored for a NaN in a REAL column (SQLite would store NULL, losing "it was NaN"); read back
 # as float("nan"). Infinities are stored as themselves.
 NAN_TEXT = "NaN"
@@ -529,11 +532,14 @@ class SessionStore:
         self.add_event(run_id, "failure", f"refused to start: {reason}")
         self.end_run(run_id, "crashed", {"error": reason})
 
-    def end_run(self, run_id: int, status: str, summary: dict[str, Any] | None = None) -> None:
-        """Stores how a run ended, and its figures, computed once here from its rows (the
-        run's process wrote its last rows before): readers take them from then on."""
+    def end_run(self, run_id: int, status: str, summary: dict[str, Any] | None = None,
+                computed: figures.Figures | None = None) -> None:
+        """Stores how a run ended, and its figures, computed once from its rows (the run's
+        process wrote its last rows before; `computed`: what it computed from them just
+        now): readers take them from then on."""
         assert status in STATUSES, status
-        kept = self._from_rows(run_id) if status in ENDED else None
+        kept = computed if computed is not None or status not in ENDED else \
+            self._from_rows(run_id)
         with self.transaction() as c:
             c.execute("UPDATE runs SET status = ?, ended = ?, summary = ?, pid = NULL "
                       "WHERE id = ?", (status, time.time(), json.dumps(summary or {}), run_id))
@@ -768,26 +774,48 @@ class SessionStore:
                  fingerprints: list[dict] = (), run_id: int | None = None) -> None:
         """Writes a batch of rows in one transaction. A row for a step already stored
         replaces it (a resumed run re-records the steps after its checkpoint)."""
+        with self.transaction() as c:
+            self._insert_rows(c, run_id, steps, evals, fingerprints)
+
+    def write_batch(self, run_id: int, steps: list[dict], evals: list[dict],
+                    fingerprints: list[dict], progress: tuple[int, float] | None,
+                    live: figures.Figures | None) -> None:
+        """A training process's flush, in one transaction: its rows, its progress, and its
+        figures so far (`live`: computed from every row of the run, these included; None
+        when it cannot say, and then none are kept: readers compute them from the rows).
+        So a reader finds the kept figures of a live run only with the rows and the step
+        they were computed from."""
+        with self.transaction() as c:
+            self._insert_rows(c, run_id, steps, evals, fingerprints)
+            if progress is not None:
+                c.execute("UPDATE runs SET step = ?, epoch = ?, heartbeat = ? WHERE id = ?",
+                          (*progress, time.time(), run_id))
+            if live is not None:
+                self._keep(c, run_id, live)
+            elif "kept_figures" in self._tables:
+                c.execute("DELETE FROM kept_figures WHERE run_id = ?", (run_id,))
+
+    def _insert_rows(self, c: sqlite3.Connection, run_id: int | None, steps: Any, evals: Any,
+                     fingerprints: Any) -> None:
         now = time.time()
         steps, evals, fingerprints = (_encode(steps), _encode(evals), _encode(fingerprints))
-        with self.transaction() as c:
-            if steps:
-                cols = ("run_id", "t") + STEP_COLUMNS
-                c.executemany(
-                    f"INSERT OR REPLACE INTO steps ({', '.join(cols)}) "
-                    f"VALUES ({', '.join('?' * len(cols))})",
-                    [(run_id, now) + tuple(r.get(k) for k in STEP_COLUMNS) for r in steps])
-            if evals:
-                c.executemany(
-                    "INSERT OR REPLACE INTO evals (run_id, t, step, epoch, loss, accuracy) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    [(run_id, now) + tuple(r[k] for k in EVAL_COLUMNS) for r in evals])
-            if fingerprints:
-                c.executemany(
-                    "INSERT OR REPLACE INTO fingerprints (run_id, t, step, sha256, l2, sketch) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    [(run_id, now) + tuple(r.get(k) for k in FINGERPRINT_COLUMNS)
-                     for r in fingerprints])
+        if steps:
+            cols = ("run_id", "t") + STEP_COLUMNS
+            c.executemany(
+                f"INSERT OR REPLACE INTO steps ({', '.join(cols)}) "
+                f"VALUES ({', '.join('?' * len(cols))})",
+                [(run_id, now) + tuple(r.get(k) for k in STEP_COLUMNS) for r in steps])
+        if evals:
+            c.executemany(
+                "INSERT OR REPLACE INTO evals (run_id, t, step, epoch, loss, accuracy) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(run_id, now) + tuple(r[k] for k in EVAL_COLUMNS) for r in evals])
+        if fingerprints:
+            c.executemany(
+                "INSERT OR REPLACE INTO fingerprints (run_id, t, step, sha256, l2, sketch) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(run_id, now) + tuple(r.get(k) for k in FINGERPRINT_COLUMNS)
+                 for r in fingerprints])
 
     def steps(self, run_id: int, after_id: int = 0) -> list[dict[str, Any]]:
         """Step rows in step order; `after_id` is a cursor (the largest `id` already seen)."""
@@ -1106,7 +1134,7 @@ def _restored(row: sqlite3.Row | None, run: dict[str, Any]) -> figures.Figures |
     run as it was before a Continue, by another definition of the figures, or damaged)."""
     if row is None or row["version"] != figures.VERSION or row["step"] != run.get("step") \
             or row["status"] != run.get("stored_status", run.get("status")) \
-            or row["status"] not in ENDED or row["ended"] != run.get("ended"):
+            or row["status"] not in KEPT_FOR or row["ended"] != run.get("ended"):
         return None
     try:
         state = json.loads(row["state"])
@@ -1118,6 +1146,18 @@ def _restored(row: sqlite3.Row | None, run: dict[str, Any]) -> figures.Figures |
 def _encode(rows: Any) -> list[dict]:
     return [{k: NAN_TEXT if isinstance(v, float) and math.isnan(v) else v
              for k, v in r.items()} for r in rows]
+
+
+def _as_read(row: dict[str, Any], columns: tuple[str, ...]) -> dict[str, Any]:
+    """A row as it reads back once stored: its columns only, a whole number in a REAL
+    column as a float (SQLite's affinity), so that figures fed it are those of the rows."""
+    out = {}
+    for k in columns:
+        v = row.get(k)
+        if k != "step" and isinstance(v, int):
+            v = float(v)
+        out[k] = v
+    return out
 
 
 def _decode(row: sqlite3.Row) -> dict[str, Any]:
@@ -1151,6 +1191,12 @@ class BatchedWriter:
         self._last = time.monotonic()
         self._progress: tuple[int, float] | None = None
         self._first_step = True
+        # The run's figures from every row it has (core.figures), fed each row as it is
+        # written; None while they cannot be (a resumed run re-recording steps it had
+        # before: they are computed from the rows again once it is past them, _past).
+        self.live: figures.Figures | None = None
+        self._seeded = False
+        self._past = -1
 
     def step(self, row: dict) -> None:
         self._steps.append(row)
@@ -1177,10 +1223,34 @@ class BatchedWriter:
             self.flush()
 
     def flush(self) -> None:
-        if self._steps or self._evals or self._fps:
-            self.store.add_rows(self._steps, self._evals, self._fps, run_id=self.run_id)
+        if self._steps or self._evals or self._fps or self._progress is not None:
+            self._follow()
+            self.store.write_batch(self.run_id, self._steps, self._evals, self._fps,
+                                   self._progress, self.live)
+            if self.live is None and self._steps and self._steps[-1]["step"] > self._past:
+                # past what it re-recorded: from the rows once, then followed again
+                self.live = self.store._from_rows(self.run_id)
+                self.store.write_batch(self.run_id, [], [], [], None, self.live)
             self._steps, self._evals, self._fps = [], [], []
-        if self._progress is not None:
-            self.store.set_progress(self.run_id, *self._progress)
             self._progress = None
         self._last = time.monotonic()
+
+    def _follow(self) -> None:
+        """Feeds the rows about to be written to the live figures, which then stay those
+        of every row of the run (rows come in step order; a row for a step already stored
+        replaces it, which a running figure cannot undo)."""
+        if not self._seeded:                # what the run has already (a resumed run's)
+            self._seeded = True
+            self.live = self.store._from_rows(self.run_id)
+            self._past = self.live.steps
+        for r in self._steps:
+            if self.live is not None and r["step"] > self.live.steps:
+                self.live.add_step(_as_read(r, STEP_COLUMNS))
+            else:
+                self.live = None
+        for r in self._evals:
+            if self.live is not None and (self.live.eval_step is None
+                                          or r["step"] >= self.live.eval_step):
+                self.live.add_eval(_as_read(r, EVAL_COLUMNS))
+            else:
+                self.live = None

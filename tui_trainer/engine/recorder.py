@@ -84,8 +84,12 @@ class Recorder:
         return self.store.fingerprint_at(self.run_id, step) if self.store is not None else None
 
     def figures(self) -> figures.Figures:
-        """The run's figures from every row it recorded (core.figures, the one definition)."""
-        assert self.store is not None
+        """The run's figures from every row it recorded (core.figures, the one definition):
+        as its writer kept them while writing them, else read from the rows."""
+        assert self.store is not None and self.writer is not None
+        self.writer.flush()
+        if self.writer.live is not None:
+            return self.writer.live
         return figures.figures(self.store.steps(self.run_id), self.store.evals(self.run_id))
 
     def newest_checkpoint(self) -> str | None:

@@ -379,6 +379,7 @@ class Trainer:
         self.pos = Position()
         self.last_loss: float | None = None
         self.last_eval: dict[str, float] | None = None
+        self.final_figures: figures.Figures | None = None    # the lead's, where it ended
         self.last_checkpoint: Path | None = None
         self.last_checkpoint_step = -1
         self.last_eval_step = -1
@@ -1010,7 +1011,7 @@ class Trainer:
                            dataset=self.loaders.info.name, device=str(self.device))
         self.recorder.progress(self.pos.step, self._epoch_float(), flush=True)
         elapsed = self.elapsed()
-        figs = self.recorder.figures()
+        figs = self.final_figures = self.recorder.figures()     # kept by end_run
         last_eval = self.last_eval
         if last_eval is None and figs.eval_step == self.pos.step and figs.accuracy is not None:
             # Evaluated at this step by the process before (a finished run resumed with
@@ -1138,7 +1139,7 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
     restore = _listen(trainer)
     try:
         summary = trainer.train()
-        store.end_run(run_id, summary.status, summary.to_dict())
+        store.end_run(run_id, summary.status, summary.to_dict(), trainer.final_figures)
         return summary
     except BaseException as e:
         tb = traceback.format_exc()
