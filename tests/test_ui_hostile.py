@@ -278,3 +278,34 @@ def test_escape_sequences_in_names_never_reach_a_real_terminal(hostile, isolated
     finally:
         for name in socks:
             subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
+
+
+async def test_a_damaged_page_of_old_rows_is_said_and_the_dashboard_stays(tmp_path):
+    """Opening checks the tables that grow with the runs, not every row (issue 56): a
+    session whose step rows are damaged opens, and the polling thread says the damage in
+    one notification (once, not every tick) instead of ending the app."""
+    import sqlite3
+    with SessionStore(tmp_path) as w:
+        for i in range(2):
+            rid = w.create_run(DEFAULTS.to_dict(), name=f"r{i}")
+            w.add_rows(steps=[{"step": s, "epoch": s / 100, "loss": 1.0 / s}
+                              for s in range(1, 3001)], run_id=rid)
+            w.end_run(rid, "finished", {})
+    con = sqlite3.connect(tmp_path / "session.sqlite")
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'steps'").fetchone()[0]
+    size = con.execute("PRAGMA page_size").fetchone()[0]
+    con.close()
+    data = bytearray((tmp_path / "session.sqlite").read_bytes())
+    data[(root - 1) * size:root * size] = b"\xff" * size
+    (tmp_path / "session.sqlite").write_bytes(bytes(data))
+    app = TrainerApp(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(200):
+            if app._notifications:
+                break
+            await pilot.pause(0.05)
+        await pilot.pause(2.0)                  # more ticks (twice a second): said once
+        said = [str(n.message) for n in app._notifications]
+        assert len([m for m in said if "session.sqlite is damaged" in m]) == 1, said
+        assert app.is_running

@@ -22,6 +22,7 @@ from textual.worker import get_current_worker
 from ..core.study import sweep_groups
 from ..core.plotdata import PlotOptions, plot_lines
 from ..core.reader import SessionReader, Snapshot
+from ..core.errors import DiskFull, SessionError
 from ..core.store import SessionStore
 from .panels.log import LogTail
 
@@ -114,7 +115,7 @@ class Poller:
         plot_key: Any = None
         lines: dict | None = None
         try:
-            first = True
+            first, said = True, None
             while not worker.is_cancelled:
                 if not first:
                     woke = self._wake.wait(POLL_S)
@@ -127,44 +128,55 @@ class Poller:
                 self.quiet(0.5)         # the read and the plot lines wait for a pause in keys
                 self.seq += 1
                 seq, req = self.seq, self.request
-                if write is not None:
-                    # The explicit write that reading leaves out: runs whose process is
-                    # gone are stored as crashed, with how their process ended.
-                    write(lambda s, sup: (sup.reap(), s.reconcile()))
-                if self._reread:
-                    self._reread = False
-                    reader.invalidate()
-                snap = reader.tick(req.watched, req.study, req.checks_for)
-                if reader.unkept:
-                    # Ended runs of a session from before figures were kept: computed once
-                    # from their rows by this tick, kept now for every later reader.
-                    unkept, reader.unkept = reader.unkept, []
+                try:
                     if write is not None:
-                        write(lambda s, _: s.keep_figures(unkept))
-                if req.tab == "tab-plots":
-                    groups = sweep_groups(snap.studies)
-                    key = (req.plotted, req.options, tuple(groups),
-                           tuple(snap.series[r].version for r in req.plotted
-                                 if r in snap.series))
-                    if key != plot_key:
-                        plot_key = key
-                        configs = {r.id: r.config for r in snap.runs}
-                        lines = plot_lines(snap.series, req.plotted, configs, req.options,
-                                           groups)
-                else:
-                    plot_key = lines = None
-                # Every snapshot carries the current lines (the same object while nothing
-                # changed): a snapshot that replaces an unhandled one loses nothing.
-                self.app.post_message(Polled(snap, lines, seq))
-                if req.tab == "tab-log":
-                    if self._log_again:     # the panel missed lines: read it all again
-                        self._log_again = False
+                        # The explicit write that reading leaves out: runs whose process is
+                        # gone are stored as crashed, with how their process ended.
+                        write(lambda s, sup: (sup.reap(), s.reconcile()))
+                    if self._reread:
+                        self._reread = False
+                        reader.invalidate()
+                    snap = reader.tick(req.watched, req.study, req.checks_for)
+                    if reader.unkept:
+                        # Ended runs of a session from before figures were kept: computed once
+                        # from their rows by this tick, kept now for every later reader.
+                        unkept, reader.unkept = reader.unkept, []
+                        if write is not None:
+                            write(lambda s, _: s.keep_figures(unkept))
+                    if req.tab == "tab-plots":
+                        groups = sweep_groups(snap.studies)
+                        key = (req.plotted, req.options, tuple(groups),
+                               tuple(snap.series[r].version for r in req.plotted
+                                     if r in snap.series))
+                        if key != plot_key:
+                            plot_key = key
+                            configs = {r.id: r.config for r in snap.runs}
+                            lines = plot_lines(snap.series, req.plotted, configs, req.options,
+                                               groups)
+                    else:
+                        plot_key = lines = None
+                    # Every snapshot carries the current lines (the same object while nothing
+                    # changed): a snapshot that replaces an unhandled one loses nothing.
+                    self.app.post_message(Polled(snap, lines, seq))
+                    if req.tab == "tab-log":
+                        if self._log_again:     # the panel missed lines: read it all again
+                            self._log_again = False
+                            tail.path = None
+                        reset, new = tail.read(store.log_path(req.log_run)
+                                               if req.log_run is not None else None)
+                        if reset or new:
+                            self.app.post_message(LogLines(req.log_run, reset, new))
+                    else:
                         tail.path = None
-                    reset, new = tail.read(store.log_path(req.log_run)
-                                           if req.log_run is not None else None)
-                    if reset or new:
-                        self.app.post_message(LogLines(req.log_run, reset, new))
+                except (SessionError, DiskFull) as e:
+                    # A damaged page of old rows (the open checks the tables that grow
+                    # with the runs, not every row: core.store.CHECKED), a full disk:
+                    # said once, the screen kept as last read, the next tick tries again.
+                    if str(e) != said:
+                        said = str(e)
+                        self.app.call_from_thread(self.app.notify, said, severity="error",
+                                                  timeout=30)
                 else:
-                    tail.path = None
+                    said = None
         finally:
             store.close()
