@@ -543,8 +543,8 @@ class SessionStore:
         with self.transaction() as c:
             c.execute("UPDATE runs SET status = ?, ended = ?, summary = ?, pid = NULL "
                       "WHERE id = ?", (status, time.time(), json.dumps(summary or {}), run_id))
-            if kept is not None:
-                self._keep(c, run_id, kept)
+        if kept is not None:
+            self._keep_after(run_id, kept)
 
     def _run_dict(self, row: sqlite3.Row) -> dict[str, Any]:
         run = dict(row)
@@ -603,7 +603,7 @@ class SessionStore:
                           (time.time(), json.dumps({**summary, "error": why}), r["id"]))
                 c.execute("INSERT INTO events (run_id, t, kind, message) VALUES (?, ?, ?, ?)",
                           (r["id"], time.time(), "crashed", f"marked crashed: {why}"))
-                self._keep(c, r["id"], kept)
+            self._keep_after(r["id"], kept)
             dead.append(r["id"])
         if run_id is None:
             self._reconcile_studies()
@@ -628,12 +628,12 @@ class SessionStore:
                 summary["error"] = reason
                 c.execute("UPDATE runs SET status = 'crashed', ended = ?, pid = NULL, "
                           "summary = ? WHERE id = ?", (time.time(), json.dumps(summary), run_id))
-                self._keep(c, run_id, kept)
             c.execute("INSERT INTO events (run_id, t, step, kind, message, data) "
                       "VALUES (?, ?, ?, ?, ?, ?)",
                       (run_id, time.time(), row["step"], kind,
                        f"training failed: {reason}" if kind == "failure" else reason,
                        json.dumps(data)))
+        self._keep_after(run_id, kept)      # (kept only where it still stands for the run)
 
     # --- what the user says about runs: names, notes, tags, hidden; deleting ---------------
     def rename_run(self, run_id: int, name: str) -> None:
@@ -749,6 +749,20 @@ class SessionStore:
             return True
         except (DiskFull, SessionError):
             return False
+
+    def _keep_after(self, run_id: int, f: figures.Figures) -> None:
+        """Keeps an ended run's figures once its end is stored, in a transaction of their
+        own: on a full disk the end's small update may fit where they do not, and the end
+        counts (a reader that can write keeps them later)."""
+        try:
+            with self.transaction() as c:
+                c.execute(
+                    "INSERT OR REPLACE INTO kept_figures (run_id, version, status, step, "
+                    "ended, state) SELECT id, ?, status, step, ended, ? FROM runs WHERE "
+                    "id = ? AND status IN (%s)" % ",".join("?" * len(ENDED)),
+                    (figures.VERSION, _state_json(f), run_id, *ENDED))
+        except (DiskFull, SessionError):
+            pass
 
     def _keep(self, c: sqlite3.Connection, run_id: int, f: figures.Figures) -> None:
         """Keeps a run's figures with the run as it is in this transaction."""

@@ -1154,20 +1154,19 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
             trainer.log(f"stopping: {consequence}")
         reason = str(e) if isinstance(e, DiskFull) else consequence or \
             determinism_refusal(e) or f"{type(e).__name__}: {e}"
-        try:
-            # Keep what was measured up to the failure, and how far it got.
-            trainer.recorder.progress(trainer.pos.step, trainer._epoch_float(), flush=True)
-        except Exception:  # noqa: BLE001 - the store itself may be what failed
-            pass
         # The status and its reason first, each write on its own: on a full disk the small
-        # update may still fit where the event with its traceback does not (under load the
-        # event failed first and the run was later read as "gone", its reason lost).
+        # update may still fit where the rows measured since the last flush, or the event
+        # with its traceback, do not (under load the event failed first and the run was
+        # later read as "gone", its reason lost). Then what was measured up to the failure
+        # and how far it got (its figures kept with them, by the writer).
         for write in (lambda: store.end_run(run_id, "crashed", {"error": reason}),
+                      lambda: trainer.recorder.progress(trainer.pos.step,
+                                                        trainer._epoch_float(), flush=True),
                       lambda: store.add_event(run_id, "failure", f"training failed: {reason}",
                                               step=trainer.pos.step, data={"traceback": tb})):
             try:
                 write()
-            except Exception:  # noqa: BLE001 - a full disk: reconcile marks it crashed later
+            except Exception:  # noqa: BLE001 - a full disk: what fits is kept
                 pass
         if isinstance(e, DiskFull):
             raise e from None
