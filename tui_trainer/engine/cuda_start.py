@@ -39,8 +39,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from contextlib import nullcontext
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +49,7 @@ from ..core.config import RunConfig
 from ..core.machine import CUDA_START_ENV, CUDA_STARTS
 from ..core.text import shown
 from .models import MODELS
+from .step import batch_in, eval_sums, forward_loss
 
 CUDA_START_WAIT_S = 60.0
 # The shapes' tensors live beside the run's while it sets up: below this much free device
@@ -82,15 +82,10 @@ def warm_shapes(cfg: RunConfig, device: torch.device, world: int,
     if cfg.train_samples:
         train_batch = min(train_batch, cfg.train_samples)
     eval_batch = min(cfg.eval_batch_size, cfg.eval_samples or cfg.eval_batch_size)
-    amp = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.amp)
-    autocast: Any = (torch.autocast(device.type, dtype=amp) if amp is not None
-                     else nullcontext())
-    fmt = torch.channels_last if cfg.channels_last else torch.contiguous_format
     net = _constant_net(cfg, device).eval()      # eval mode: no dropout mask drawn
-    x = torch.full((train_batch, 1, 28, 28), 0.5, device=device).contiguous(memory_format=fmt)
+    x = batch_in(cfg, torch.full((train_batch, 1, 28, 28), 0.5, device=device))
     y = torch.zeros(train_batch, dtype=torch.long, device=device)
-    with autocast:
-        loss = F.nll_loss(net(x), y)
+    loss = forward_loss(cfg, net, x, y)
     loss.backward()
     grads = [p.grad for p in net.parameters() if p.grad is not None]
     nn.utils.get_total_norm(grads)                  # the norm of log points and clipping
@@ -98,13 +93,10 @@ def warm_shapes(cfg: RunConfig, device: torch.device, world: int,
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     grad_off = torch.inference_mode() if cfg.eval_mode == "inference_mode" else torch.no_grad()
-    xe = torch.full((eval_batch, 1, 28, 28), 0.5, device=device).contiguous(memory_format=fmt)
+    xe = batch_in(cfg, torch.full((eval_batch, 1, 28, 28), 0.5, device=device))
     ye = torch.zeros(eval_batch, dtype=torch.long, device=device)
     with grad_off:
-        with autocast:
-            out = net(xe)
-        F.nll_loss(out.float(), ye, reduction="sum")
-        (out.argmax(dim=1) == ye).sum()
+        eval_sums(cfg, net, xe, ye)
     return train_batch, eval_batch
 
 

@@ -43,6 +43,7 @@ from .checkpoint import load_checkpoint
 from .distributed import Group
 from .knobs import capture_rng, param_fingerprint, restore_rng
 from .train import Step, Trainer
+from .step import batch_in, forward_loss
 
 TORCH_DIR = os.path.dirname(torch.__file__)
 HERE = __file__
@@ -513,11 +514,7 @@ def sums(capture: Capture, side: Side) -> dict[str, Any]:
 
     def grads(x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         model.zero_grad(set_to_none=True)
-        if side.cfg.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(side.cfg.amp)
-        with torch.autocast(x.device.type, dtype=dtype, enabled=dtype is not None):
-            loss = torch.nn.functional.nll_loss(model(x), y)
+        loss = forward_loss(side.cfg, model, batch_in(side.cfg, x), y)
         loss.backward()
         return {n: q.grad.detach().clone() for n, q in model.named_parameters()
                 if q.grad is not None}

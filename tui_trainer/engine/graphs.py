@@ -35,7 +35,8 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 import torch
-import torch.nn.functional as F
+
+from .step import batch_in, forward_loss
 
 WARMUP = 3          # eager steps before the capture (PyTorch's examples use 3)
 
@@ -138,9 +139,7 @@ class StepGraph:
     def _capture(self, x: torch.Tensor, y: torch.Tensor) -> None:
         t = self.t
         began = time.perf_counter()
-        x = x.to(t.device)
-        if t.cfg.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
+        x = batch_in(t.cfg, x.to(t.device))
         self.x, self.y = x.clone(memory_format=torch.preserve_format), y.to(t.device).clone()
         self.step_count = torch.full((), t.pos.step, dtype=torch.long, device=t.device)
         # backward makes the gradients in the graphs' pool; each replay writes them anew
@@ -152,8 +151,8 @@ class StepGraph:
         graphs = (torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph())
         try:
             with torch.cuda.graph(graphs[0], **capture):
-                with t._autocast(cache=False):     # (autocast's cache cannot span graphs)
-                    loss = F.nll_loss(t.forward(self.x), self.y)
+                # (autocast's cache cannot span graphs)
+                loss = forward_loss(t.cfg, t.forward, self.x, self.y, cache=False)
             with torch.cuda.graph(graphs[1], **capture):
                 loss.backward()
             with torch.cuda.graph(graphs[2], **capture):

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -51,6 +50,7 @@ from .meter import Meter
 from .models import build_model
 from .knobs import (ParamSketch, apply_knobs, capture_rng, check_device_knobs,
                     determinism_refusal, effective_settings, param_fingerprint, resolve_device, restore_rng)
+from .step import batch_in, eval_sums, forward_loss
 
 
 @dataclass
@@ -487,7 +487,6 @@ class Trainer:
         self.scheduler = make_scheduler(cfg, self.optimizer, self.total_steps)
         self.schedule_per_step = cfg.lr_schedule != "step"
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.amp == "fp16")
-        self.amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.amp)
         # The compiled module shares the parameters; hashes and checkpoints use `model`.
         self.forward = compiled(model, cfg.compile)
         # CUDA graphs (compile = reduce-overhead, and max-autotune on CUDA): each step is a
@@ -670,14 +669,11 @@ class Trainer:
         correct = torch.zeros((), device=self.device, dtype=torch.long)
         n = 0
         for x, y in self.loaders.eval:
-            x = x.to(self.device, non_blocking=self.non_blocking)
+            x = batch_in(self.cfg, x.to(self.device, non_blocking=self.non_blocking))
             y = y.to(self.device, non_blocking=self.non_blocking)
-            if self.cfg.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
-            with self._autocast():
-                out = self.eval_forward(x)
-            total_loss += F.nll_loss(out.float(), y, reduction="sum")
-            correct += (out.argmax(dim=1) == y).sum()
+            batch_loss, batch_correct = eval_sums(self.cfg, self.eval_forward, x, y)
+            total_loss += batch_loss
+            correct += batch_correct
             n += len(y)
         self.model.train()
         loss, acc = total_loss.item() / max(n, 1), correct.item() / max(n, 1)
@@ -689,11 +685,6 @@ class Trainer:
                                  f"accuracy {figures.accuracy_text(acc)}")
         self.log(f"eval  step {self.pos.step:>6}  epoch {self._epoch_float():.2f}  "
                  f"loss {loss:.4f}  accuracy {figures.accuracy_text(acc)}")
-
-    def _autocast(self, cache: bool = True) -> Any:
-        if self.amp_dtype is None:
-            return nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype, cache_enabled=cache)
 
     # --- data position ---------------------------------------------------------------------
     def _epoch_iterator(self) -> Any:
@@ -864,16 +855,13 @@ class Trainer:
         step_loss = None
         for k, (x, y) in enumerate(batch.micro_batches):   # (fetching one: data time)
             clock.start()
-            x = x.to(self.device, non_blocking=self.non_blocking)
+            x = batch_in(cfg, x.to(self.device, non_blocking=self.non_blocking))
             y = y.to(self.device, non_blocking=self.non_blocking)
-            if cfg.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
             clock.done("copy")
             last = k + 1 == batch.size
             sync = nullcontext() if self.ddp is None or last else self.ddp.no_sync()
             with sync:
-                with self._autocast():          # the forward pass only
-                    loss = F.nll_loss(self.forward(x), y)
+                loss = forward_loss(cfg, self.forward, x, y)   # (engine/step.py)
                 if cfg.grad_accum_steps > 1:    # (a division by 1: an op per step, no bit)
                     loss = loss / cfg.grad_accum_steps
                 clock.done("forward")
