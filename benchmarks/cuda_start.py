@@ -130,7 +130,7 @@ def child(how: str, device: str, session: Path, name: str, word: int, go: int) -
             os.environ[CUDA_START_ENV] = CUDA_STARTS["off" if how == "spare-alone" else "handles"]
         os.write(word, (json.dumps(timed) + "\n").encode())
         from tui_trainer.core import config
-        from tui_trainer.engine.train import run_training
+        from tui_trainer.engine.host import run_training
         cfg = config.DEFAULTS.replace(dataset="mnist-sample", device=device, max_steps=20,
                                       log_every=1, fingerprint_every=5, seed=1)
         run_training(cfg, session, name=name, echo=None)

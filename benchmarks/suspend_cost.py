@@ -57,7 +57,7 @@ def _variant(name: str, made_w: int, go_r: int) -> dict:
     from tui_trainer.core.machine import CUBLAS_DETERMINISTIC
     from tui_trainer.engine.cuda_start import warm_shapes
     from tui_trainer.engine.models import MODELS
-    from tui_trainer.engine.train import make_optimizer
+    from tui_trainer.engine.optim import make_optimizer
     from tui_trainer.warm import _stack_limit, start_cuda
     said: dict = {"variant": name}
     t = time.perf_counter()

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from tui_trainer.core.config import RunConfig
 from tui_trainer.engine.data import load_datasets, make_loaders
 from tui_trainer.engine.models import build_model
-from tui_trainer.engine.train import run_training
+from tui_trainer.engine.host import run_training
 
 
 def reference(cfg: RunConfig, device: torch.device, steps: int) -> float:

@@ -277,7 +277,7 @@ def test_warming_the_runs_shapes_draws_no_random_number_beside_the_setup(knobs):
     from tui_trainer.engine.cuda_start import warm_shapes
     from tui_trainer.engine.knobs import param_fingerprint
     from tui_trainer.engine.models import build_model
-    from tui_trainer.engine.train import make_optimizer
+    from tui_trainer.engine.optim import make_optimizer
     cfg = DEFAULTS.replace(device="cpu", **knobs)
     cpu = torch.device("cpu")
     torch.manual_seed(7)
@@ -309,7 +309,7 @@ def test_cuda_is_started_by_the_run_unless_a_thread_is_asked_for(monkeypatch, va
     import torch
     from tui_trainer.core.config import DEFAULTS
     from tui_trainer.engine.cuda_start import CudaStart
-    from tui_trainer.engine.train import make_optimizer
+    from tui_trainer.engine.optim import make_optimizer
     monkeypatch.setenv("TUI_TRAINER_CUDA_START", value)
     start = CudaStart(torch.device("cuda"), DEFAULTS, 1, make_optimizer)
     assert start.thread is None

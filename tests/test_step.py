@@ -62,7 +62,8 @@ def test_a_change_in_the_one_place_is_seen_by_the_loop_evaluation_and_warm_up(
     """device=cpu: the eager step, the evaluation and the warm-up of CUDA's kernels (run on
     the CPU here) all take the changed loss, and the run trains on it."""
     from tui_trainer.engine.cuda_start import warm_shapes
-    from tui_trainer.engine.train import make_optimizer, run_training
+    from tui_trainer.engine.host import run_training
+    from tui_trainer.engine.optim import make_optimizer
     cfg = config.load(overrides=[*QUICK, "max_steps=4", "eval_every=4", "device=cpu"])
     changed = run_training(cfg, tmp_path / "a", echo=None)
     assert {"_step", "_evaluate"} <= set(smoothed)
@@ -92,7 +93,7 @@ def test_a_change_in_the_one_place_is_seen_by_explains_sums(smoothed):
 @pytest.mark.gpu
 def test_a_change_in_the_one_place_is_seen_by_the_cuda_graph_capture(tmp_path, smoothed):
     """CUDA: a cuda_graph = step run captures the changed loss into its graphs."""
-    from tui_trainer.engine.train import run_training
+    from tui_trainer.engine.host import run_training
     cfg = config.load(overrides=[*QUICK, "max_steps=8", "device=cuda", "cuda_graph=step"])
     run_training(cfg, tmp_path / "a", echo=None)
     assert "_capture" in smoothed and "_step" in smoothed

@@ -176,7 +176,7 @@ def join(endpoint: str, nnodes: int, node_rank: int, nproc: int, timeout_s: int,
 
 def _train_here(cfg: config.RunConfig, session: Path, **kw: Any) -> Ended:
     """One process: this one."""
-    from .engine.train import run_training   # torch is imported here, not before
+    from .engine.host import run_training   # torch is imported here, not before
     return Ended(summary=run_training(cfg, session, **kw).to_dict())
 
 

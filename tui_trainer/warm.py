@@ -102,7 +102,7 @@ def warm_up() -> None:
     import torchvision  # noqa: F401
 
     from . import cli, lifecycle, runner  # noqa: F401
-    from .engine import checkpoint, data, distributed, models, knobs, train  # noqa
+    from .engine import checkpoint, data, distributed, host, models, knobs, train  # noqa
     try:    # setproctitle finds the memory it rewrites on its first call: here, while this
         # process's environment is its own (a child that replaced it first could not name
         # itself; core/proctitle.py)
@@ -312,7 +312,7 @@ def _load_kernels(values: dict[str, Any] | None, workspace: str | None) -> str:
         return f"; no run's kernels loaded ({shown(e, 120)})"
     from .engine.cuda_start import SHAPES_MIN_FREE_BYTES, warm_shapes
     from .engine.knobs import algorithms_of
-    from .engine.train import make_optimizer
+    from .engine.optim import make_optimizer
     try:
         free = torch.cuda.mem_get_info(0)[0]
     except RuntimeError as e:       # the run meets what CUDA says itself

@@ -1,6 +1,6 @@
 """One rank of a data-parallel run (the `worker` command): started by torchrun inside the
 run's own process, it joins its group (engine.distributed), rank 0 reads the run from the
-session and hands it to every rank, and every rank trains (engine.train.run_training).
+session and hands it to every rank, and every rank trains (engine.host.run_training).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ..core.proctitle import set_title, title
 from ..core.store import SessionStore
 from .distributed import (AGENT_ENV, PeerLost, die_with_parent, join_group, leave_at_once,
                           under_torchrun)
-from .train import run_training
+from .host import run_training
 
 
 @dataclass(frozen=True)

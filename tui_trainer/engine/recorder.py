@@ -8,8 +8,11 @@ which keeps nothing and reads nothing back. The loop calls it the same way on ev
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TextIO
 
 from ..core import figures
 from ..core.store import BatchedWriter, SessionStore
@@ -61,7 +64,8 @@ class Recorder:
         """Writes `state()` as the checkpoint of `step` and records it, then removes the
         oldest beyond `keep`, but never the run's replay roots (SessionStore.replay_roots):
         unlisted first, deleted second, so a kill in between leaves an unlisted file (swept
-        when the run next starts), never a listed checkpoint without its file. `state` is called only here, on the lead. Returns the file."""
+        when the run next starts), never a listed checkpoint without its file. `state` is
+        called only here, on the lead. Returns the file."""
         if self.store is None or self.writer is None:
             return None
         path = self.store.checkpoint_dir(self.run_id) / f"step-{step:08d}.pt"
@@ -100,3 +104,59 @@ class Recorder:
     def name(self) -> str:
         assert self.store is not None
         return self.store.run(self.run_id)["name"]
+
+
+def _same_file(a: TextIO, b: TextIO) -> bool:
+    try:
+        sa, sb = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+class RunLog:
+    """What the training process says: to the run's log file, and to stderr. A rank of a
+    data-parallel run has no file of its own (`path` None): it says everything on stderr,
+    which torchrun labels with its rank and the launcher writes to the run's log."""
+
+    def __init__(self, path: Path | None, echo: TextIO | None = sys.stderr):
+        self._file: TextIO | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", encoding="utf-8", buffering=1)
+        # A run started in the background has its stderr going into this same file already
+        # (for tracebacks): echoing there too would write every line twice.
+        self._echo = None if echo is not None and self._file is not None \
+            and _same_file(echo, self._file) else echo
+        self.bar: Any = None
+
+    def __call__(self, message: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        if self._file is None:
+            if self._echo is not None:
+                print(f"{stamp} {message}", file=self._echo, flush=True)
+            return
+        try:
+            self._file.write(f"{stamp} {message}\n")
+        except OSError:
+            pass        # e.g. a full disk: the store and stderr still say what happened
+        if self._echo is not None:
+            if self.bar is not None:
+                self.bar.write(message, file=self._echo)
+            else:
+                print(message, file=self._echo, flush=True)
+
+    def to_file(self, message: str) -> None:
+        """Only into the log file (a traceback of an expected failure: the user gets one
+        line, the log keeps the details). Nothing without one (rank 0 of a data-parallel
+        run, whose stderr is the terminal's too: the failure event keeps the traceback)."""
+        if self._file is None:
+            return
+        try:
+            self._file.write(f"{time.strftime('%H:%M:%S')} {message}\n")
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()

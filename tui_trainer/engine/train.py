@@ -1,4 +1,4 @@
-"""The training process: one run, start to end (or to a stop, a crash, or a kill).
+"""The training loop of one run, and its step.
 
 `Trainer.train` is the loop, one iteration per optimizer step:
 
@@ -8,10 +8,12 @@
         if status := self.should_stop():
             break
 
-`step` is the whole computation of a step and nothing else: replaying a step from a restored
-state runs this same code. What the loop adds to pytorch/examples' mnist/main.py is
-bookkeeping: metrics into the session store at log points only (every `.item()` is a device
-sync), parameter fingerprints, checkpoints that allow bit-exact resume.
+`step` is the whole computation of a step and nothing else (what it computes: engine/step.py):
+replaying a step from a restored state runs this same code. What the loop adds to
+pytorch/examples' mnist/main.py is bookkeeping (engine/bookkeeping.py): metrics into the
+session store at log points only (every `.item()` is a device sync), parameter fingerprints,
+checkpoints that allow bit-exact resume. The process around the loop (a run start to end,
+signals, the heartbeat) is engine/host.py; the optimizer and schedules engine/optim.py.
 """
 
 from __future__ import annotations
@@ -19,37 +21,32 @@ from __future__ import annotations
 import math
 import os
 import signal
-import sys
-import threading
 import time
-import traceback
-import warnings
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, TextIO
+from typing import Any, Iterator, TextIO
 
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ..core import contention, figures, supervisor
-from ..core.figures import DEVICE_PHASES, PHASES
+from ..core.figures import PHASES
 from ..core.config import ConfigError, RunConfig, graph_step
-from ..core.errors import CheckpointError, DiskFull, is_disk_full
-from ..core.liveness import HEARTBEAT_S
-from ..core.proctitle import set_title, title
+from ..core.errors import CheckpointError
 from ..core.store import SessionStore
-from .checkpoint import sweep
+from .bookkeeping import Bookkeeping, Summary
 from .cuda_start import CudaStart
 from .data import Loaders, make_loaders
-from .distributed import Group, PeerLost, peer_lost, use_backend
-from .graphs import DeviceRates, StepGraph
-from .recorder import Recorder
+from .distributed import Group, use_backend
+from .graphs import StepGraph
 from .meter import Meter
 from .models import build_model
 from .knobs import (ParamSketch, apply_knobs, capture_rng, check_device_knobs,
-                    determinism_refusal, effective_settings, param_fingerprint, resolve_device, restore_rng)
+                    effective_settings, resolve_device, restore_rng)
+from .optim import make_optimizer, make_scheduler, schedule_end
+from .recorder import Recorder, RunLog
 from .step import batch_in, eval_sums, forward_loss
 
 
@@ -132,154 +129,6 @@ class Clock:
         return out
 
 
-@dataclass
-class Summary:
-    run_id: int
-    name: str
-    status: str
-    steps: int
-    epochs: float
-    final_loss: float | None          # the last logged mini-batch's loss
-    train_loss: float | None          # the logged losses smoothed (core.figures)
-    eval_accuracy: float | None
-    eval_loss: float | None
-    samples_per_s: float | None       # training throughput (core.figures)
-    wall_samples_per_s: float | None  # samples / wall time, start-up and evaluation included
-    elapsed_s: float
-    param_sha256: str | None
-    checkpoint: str | None
-    dataset: str
-    device: str
-    resumed_from_step: int | None = None
-    diverged_at_step: int | None = None
-    diverged: str | None = None
-    resume_fingerprints_matched: int | None = None
-    resume_fingerprints_differed: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        d.update(d.pop("extra"))
-        return d
-
-
-def _same_file(a: TextIO, b: TextIO) -> bool:
-    try:
-        sa, sb = os.fstat(a.fileno()), os.fstat(b.fileno())
-    except (OSError, ValueError, AttributeError):
-        return False
-    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
-
-
-class RunLog:
-    """What the training process says: to the run's log file, and to stderr. A rank of a
-    data-parallel run has no file of its own (`path` None): it says everything on stderr,
-    which torchrun labels with its rank and the launcher writes to the run's log."""
-
-    def __init__(self, path: Path | None, echo: TextIO | None = sys.stderr):
-        self._file: TextIO | None = None
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(path, "a", encoding="utf-8", buffering=1)
-        # A run started in the background has its stderr going into this same file already
-        # (for tracebacks): echoing there too would write every line twice.
-        self._echo = None if echo is not None and self._file is not None \
-            and _same_file(echo, self._file) else echo
-        self.bar: Any = None
-
-    def __call__(self, message: str) -> None:
-        stamp = time.strftime("%H:%M:%S")
-        if self._file is None:
-            if self._echo is not None:
-                print(f"{stamp} {message}", file=self._echo, flush=True)
-            return
-        try:
-            self._file.write(f"{stamp} {message}\n")
-        except OSError:
-            pass        # e.g. a full disk: the store and stderr still say what happened
-        if self._echo is not None:
-            if self.bar is not None:
-                self.bar.write(message, file=self._echo)
-            else:
-                print(message, file=self._echo, flush=True)
-
-    def to_file(self, message: str) -> None:
-        """Only into the log file (a traceback of an expected failure: the user gets one
-        line, the log keeps the details). Nothing without one (rank 0 of a data-parallel
-        run, whose stderr is the terminal's too: the failure event keeps the traceback)."""
-        if self._file is None:
-            return
-        try:
-            self._file.write(f"{time.strftime('%H:%M:%S')} {message}\n")
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-
-
-class _Heartbeat(threading.Thread):
-    """Beats from its own thread and its own connection, so a long step, an evaluation or
-    torch.compile never makes a live run look dead. Each beat also says when the loop
-    (`position`: its step, and what it does besides stepping, Trainer.busy) last moved,
-    the run's own seconds per step so far, and what it is busy with: a run that beats but
-    does not train (a data-parallel rank hung, its peers waiting in a collective) reads as
-    stalled once its step has stood still for its stall window (core.liveness)."""
-
-    def __init__(self, session_dir: Path, run_id: int,
-                 position: Callable[[], tuple[int, str | None, float | None]],
-                 crowding: "Crowding | None" = None):
-        super().__init__(daemon=True, name="heartbeat")
-        self.session_dir, self.run_id, self.position = session_dir, run_id, position
-        self.crowding = crowding
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        store = SessionStore(self.session_dir, create=False, verify=False)  # checked already
-        seen, moved = self.position()[:2], time.time()
-        try:
-            while not self.halt.wait(HEARTBEAT_S):
-                step, busy, pace = self.position()
-                if (step, busy) != seen:
-                    seen, moved = (step, busy), time.time()
-                crowded = self.crowding.beat() if self.crowding is not None else ...
-                store.heartbeat(self.run_id, moved, pace, busy, crowded)
-        finally:
-            store.close()
-
-
-class Crowding:
-    """Whether a CPU run's torch threads outnumber the cores the rest of the machine leaves
-    it (core.contention.crowded), judged while it trains from what it records anyway: the
-    machine's and its own CPU time over the last CROWDED_WINDOW_S. `beat` (each heartbeat)
-    returns the note while crowded, None once it is not, Ellipsis when nothing changed; a
-    change is said in the run's log."""
-
-    def __init__(self, threads: int, say: Callable[[str], None]):
-        self.threads, self.say = threads, say
-        self.snaps: list[contention.Snapshot] = []
-        self.shown: int | None = None        # the thread count the shown note suggests
-
-    def beat(self) -> Any:
-        snap = contention.snapshot(supervisor.owner())
-        if snap is None:
-            return ...
-        self.snaps.append(snap)
-        while len(self.snaps) > 2 and \
-                self.snaps[1].wall <= snap.wall - contention.CROWDED_WINDOW_S:
-            self.snaps.pop(0)
-        c = contention.between(self.snaps[0], snap)
-        note = contention.crowded(c, self.threads, "cpu")
-        fit = contention.suggested_threads(note)
-        if fit == self.shown:
-            return ...
-        self.shown = fit
-        self.say(note if note else f"{self.threads} threads fit the cores free again "
-                 f"({contention.text(c)})")
-        return note
-
-
 # The `compile` knob's values, as torch.compile's modes.
 COMPILE_MODES = {"on": "default", "reduce-overhead": "reduce-overhead",
                  "max-autotune": "max-autotune"}
@@ -290,66 +139,7 @@ def compiled(module: nn.Module, how: str) -> Any:
     return module if how == "off" else torch.compile(module, mode=COMPILE_MODES[how])
 
 
-def make_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
-    if cfg.no_decay_bias and cfg.weight_decay > 0:
-        decay = [p for p in model.parameters() if p.ndim > 1]
-        no_decay = [p for p in model.parameters() if p.ndim <= 1]   # biases, norm weights
-        params: Any = [{"params": decay, "weight_decay": cfg.weight_decay},
-                       {"params": no_decay, "weight_decay": 0.0}]
-    else:
-        params = model.parameters()
-    # auto leaves the choice to PyTorch (foreach=None, fused=None), as it always was
-    impl = {"auto": {}, "for-loop": {"foreach": False}, "foreach": {"foreach": True},
-            "fused": {"fused": True}}[cfg.optimizer_impl]
-    if graph_step(cfg, next(model.parameters()).is_cuda):
-        impl["capturable"] = True       # its step count on the device: an update to capture
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
-                               weight_decay=cfg.weight_decay, **impl)
-    if cfg.optimizer == "adadelta":
-        return torch.optim.Adadelta(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **impl)
-    betas = (cfg.adam_beta1, cfg.adam_beta2)
-    adam = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.AdamW
-    optimizer = adam(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay, **impl)
-    if impl.get("capturable"):      # every update reads its rate as the captured one does
-        optimizer.rates = DeviceRates(optimizer, next(model.parameters()).device)
-    return optimizer
-
-
-def make_scheduler(cfg: RunConfig, optimizer: torch.optim.Optimizer, total_steps: int
-                   ) -> torch.optim.lr_scheduler.LRScheduler:
-    """The `lr_schedule` knob. step moves at each epoch's end; onecycle and cosine at every
-    optimizer step, over `total_steps` (the run's steps: epochs x steps an epoch, or
-    max_steps). Its state is in every checkpoint."""
-    sched = torch.optim.lr_scheduler
-    if cfg.lr_schedule == "onecycle":
-        # Adam's betas and SGD's momentum stay as set (the speed record's cycle_momentum off)
-        return sched.OneCycleLR(optimizer, max_lr=cfg.lr, total_steps=total_steps,
-                                cycle_momentum=False)
-    if cfg.lr_schedule == "cosine":
-        warm = min(cfg.warmup_steps, total_steps - 1)
-        cosine = sched.CosineAnnealingLR(optimizer, T_max=max(1, total_steps - warm))
-        if not warm:
-            return cosine
-        ramp = sched.LinearLR(optimizer, start_factor=1 / (warm + 1), total_iters=warm)
-        return sched.SequentialLR(optimizer, [ramp, cosine], milestones=[warm])
-    return sched.StepLR(optimizer, step_size=1, gamma=cfg.lr_step_gamma)
-
-
-def schedule_end(scheduler: Any) -> int | float:
-    """The step a per-step schedule ends at, from its own state (a checkpoint's, when the
-    run was continued with more epochs: the schedule it started keeps its length)."""
-    if hasattr(scheduler, "total_steps"):                         # OneCycleLR
-        return scheduler.total_steps
-    if hasattr(scheduler, "T_max"):                               # CosineAnnealingLR
-        return scheduler.T_max
-    parts = getattr(scheduler, "_schedulers", None)               # SequentialLR
-    if parts:
-        return scheduler._milestones[-1] + schedule_end(parts[-1])
-    return math.inf
-
-
-class Trainer:
+class Trainer(Bookkeeping):
     """One run's training. `setup()` checks and builds everything without touching the
     session; `attach()` then ties it to its row in the store."""
 
@@ -553,103 +343,6 @@ class Trainer:
 
     def _epoch_float(self) -> float:
         return self.pos.epoch + self.pos.batch / max(1, self.batches_per_epoch)
-
-    def write_checkpoint(self) -> None:
-        """Writes a checkpoint of now, unless the run has diverged: the newest checkpoint
-        then stays the last finite one. In a data-parallel run every rank takes part (its
-        RNG states are gathered) and the lead writes the one file."""
-        if self._check_finite(parameters=True):
-            return
-        mine = {"rng": self._rng(), "rng_epoch_start": self.rng_epoch_start,
-                "rng_first_epoch": self.rng_first_epoch}
-        ranks = self.group.gather(mine)        # (a collective: a hung rank holds it here)
-        p = self.pos
-        with self._doing("writing a checkpoint"):
-            path = self._checkpoint_file(p, mine, ranks)
-        self.last_checkpoint, self.last_checkpoint_step = path, p.step
-
-    def _checkpoint_file(self, p: Position, mine: dict[str, Any], ranks: Any) -> Path | None:
-        return self.recorder.checkpoint(p.step, p.epoch, p.batch, lambda: {
-            "run_id": self.run_id, "config": self.cfg.to_dict(),
-            "step": p.step, "epoch": p.epoch, "batch_in_epoch": p.batch,
-            "samples_seen": p.samples, "elapsed": self.elapsed(),
-            "last_eval_step": self.last_eval_step,
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
-            **mine,
-            # Data-parallel runs: every rank's RNG states, and the shuffle's seed (the epoch
-            # and the batches consumed in it are the position above).
-            "world_size": self.group.world,
-            **({"ranks": ranks, "sampler": {"seed": self.sampler_seed, "epoch": p.epoch}}
-               if self.group.active else {}),
-        }, keep=self.cfg.keep_checkpoints)
-
-    def record_fingerprint(self) -> None:
-        """A hash of the parameters. In a data-parallel run every rank hashes its replica and
-        the lead compares them: replicas that drift apart are recorded (`replicas_drift`)."""
-        step = self.pos.step
-        sha, l2 = param_fingerprint(self.model)
-        shas = self.group.gather(sha)             # every rank's, on the lead; else None
-        differ = [r for r, other in enumerate(shas or ()) if other != sha]
-        if differ and self.replicas_drift_at is None:
-            self.replicas_drift_at = step
-            self.recorder.event(
-                "replicas_drift",
-                f"the replicas drifted apart: at step {step} the parameters of rank(s) "
-                f"{', '.join(map(str, differ))} differ from rank 0's (DDP keeps them equal "
-                "only while every rank applies the same averaged gradients)", step=step,
-                data={"ranks": differ, "sha256": shas})
-        # Steps past a resumed run's checkpoint were recorded before the stop: an exact
-        # resume reproduces their hashes.
-        before = self.recorder.fingerprint_at(step) if self.resume_state is not None else None
-        if before is not None and before == sha:
-            self.resume_matches += 1
-        elif before is not None:
-            self.resume_mismatches += 1
-            self.recorder.event("resume_mismatch", f"after resuming, the parameters at step "
-                                f"{step} differ from those recorded before the stop",
-                                step=step, data={"before": before, "after": sha})
-        if self.sketch is not None:               # the lead's: it is what gets recorded
-            self.recorder.fingerprint({"step": step, "sha256": sha, "l2": l2,
-                                       "sketch": self.sketch(self.model)})
-        self.last_fingerprint = (step, sha)
-        if not math.isfinite(l2) and self.diverged is None:
-            self._diverge(step, f"the parameters hold NaN/inf at step {step}")
-
-    def _diverge(self, step: int, what: str) -> None:
-        self.diverged = (step, what)
-        if self.recorder.keeps:
-            self.log(f"diverged: {what}; every row so far is kept, and the newest checkpoint "
-                     "stays the last finite one")
-        self.recorder.event("diverged", what, step=step)
-
-    def _check_finite(self, parameters: bool = False) -> bool:
-        """True once the run has diverged. Reads the device-side flag of the first step
-        with a non-finite loss (one sync, at log and checkpoint points only) and, with
-        `parameters`, checks the parameters themselves."""
-        g = self.group
-        if g.active:
-            # Every rank must come to the same answer, or one would leave the loop alone.
-            (known,) = g.agree(self.diverged is not None)
-            if known:
-                if self.diverged is None:
-                    self._diverge(self.pos.step, "another rank's loss or parameters became "
-                                  f"NaN/inf (noticed at step {self.pos.step})")
-                return True
-        if self.diverged is None:
-            bad = int(g.first_step(self.first_bad_step).item())
-            finite = True
-            if bad < 0 and parameters:
-                finite = bool(torch.stack(
-                    [p.isfinite().all() for p in self.model.parameters()]).all())
-                (broken,) = g.agree(not finite)
-                finite = not broken
-            if bad >= 0:
-                self._diverge(bad, f"the loss became NaN/inf at step {bad}")
-            elif not finite:
-                self._diverge(self.pos.step,
-                              f"the parameters hold NaN/inf at step {self.pos.step}")
-        return self.diverged is not None
 
     def evaluate(self) -> None:
         """The evaluation set, whole, by the lead alone (with the unwrapped model), without
@@ -942,280 +635,3 @@ class Trainer:
         again)."""
         if self.schedule_per_step and self.scheduler.last_epoch < schedule_end(self.scheduler):
             self.scheduler.step()
-
-    def _log_step(self, step_loss: torch.Tensor, norm: torch.Tensor | None) -> None:
-        # The loss of a data-parallel step is the mean over the ranks (each rank's is the
-        # mean of its shard); the gradient norm is already of the averaged gradients.
-        # the sync of a log point (+ 0.0: a loss of -0.0, a batch predicted with p = 1, reads 0)
-        self.last_loss = self.group.mean(step_loss).item() + 0.0
-        dt, samples, spent = self.clock.lap(self.pos.samples)
-        memory = self.meter.read(self.model, self.optimizer)
-        per_rank = self.group.gather(memory)
-        if per_rank is not None:        # on the lead
-            if self.group.active:       # each rank's peak; the row: the most loaded rank
-                for rank, m in enumerate(per_rank):
-                    peak = self.rank_peaks.setdefault(rank, {})
-                    for key, value in m.items():
-                        if value is not None:
-                            peak[key] = max(peak.get(key) or 0.0, value)
-                memory = {k: max((m[k] for m in per_rank if m[k] is not None), default=None)
-                          for k in memory}
-                # the whole group: every rank's workers, and what each rank past the first
-                # holds alone (core.figures adds them to the lead's RSS)
-                memory["workers_uss"] = sum(m["workers_uss"] or 0.0 for m in per_rank)
-                others = [m["own_uss"] for m in per_rank[1:]]
-                memory["ranks_uss"] = None if None in others else sum(others)
-            memory.pop("own_uss", None)
-            row = {"step": self.pos.step, "epoch": self._epoch_float(),
-                   "elapsed": self.elapsed(), "loss": self.last_loss,
-                   "lr": self.optimizer.param_groups[0]["lr"],
-                   "grad_norm": norm.item() if norm is not None else None,
-                   "samples_per_s": samples / dt if dt > 0 else None,
-                   "data_s": spent["data"], **{f"{k}_s": spent[k] for k in PHASES[1:]},
-                   "compute_s": sum(spent[k] for k in DEVICE_PHASES), **memory}
-            self.recorder.row(row)
-        self._check_finite()
-
-    def _finish(self, status: str) -> Summary:
-        cfg = self.cfg
-        machine = contention.between(self.machine_at_start,
-                                     contention.snapshot(supervisor.owner())) \
-            if self.machine_at_start is not None else None
-        if self.last_fingerprint is None or self.last_fingerprint[0] != self.pos.step:
-            self.record_fingerprint()
-        self._check_finite(parameters=True)      # every rank, so that all agree
-        if self.diverged is not None:
-            status = "diverged"        # no evaluation of NaN weights, no NaN checkpoint
-        elif cfg.eval_every and self.last_eval_step != self.pos.step:
-            self.evaluate()
-        if self.last_checkpoint_step != self.pos.step:
-            self.write_checkpoint()
-        if not self.recorder.keeps:   # another rank: the lead's summary is the run's
-            return Summary(run_id=self.run_id, name="", status=status, steps=self.pos.step,
-                           epochs=self._epoch_float(), final_loss=self.last_loss,
-                           train_loss=None, eval_accuracy=None, eval_loss=None,
-                           samples_per_s=None, wall_samples_per_s=None,
-                           elapsed_s=self.elapsed(), param_sha256=None, checkpoint=None,
-                           dataset=self.loaders.info.name, device=str(self.device))
-        self.recorder.progress(self.pos.step, self._epoch_float(), flush=True)
-        elapsed = self.elapsed()
-        figs = self.final_figures = self.recorder.figures()     # kept by end_run
-        last_eval = self.last_eval
-        if last_eval is None and figs.eval_step == self.pos.step and figs.accuracy is not None:
-            # Evaluated at this step by the process before (a finished run resumed with
-            # nothing left to train): the recorded evaluation is this run's.
-            last_eval = {"loss": figs.eval_loss, "accuracy": figs.accuracy}
-        summary = Summary(
-            run_id=self.run_id, name=self.recorder.name(), status=status,
-            steps=self.pos.step, epochs=round(self._epoch_float(), 4),
-            final_loss=self.last_loss, train_loss=figs.train_loss,
-            eval_accuracy=last_eval["accuracy"] if last_eval else None,
-            eval_loss=last_eval["loss"] if last_eval else None,
-            samples_per_s=figs.samples_per_s,
-            wall_samples_per_s=figures.wall_samples_per_s(self.pos.samples, elapsed),
-            elapsed_s=elapsed,
-            param_sha256=self.last_fingerprint[1] if self.last_fingerprint else None,
-            checkpoint=self.recorder.newest_checkpoint(),
-            dataset=self.loaders.info.name, device=str(self.device))
-        if machine is not None:
-            summary.extra["contention"] = machine
-        if self.group.active:
-            summary.extra.update(world_size=self.group.world, rank_peaks={
-                str(r): m for r, m in sorted(self.rank_peaks.items())},
-                replicas_drift_at=self.replicas_drift_at)
-        if self.diverged is not None:
-            summary.diverged_at_step, summary.diverged = self.diverged
-        if self.resume_state is not None:
-            summary.resumed_from_step = int(self.resume_state["step"])
-            summary.resume_fingerprints_matched = self.resume_matches
-            summary.resume_fingerprints_differed = self.resume_mismatches
-            if self.resume_matches or self.resume_mismatches:
-                verdict = "exact" if not self.resume_mismatches else "NOT exact"
-                self.recorder.event(
-                    "resume_check",
-                    f"resume {verdict}: {self.resume_matches} parameter hashes recorded before "
-                    f"the stop were reproduced, {self.resume_mismatches} differed",
-                    data={"matched": self.resume_matches, "differed": self.resume_mismatches})
-        fmt = figures.fmt              # the one way figures are written
-        self.log(f"{status}: {self.pos.step} steps, train loss (smoothed) "
-                 f"{fmt(summary.train_loss, 'train_loss')}, eval loss "
-                 f"{fmt(summary.eval_loss, 'eval_loss')}, eval accuracy "
-                 f"{figures.accuracy_text(summary.eval_accuracy)}, "
-                 f"{fmt(summary.samples_per_s, 'samples_per_s')} samples/s (training)")
-        crowded = contention.crowded(contention.read(machine), self.settings["num_threads"],
-                                     self.device.type)
-        if crowded:
-            self.log(f"over the whole run: {crowded}")
-        return summary
-
-    def _progress_bar(self) -> Any:
-        if not self.progress:
-            return None
-        from tqdm import tqdm
-        cfg = self.cfg
-        per_epoch = math.ceil(self.batches_per_epoch / cfg.grad_accum_steps)
-        total = per_epoch * cfg.epochs
-        if cfg.max_steps:
-            total = min(total, cfg.max_steps)
-        bar = tqdm(total=total, initial=self.pos.step, unit="step", file=sys.stderr,
-                   dynamic_ncols=True, mininterval=0.25, leave=True)
-        self.log.bar = bar
-        return bar
-
-
-def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
-                 run_id: int | None = None, checkpoint: dict[str, Any] | None = None,
-                 progress: bool = False, echo: TextIO | None = sys.stderr,
-                 kill_at_step: int | None = None,
-                 events: list[tuple[str, str, int | None]] = (),
-                 group: Group | None = None, sampler_seed: int | None = None) -> Summary:
-    """Trains one run in this process, recording everything into the session.
-
-    Everything that can be refused (device, AMP, missing data, a checkpoint that does not
-    fit) is checked before the session is opened, so bad input writes nothing. A new run is
-    created unless `run_id` names one to continue; either way this process claims it (one
-    writer per run) before writing anything of it, then records `events`. Any failure while
-    training marks the run crashed, records the traceback, and re-raises.
-
-    In a data-parallel run every rank calls this with its `group`; only the lead (rank 0)
-    opens the session, the others train and say what they have to say on stderr.
-    """
-    group = group or Group()
-    trainer = Trainer(cfg, checkpoint=checkpoint, progress=progress, kill_at_step=kill_at_step,
-                      group=group, sampler_seed=sampler_seed)
-    trainer.setup()
-    if not group.lead:
-        return _train_rank(trainer, run_id if run_id is not None else 0, echo)
-    store = SessionStore(session_dir)
-    try:
-        if run_id is None:
-            run_id = store.create_run(cfg.to_dict(), name=name)
-        # One writer per run, claimed atomically before anything of the run is written.
-        store.claim(run_id)
-        set_title(title(run_id, store.run(run_id)["name"], session_dir, group.rank,
-                        group.world))
-        store.touch()
-        store.set_config(run_id, cfg.to_dict())
-        for kind, message, step in events:        # what the caller found, now that we own it
-            store.add_event(run_id, kind, message, step=step)
-        for stale in sweep(store, run_id):
-            store.add_event(run_id, "swept", f"removed {stale.name}, left by an interrupted "
-                            "checkpoint write")
-        trainer.attach(store, run_id, echo)
-        store.set_settings(run_id, trainer.settings, trainer.loaders.info.name)
-    except BaseException:
-        store.close()
-        raise
-    if checkpoint is not None:
-        store.add_event(run_id, "resumed", f"resumed from the checkpoint at step "
-                        f"{checkpoint['step']}", step=int(checkpoint["step"]))
-    processes = (f", {group.world} processes (DistributedDataParallel over "
-                 f"{group.backend}), {cfg.batch_size // group.world} samples each per "
-                 "micro-batch" if group.active else "")
-    trainer.log(f"run {run_id} on {trainer.settings['device']} "
-                f"({trainer.settings['device_name']}){processes}, data: "
-                f"{trainer.loaders.info.description}")
-    if trainer.cuda_start is not None and (said := trainer.cuda_start.said()):
-        trainer.log(said)
-    # CPU runs only (a CUDA step does not wait on torch's CPU threads); one process of a
-    # data-parallel run cannot tell its peers from strangers
-    crowding = None if group.active or trainer.device.type != "cpu" else \
-        Crowding(trainer.settings["num_threads"], trainer.log)
-    heartbeat = _Heartbeat(store.dir, run_id,
-                           lambda: (trainer.pos.step, trainer.busy, trainer.pace_s), crowding)
-    heartbeat.start()
-    restore = _listen(trainer)
-    try:
-        summary = trainer.train()
-        store.end_run(run_id, summary.status, summary.to_dict(), trainer.final_figures)
-        return summary
-    except BaseException as e:
-        tb = traceback.format_exc()
-        if is_disk_full(e) and not isinstance(e, DiskFull):
-            e = DiskFull(getattr(e, "filename", None) or store.dir)
-        consequence = peer_lost(e) if group.active else None
-        if isinstance(e, DiskFull) or consequence:
-            trainer.log.to_file(tb.rstrip())
-        else:
-            trainer.log(tb.rstrip())
-        if consequence:
-            trainer.log(f"stopping: {consequence}")
-        reason = str(e) if isinstance(e, DiskFull) else consequence or \
-            determinism_refusal(e) or f"{type(e).__name__}: {e}"
-        # The status and its reason first, each write on its own: on a full disk the small
-        # update may still fit where the rows measured since the last flush, or the event
-        # with its traceback, do not (under load the event failed first and the run was
-        # later read as "gone", its reason lost). Then what was measured up to the failure
-        # and how far it got (its figures kept with them, by the writer).
-        for write in (lambda: store.end_run(run_id, "crashed", {"error": reason}),
-                      lambda: trainer.recorder.progress(trainer.pos.step,
-                                                        trainer._epoch_float(), flush=True),
-                      lambda: store.add_event(run_id, "failure", f"training failed: {reason}",
-                                              step=trainer.pos.step, data={"traceback": tb})):
-            try:
-                write()
-            except Exception:  # noqa: BLE001 - a full disk: what fits is kept
-                pass
-        if isinstance(e, DiskFull):
-            raise e from None
-        if consequence:
-            raise PeerLost(1) from None
-        raise
-    finally:
-        restore()
-        heartbeat.halt.set()
-        heartbeat.join()
-        trainer.log.close()
-        store.close()
-
-
-def _listen(trainer: Trainer) -> Any:
-    """SIGTERM/SIGINT stop the run after this step with a checkpoint (a second one stops at
-    once); warnings go to the run's log. Returns what puts things back."""
-    owner = os.getpid()
-
-    def request_stop(signum: int, frame: Any) -> None:
-        if os.getpid() != owner:
-            return       # a forked DataLoader worker: the training process decides for it
-        if trainer.stop_requested:           # a second signal: stop now
-            raise KeyboardInterrupt
-        trainer.stop_requested = True
-        trainer.log(f"{signal.Signals(signum).name}: stopping after this step, with a "
-                    "checkpoint (send it again to stop at once)")
-
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    previous_showwarning = warnings.showwarning
-
-    def log_warning(message: Any, category: type, filename: str, lineno: int,
-                    file: Any = None, line: Any = None) -> None:
-        # e.g. deterministic = warn: which ops have no deterministic implementation.
-        trainer.log(f"warning: {category.__name__}: {message} ({filename}:{lineno})")
-
-    warnings.showwarning = log_warning
-
-    def restore() -> None:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        warnings.showwarning = previous_showwarning
-
-    return restore
-
-
-def _train_rank(trainer: Trainer, run_id: int, echo: TextIO | None) -> Summary:
-    """A rank other than the lead: trains in step with the others, records nothing itself;
-    a failure is said on stderr (labelled by torchrun, in the run's log) and re-raised."""
-    trainer.attach(None, run_id, echo)
-    restore = _listen(trainer)
-    try:
-        return trainer.train()
-    except BaseException as e:
-        consequence = peer_lost(e)
-        if consequence is None:
-            trainer.log(traceback.format_exc().rstrip())
-            raise
-        # Another rank ended first (its own words say why): one line, no traceback.
-        trainer.log(f"stopping: {consequence}")
-        raise PeerLost(1) from None
-    finally:
-        restore()
-        trainer.log.close()
