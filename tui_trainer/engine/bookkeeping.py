@@ -13,7 +13,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -21,8 +21,14 @@ from ..core import contention, figures, supervisor
 from ..core.figures import DEVICE_PHASES, PHASES
 from .knobs import param_fingerprint
 
-if TYPE_CHECKING:
-    from .train import Position
+
+@dataclass
+class Position:
+    """Where the loop is: what a checkpoint records and a resume starts from."""
+    epoch: int = 0            # the epoch being trained (epochs completed so far)
+    batch: int = 0            # batches of this epoch consumed
+    step: int = 0             # optimizer steps in all
+    samples: int = 0          # training samples seen in all
 
 
 @dataclass

@@ -36,7 +36,7 @@ from ..core.figures import PHASES
 from ..core.config import ConfigError, RunConfig, graph_step
 from ..core.errors import CheckpointError
 from ..core.store import SessionStore
-from .bookkeeping import Bookkeeping, Summary
+from .bookkeeping import Bookkeeping, Position, Summary
 from .cuda_start import CudaStart
 from .data import Loaders, make_loaders
 from .distributed import Group, use_backend
@@ -48,14 +48,6 @@ from .knobs import (ParamSketch, apply_knobs, capture_rng, check_device_knobs,
 from .optim import make_optimizer, make_scheduler, schedule_end
 from .recorder import Recorder, RunLog
 from .step import batch_in, eval_sums, forward_loss
-
-
-@dataclass
-class Position:
-    epoch: int = 0            # the epoch being trained (epochs completed so far)
-    batch: int = 0            # batches of this epoch consumed
-    step: int = 0             # optimizer steps in all
-    samples: int = 0          # training samples seen in all
 
 
 @dataclass
