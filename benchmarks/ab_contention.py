@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tui_trainer.core import contention, stats  # noqa: E402
+from tui_trainer.core.processes import contention
+from tui_trainer.core.analysis import stats  # noqa: E402
 
 
 def hog() -> subprocess.Popen:

@@ -46,8 +46,8 @@ VARY = "eval_batch_size=500"
 def rounds(n: int, steps: int) -> None:
     from statistics import NormalDist
 
-    from tui_trainer.core import stats
-    from tui_trainer.core.study import DEFAULT_REPEATS
+    from tui_trainer.core.analysis import stats
+    from tui_trainer.core.analysis.study import DEFAULT_REPEATS
     with tempfile.TemporaryDirectory() as session:
         out = subprocess.run(
             [sys.executable, "-m", "tui_trainer", "ab", "--session", session, "--json",
@@ -56,8 +56,8 @@ def rounds(n: int, steps: int) -> None:
             check=True, capture_output=True, text=True).stdout
         study = json.loads(out.strip().splitlines()[-1])
         base, variant = study["rows"]
-        from tui_trainer.core.figures import run_figures
-        from tui_trainer.core.store import SessionStore
+        from tui_trainer.core.analysis.figures import run_figures
+        from tui_trainer.core.session.store import SessionStore
         with SessionStore(session, create=False, readonly=True) as store:
             speed = {r: run_figures(store, r)["samples_per_s"]
                      for r in base["runs"] + variant["runs"]}

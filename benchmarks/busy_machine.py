@@ -9,12 +9,12 @@ mnist-sample, --steps optimizer steps) is trained, interleaved, --repeats times 
     foreground      `tui-trainer run` typed into a shell (a child of this script, in its
                     session), torch's default threads
     foreground-1    the same with num_threads = 1
-    dashboard       Start as the dashboard's F2 does it (core.supervisor.Supervisor.start,
+    dashboard       Start as the dashboard's F2 does it (core.processes.supervisor.Supervisor.start,
                     forked by its warm launcher at the dashboard's nice value), from a
                     process in a session of its own, as a dashboard in its own terminal
     cold            the same with no launcher (the fallback when none can start)
 
-Each run's samples/s is the session's own figure (core.figures: the median over its logged
+Each run's samples/s is the session's own figure (core.analysis.figures: the median over its logged
 steps, start-up steps left out). Goal: dashboard and cold at least 90% of foreground's
 median. With --keys, benchmarks/keys_tmux.py then measures the dashboard's keys with four
 runs training beside the same hog (goals: F1 p95 <= 150 ms, typed echo p95 <= 50 ms).
@@ -37,10 +37,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tui_trainer.core import config, figures  # noqa: E402
-from tui_trainer.core.store import SessionStore  # noqa: E402
-from tui_trainer.core.supervisor import (Supervisor, WarmLauncher,  # noqa: E402
-                                         dashboard_nice)
+from tui_trainer.core.settings import config
+from tui_trainer.core.analysis import figures  # noqa: E402
+from tui_trainer.core.session.store import SessionStore  # noqa: E402
+from tui_trainer.core.processes.supervisor import Supervisor, WarmLauncher, dashboard_nice
 
 GOAL = 0.9
 MODES = ("foreground", "foreground-1", "dashboard", "cold")

@@ -59,7 +59,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.session.store import SessionStore
 from tui_trainer.warm import prepare, start_cuda
 
 STAGES = ("driver", "context", "cublas", "cudnn")
@@ -92,7 +92,7 @@ def stage(name: str, device: str) -> None:
         a = torch.randn(64, 64, device=device)
         (a @ a).sum().item()
     elif name == "cudnn":
-        from tui_trainer.core import config
+        from tui_trainer.core.settings import config
         from tui_trainer.engine.knobs import apply_knobs
         from tui_trainer.engine.models import build_model
         cfg = config.DEFAULTS.replace(device=device)
@@ -126,10 +126,10 @@ def child(how: str, device: str, session: Path, name: str, word: int, go: int) -
                 stage(s, device)
                 timed[s] = time.perf_counter() - t
         if how in ("spare-alone", "spare-handles"):
-            from tui_trainer.core.machine import CUDA_START_ENV, CUDA_STARTS
+            from tui_trainer.core.settings.machine import CUDA_START_ENV, CUDA_STARTS
             os.environ[CUDA_START_ENV] = CUDA_STARTS["off" if how == "spare-alone" else "handles"]
         os.write(word, (json.dumps(timed) + "\n").encode())
-        from tui_trainer.core import config
+        from tui_trainer.core.settings import config
         from tui_trainer.engine.host import run_training
         cfg = config.DEFAULTS.replace(dataset="mnist-sample", device=device, max_steps=20,
                                       log_every=1, fingerprint_every=5, seed=1)

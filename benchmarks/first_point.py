@@ -116,8 +116,8 @@ def main() -> int:
     session = home / "session"
     results: dict[str, list[dict[str, float]]] = {"idle": [], "beside two runs": []}
     try:
-        from tui_trainer.core import config
-        from tui_trainer.core.store import SessionStore
+        from tui_trainer.core.settings import config
+        from tui_trainer.core.session.store import SessionStore
         form = {**config.DEFAULTS.to_dict(), "dataset": "mnist-sample", "epochs": 60}
         with SessionStore(session) as s:
             s.set_meta("ui_state", json.dumps({"form": form, "tab": "tab-plots"}))

@@ -2,7 +2,7 @@
 launcher's spare, and one started cold, side by side in one session, and whether they train
 the same bits.
 
-Start is what the dashboard's F2 does (core.supervisor.Supervisor.start: create the run,
+Start is what the dashboard's F2 does (core.processes.supervisor.Supervisor.start: create the run,
 launch its process); the first step is the moment its first step row is in the session
 store, where the dashboard reads it. Three ways, their order turning each repeat so that
 none always goes first:
@@ -58,11 +58,11 @@ import time
 from pathlib import Path
 
 from cuda_start import gpu_memory_mib          # (this folder's: nvidia-smi's memory.used)
-from tui_trainer.core import config
-from tui_trainer.core.figures import PHASES
-from tui_trainer.core.store import SessionStore
-from tui_trainer.core.supervisor import SPARE_LINE, Supervisor, WarmLauncher
-from tui_trainer.core.machine import CUDA_START_ENV, CUDA_STARTS
+from tui_trainer.core.settings import config
+from tui_trainer.core.analysis.figures import PHASES
+from tui_trainer.core.session.store import SessionStore
+from tui_trainer.core.processes.supervisor import SPARE_LINE, Supervisor, WarmLauncher
+from tui_trainer.core.settings.machine import CUDA_START_ENV, CUDA_STARTS
 from tui_trainer.warm import DEFAULT_SPARE, HOLDS_CONTEXT, SPARE_ENV, ready_line
 
 READY_S = 90.0          # how long a spare may take to be ready (a suspended one: its CUDA
@@ -98,7 +98,7 @@ def first_step_s(session: Path, sup: Supervisor, cfg: dict
     """(run, first step, whole run, parts, phases): the parts of the first step's time, from
     the session's own stamps: to the run's claim (the fork or the process, its setup: data,
     model, CUDA where the setup reaches it), then step 0's fingerprint and checkpoint, then
-    the first step itself; and that step's phases as its row records them (core.figures
+    the first step itself; and that step's phases as its row records them (core.analysis.figures
     PHASES: on CUDA the device phases are the times between CUDA events, which in a first
     step follow the host, the GPU waiting for each kernel as it is loaded)."""
     t0 = time.time()

@@ -167,8 +167,8 @@ def main() -> int:
     session = home / "session"
     try:
         # The form starts with long runs (its saved state), so that they train throughout.
-        from tui_trainer.core import config
-        from tui_trainer.core.store import SessionStore
+        from tui_trainer.core.settings import config
+        from tui_trainer.core.session.store import SessionStore
         form = {**config.DEFAULTS.to_dict(), "dataset": "mnist-sample", "epochs": args.epochs,
                 "eval_every": 0}
         with SessionStore(session) as s:
@@ -238,8 +238,8 @@ def main() -> int:
 
 def stop_runs(session: Path) -> None:
     import signal
-    from tui_trainer.core import liveness
-    from tui_trainer.core.store import SessionStore
+    from tui_trainer.core.processes import liveness
+    from tui_trainer.core.session.store import SessionStore
     if not (session / "session.sqlite").exists():
         return
     with SessionStore(session, create=False, readonly=True) as s:

@@ -7,8 +7,8 @@ are), with one A/B study of 8 of them (base and a variant, 4 rounds). Then, per 
 
 - `runs` and `runs --json`: the command as a user types it, a fresh process each time
   (the median of --repeats);
-- the study's table (core.study.table: what `ab` prints at its end and the A/B tab draws);
-- the dashboard's first read (core.reader: its first tick, the run table's rows) and the
+- the study's table (core.analysis.study.table: what `ab` prints at its end and the A/B tab draws);
+- the dashboard's first read (core.session.reader: its first tick, the run table's rows) and the
   A/B tab's (a tick with the study);
 - an older session: the same session as a session written before figures were kept reads
   (no kept figures; each run's summary holds the figures its engine computed, as before):
@@ -41,8 +41,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tui_trainer.core import config, reader, study  # noqa: E402
-from tui_trainer.core.store import SessionStore  # noqa: E402
+from tui_trainer.core.settings import config
+from tui_trainer.core.session import reader
+from tui_trainer.core.analysis import study  # noqa: E402
+from tui_trainer.core.session.store import SessionStore  # noqa: E402
 
 GOAL_S = 1.5
 

@@ -4,7 +4,7 @@ Three measurements, each against its reference in the same run:
 
 1. Determinism: the same nproc = 2 config twice (identical or not), and nproc = 1 against
    nproc = 2 at the same global batch: the first differing parameter hash and the settings
-   the verdict names (core.verdicts, as `repro` and the Divergence tab say it).
+   the verdict names (core.analysis.verdicts, as `repro` and the Divergence tab say it).
 2. Speed: an A/B study `--vary nproc=1,2` (samples/s of training, summed over the ranks,
    each as a ratio to nproc = 1), `--repeats` times.
 3. Start-up: wall time from the command to the first recorded step, and in all, for a
@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tui_trainer.core.verdicts import verdict
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.analysis.verdicts import verdict
+from tui_trainer.core.session.store import SessionStore
 
 BASE = ["dataset=mnist-sample", "log_every=10", "fingerprint_every=10", "eval_every=0"]
 

@@ -34,7 +34,7 @@ from torch.optim.lr_scheduler import OneCycleLR
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tui_trainer.core import config  # noqa: E402
+from tui_trainer.core.settings import config  # noqa: E402
 from tui_trainer.engine import data  # noqa: E402
 
 

@@ -6,7 +6,7 @@
    timeline adds at most a second to what `memory` (b) takes.
 2. The Model tab: from g to the picture. The command (`activations RUN RUN_B`, a process
    like the one the dashboard starts) and the drawing of its answer at 80x24 and 200x50
-   (core.activations.load + the tab's compose, in a thread: the screen is never blocked).
+   (core.analysis.activations.load + the tab's compose, in a thread: the screen is never blocked).
 
     python benchmarks/pictures_cost.py [--model examples] [--repeats 5]
 """
@@ -52,8 +52,8 @@ def main() -> None:
 
 def timeline(session: Path, repeats: int) -> None:
     from torch.distributed._tools.mem_tracker import MemTracker
-    from tui_trainer.core.config import from_dict
-    from tui_trainer.core.store import SessionStore
+    from tui_trainer.core.settings.config import from_dict
+    from tui_trainer.core.session.store import SessionStore
     from tui_trainer.engine import memory
     from tui_trainer.engine.checkpoint import load_checkpoint
     store = SessionStore(session, create=False, readonly=True)
@@ -94,7 +94,7 @@ def timeline(session: Path, repeats: int) -> None:
 
 
 def model_tab(session: Path, env: dict, repeats: int) -> None:
-    from tui_trainer.core import activations
+    from tui_trainer.core.analysis import activations
     from tui_trainer.ui.panels.model import ZOOM, ZOOMS, compose
     from rich.console import Console
     waits = []

@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tui_trainer.core import contention  # noqa: E402
-from tui_trainer.core.store import SessionStore  # noqa: E402
+from tui_trainer.core.processes import contention  # noqa: E402
+from tui_trainer.core.session.store import SessionStore  # noqa: E402
 
 
 def main() -> None:

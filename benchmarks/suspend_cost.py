@@ -52,9 +52,9 @@ def _variant(name: str, made_w: int, go_r: int) -> dict:
     has weighed it (go_r), then suspend, restore and time a first step."""
     import torch
     import torch.nn.functional as F
-    from tui_trainer.core import config
-    from tui_trainer.core.cuda_checkpoint import Helper
-    from tui_trainer.core.machine import CUBLAS_DETERMINISTIC
+    from tui_trainer.core.settings import config
+    from tui_trainer.core.processes.cuda_checkpoint import Helper
+    from tui_trainer.core.settings.machine import CUBLAS_DETERMINISTIC
     from tui_trainer.engine.cuda_start import warm_shapes
     from tui_trainer.engine.models import MODELS
     from tui_trainer.engine.optim import make_optimizer

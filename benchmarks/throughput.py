@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from tui_trainer.core.config import RunConfig
+from tui_trainer.core.settings.config import RunConfig
 from tui_trainer.engine.data import load_datasets, make_loaders
 from tui_trainer.engine.models import build_model
 from tui_trainer.engine.host import run_training
@@ -94,8 +94,8 @@ def main() -> int:
           f"({torch.get_num_threads()} threads); torch {torch.__version__}", flush=True)
     results: dict[str, list[float]] = {"reference": [], "engine": [], "engine-resident": [],
                                        "engine-resident-cl": [], "preset-fastest-cpu": []}
-    from tui_trainer.core.config import load
-    from tui_trainer.core.presets import resolve
+    from tui_trainer.core.settings.config import load
+    from tui_trainer.core.settings.presets import resolve
     preset = load(resolve("fastest-cpu"), [f"dataset={args.dataset}", "eval_every=0",
                                            "epochs=1000", "checkpoint_every=0",
                                            f"device={args.device}"])

@@ -51,12 +51,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tui_trainer.core import config, contention
-from tui_trainer.core import figures, machine
-from tui_trainer.core.presets import resolve
-from tui_trainer.core.store import SessionStore
-from tui_trainer.core.supervisor import WarmLauncher, launch, train_args
-from tui_trainer.core.machine import CUDA_START_ENV, CUDA_STARTS
+from tui_trainer.core.settings import config
+from tui_trainer.core.processes import contention
+from tui_trainer.core.analysis import figures
+from tui_trainer.core.settings import machine
+from tui_trainer.core.settings.presets import resolve
+from tui_trainer.core.session.store import SessionStore
+from tui_trainer.core.processes.supervisor import WarmLauncher, launch, train_args
+from tui_trainer.core.settings.machine import CUDA_START_ENV, CUDA_STARTS
 
 PRESETS = ("baseline", "fastest-cpu", "amp", "fastest-gpu")
 TARGET = 98.0
@@ -69,7 +71,7 @@ class Result:
     best: float                 # the best eval accuracy seen (until stopped), %
     samples_per_s: float
     epochs: float | None        # the epoch that reached it
-    load: dict | None           # what else ran meanwhile (core.contention)
+    load: dict | None           # what else ran meanwhile (core.processes.contention)
     from_start: float | None = None     # ours: from the request to launch it (Start)
     failed: str | None = None           # ours: why it ended without training on (crashed)
 

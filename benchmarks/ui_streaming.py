@@ -16,7 +16,7 @@ step, it measures:
   (the cursor, the highlighted row, the state);
 - ui handling: how long the UI thread is busy with each message it handles;
 - Polled: the UI thread's share of a tick (drawing the snapshot);
-- read: the polling thread's read of the session per tick (core.reader, off the UI thread).
+- read: the polling thread's read of the session per tick (core.session.reader, off the UI thread).
 
     python benchmarks/ui_streaming.py [--seconds 20]
 """
@@ -34,9 +34,9 @@ from pathlib import Path
 from textual.message_pump import MessagePump
 from textual.screen import Screen
 
-from tui_trainer.core import config
-from tui_trainer.core.store import SessionStore
-from tui_trainer.core.supervisor import Supervisor
+from tui_trainer.core.settings import config
+from tui_trainer.core.session.store import SessionStore
+from tui_trainer.core.processes.supervisor import Supervisor
 from tui_trainer.ui.app import TrainerApp
 
 STREAM = config.DEFAULTS.replace(dataset="mnist-sample", train_samples=2000, epochs=1000,

@@ -18,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from tui_trainer.core import config
-from tui_trainer.core import figures
-from tui_trainer.core.reader import SessionReader
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.settings import config
+from tui_trainer.core.analysis import figures
+from tui_trainer.core.session.reader import SessionReader
+from tui_trainer.core.session.store import SessionStore
 
 
 def rows(first: int, n: int) -> list[dict]:
@@ -37,7 +37,7 @@ def build(path: Path, runs: int, steps: int) -> SessionStore:
         for start in range(1, steps + 1, 10_000):
             w.add_rows(steps=rows(start, min(10_000, steps - start + 1)), run_id=rid)
         w.set_progress(rid, steps, steps / 100)
-        # As the engine ends a run: its summary holds its figures (core.figures).
+        # As the engine ends a run: its summary holds its figures (core.analysis.figures).
         w.end_run(rid, "finished", {"elapsed_s": 1.0,
                                     "figures": figures.figures(w.steps(rid)).state()})
     return w

@@ -81,7 +81,7 @@ def ranks_device(processes: int) -> str:
 
 def on_cuda(session: Path, run_id: int) -> bool:
     """Whether the run trained on a CUDA device (its recorded effective settings)."""
-    from tui_trainer.core.store import SessionStore
+    from tui_trainer.core.session.store import SessionStore
     run = SessionStore(session, create=False, readonly=True).run(run_id)
     return str(run["settings"]["device"]).startswith("cuda")
 
@@ -144,7 +144,7 @@ _forker: dict[str, object] = {}
 def _warm():
     """The test process's launcher once it is ready; None (commands start cold) when it
     cannot be had. Started at the first `tt`, in a runtime folder of its own."""
-    from tui_trainer.core.supervisor import WarmLauncher
+    from tui_trainer.core.processes.supervisor import WarmLauncher
     if os.environ.get("TT_COLD") == "1":
         return None
     if "launcher" not in _forker:
@@ -238,7 +238,7 @@ class Forked:
 
     def communicate(self, timeout: float = 300) -> tuple[str, str]:
         import time
-        from tui_trainer.core.supervisor import WARM_LINE
+        from tui_trainer.core.processes.supervisor import WARM_LINE
         got = _read_all(self._fds, time.monotonic() + timeout)
         if got is None:
             raise subprocess.TimeoutExpired(f"tui-trainer (pid {self.pid})", timeout)
@@ -309,8 +309,8 @@ def kept_agrees(session: Path, run_id: int) -> None:
     """An ended run's figures were kept (SessionStore.figures_of), and they are exactly those
     computed again from its rows now: every figure shown and every kept number, bit for bit
     (NaN as NaN)."""
-    from tui_trainer.core import figures
-    from tui_trainer.core.store import SessionStore
+    from tui_trainer.core.analysis import figures
+    from tui_trainer.core.session.store import SessionStore
     with SessionStore(session, create=False, readonly=True, verify=False) as store:
         run = store.run(run_id)
         kept = store.kept_figures(run)

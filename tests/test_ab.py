@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tui_trainer.core.figures import PHASES
+from tui_trainer.core.analysis.figures import PHASES
 from conftest import QUICK, cuda_count, db_rows, fingerprints, sets, tt
-from tui_trainer.core.export import FIG_DPI, FIG_SIZE_IN
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.session.export import FIG_DPI, FIG_SIZE_IN
+from tui_trainer.core.session.store import SessionStore
 
 STUDIES = sorted((Path(__file__).parent.parent / "experiments" / "ab").glob("*.toml"))
 FIGURES = ("samples_per_s", "data_wait_s", "peak_memory_mib", "train_loss", "eval_loss",
@@ -61,9 +61,9 @@ def test_ab_table_holds_every_variant_with_figures_and_exports(tmp_path):
         if row is not base:
             assert row["phase_ratios"]["forward"] == pytest.approx(
                 row["phase_ms"]["forward"] / base["phase_ms"]["forward"])
-        # The figures as core.figures defines them, checked against the stored rows: the
-        # median interval rate with the first left out; the eval loss of the last evaluation;
-        # the smoothed training loss lies within the logged losses.
+        # The figures as core.analysis.figures defines them, checked against the stored rows:
+        # the median interval rate with the first left out; the eval loss of the last
+        # evaluation; the smoothed training loss lies within the logged losses.
         stored = db_rows(tmp_path, "SELECT loss, samples_per_s FROM steps WHERE run_id = ? "
                          "ORDER BY step", (row["run_id"],))
         assert row["samples_per_s"] == pytest.approx(
@@ -99,7 +99,7 @@ def test_ab_table_holds_every_variant_with_figures_and_exports(tmp_path):
                     ("divergence", "loss", "memory", "ratios", "throughput")]
     # the price explain quotes for a setting that fixes an op: this study's ratio, for a run
     # of the base's config whatever its length or seed; none for another config or value
-    from tui_trainer.core.study import price
+    from tui_trainer.core.analysis.study import price
     store = SessionStore(tmp_path, create=False, readonly=True)
     config = store.run(base["run_id"])["config"]
     quoted = price(store, {**config, "seed": 9, "max_steps": 500}, "deterministic", "off")
@@ -302,15 +302,15 @@ def test_a_killed_study_leaves_no_run_training_and_continues_alone(tmp_path):
 # --- repeats: intervals and verdicts -------------------------------------------------------
 
 def _figures(session: Path, run_ids: list[int]) -> dict[int, dict]:
-    """Each run's figures as core.figures reads them from the stored rows."""
-    from tui_trainer.core.figures import run_figures
-    from tui_trainer.core.store import SessionStore
+    """Each run's figures as core.analysis.figures reads them from the stored rows."""
+    from tui_trainer.core.analysis.figures import run_figures
+    from tui_trainer.core.session.store import SessionStore
     with SessionStore(session, create=False, readonly=True) as store:
         return {r: run_figures(store, r) for r in run_ids}
 
 
 def test_t_quantiles_and_the_t_interval_match_the_textbook():
-    from tui_trainer.core import stats
+    from tui_trainer.core.analysis import stats
     # Student's t table, two-sided 95% (0.975 quantile) and 90%.
     for df, p, t in [(1, 0.975, 12.706), (2, 0.975, 4.303), (4, 0.975, 2.776),
                      (9, 0.975, 2.262), (30, 0.975, 2.042), (4, 0.95, 2.132)]:
@@ -327,7 +327,7 @@ def test_t_quantiles_and_the_t_interval_match_the_textbook():
 
 
 def test_the_rank_interval_matches_the_signed_rank_tables():
-    from tui_trainer.core import stats
+    from tui_trainer.core.analysis import stats
     # Critical values of the two-sided 5% Wilcoxon signed-rank test (any table): the
     # interval runs from the (T+1)-th smallest to the (T+1)-th largest Walsh average.
     for n, critical in [(6, 0), (8, 3), (10, 8), (15, 25), (20, 52), (30, 137)]:
@@ -398,7 +398,7 @@ def test_the_95_percent_interval_covers_the_true_ratio_on_heavy_tailed_noise():
     nominal 95% interval must hold the true ratio in at least 93% of them, at the default
     6 rounds and at 10 and 20."""
     import random
-    from tui_trainer.core import stats
+    from tui_trainer.core.analysis import stats
     rng = random.Random(23)
     true = 1.15
     for n in (6, 10, 20):
@@ -411,8 +411,8 @@ def test_the_95_percent_interval_covers_the_true_ratio_on_heavy_tailed_noise():
 
 
 def test_rounds_are_interleaved_with_one_seed_per_round():
-    from tui_trainer.core import config
-    from tui_trainer.core import study
+    from tui_trainer.core.settings import config
+    from tui_trainer.core.analysis import study
     base = config.DEFAULTS.replace(seed=7)
     runs, _ = study.plan(base, [("batch_size", [32]), ("amp", ["bf16"])], 10, repeats=4)
     order = [(v["label"], v["round"], v["config"]["seed"]) for v in runs]
@@ -441,7 +441,7 @@ def test_ab_with_two_rounds_gives_each_rounds_ratio_and_no_interval(tmp_path):
     each round's ratio is the one its two stored runs give; two rounds give no interval
     (one degree of freedom says nothing), and the table, the JSON and the export say how
     many rounds a verdict needs instead of printing [0.00-40260.93]."""
-    from tui_trainer.core import stats
+    from tui_trainer.core.analysis import stats
     r = tt("ab", "--session", str(tmp_path), "--json", *sets(*QUICK), "--steps", "6",
            "--vary", "eval_batch_size=100", "--repeats", "2", "--jobs", "2")
     assert r.rc == 0, r.err
@@ -498,7 +498,7 @@ def test_ab_with_two_rounds_gives_each_rounds_ratio_and_no_interval(tmp_path):
     # that is no bit-identity (it read "crashed, yes (in every round)").
     import sqlite3
 
-    from tui_trainer.core import study
+    from tui_trainer.core.analysis import study
     with sqlite3.connect(tmp_path / "session.sqlite") as db:
         db.execute("UPDATE runs SET status = 'crashed' WHERE id IN (?, ?)", variant["runs"])
     with SessionStore(tmp_path) as store:
@@ -512,11 +512,11 @@ def test_a_seed_sweep_its_table_spread_and_band_come_from_its_runs(tmp_path):
     and the Plots tab's band, all from the runs' stored rows."""
     from types import SimpleNamespace
 
-    from tui_trainer.core.divergence import seed_spread, spread_text
-    from tui_trainer.core.figures import smooth
-    from tui_trainer.core.plotdata import PlotOptions, plot_lines
-    from tui_trainer.core.store import SessionStore
-    from tui_trainer.core.study import sweep_groups
+    from tui_trainer.core.analysis.divergence import seed_spread, spread_text
+    from tui_trainer.core.analysis.figures import smooth
+    from tui_trainer.core.analysis.plotdata import PlotOptions, plot_lines
+    from tui_trainer.core.session.store import SessionStore
+    from tui_trainer.core.analysis.study import sweep_groups
     r = tt("sweep", "--session", str(tmp_path), "--json", *sets(*QUICK), "--steps", "8",
            "--seeds", "3", "--set", "seed=5")
     assert r.rc == 0, r.err
@@ -608,7 +608,7 @@ def test_rounds_beside_a_cpu_hog_are_marked_trained_again_and_until_sure_stops_a
     import subprocess
     import sys
     from conftest import tt_popen, wait_until
-    from tui_trainer.core import contention
+    from tui_trainer.core.processes import contention
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
             for _ in range(max(1, (os.cpu_count() or 2) - 1))]
     try:
@@ -659,7 +659,7 @@ def test_rounds_beside_a_cpu_hog_are_marked_trained_again_and_until_sure_stops_a
     # the machine now has room; what it prints is what it then holds
     r = tt("ab", "--study", "1", "--session", str(tmp_path))
     assert "--until-sure ended: bound: 3 rounds" in r.out
-    from tui_trainer.core.study import table
+    from tui_trainer.core.analysis.study import table
     _, rows = table(SessionStore(tmp_path, create=False, readonly=True), 1)
     assert rows[1].loaded_rounds and set(rows[1].loaded_rounds) <= set(variant["loaded_rounds"])
     assert f"measured under load: {len(rows[1].loaded_rounds)} of 3 rounds shared the CPU" \

@@ -14,8 +14,8 @@ import pytest
 from PIL import Image
 
 from conftest import QUICK, db_rows, sets, tt
-from tui_trainer.core import activations
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.analysis import activations
+from tui_trainer.core.session.store import SessionStore
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # 6 steps, a checkpoint at 0, 3 and 6; the CPU (the recomputation below runs here).
@@ -37,7 +37,7 @@ def _recomputed(session: Path, run_id: int, step: int, digit: int):
     """The run's model at that checkpoint, recomputed here: the eval digit's conv1 output
     and the probabilities, and every eval digit's prediction and confidence."""
     import torch
-    from tui_trainer.core.config import from_dict
+    from tui_trainer.core.settings.config import from_dict
     from tui_trainer.engine.checkpoint import load_checkpoint
     from tui_trainer.engine.data import _resident_tensors, load_datasets
     from tui_trainer.engine.models import build_model
@@ -149,7 +149,7 @@ def test_runs_of_different_evaluation_sets_are_not_compared(tmp_path):
 
 def _session_with(tmp_path: Path, meta: dict) -> SessionStore:
     """Runs 1 and 2, marked as the pair, with `meta` kept on run 1."""
-    from tui_trainer.core.config import DEFAULTS
+    from tui_trainer.core.settings.config import DEFAULTS
     store = SessionStore(tmp_path)
     for name in ("a", "b"):
         store.create_run(DEFAULTS.to_dict(), name=name)

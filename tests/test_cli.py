@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import QUICK, db_rows, kept_agrees, on_cuda, sets, tt, wait_for_row
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.session.store import SessionStore
 
 REQUIRED = {"run_id", "status", "steps", "epochs", "final_loss", "train_loss", "eval_loss",
             "eval_accuracy", "samples_per_s", "wall_samples_per_s", "param_sha256",
@@ -36,8 +36,8 @@ def test_run_json_describes_the_run_and_the_store_holds_everything(tmp_path):
     steps = db_rows(tmp_path, "SELECT step, lr, grad_norm, samples_per_s, data_s, compute_s, "
                               "rss_bytes, cuda_alloc FROM steps ORDER BY step")
     assert [s[0] for s in steps] == list(range(2, 21, 2))
-    # samples/s is training throughput (core.figures): the median logged interval rate, the
-    # first (start-up) left out; the whole-run average, evaluation included, is lower.
+    # samples/s is training throughput (core.analysis.figures): the median logged interval rate,
+    # the first (start-up) left out; the whole-run average, evaluation included, is lower.
     assert d["samples_per_s"] == pytest.approx(statistics.median(s[3] for s in steps[1:]))
     # The whole-run figure is every sample over the wall time (start-up and evaluation in).
     assert d["wall_samples_per_s"] == pytest.approx(20 * 64 / d["elapsed_s"], rel=1e-3)

@@ -9,7 +9,7 @@ import tomllib
 import pytest
 
 from conftest import tt
-from tui_trainer.core import config
+from tui_trainer.core.settings import config
 
 
 def test_config_prints_every_key_with_its_explanation_and_parses_back():

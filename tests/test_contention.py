@@ -1,5 +1,5 @@
-"""Was the machine fit to measure (core.contention): what counts as another process's load,
-on a 2-core machine and on a 16-core GPU machine, and the study's own processes."""
+"""Was the machine fit to measure (core.processes.contention): what counts as another process's
+load, on a 2-core machine and on a 16-core GPU machine, and the study's own processes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from tui_trainer.core import contention
+from tui_trainer.core.processes import contention
 
 
 def _c(others: float, own: float, cores: int | None, steal: float = 0.0) -> dict:
@@ -181,14 +181,14 @@ def test_a_run_whose_threads_outnumber_the_free_cores_says_so_while_it_trains_de
 
 def test_how_idle_threads_wait_changes_no_bit_device_cpu(tmp_path):
     """device=cpu, 2 torch threads: the spin count the tool gives libgomp (how an idle
-    OpenMP thread waits, core.supervisor.THREAD_WAIT) against libgomp's own default, in two
-    cold processes (libgomp reads it as torch loads it): the same parameter hashes at every
-    step, and each run's settings say how its threads waited."""
+    OpenMP thread waits, core.processes.supervisor.THREAD_WAIT) against libgomp's own default,
+    in two cold processes (libgomp reads it as torch loads it): the same parameter hashes at
+    every step, and each run's settings say how its threads waited."""
     import os
 
     from conftest import QUICK, fingerprints, sets
-    from tui_trainer.core.store import SessionStore
-    from tui_trainer.core.supervisor import THREAD_WAIT
+    from tui_trainer.core.session.store import SessionStore
+    from tui_trainer.core.processes.supervisor import THREAD_WAIT
     procs = []
     for spin, session in ((THREAD_WAIT["GOMP_SPINCOUNT"], tmp_path / "a"),
                           ("300000", tmp_path / "b")):
@@ -209,9 +209,9 @@ def test_how_idle_threads_wait_changes_no_bit_device_cpu(tmp_path):
 
 def test_an_arm_whose_runs_were_crowded_says_so_in_its_verdict_and_under_the_table():
     """The A/B table's words for an arm whose runs' threads outnumbered the free cores
-    (core.study, from each finished run's note): its verdict counts the rounds, and a
+    (core.analysis.study, from each finished run's note): its verdict counts the rounds, and a
     line under the table (and in the A/B tab) gives the note whole."""
-    from tui_trainer.core import study
+    from tui_trainer.core.analysis import study
     note = contention.crowded(_c(1.0, 1.2, 2), 2, "cpu")
     row = study.Row(position=1, label="amp=bf16", run_id=3, status="finished", rounds=6,
                     crowded_rounds=[0, 2, 5], crowded=note)

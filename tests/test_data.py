@@ -10,8 +10,8 @@ import torch
 import torchvision.transforms.functional as TF
 from torchvision import datasets
 
-from tui_trainer.core import datafiles, machine
-from tui_trainer.core.config import RunConfig
+from tui_trainer.core.settings import datafiles, machine
+from tui_trainer.core.settings.config import RunConfig
 from tui_trainer.engine import data
 
 

@@ -235,7 +235,7 @@ def test_a_spares_algorithm_flags_are_the_configs_inside_and_back_after():
     the block every flag is the config's, cudnn.benchmark off; after it, also when the block
     raises, every flag is what it was. Flags only: holds on both devices."""
     import torch
-    from tui_trainer.core import config
+    from tui_trainer.core.settings import config
     from tui_trainer.engine.knobs import algorithms_of
 
     def flags():
@@ -273,7 +273,7 @@ def test_warming_the_runs_shapes_draws_no_random_number_beside_the_setup(knobs):
     net built beside it, thread running, has the bits of one built alone (device=cpu)."""
     import threading
     import torch
-    from tui_trainer.core.config import DEFAULTS
+    from tui_trainer.core.settings.config import DEFAULTS
     from tui_trainer.engine.cuda_start import warm_shapes
     from tui_trainer.engine.knobs import param_fingerprint
     from tui_trainer.engine.models import build_model
@@ -307,7 +307,7 @@ def test_cuda_is_started_by_the_run_unless_a_thread_is_asked_for(monkeypatch, va
     thread, as it reaches it); an unknown value is named in the run's log with what is
     allowed, shown as text. Nothing of CUDA is touched to decide it (any device)."""
     import torch
-    from tui_trainer.core.config import DEFAULTS
+    from tui_trainer.core.settings.config import DEFAULTS
     from tui_trainer.engine.cuda_start import CudaStart
     from tui_trainer.engine.optim import make_optimizer
     monkeypatch.setenv("TUI_TRAINER_CUDA_START", value)

@@ -6,9 +6,9 @@ import math
 import random
 import struct
 
-from tui_trainer.core.divergence import (config_diff, divergence, settings_diff,
-                                         reduce_minmax, sketch_distance)
-from tui_trainer.core.figures import smooth
+from tui_trainer.core.analysis.divergence import (config_diff, divergence, settings_diff,
+                                                  reduce_minmax, sketch_distance)
+from tui_trainer.core.analysis.figures import smooth
 
 
 def test_reduce_keeps_each_columns_extremes_and_bounds_the_size():
@@ -64,7 +64,7 @@ def test_sketch_distance_and_config_differences():
 def test_a_captured_step_is_named_among_the_settings_that_change_bits():
     """Two runs whose only difference is cuda_graph: the verdict names it and why; a run
     recorded before the setting existed reads as off, so it is no difference."""
-    from tui_trainer.core.verdicts import explain
+    from tui_trainer.core.analysis.verdicts import explain
     old = {"config": {"seed": 1}, "settings": {"device": "cuda:0"}}
     off = {"config": {"seed": 1}, "settings": {"device": "cuda:0", "cuda_graph": "off"}}
     step = {"config": {"seed": 1}, "settings": {"device": "cuda:0", "cuda_graph": "step"}}

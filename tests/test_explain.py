@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from conftest import QUICK, db_rows, ranks_device, sets, tt
-from tui_trainer.core.explain import evidence_lines, explanation_text
+from tui_trainer.core.analysis.explain import evidence_lines, explanation_text
 
 # 12 steps, fingerprints every 5 (0, 5, 10, 12): the replay searches steps 1 to 5.
 SHORT = [*QUICK, "max_steps=12", "fingerprint_every=5"]
@@ -24,8 +24,8 @@ def _runs(session, *variants: list[str]) -> None:
 
 def _explain(session, a: int = 1, b: int = 2):
     """The command's --json answer, and its words as the command prints them (one replay:
-    the printed text is core.explain's words of that answer, checked once below)."""
-    from tui_trainer.core.explain import explanation_text
+    the printed text is core.analysis.explain's words of that answer, checked once below)."""
+    from tui_trainer.core.analysis.explain import explanation_text
     r = tt("explain", str(a), str(b), "--session", str(session), "--json")
     assert r.err == "", r.err
     result = json.loads(r.out)
@@ -326,9 +326,9 @@ def test_one_process_against_two_names_the_shards_and_the_all_reduce(tmp_path):
 
 
 def test_the_words_for_a_batch_tell_order_pixels_and_samples_apart():
-    """core.explain's words for the three ways a batch differs (the engine's findings as
+    """core.analysis.explain's words for the three ways a batch differs (the engine's findings as
     the command gives them; the pieces each case reads are the ones set here)."""
-    from tui_trainer.core.explain import explanation_text
+    from tui_trainer.core.analysis.explain import explanation_text
     base = {"runs": [1, 2], "verdict": "input", "step": 4, "first_different": 5,
             "last_identical": 0, "settings": [{"key": "seed_workers", "a": True, "b": False,
                                                "of": "config"}]}

@@ -9,7 +9,7 @@ from pathlib import Path
 from PIL import Image
 
 from conftest import QUICK, db_rows, sets, tt
-from tui_trainer.core.export import FIG_DPI, FIG_SIZE_IN
+from tui_trainer.core.session.export import FIG_DPI, FIG_SIZE_IN
 
 
 def test_export_two_runs_writes_complete_csvs_and_figures(tmp_path):

@@ -1,5 +1,6 @@
-"""The figures shown for a run (core.figures), the plot data (core.plotdata), the run table's
-rows and the Compare and Divergence texts: pure functions, checked without any process."""
+"""The figures shown for a run (core.analysis.figures), the plot data (core.analysis.plotdata),
+the run table's rows and the Compare and Divergence texts: pure functions, checked without any
+process."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import statistics
 
 import pytest
 
-from tui_trainer.core import figures
-from tui_trainer.core.divergence import divergence
-from tui_trainer.core.plotdata import PlotOptions, plot_lines
-from tui_trainer.core.reader import RunRow, RunSeries
-from tui_trainer.core.verdicts import divergence_text
+from tui_trainer.core.analysis import figures
+from tui_trainer.core.analysis.divergence import divergence
+from tui_trainer.core.analysis.plotdata import PlotOptions, plot_lines
+from tui_trainer.core.session.reader import RunRow, RunSeries
+from tui_trainer.core.analysis.verdicts import divergence_text
 from tui_trainer.ui.panels.compare import settings_rows, summary_rows
 from tui_trainer.ui.panels.runs import matches, progress_text, sort_key
 
@@ -259,8 +260,8 @@ def test_a_run_that_does_not_learn_says_so_with_what_usually_causes_it(tmp_path)
     and what usually causes it; the same run at lr 0.03 learns and says nothing of it."""
     import json
     from conftest import QUICK, sets, tt
-    from tui_trainer.core.reader import SessionReader
-    from tui_trainer.core.store import SessionStore
+    from tui_trainer.core.session.reader import SessionReader
+    from tui_trainer.core.session.store import SessionStore
     from tui_trainer.ui.panels.runs import cells
     slow = sets(*QUICK, "device=cpu", "max_steps=60", "epochs=20")
     r = tt("repro", "--session", str(tmp_path), "--json", *slow, "--set", "lr=0.000001")

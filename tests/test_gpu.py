@@ -13,8 +13,8 @@ import json
 import pytest
 
 from conftest import QUICK, cuda_count, db_rows, fingerprints, sets, tt
-from tui_trainer.core import profiling
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.analysis import profiling
+from tui_trainer.core.session.store import SessionStore
 
 pytestmark = pytest.mark.gpu
 
@@ -149,7 +149,7 @@ async def test_a_cuda_log_point_records_the_allocators_memory_and_the_dashboard_
         tmp_path):
     """allocated, reserved and peak at every log point; the peak-memory figure is the
     allocator's peak (GPU), in the run table and as the memory plot's GPU line."""
-    from tui_trainer.core import figures
+    from tui_trainer.core.analysis import figures
     from tui_trainer.ui.app import TrainerApp
     from tui_trainer.ui.widgets.plots import MetricPlot
     r = tt("run", "--session", str(tmp_path), *sets(*CUDA, "max_steps=20"))
@@ -272,7 +272,7 @@ def test_memory_of_a_cuda_run_keeps_the_allocators_snapshot_of_its_step(tmp_path
     allocations and frees (what https://pytorch.org/memory_viz opens), and exports copy
     it; the timeline by category is there too, its peak the breakdown's."""
     import pickle
-    from tui_trainer.core import memory
+    from tui_trainer.core.analysis import memory
     r = tt("run", "--session", str(tmp_path), *sets(*CUDA, "max_steps=4"))
     assert r.rc == 0, r.err
     r = tt("memory", "1", "--session", str(tmp_path), "--json")
@@ -324,7 +324,7 @@ print(json.dumps({"said": said, "before": before, "held": held, "made": made,
 def _launcher_and_its_spare():
     """A warm launcher (its spares as TUI_TRAINER_SPARE says) and its spare's pid, once the
     spare has loaded cuDNN (its CUDA start under way); the caller closes the launcher."""
-    from tui_trainer.core.supervisor import WarmLauncher
+    from tui_trainer.core.processes.supervisor import WarmLauncher
     warm = WarmLauncher()
     warm.start()
     try:
@@ -361,7 +361,7 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
 
     from conftest import wait_until
     from test_warm import _config
-    from tui_trainer.core.supervisor import SPARE_LINE, launch, train_args
+    from tui_trainer.core.processes.supervisor import SPARE_LINE, launch, train_args
     from tui_trainer.warm import cublas_size_settable
     sized = ("workspace size set to 32768 KiB until Start, then the run's own"
              if cublas_size_settable() else "workspace :4096:8")
@@ -415,9 +415,9 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
     workspace (a run forked first). Bits are compared where the runs are deterministic."""
     from conftest import wait_until
     from test_warm import _alive, _children, _config
-    from tui_trainer.core.supervisor import SPARE_LINE, launch, train_args
-    from tui_trainer.core.cuda_checkpoint import CudaCheckpoint
-    from tui_trainer.core.machine import cublas_workspace
+    from tui_trainer.core.processes.supervisor import SPARE_LINE, launch, train_args
+    from tui_trainer.core.processes.cuda_checkpoint import CudaCheckpoint
+    from tui_trainer.core.settings.machine import cublas_workspace
     from tui_trainer.warm import cublas_size_settable
     monkeypatch.setenv("TUI_TRAINER_SPARE", mode)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
@@ -493,9 +493,9 @@ def test_a_run_given_a_suspended_spare_and_killed_leaves_no_helper_and_resumes_b
 
     from conftest import wait_until
     from test_warm import _alive, _children, _config
-    from tui_trainer.core.cuda_checkpoint import CudaCheckpoint
-    from tui_trainer.core.machine import cublas_workspace
-    from tui_trainer.core.supervisor import SPARE_LINE, launch, train_args
+    from tui_trainer.core.processes.cuda_checkpoint import CudaCheckpoint
+    from tui_trainer.core.settings.machine import cublas_workspace
+    from tui_trainer.core.processes.supervisor import SPARE_LINE, launch, train_args
     monkeypatch.setenv("TUI_TRAINER_SPARE", "suspended")
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     warm, spare = _launcher_and_its_spare()

@@ -15,9 +15,10 @@ import sys
 
 from conftest import in_private_mount, kept_agrees, tt
 from tui_trainer.commands.runs import run_rows
-from tui_trainer.core import config, figures, study
-from tui_trainer.core.reader import SessionReader
-from tui_trainer.core.store import INDEXES, SessionStore
+from tui_trainer.core.settings import config
+from tui_trainer.core.analysis import figures, study
+from tui_trainer.core.session.reader import SessionReader
+from tui_trainer.core.session.store import INDEXES, SessionStore
 
 
 def _rows(first: int, n: int, loss: float = 2.3) -> list[dict]:
@@ -124,7 +125,7 @@ def test_a_crashed_run_is_kept_when_a_writer_stores_it_crashed(tmp_path):
     with SessionStore(tmp_path) as w:
         rid = w.create_run(config.DEFAULTS.to_dict(), name="dies")
         proc = subprocess.Popen([sys.executable, "-c",
-                                 "import sys, time; from tui_trainer.core.store import "
+                                 "import sys, time; from tui_trainer.core.session.store import "
                                  f"SessionStore\nSessionStore(sys.argv[1]).claim({rid}); "
                                  "print('ok', flush=True); time.sleep(60)", str(tmp_path)],
                                 stdout=subprocess.PIPE, text=True)
@@ -234,7 +235,7 @@ def test_an_older_session_on_a_read_only_disk_is_listed_and_nothing_is_written(t
 
 
 def test_a_damaged_page_of_old_rows_is_said_by_what_reads_it_not_by_every_listing(tmp_path):
-    """Opening a session checks the tables that grow with the runs (core.store.CHECKED), not
+    """Opening a session checks the tables that grow with the runs (core.session.store.CHECKED), not
     every row ever logged: a listing of a session whose old step rows are damaged lists its
     runs from their kept figures, and what reads those rows says the damage in one line."""
     with SessionStore(tmp_path) as w:
@@ -260,7 +261,7 @@ def test_the_dashboard_opens_an_older_session_at_once_and_catches_up(tmp_path, m
     """An older session's ended runs show the figures their summary kept (what the dashboard
     showed before) on the first screen, without reading their rows; the following ticks
     compute them from the rows (CATCH_UP_S of each) and hand them to the writer to keep."""
-    from tui_trainer.core import reader as reader_module
+    from tui_trainer.core.session import reader as reader_module
     old_definition = {**figures.figures(_rows(1, 10)).state(), "train_loss": 9.0}
     ids = _older(tmp_path, legacy=old_definition)
     with SessionStore(tmp_path, create=False, readonly=True) as r:
@@ -282,7 +283,7 @@ def test_the_dashboard_opens_an_older_session_at_once_and_catches_up(tmp_path, m
 
 
 def test_runs_says_what_it_computes_before_a_long_wait(tmp_path, monkeypatch):
-    from tui_trainer.core import store as store_module
+    from tui_trainer.core.session import store as store_module
     monkeypatch.setattr(store_module, "SAY_BEHIND", 3)
     _older(tmp_path)
     said: list[str] = []
@@ -307,7 +308,7 @@ def test_a_live_runs_figures_are_kept_with_each_batch_of_its_rows(tmp_path):
     transaction that writes them: a listing of a live run reads none of its rows, and what
     it reads is what every row gives. A resumed run re-recording steps it had before has
     none kept (the rows say) until it is past them."""
-    from tui_trainer.core.store import BatchedWriter
+    from tui_trainer.core.session.store import BatchedWriter
     with SessionStore(tmp_path) as w:
         rid = w.create_run(config.DEFAULTS.to_dict(), name="live")
         w.claim(rid)

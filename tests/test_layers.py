@@ -28,7 +28,7 @@ def _every(layer: str) -> list[str]:
 
 def test_every_core_module_imports_neither_torch_nor_textual():
     modules = _every("core")
-    assert len(modules) >= 15 and "tui_trainer.core.reader" in modules
+    assert len(modules) >= 15 and "tui_trainer.core.session.reader" in modules
     mods = _modules_after("\n".join(f"import {m}" for m in modules))
     assert "tui_trainer" in mods
     assert "torch" not in mods and "textual" not in mods
@@ -74,7 +74,7 @@ def test_a_data_parallel_runs_own_process_checks_its_config_without_torchvision(
     rank starts, without importing torchvision (2 s there, once per Start)."""
     env = {**os.environ, "TUI_TRAINER_OFFLINE": "1"}
     cfg = {"dataset": "mnist-sample", "nproc": 2, "device": "cpu", "data_dir": str(tmp_path)}
-    mods = _modules_after("from tui_trainer.core import config\n"
+    mods = _modules_after("from tui_trainer.core.settings import config\n"
                           "from tui_trainer import lifecycle\n"
                           f"lifecycle.preflight(config.from_dict({cfg!r}))", env)
     assert "torch" in mods and "torchvision" not in mods

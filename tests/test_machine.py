@@ -1,4 +1,4 @@
-"""core.machine: whether this machine can train a config, judged without importing torch,
+"""core.settings.machine: whether this machine can train a config, judged without importing torch,
 and the probe that gets the facts from a child process."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import QUICK, sets, tt
-from tui_trainer.core import machine
+from tui_trainer.core.settings import machine
 
 CPU = machine.Machine(torch="2.x", cuda=False)
 TWO_GPUS = machine.Machine(torch="2.x", cuda=True, cuda_devices=2, cuda_names=("H100", "H100"))

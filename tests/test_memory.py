@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from conftest import QUICK, db_rows, fingerprints, sets, tt
-from tui_trainer.core.store import SessionStore
-from tui_trainer.core.verdicts import verdict
+from tui_trainer.core.session.store import SessionStore
+from tui_trainer.core.analysis.verdicts import verdict
 
 # 12 steps, fingerprints every 3, deterministic algorithms on.
 SHORT = [*QUICK, "max_steps=12", "deterministic=on"]
@@ -68,7 +68,7 @@ def test_checkpointing_keeps_the_bits_with_amp_channels_last_and_accumulation(tm
 def test_memory_breaks_a_step_down_by_category_and_module_and_keeps_it(tmp_path):
     """`memory RUN`: one step of a copy of the run (the run untouched), by category and
     module; full checkpointing keeps fewer activations for backward than off."""
-    from tui_trainer.core.memory import EVENT
+    from tui_trainer.core.analysis.memory import EVENT
     found = {}
     for rid, mode in ((1, "off"), (2, "full")):
         _run(tmp_path, "max_steps=4", f"activation_checkpointing={mode}")
@@ -107,7 +107,7 @@ def test_checkpointing_under_compile_is_named_as_a_cause():
     """Compiled, checkpointing re-partitions and re-fuses the graph (seen on this CPU: the
     compiled runs with and without it part at the first fingerprint): a verdict names it;
     eager, it is no cause."""
-    from tui_trainer.core.verdicts import explain
+    from tui_trainer.core.analysis.verdicts import explain
     runs = [{"config": {"compile": c, "activation_checkpointing": a}, "settings": {}}
             for c, a in (("on", "off"), ("on", "full"))]
     assert any(r.startswith("activation checkpointing differs under compile = on")
@@ -128,7 +128,7 @@ def test_the_memory_figure_counts_the_workers_and_shows_their_part(tmp_path):
     and `runs`, the run table and Compare show the workers' part; a run without workers
     has none. (On CUDA the run's figure is the GPU's, and the workers' part is host memory
     beside it.)"""
-    from tui_trainer.core.reader import SessionReader
+    from tui_trainer.core.session.reader import SessionReader
     from tui_trainer.ui.panels.compare import summary_rows
     from tui_trainer.ui.panels.runs import cells
     for workers in (0, 2):
@@ -168,7 +168,7 @@ def test_memory_draws_the_steps_timeline_by_category_on_the_cpu_and_exports_it(t
     PNG; the dashboard's memory view (b) draws it."""
     import csv
     from PIL import Image
-    from tui_trainer.core import memory
+    from tui_trainer.core.analysis import memory
     _run(tmp_path, "max_steps=4", "device=cpu")
     r = tt("memory", "1", "--session", str(tmp_path), "--json")
     assert r.rc == 0, r.err
@@ -204,7 +204,7 @@ def test_memory_draws_the_steps_timeline_by_category_on_the_cpu_and_exports_it(t
 def test_memory_of_a_run_that_replays_graphs_says_its_copy_stepped_op_by_op():
     """The memory command's copy follows each op; a run with cuda_graph = step replays its
     step from CUDA graphs and holds their pool: the text says which was measured."""
-    from tui_trainer.core import memory
+    from tui_trainer.core.analysis import memory
     kept = {"device": "cuda:0", "batch": 256, "world": 1, "checkpointing": "off",
             "from_checkpoint": True, "categories": {"parameters": 2**20}, "total": 2**21,
             "modules": []}

@@ -20,11 +20,11 @@ import pytest
 
 from conftest import (QUICK, db_rows, fingerprints, in_private_mount, kept_agrees, sets, tt,
                       tt_popen, wait_for_row, wait_until)
-from tui_trainer.core import config
-from tui_trainer.core.liveness import HEARTBEAT_S
-from tui_trainer.core.reader import stall_note
-from tui_trainer.core.store import SessionStore
-from tui_trainer.core.supervisor import Supervisor, rank_label
+from tui_trainer.core.settings import config
+from tui_trainer.core.processes.liveness import HEARTBEAT_S
+from tui_trainer.core.session.reader import stall_note
+from tui_trainer.core.session.store import SessionStore
+from tui_trainer.core.processes.supervisor import Supervisor, rank_label
 
 # 650 digits over 2 ranks: 325 each, 11 batches of 32 an epoch (a padded last one), 4 epochs.
 # One thread per process, whatever the machine's cores (the two-machine test compares bits).
@@ -148,7 +148,7 @@ def test_launcher_killed_mid_epoch_resumes_bit_exact(straight, tmp_path):
     assert store.run(1)["status"] == "crashed"
     # Every rank got its SIGKILL with the launcher's death; rank 1 may still be tearing
     # down its memory a moment after rank 0 is gone, so this waits (bounded) for it to end.
-    # (a rank is titled "tui-trainer run 1 rank R/2 (session ...)": core/proctitle.py)
+    # (a rank is titled "tui-trainer run 1 rank R/2 (session ...)": core/processes/proctitle.py)
     ranks = [p for p in psutil.process_iter(["cmdline"])
              if " rank " in " ".join(p.info["cmdline"] or [])
              and str(tmp_path) in " ".join(p.info["cmdline"] or [])]
@@ -309,7 +309,7 @@ def test_join_with_no_node_0_says_what_it_waits_for_and_gives_up(tmp_path, monke
 
 def _rank_of(p: psutil.Process) -> str | None:
     """A rank's number, from its title ("tui-trainer run 1 rank 1/2 (session ...)":
-    core/proctitle.py; setproctitle writes it over the process's environment)."""
+    core/processes/proctitle.py; setproctitle writes it over the process's environment)."""
     found = re.search(r" rank (\d+)/\d+", " ".join(p.cmdline()))
     return found.group(1) if found else None
 
@@ -369,7 +369,7 @@ def test_stop_ends_a_group_stuck_in_a_collective_within_its_grace(straight, tmp_
     the run's torchrun agent, which passes it to every rank and kills those still there
     stop_grace_s() later: the run ends in seconds, stored as stopped by force with an event,
     and continues from its checkpoint to the same bits."""
-    from tui_trainer.core.supervisor import stop_grace_s
+    from tui_trainer.core.processes.supervisor import stop_grace_s
     _, reference = straight
     with SessionStore(tmp_path) as store:
         sup = Supervisor(store)
@@ -439,8 +439,8 @@ def test_a_torchrun_without_shutdown_timeout_is_given_none(tmp_path):
     import os
     import textwrap
     import torch
-    from tui_trainer.core.supervisor import (STOP_GRACE_S, TORCHRUN_GRACE_S, torchrun_args,
-                                             torchrun_knows)
+    from tui_trainer.core.processes.supervisor import (STOP_GRACE_S, TORCHRUN_GRACE_S,
+                                                       torchrun_args, torchrun_knows)
     pinned = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 15)
     # the pinned torch has both flags (torch 2.11's, on the H100 machine, neither)
     assert torchrun_knows("--shutdown-timeout") or not pinned
@@ -453,7 +453,7 @@ def test_a_torchrun_without_shutdown_timeout_is_given_none(tmp_path):
     (old / "distributed" / "run.py").write_text('parser.add_argument("--max-restarts")\n')
     code = textwrap.dedent("""
         from pathlib import Path
-        from tui_trainer.core.supervisor import rank_label, stop_grace_s, torchrun_args
+        from tui_trainer.core.processes.supervisor import rank_label, stop_grace_s, torchrun_args
         args = torchrun_args(2, 1, "", ["worker"], Path("logs"))
         print("--shutdown-timeout" in args, "--max-restarts" in args, stop_grace_s(),
               "--log-line-prefix-template" in args, rank_label(1))

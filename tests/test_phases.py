@@ -4,10 +4,10 @@ and what memory it holds."""
 from __future__ import annotations
 
 from conftest import QUICK, db_rows, on_cuda, sets, tt
-from tui_trainer.core import figures
-from tui_trainer.core.figures import PHASES
-from tui_trainer.core.reader import SessionReader
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.analysis import figures
+from tui_trainer.core.analysis.figures import PHASES
+from tui_trainer.core.session.reader import SessionReader
+from tui_trainer.core.session.store import SessionStore
 from tui_trainer.ui.panels.runs import cells
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from conftest import QUICK, db_rows, sets, tt
-from tui_trainer.core import profiling
-from tui_trainer.core.export import export_runs
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.analysis import profiling
+from tui_trainer.core.session.export import export_runs
+from tui_trainer.core.session.store import SessionStore
 
 
 def test_profile_of_a_pair_by_operator_phase_module_and_memory_with_its_trace_and_diff(

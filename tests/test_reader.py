@@ -1,13 +1,13 @@
-"""The dashboard's reader (core.reader) over a real session file: each tick reads only what
+"""The dashboard's reader (core.session.reader) over a real session file: each tick reads only what
 changed, whatever the number of runs or of stored rows, and never writes."""
 
 from __future__ import annotations
 
 import pytest
 
-from tui_trainer.core import config
-from tui_trainer.core.reader import SessionReader
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.settings import config
+from tui_trainer.core.session.reader import SessionReader
+from tui_trainer.core.session.store import SessionStore
 
 
 def _rows(first: int, n: int) -> list[dict]:
@@ -69,7 +69,7 @@ def test_unchanged_ticks_keep_the_same_table_and_changes_show(tmp_path, monkeypa
     # Another process changes a finished run: the periodic full read catches it.
     w.rename_run(1, "elsewhere")
     assert reader.tick().runs[0].name == "renamed"
-    monkeypatch.setattr("tui_trainer.core.reader.FULL_EVERY_S", 0.0)
+    monkeypatch.setattr("tui_trainer.core.session.reader.FULL_EVERY_S", 0.0)
     assert reader.tick().runs[0].name == "elsewhere"
 
 
@@ -101,7 +101,7 @@ def test_deleting_a_run_removes_its_files_and_keeps_others(tmp_path):
 
 
 def test_an_ended_run_is_seeded_from_its_kept_figures_and_trained_on_from_its_rows(tmp_path):
-    from tui_trainer.core import figures
+    from tui_trainer.core.analysis import figures
     w = SessionStore(tmp_path)
     rid = w.create_run(config.DEFAULTS.to_dict(), name="r")
     w.add_rows(steps=_rows(1, 500), run_id=rid)
@@ -134,7 +134,7 @@ def test_a_study_run_started_while_the_table_is_drawn_waits_for_its_row(tmp_path
     variant still queued) and shows the run once its row is read. (The dashboard's polling
     thread died once of a KeyError there, and the A/B tab stopped updating.)"""
     from conftest import wait_until
-    from tui_trainer.core import study as studies
+    from tui_trainer.core.analysis import study as studies
     w = _session(tmp_path, 1, 10)
     runs, _ = studies.plan(config.DEFAULTS, [("lr", [0.1])], steps=10)
     sid = w.create_study("ab", "s", {"repeats": 1, "steps": 10}, runs)

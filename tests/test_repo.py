@@ -41,8 +41,8 @@ def test_an_installed_copy_carries_its_presets_sample_data_and_stylesheet(tmp_pa
                    env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     probe = (
         "import tui_trainer, pathlib\n"
-        "from tui_trainer.core import presets\n"
-        "from tui_trainer.core import datafiles\n"
+        "from tui_trainer.core.settings import presets\n"
+        "from tui_trainer.core.settings import datafiles\n"
         "from tui_trainer.ui.app import TrainerApp\n"
         "print(tui_trainer.__file__)\n"
         "print(sorted(p.name for p in presets.SHIPPED.glob('*.toml')))\n"

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from conftest import QUICK, db_rows, fingerprints, sets, tt
-from tui_trainer.core.verdicts import verdict
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.analysis.verdicts import verdict
+from tui_trainer.core.session.store import SessionStore
 
 SHORT = QUICK + ["epochs=2", "deterministic=on"]
 

@@ -11,9 +11,9 @@ import struct
 import pytest
 from textual.widgets import Input
 
-from tui_trainer.core.config import DEFAULTS
-from tui_trainer.core.store import SessionStore
-from tui_trainer.core.machine import Machine
+from tui_trainer.core.settings.config import DEFAULTS
+from tui_trainer.core.session.store import SessionStore
+from tui_trainer.core.settings.machine import Machine
 from tui_trainer.ui.app import TrainerApp
 from tui_trainer.ui.panels.launch import LaunchPanel
 from tui_trainer.ui.widgets.plots import MetricPlot

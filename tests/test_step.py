@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import QUICK
-from tui_trainer.core import config
+from tui_trainer.core.settings import config
 from tui_trainer.engine import step
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tui_trainer"

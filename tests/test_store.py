@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from tui_trainer.core.store import BatchedWriter, SessionStore
+from tui_trainer.core.session.store import BatchedWriter, SessionStore
 
 
 def test_rows_cursor_and_replacement(tmp_path):
@@ -31,7 +31,8 @@ def test_a_running_run_whose_process_died_is_marked_crashed(tmp_path):
     store = SessionStore(tmp_path)
     rid = store.create_run({}, name="dead")
     proc = subprocess.Popen([sys.executable, "-c",
-                             "import sys, time; from tui_trainer.core.store import SessionStore\n"
+                             "import sys, time\n"
+                             "from tui_trainer.core.session.store import SessionStore\n"
                              f"SessionStore(sys.argv[1]).claim({rid}); time.sleep(60)",
                              str(tmp_path)])
     deadline = time.time() + 30
@@ -60,7 +61,7 @@ def test_a_live_process_is_not_marked_crashed_from_another_connection(tmp_path):
 def test_concurrent_writers_lose_nothing(tmp_path):
     SessionStore(tmp_path).close()
     code = (
-        "import sys; from tui_trainer.core.store import SessionStore, BatchedWriter\n"
+        "import sys; from tui_trainer.core.session.store import SessionStore, BatchedWriter\n"
         "s = SessionStore(sys.argv[1]); rid = s.create_run({}, name=sys.argv[2])\n"
         "w = BatchedWriter(s, rid, interval=0)\n"
         "for i in range(300): w.step({'step': i, 'epoch': 0, 'loss': float(i)})\n"
@@ -99,7 +100,7 @@ def test_batched_writer_commits_on_interval_not_per_row(tmp_path):
 
 
 def test_processes_opening_one_new_session_at_once_all_succeed(tmp_path):
-    code = ("import sys; from tui_trainer.core.store import SessionStore\n"
+    code = ("import sys; from tui_trainer.core.session.store import SessionStore\n"
             "s = SessionStore(sys.argv[1]); s.create_run({}, name='x'); s.close()")
     for attempt in range(3):
         session = tmp_path / f"new{attempt}"
@@ -116,7 +117,7 @@ def test_a_copy_marks_only_live_runs_copied_and_dead_ones_read_crashed_there_too
     the original does. Nothing in the copy points at the original's processes."""
     orig = tmp_path / "orig"
     SessionStore(orig).close()
-    code = ("import sys; from tui_trainer.core.store import SessionStore\n"
+    code = ("import sys; from tui_trainer.core.session.store import SessionStore\n"
             "SessionStore(sys.argv[1]).create_run({}, name='orphan')\n")
     subprocess.run([sys.executable, "-c", code, str(orig)], check=True)   # its creator ends
     with SessionStore(orig) as s:
@@ -136,8 +137,8 @@ def test_a_live_run_whose_step_does_not_move_reads_stalled(tmp_path):
     (STALL_S while its pace is not known, else 20 of its steps, at least 5 s): in the
     store, the run table's row and `runs`; a beat that saw the step move clears it."""
     from conftest import tt
-    from tui_trainer.core.reader import SessionReader
-    from tui_trainer.core.liveness import STALL_S
+    from tui_trainer.core.session.reader import SessionReader
+    from tui_trainer.core.processes.liveness import STALL_S
     from tui_trainer.ui.panels.runs import cells
     store = SessionStore(tmp_path)
     rid = store.create_run({"nproc": 2, "dist_timeout": 300}, name="group")
@@ -153,7 +154,7 @@ def test_a_live_run_whose_step_does_not_move_reads_stalled(tmp_path):
     assert got.live and got.stalled_s >= STALL_S + 15
     assert "no step for 1:15" in got.reason and "dist_timeout (300 s)" in got.reason
     assert cells(got, False, "stalled")["status"].plain == "stalled"
-    from tui_trainer.core.reader import stall_note
+    from tui_trainer.core.session.reader import stall_note
     older = {"stalled_s": 75.0, "step": 3, "config": {"nproc": 2}}    # before dist_timeout
     assert "dist_timeout (300 s)" in stall_note(older)
     assert "dist_timeout" not in stall_note({**older, "config": {"nproc": "x"}})

@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from tui_trainer.core import config
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.settings import config
+from tui_trainer.core.session.store import SessionStore
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
                                 reason="tmux is not installed (scripts/test installs it)")
@@ -65,7 +65,7 @@ class Terminal:
 
 
 STATUSES = {"starting", "created", "running", "finished", "stopped", "crashed"}
-# The A/B table's headings of a one-round study (core.study.headings)
+# The A/B table's headings of a one-round study (core.analysis.study.headings)
 AB_HEADINGS = ("variant", "bit-identical to base", "samples/s", "accuracy %", "eval loss",
                "train loss", "peak mem MiB", "data wait s", "run")
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from conftest import QUICK, db_rows, fingerprints, in_private_mount, sets, tt, tt_popen
-from tui_trainer.core import config
+from tui_trainer.core.settings import config
 from tui_trainer.core.errors import NotFound, SessionError
-from tui_trainer.core.store import SessionStore
-from tui_trainer.core.supervisor import Supervisor
+from tui_trainer.core.session.store import SessionStore
+from tui_trainer.core.processes.supervisor import Supervisor
 from tui_trainer.engine.checkpoint import FAULT_POINTS
 
 SHORT = QUICK + ["epochs=2", "checkpoint_every=5", "keep_checkpoints=2"]   # 20 steps
@@ -190,7 +190,7 @@ def test_a_run_killed_before_it_marks_itself_running_reads_crashed_at_once(tmp_p
 
 def test_a_run_whose_creator_dies_before_launching_it_reads_crashed(tmp_path):
     SessionStore(tmp_path).close()
-    code = ("import sys; from tui_trainer.core.store import SessionStore\n"
+    code = ("import sys; from tui_trainer.core.session.store import SessionStore\n"
             "SessionStore(sys.argv[1]).create_run({}, name='orphan')\n")
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
     r = tt("runs", "--session", str(tmp_path), "--json")

@@ -12,10 +12,10 @@ import pytest
 from textual.widgets import DataTable, Input, Select, Checkbox
 
 from conftest import QUICK, click, db_rows, sets, tt, tt_popen
-from tui_trainer.core import machine
-from tui_trainer.core.figures import PHASES
-from tui_trainer.core.store import SessionStore
-from tui_trainer.core.supervisor import WARM_LINE
+from tui_trainer.core.settings import machine
+from tui_trainer.core.analysis.figures import PHASES
+from tui_trainer.core.session.store import SessionStore
+from tui_trainer.core.processes.supervisor import WARM_LINE
 from tui_trainer.ui.app import TrainerApp
 from tui_trainer.ui.panels.divergence import DivergencePanel
 from tui_trainer.ui.panels.plots import PlotsPanel
@@ -117,7 +117,7 @@ async def test_form_marks_invalid_fields_and_refuses_to_start(tmp_path):
 
 
 async def test_every_knob_is_in_the_form_with_its_explanation(tmp_path):
-    from tui_trainer.core import config
+    from tui_trainer.core.settings import config
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.app.ready()
@@ -174,7 +174,7 @@ async def test_the_knob_search_typed_at_human_speed_never_moves_the_focus_or_a_v
     """Typed one key at a time with a person's pauses, the search filters the form and the
     focus stays in the box: no letter lands in a knob, Enter toggles nothing. Enter or Down
     goes to the first match, and only then do keys reach that knob."""
-    from tui_trainer.core import config
+    from tui_trainer.core.settings import config
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.app.ready()
@@ -240,7 +240,7 @@ async def test_presets_load_into_the_form_and_the_form_saves_as_one(tmp_path, is
         preset.value = fastest
         await pilot.pause()
         form = app.query_one(ConfigForm)
-        from tui_trainer.core.config import load
+        from tui_trainer.core.settings.config import load
         shipped = load(fastest)
         assert form.config() == shipped and shipped.loader == "resident"
         await fill(pilot, {"batch_size": "200"})
@@ -803,7 +803,7 @@ async def test_a_diverging_run_is_announced_and_shown_diverged(tmp_path):
 
 
 async def test_continue_without_a_checkpoint_offers_a_restart_from_step_0(tmp_path):
-    from tui_trainer.core import config
+    from tui_trainer.core.settings import config
     store = SessionStore(tmp_path)
     rid = store.create_run(config.load(overrides=QUICK + ["max_steps=4"]).to_dict(), name="nock")
     store.close()

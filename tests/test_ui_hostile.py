@@ -20,8 +20,8 @@ import pytest
 from textual.widgets import DataTable, Log, Static
 
 from conftest import in_private_mount
-from tui_trainer.core.config import DEFAULTS
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.settings.config import DEFAULTS
+from tui_trainer.core.session.store import SessionStore
 from tui_trainer.core.text import shown
 from tui_trainer.ui.app import TrainerApp
 

@@ -8,8 +8,8 @@ import re
 from textual.widgets import DataTable, Input
 
 from conftest import click
-from tui_trainer.core import config
-from tui_trainer.core.store import SessionStore
+from tui_trainer.core.settings import config
+from tui_trainer.core.session.store import SessionStore
 from tui_trainer.ui.app import TrainerApp
 
 SIZE = (180, 50)
@@ -176,7 +176,7 @@ async def test_a_run_that_beats_but_does_not_move_reads_stalled_in_the_table(tmp
     filter finds it by that word. Once a beat sees its step move, it reads running."""
     import time
 
-    from tui_trainer.core.liveness import STALL_S
+    from tui_trainer.core.processes.liveness import STALL_S
     _session(tmp_path, n=1)
     store = SessionStore(tmp_path)
     rid = store.create_run(config.DEFAULTS.replace(nproc=2, batch_size=64).to_dict(), name="g")
@@ -257,7 +257,7 @@ async def test_a_crowded_runs_note_shows_and_T_puts_the_count_that_fits_in_the_f
     says its threads fit again, its note goes and T changes nothing."""
     import time
 
-    from tui_trainer.core import contention
+    from tui_trainer.core.processes import contention
     from tui_trainer.ui.panels.launch import LaunchPanel
     _session(tmp_path, n=1)
     store = SessionStore(tmp_path)

@@ -5,9 +5,9 @@ keys.)"""
 import json
 from dataclasses import MISSING, fields, replace
 
-from tui_trainer.core.config import DEFAULTS
-from tui_trainer.core.plotdata import PlotOptions
-from tui_trainer.core.reader import RunRow, Snapshot
+from tui_trainer.core.settings.config import DEFAULTS
+from tui_trainer.core.analysis.plotdata import PlotOptions
+from tui_trainer.core.session.reader import RunRow, Snapshot
 from tui_trainer.ui.announce import Announcer
 from tui_trainer.ui.selection import MAX_SHOWN, ScreenState, Selection
 

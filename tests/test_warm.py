@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import QUICK, db_rows, fingerprints, sets, tt, wait_until
-from tui_trainer.core import config
-from tui_trainer.core.store import SessionStore
-from tui_trainer.core.supervisor import (WARM_LINE, WarmChild, WarmLauncher,
-                                         launch, train_args)
+from tui_trainer.core.settings import config
+from tui_trainer.core.session.store import SessionStore
+from tui_trainer.core.processes.supervisor import (WARM_LINE, WarmChild, WarmLauncher, launch,
+                                                   train_args)
 
 CFG = {**{k: config.parse_value(k, v) for k, v in (p.split("=") for p in QUICK)},
        "max_steps": 12, "checkpoint_every": 4}
@@ -116,7 +116,7 @@ def test_the_dashboards_runs_train_below_it_in_its_own_scheduling_group_only(tmp
     import shutil
     import tempfile
 
-    from tui_trainer.core.supervisor import TRAINING_NICE
+    from tui_trainer.core.processes.supervisor import TRAINING_NICE
     runtime = tempfile.mkdtemp(prefix="ttrun-")       # (as the module's launcher's)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_RUNTIME_DIR", runtime)
@@ -299,7 +299,7 @@ def test_a_peer_of_another_user_is_refused(tmp_path):
     """SO_PEERCRED: the check is fed another uid, as a socket of another user would be."""
     import socket
 
-    from tui_trainer.core import trust
+    from tui_trainer.core.processes import trust
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with a, b:
         assert trust.check_peer(a) == os.getpid()
@@ -364,7 +364,7 @@ def test_a_run_outlives_its_launcher_without_a_false_failure(tmp_path, doomed_wa
     is what it recorded, not the launcher's missing exit status. The run was the launcher's
     spare (device auto, one process), which dies with the launcher until it is given a run
     and not after; a next spare, if one was made yet, dies with it."""
-    from tui_trainer.core.supervisor import SPARE_LINE
+    from tui_trainer.core.processes.supervisor import SPARE_LINE
     from tui_trainer.runner import train_child
     warm = doomed_warm
     with SessionStore(tmp_path) as store:
@@ -389,7 +389,7 @@ def test_a_run_outlives_its_launcher_without_a_false_failure(tmp_path, doomed_wa
 def test_stale_launcher_folders_are_swept(tmp_path):
     import subprocess
 
-    from tui_trainer.core import trust
+    from tui_trainer.core.processes import trust
     base = trust.runtime_base()
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -411,7 +411,7 @@ def test_the_last_launcher_to_close_leaves_nothing_in_the_temporary_directory(
     stays while a launcher has its folder there and goes with the last one."""
     import tempfile
 
-    from tui_trainer.core import trust
+    from tui_trainer.core.processes import trust
     tmp_path = short_tmp
     monkeypatch.delenv("XDG_RUNTIME_DIR")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -442,7 +442,7 @@ def test_a_temporary_directory_too_long_for_a_socket_starts_no_launcher(tmp_path
     a run starts cold."""
     import tempfile
 
-    from tui_trainer.core import trust
+    from tui_trainer.core.processes import trust
     deep = tmp_path / ("d" * 100)
     deep.mkdir()
     assert len(os.fsencode(deep / "tui-trainer-0/warm-12345678/launcher.sock.binding")) \
@@ -472,7 +472,7 @@ def test_a_launcher_whose_owner_is_killed_leaves_nothing_in_the_temporary_direct
     env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
     env["TMPDIR"] = str(tmp)
     owner = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom tui_trainer.core.supervisor import "
+        [sys.executable, "-c", "import sys\nfrom tui_trainer.core.processes.supervisor import "
          "WarmLauncher\nw = WarmLauncher()\nw.start()\nprint(w.path, flush=True)\n"
          "print(w.wait_ready(120), flush=True)\nsys.stdin.read()"],   # until killed
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
@@ -643,8 +643,8 @@ def test_a_run_that_starts_cuda_is_given_the_spare_and_trains_the_same_bits(tmp_
     forked at Start, the spare left waiting; a new spare is made after the one given away;
     the spare ends with its launcher, also one killed with SIGKILL. Holds on both devices
     (the spare of a CPU machine has nothing of CUDA to start)."""
-    from tui_trainer.core.machine import cublas_workspace, cuda_device
-    from tui_trainer.core.supervisor import SPARE_LINE
+    from tui_trainer.core.settings.machine import cublas_workspace, cuda_device
+    from tui_trainer.core.processes.supervisor import SPARE_LINE
     warm = _started()
     launcher = warm._proc.pid
     assert wait_until(lambda: len(_children(launcher)) == 1), "no spare"
@@ -693,7 +693,7 @@ def test_a_run_that_starts_cuda_is_given_the_spare_and_trains_the_same_bits(tmp_
 
 
 def test_spares_can_be_turned_off(tmp_path, monkeypatch):
-    from tui_trainer.core.supervisor import SPARE_LINE
+    from tui_trainer.core.processes.supervisor import SPARE_LINE
     monkeypatch.setenv("TUI_TRAINER_SPARE", "0")
     warm = _started()
     try:
@@ -785,7 +785,7 @@ def test_a_spare_that_cannot_start_cuda_cleanly_ends_and_runs_are_forked(tmp_pat
     why in the launcher's log and ends, no other is made, and every run is forked at Start
     as before. The failure is the test's stand-in for start_cuda; the rest is the
     launcher's own."""
-    from tui_trainer.core.supervisor import SPARE_LINE
+    from tui_trainer.core.processes.supervisor import SPARE_LINE
     sock, log = _socket("failing"), tmp_path / "launcher.log"
     proc = _launcher_with_stand_ins(FAILING_SPARE, sock, log)
     try:
@@ -898,7 +898,7 @@ def test_a_spare_that_cannot_be_suspended_is_followed_by_spares_that_start_the_d
     driver's spare, holding no GPU memory), which says it is ready and is given a run at
     Start. The driver's calls are the test's stand-ins; the spares, the helper process and
     the launcher are their own. Holds on both devices."""
-    from tui_trainer.core.supervisor import SPARE_LINE
+    from tui_trainer.core.processes.supervisor import SPARE_LINE
     from tui_trainer.warm import ready_line
     proc, sock, log, _ = _suspending_launcher(tmp_path, monkeypatch, "unsuspended",
                                               "TT_SUSPEND_REFUSED")
@@ -934,8 +934,8 @@ def test_a_spare_given_a_run_while_its_cuda_starts_is_not_suspended(tmp_path, mo
     made (the stand-in's lasts until the run is handed over) is not made to wait for a
     suspension and a restore on top: the spare skips both, starts no helper, and the run's
     log says so. The driver's calls are the test's stand-ins. Holds on both devices."""
-    from tui_trainer.core.machine import CUBLAS_DETERMINISTIC
-    from tui_trainer.core.supervisor import SPARE_LINE
+    from tui_trainer.core.settings.machine import CUBLAS_DETERMINISTIC
+    from tui_trainer.core.processes.supervisor import SPARE_LINE
     proc, sock, log, starting = _suspending_launcher(tmp_path, monkeypatch, "waited",
                                                      "TT_SLOW_START")
     try:
@@ -968,8 +968,8 @@ def test_the_checkpoint_helper_answers_within_its_bounds_and_ends_with_its_owner
     acts on its parent only; and a helper whose owner is killed ends too. The driver's calls
     are the test's stand-ins (HELPER); the helper process and its pipe are its own. Holds on
     both devices."""
-    from tui_trainer.core import cuda_checkpoint
-    from tui_trainer.core.cuda_checkpoint import Helper
+    from tui_trainer.core.processes import cuda_checkpoint
+    from tui_trainer.core.processes.cuda_checkpoint import Helper
     monkeypatch.setattr(Helper, "COMMAND", [sys.executable, "-c", HELPER])
     monkeypatch.setattr(cuda_checkpoint, "RESTORE_S", 1.0)
     refused, hangs = tmp_path / "refused", tmp_path / "hangs"
@@ -994,13 +994,13 @@ def test_the_checkpoint_helper_answers_within_its_bounds_and_ends_with_its_owner
     assert helper.close() == helper.proc.returncode         # (once more: nothing to do)
 
     # It acts on its parent only.
-    other = subprocess.run([sys.executable, "-m", "tui_trainer.core.cuda_checkpoint",
+    other = subprocess.run([sys.executable, "-m", "tui_trainer.core.processes.cuda_checkpoint",
                             "1"], capture_output=True, text=True, timeout=60)
     assert other.returncode == 2 and "acts on its parent only" in other.stdout
 
     # Its owner killed: it ends (its pipe closed).
     owner = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom tui_trainer.core.cuda_checkpoint "
+        [sys.executable, "-c", "import sys, time\nfrom tui_trainer.core.processes.cuda_checkpoint "
          "import Helper\nHelper.COMMAND = [sys.executable, '-c', sys.argv[1]]\n"
          "print(Helper().proc.pid, flush=True)\ntime.sleep(600)", HELPER],
         stdout=subprocess.PIPE, text=True)
@@ -1026,8 +1026,8 @@ def test_a_spare_whose_cuda_is_not_restored_at_start_runs_its_run_cold_in_its_pr
     while it trains) is not counted as a DataLoader worker, and ends with it. The driver's
     calls are the test's stand-ins; the spare, its helper process and the launcher are
     their own. Holds on both devices."""
-    from tui_trainer.core.machine import CUBLAS_DETERMINISTIC
-    from tui_trainer.core.supervisor import SPARE_LINE
+    from tui_trainer.core.settings.machine import CUBLAS_DETERMINISTIC
+    from tui_trainer.core.processes.supervisor import SPARE_LINE
     proc, sock, log, hangs = _suspending_launcher(tmp_path, monkeypatch, "unrestored",
                                                   "TT_RESTORE_HANGS")
     try:
@@ -1103,8 +1103,8 @@ def test_a_context_spare_takes_only_runs_on_the_first_device(tmp_path, monkeypat
     (`_suspending_launcher`): the rule is the launcher's, and a GPU whose checkpoint API
     refuses the spare (which makes the next spares the default one) must not change what
     this test says. Holds on both devices."""
-    from tui_trainer.core.machine import cublas_workspace
-    from tui_trainer.core.supervisor import SPARE_LINE
+    from tui_trainer.core.settings.machine import cublas_workspace
+    from tui_trainer.core.processes.supervisor import SPARE_LINE
     from tui_trainer.warm import cublas_size_settable
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     stand_in = None
@@ -1182,8 +1182,8 @@ def test_a_spare_whose_cublas_workspace_a_run_does_not_use_is_replaced(tmp_path,
     none counts as a spare lost. torch here can set the size: the stand-ins are for the
     torch that cannot and for CUDA's start; the launcher, its spares and the runs are their
     own. Holds on both devices."""
-    from tui_trainer.core.machine import cublas_workspace
-    from tui_trainer.core.supervisor import SPARE_LINE
+    from tui_trainer.core.settings.machine import cublas_workspace
+    from tui_trainer.core.processes.supervisor import SPARE_LINE
     monkeypatch.setenv("TUI_TRAINER_SPARE", "cudnn")
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     sock, log = _socket("replaced"), tmp_path / "launcher.log"
@@ -1260,8 +1260,8 @@ def test_a_spare_that_loaded_a_runs_kernels_is_not_given_a_run_that_benchmarks_c
     not given a spare that loaded kernels, which stays. The launcher's log says each change;
     none counts as a spare lost. CUDA's start and the kernels' loading are the test's
     stand-ins; the launcher, its spares and the runs are their own. Holds on both devices."""
-    from tui_trainer.core.machine import cublas_workspace
-    from tui_trainer.core.supervisor import SPARE_LINE
+    from tui_trainer.core.settings.machine import cublas_workspace
+    from tui_trainer.core.processes.supervisor import SPARE_LINE
     monkeypatch.setenv("TUI_TRAINER_SPARE", "cudnn")
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     sock, log = _socket("kernels"), tmp_path / "launcher.log"
@@ -1417,7 +1417,7 @@ def test_runs_are_niced_only_where_the_session_has_an_autogroup_of_its_own(tmp_p
     above it. An empty autogroup file (the session in the root group every other process
     shares, as in CI's containers) ranks nothing by session: a nice value there would put
     the runs below every other program (issue 54's resubmission)."""
-    from tui_trainer.core.supervisor import ranked_by_session
+    from tui_trainer.core.processes.supervisor import ranked_by_session
 
     def kernel(enabled: str, group: str, cgroup: str, delegated: str = "") -> Path:
         root = tmp_path / f"k{len(list(tmp_path.iterdir()))}"

@@ -17,10 +17,10 @@ from typing import Any
 
 from . import __version__, commands
 from .commands.common import say, session_dir
-from .core import supervisor
+from .core.processes import supervisor
 from .core.errors import (EXIT_FAILED, EXIT_OK, EXIT_SESSION, EXIT_STOPPED, EXPECTED,
                           SessionError, expected)
-from .core.paths import default_session_dir
+from .core.session.paths import default_session_dir
 
 EXIT_CODES = """exit status: 0 ok, 1 failed (e.g. no space left), 2 bad input, 3 not identical
 (repro), 4 session unusable (damaged, read-only, or the run is trained by another process),

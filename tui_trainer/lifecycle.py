@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import runner
-from .core import config
-from .core import supervisor
-from .core.config import ConfigError
+from .core.settings import config
+from .core.processes import supervisor
+from .core.settings.config import ConfigError
 from .core.errors import EXIT_FAILED, BadInput, CheckpointError, RunBusy
-from .core.proctitle import set_title, title
-from .core.liveness import is_live
-from .core.store import SessionStore
+from .core.processes.proctitle import set_title, title
+from .core.processes.liveness import is_live
+from .core.session.store import SessionStore
 
 Event = tuple[str, str, int | None]       # (kind, message, step): recorded by the run
 
@@ -183,7 +183,7 @@ def _train_here(cfg: config.RunConfig, session: Path, **kw: Any) -> Ended:
 def preflight(cfg: config.RunConfig) -> None:
     """What a single process checks in its set-up (device, knobs, data), checked before the
     processes are launched, so that bad input is refused in one line and writes nothing."""
-    from .core import datafiles
+    from .core.settings import datafiles
     from .engine.knobs import check_device_knobs, machine_facts, resolve_device
     device = resolve_device(cfg)
     check_device_knobs(cfg, device)

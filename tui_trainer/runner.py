@@ -1,11 +1,11 @@
 """Orchestration of several runs: determinism verdicts, resume checks and A/B studies.
 
-Each run trains in a child process started by `core.supervisor.launch` (the one launcher)
+Each run trains in a child process started by `core.processes.supervisor.launch` (the one launcher)
 with arguments from its typed builders; this module decides which runs to create, trains
 them one after the other and records what it found. The CLI (`repro`, `ab`) parses and
 prints; the dashboard starts the same commands in the background.
 
-Imports torch only inside `device_refusal` (for the facts core.machine judges a config by),
+Imports torch only inside `device_refusal` (for the facts core.settings.machine judges a config by),
 `explain` (a replay, when the fingerprints alone cannot say where two runs part) and
 `memory` (one step of a copy of a run).
 """
@@ -25,17 +25,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .core import figures, machine
-from .core.config import ConfigError, RunConfig, from_dict
-from .core import explain as explained
+from .core.analysis import figures
+from .core.settings import machine
+from .core.settings.config import ConfigError, RunConfig, from_dict
+from .core.analysis import explain as explained
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, EXIT_STOPPED,
                           BadInput, NotFound)
-from .core.verdicts import verdict
-from .core.liveness import is_live
-from .core.store import SessionStore
-from .core.supervisor import (RENDEZVOUS_S, UNKNOWN_EXIT, Supervisor, WarmChild,
-                              WarmLauncher, launch, owner_env, resume_args, stop_grace_s,
-                              torchrun_args, train_args)
+from .core.analysis.verdicts import verdict
+from .core.processes.liveness import is_live
+from .core.session.store import SessionStore
+from .core.processes.supervisor import (RENDEZVOUS_S, UNKNOWN_EXIT, Supervisor, WarmChild,
+                                        WarmLauncher, launch, owner_env, resume_args,
+                                        stop_grace_s, torchrun_args, train_args)
 
 Say = Callable[[str], None]
 
@@ -50,7 +51,7 @@ def train_child(store: SessionStore, run_id: int, args: list[str], expect_kill: 
     process was killed as asked."""
     log_path = store.log_path(run_id)
     config = store.run(run_id)["config"]
-    # It ends with this process, even killed (core.supervisor.watch_owner).
+    # It ends with this process, even killed (core.processes.supervisor.watch_owner).
     proc = launch(store.dir, [*args, "--json"], log_path, detach=False, capture=True,
                   warm=warm, env={**(env or {}), **owner_env()},
                   spare=machine.cuda_device(config), cublas=machine.cublas_workspace(config),
@@ -261,8 +262,8 @@ def activations(store: SessionStore, runs: list[dict[str, Any]], how: str,
     """One digit of the evaluation set through each run's model at a kept checkpoint (at
     `step`, or its newest): engine.activations, which imports torch. The digit is picked
     once (by index, at random, or the one the first run gets most confidently wrong) and
-    shown to every run. (metadata, arrays): core.activations keeps and draws them."""
-    from .core import activations as drawn
+    shown to every run. (metadata, arrays): core.analysis.activations keeps and draws them."""
+    from .core.analysis import activations as drawn
     from .engine import activations as seen
     from .engine.checkpoint import load_checkpoint
     cfgs = [from_dict(r["config"]) for r in runs]
@@ -291,7 +292,7 @@ def activations(store: SessionStore, runs: list[dict[str, Any]], how: str,
 
 
 def explain(store: SessionStore, a: int, b: int, record: bool = True) -> dict[str, Any]:
-    """Where runs A and B part, and why: what the fingerprints say (core.explain.locate),
+    """Where runs A and B part, and why: what the fingerprints say (core.analysis.explain.locate),
     then, where that is not the answer, the replay (engine.explain, which imports torch).
     The answer, or the reason it cannot be given (BadInput, raised again), is kept in the
     session on run B (`record`)."""
@@ -313,7 +314,7 @@ def explain(store: SessionStore, a: int, b: int, record: bool = True) -> dict[st
 
 def device_refusal(config: dict[str, Any]) -> str | None:
     """Why this machine cannot train a config (e.g. amp=fp16 without CUDA, a dataset that is
-    not there), or None: core.machine's rules on the facts torch gives."""
+    not there), or None: core.settings.machine's rules on the facts torch gives."""
     from .engine.knobs import machine_facts
     try:
         cfg = from_dict(config)
@@ -328,7 +329,7 @@ ORPHAN_WAIT_S = 60.0
 
 def _stop_orphans(store: SessionStore, study: dict[str, Any], say: Say) -> None:
     """A study continued after its process died (SIGKILL) may find one of its runs still
-    training (it stops itself once it sees its owner gone, core.supervisor.watch_owner):
+    training (it stops itself once it sees its owner gone, core.processes.supervisor.watch_owner):
     it is stopped, and waited for, before anything is timed beside it."""
     live = [r for r in (store.run(v["run_id"]) for v in study["variants"]
                         if v["run_id"] is not None) if is_live(r)]
@@ -461,14 +462,14 @@ def _after_plan(store: SessionStore, study_id: int, train_positions: Callable[[l
                 stop: dict[str, bool], say: Say, started: float) -> None:
     """What a study does once its planned rounds are trained: trains again the rounds that
     shared the CPU with another process, each once the machine has more room than when it
-    was measured (core.contention.more_room; at most `rerun_loaded` times in all); then,
+    was measured (core.processes.contention.more_room; at most `rerun_loaded` times in all); then,
     with `until_sure`, adds rounds until every variant's samples/s interval is narrower
     than asked, or a bound is reached. What ended it is kept in the spec (`ended_by`) and
     said. A wait lasts at most `quiet_wait_s` and at most one round's time so far; once one
     finds the machine no freer, the study waits no more (a machine under permanent load:
     its rounds stay as measured, marked), so it ends about when its rounds are trained."""
-    from .core import contention
-    from .core.study import QUIET_WAIT_S, add_round, rerun_round, round_load, table
+    from .core.processes import contention
+    from .core.analysis.study import QUIET_WAIT_S, add_round, rerun_round, round_load, table
     study = store.study(study_id)
     spec = study["spec"]
     if study["kind"] != "ab" or (spec.get("repeats", 1) < 2 and spec.get("until_sure") is None):

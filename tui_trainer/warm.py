@@ -2,7 +2,7 @@
 and forks a ready process for each run, so a run's first step comes within a second of
 Start instead of after five seconds of imports.
 
-`python -m tui_trainer.warm SOCKET` (started by core.supervisor.WarmLauncher, never by
+`python -m tui_trainer.warm SOCKET` (started by core.processes.supervisor.WarmLauncher, never by
 hand; not a command of the CLI, which this module uses and which does not import it) imports
 what training needs, without running any torch op (no thread pool, no CUDA: a fork after
 either is unsafe), then listens on a Unix socket. A request carries a command line, its
@@ -42,34 +42,34 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from .core.machine import CUBLAS_DETERMINISTIC
-from .core.supervisor import SPARE_LINE, WARM_LINE
-from .core.trust import Untrusted, check_peer, leave_base
+from .core.settings.machine import CUBLAS_DETERMINISTIC
+from .core.processes.supervisor import SPARE_LINE, WARM_LINE
+from .core.processes.trust import Untrusted, check_peer, leave_base
 
 MAX_REQUEST = 1 << 20
 MAX_PENDING = 32        # connections whose request is not read yet
 REQUEST_S = 5.0         # how long a connection may take to send its request
 GO_AHEAD_S = 60.0       # how long a forked child waits for its client's go-ahead
 
-# The spare: a process forked before anyone asks, that has started what every run on CUDA
-# starts and that holds no GPU memory (`start_cuda`), and waits; a request for a run that
-# starts CUDA (core.machine.cuda_device) is given to it instead of a new fork, and a new
-# spare is made SPARE_AFTER_S later (not at once: the run it was given starts CUDA now).
-# SPARE_ENV (the launcher's environment) says which spare: "suspended" (the default since
-# issue 34: what cudnn makes, below, then moved out of the GPU into the spare's host memory
-# by CUDA's checkpoint API, and restored when it is given a run: no GPU memory held while it
-# waits; where the driver has no checkpoint API or it refuses the spare, the next spares are
-# "driver" ones), "driver" (the driver started and cuDNN's libraries loaded, no context: no
-# GPU memory held, less of CUDA's start done), "context" (also CUDA's context on the first
-# visible device, which holds GPU memory while it waits: only where the user asks; given
-# only runs on that device), "cudnn" (the context, cuBLAS's and cuDNN's handles, of this
-# thread and of autograd's, by a matrix product and a convolution of constants: more memory
-# held, more of CUDA's start done before Start; given runs of any cuBLAS workspace where
-# torch can set the workspace's size, else only runs of the workspace it made its handles
-# with: `cublas_size_settable`) or "0" (none). The cudnn and suspended spares also load the
-# kernels of the last CUDA run's shapes (`_load_kernels`; the default config's before any),
-# which caches cuDNN's heuristic choice of an engine for them: such a spare is not given a
-# run that asks cuDNN to benchmark its engines instead (`Launcher._same_plans`).
+# The spare: a process forked before anyone asks, that has started what every run on CUDA starts
+# and that holds no GPU memory (`start_cuda`), and waits; a request for a run that starts CUDA
+# (core.settings.machine.cuda_device) is given to it instead of a new fork, and a new spare is
+# made SPARE_AFTER_S later (not at once: the run it was given starts CUDA now). SPARE_ENV (the
+# launcher's environment) says which spare: "suspended" (the default since issue 34: what cudnn
+# makes, below, then moved out of the GPU into the spare's host memory by CUDA's checkpoint API,
+# and restored when it is given a run: no GPU memory held while it waits; where the driver has
+# no checkpoint API or it refuses the spare, the next spares are "driver" ones), "driver" (the
+# driver started and cuDNN's libraries loaded, no context: no GPU memory held, less of CUDA's
+# start done), "context" (also CUDA's context on the first visible device, which holds GPU
+# memory while it waits: only where the user asks; given only runs on that device), "cudnn" (the
+# context, cuBLAS's and cuDNN's handles, of this thread and of autograd's, by a matrix product
+# and a convolution of constants: more memory held, more of CUDA's start done before Start;
+# given runs of any cuBLAS workspace where torch can set the workspace's size, else only runs of
+# the workspace it made its handles with: `cublas_size_settable`) or "0" (none). The cudnn and
+# suspended spares also load the kernels of the last CUDA run's shapes (`_load_kernels`; the
+# default config's before any), which caches cuDNN's heuristic choice of an engine for them:
+# such a spare is not given a run that asks cuDNN to benchmark its engines instead
+# (`Launcher._same_plans`).
 SPARE_ENV = "TUI_TRAINER_SPARE"
 SPARE_MODES = ("0", "driver", "context", "cudnn", "suspended")
 DEFAULT_SPARE = "suspended"
@@ -105,7 +105,7 @@ def warm_up() -> None:
     from .engine import checkpoint, data, distributed, host, models, knobs, train  # noqa
     try:    # setproctitle finds the memory it rewrites on its first call: here, while this
         # process's environment is its own (a child that replaced it first could not name
-        # itself; core/proctitle.py)
+        # itself; core/processes/proctitle.py)
         from setproctitle import getproctitle
         getproctitle()
     except ImportError:
@@ -132,7 +132,7 @@ def cuda_reads(env: dict[str, str] | os._Environ) -> dict[str, str]:
 def cublas_used(env: dict[str, str] | os._Environ | None = None,
                 own: str | None = CUBLAS_DETERMINISTIC) -> str | None:
     """The cuBLAS workspace a process uses: its environment's CUBLAS_WORKSPACE_CONFIG, else
-    the one it sets for itself (`own`, core.machine.cublas_workspace; None: torch's
+    the one it sets for itself (`own`, core.settings.machine.cublas_workspace; None: torch's
     default). Without arguments: the one the launcher's first spare makes cuBLAS's handles
     with, the launcher's environment's or else the default config's (deterministic:
     CUBLAS_DETERMINISTIC). torch reads it when it sizes a handle's workspace, and some
@@ -282,7 +282,7 @@ def loads_kernels(values: dict[str, Any] | None) -> bool:
     None: the default config) loads its kernels before Start (`_load_kernels`): unless the
     run asks cuDNN to benchmark its engines (cudnn_benchmark), whose choices the spare must
     not make for it."""
-    from .core import config
+    from .core.settings import config
     if values is None:
         return not config.DEFAULTS.cudnn_benchmark
     return values.get("cudnn_benchmark") is False
@@ -302,7 +302,7 @@ def _load_kernels(values: dict[str, Any] | None, workspace: str | None) -> str:
     (engine.cuda_start's SHAPES_MIN_FREE_BYTES: other runs train on it), nothing is loaded.
     What was done, for the spare's line ("" without CUDA here)."""
     import torch
-    from .core import config
+    from .core.settings import config
     from .core.text import shown
     if not torch.cuda.is_initialized() or not loads_kernels(values):
         return ""
@@ -918,7 +918,7 @@ def _child(request: dict[str, Any], fds: list[int], spare: str | None = None,
         if request.get("detach", True):
             # A process group of its own (a signal to the launcher's group is not its), in
             # the launcher's session (the dashboard's, or the shell's) and so in its
-            # scheduling group (core/supervisor.py says why not a session of its own).
+            # scheduling group (core/processes/supervisor.py says why not a session of its own).
             os.setpgid(0, 0)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
@@ -994,7 +994,7 @@ def _suspend(did: str) -> tuple[Any, str, int | None]:
     needed (cuCtxSetLimit's documentation). RuntimeError where that failed (the helper is
     ended; the context may still be held)."""
     import torch
-    from .core.cuda_checkpoint import Helper
+    from .core.processes.cuda_checkpoint import Helper
     helper = Helper()
     stack = None
     if torch.cuda.is_initialized():

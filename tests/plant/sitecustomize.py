@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tui_trainer.core import config
+from tui_trainer.core.settings import config
 from tui_trainer.engine import models
 
 

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import runner
-from ..core import config, figures, stats, study
-from ..core.config import ConfigError
+from ..core.settings import config
+from ..core.analysis import figures, stats, study
+from ..core.settings.config import ConfigError
 from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, BadInput
-from ..core.store import SessionStore
+from ..core.session.store import SessionStore
 from ..core.text import shown
 from .common import (DEFAULT_AB_STEPS, check_name, config_args, json_safe, session_dir,
                      study_args, terminal_width)

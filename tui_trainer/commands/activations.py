@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import runner
-from ..core.config import ConfigError
+from ..core.settings.config import ConfigError
 from ..core.errors import EXIT_OK, DiskFull, ExportFailed, is_disk_full
 from ..core.text import shown
 from .common import json_safe, open_to_answer
@@ -56,7 +56,7 @@ def add(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core import activations
+    from ..core.analysis import activations
     how, index = digit_arg(args.digit)
     if index is not None and index < 0:
         raise ConfigError("--digit", f"must be 0 or more, got {index}")
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _png(args: argparse.Namespace, store: Any, meta: dict, arrays: dict) -> Path:
-    from ..core import activations
+    from ..core.analysis import activations
     out = Path(args.out).expanduser().resolve() if args.out else store.dir / "exports"
     try:
         out.mkdir(parents=True, exist_ok=True)

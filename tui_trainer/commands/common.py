@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import lifecycle
-from ..core import figures, stats
-from ..core.config import ConfigError
+from ..core.analysis import figures, stats
+from ..core.settings.config import ConfigError
 from ..core.errors import EXIT_FAILED, BadInput, ReadOnlySession, exit_for
-from ..core.paths import default_session_dir
-from ..core.store import SessionStore
+from ..core.session.paths import default_session_dir
+from ..core.session.store import SessionStore
 from ..core.text import name_problem, shown, shown_lines
 
 DEFAULT_AB_STEPS = 200

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..core import config
+from ..core.settings import config
 from ..core.errors import EXIT_OK
 from .common import config_args
 

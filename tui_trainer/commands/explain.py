@@ -33,7 +33,7 @@ def add(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.explain import evidence_lines, explanation_text
+    from ..core.analysis.explain import evidence_lines, explanation_text
     store, record = open_to_answer(args)
     with store:
         result = runner.explain(store, args.a, args.b, record=record)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import EXIT_OK, BadInput, DiskFull, ExportFailed, is_disk_full
-from ..core.store import SessionStore
+from ..core.session.store import SessionStore
 from .common import session_dir
 
 
@@ -30,7 +30,7 @@ def add(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.export import export_runs, export_study
+    from ..core.session.export import export_runs, export_study
     if not args.run_ids and args.study is None:
         raise BadInput("export what? give RUN_ID ... or --study ID")
     if args.run_ids and args.study is not None:

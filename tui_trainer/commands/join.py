@@ -7,7 +7,8 @@ import sys
 from typing import Any
 
 from .. import lifecycle
-from ..core import config, supervisor
+from ..core.settings import config
+from ..core.processes import supervisor
 from ..core.errors import EXIT_FAILED, EXIT_OK
 from .common import say
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ..core import config, machine
+from ..core.settings import config, machine
 from ..core.errors import EXIT_BAD_INPUT, EXIT_OK
 from .common import config_args, say
 

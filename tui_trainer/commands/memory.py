@@ -27,7 +27,7 @@ def add(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core import memory
+    from ..core.analysis import memory
     store, record = open_to_answer(args)
     with store:
         run = store.run(args.run)

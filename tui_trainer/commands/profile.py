@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from .. import runner
-from ..core.config import ConfigError
+from ..core.settings.config import ConfigError
 from ..core.errors import EXIT_OK
 from .common import json_safe, open_to_answer
 
@@ -38,7 +38,7 @@ def add(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core import profiling
+    from ..core.analysis import profiling
     for flag, value, lo, hi in (("--steps", args.steps, 1, 1000), ("--warmup", args.warmup, 0,
                                                                      1000)):
         if not lo <= value <= hi:

@@ -8,10 +8,12 @@ import sys
 from typing import Any
 
 from .. import runner
-from ..core import config, figures, supervisor
-from ..core.config import ConfigError
+from ..core.settings import config
+from ..core.analysis import figures
+from ..core.processes import supervisor
+from ..core.settings.config import ConfigError
 from ..core.errors import EXIT_NOT_IDENTICAL, EXIT_OK, BadInput
-from ..core.store import SessionStore
+from ..core.session.store import SessionStore
 from ..core.text import shown, shown_lines
 from .common import config_args, session_dir
 
@@ -98,5 +100,5 @@ def _print_verdict(r: dict[str, Any]) -> None:
     for reason in r["explanations"] or ["none of the known causes applies to these runs"]:
         print(f"  - {reason}")
     if r.get("explanation"):
-        from ..core.explain import explanation_text
+        from ..core.analysis.explain import explanation_text
         print("where they part: " + shown_lines(explanation_text(r["explanation"])))

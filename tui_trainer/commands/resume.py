@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from .. import lifecycle
-from ..core import config
+from ..core.settings import config
 from ..core.text import shown_lines
 from .common import ended, session_dir
 

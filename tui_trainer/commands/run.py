@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from .. import lifecycle
-from ..core import config
-from ..core.paths import default_session_dir
+from ..core.settings import config
+from ..core.session.paths import default_session_dir
 from .common import check_name, config_args, ended, session_dir
 
 

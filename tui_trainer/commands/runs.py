@@ -7,11 +7,12 @@ import json
 import time
 from typing import Any
 
-from ..core import contention, figures
+from ..core.processes import contention
+from ..core.analysis import figures
 from ..core.columns import fit
 from ..core.errors import EXIT_OK, DiskFull, SessionError
-from ..core.reader import reason_of, shown_status, stall_note
-from ..core.store import SessionStore
+from ..core.session.reader import reason_of, shown_status, stall_note
+from ..core.session.store import SessionStore
 from ..core.text import shown
 from .common import json_safe, say, session_dir, terminal_width
 

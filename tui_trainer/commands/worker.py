@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..core import config
+from ..core.settings import config
 from .common import say, session_dir
 
 

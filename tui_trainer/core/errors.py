@@ -97,7 +97,7 @@ class ExportFailed(Exception):
 
 
 def _exit_for_errors() -> tuple[tuple[type[Exception], int, str], ...]:
-    from .config import ConfigError     # config defines it beside the knobs
+    from .settings.config import ConfigError  # config defines it beside the knobs
     # Most specific first: printed as one line (with the prefix), with this exit status.
     return ((ConfigError, EXIT_BAD_INPUT, "bad config: "),
             (CheckpointError, EXIT_BAD_INPUT, ""),

@@ -2,7 +2,7 @@
 
 import os
 
-from ..core import paths
+from ..core.session import paths
 
 # Importing torchvision makes torch create its inductor cache folder (torch.compile's kernels)
 # in the shared temporary folder, /tmp/torchinductor_<user>, where it stays. Ours goes to the

@@ -2,7 +2,7 @@
 run's model restored from one of its checkpoints, in evaluation mode and fp32 on the CPU
 (the GPU stays free for what trains), fed one digit of its evaluation set; every
 convolution's output (its feature maps, one per channel) caught by a forward hook, and the
-ten class probabilities. core.activations draws and keeps it."""
+ten class probabilities. core.analysis.activations draws and keeps it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core.config import RunConfig
+from ..core.settings.config import RunConfig
 from ..core.errors import BadInput
 from .data import _base, _mean_std, _resident_tensors, load_datasets
 from .models import build_model

@@ -17,8 +17,9 @@ from typing import Any
 
 import torch
 
-from ..core import contention, figures, supervisor
-from ..core.figures import DEVICE_PHASES, PHASES
+from ..core.processes import contention, supervisor
+from ..core.analysis import figures
+from ..core.analysis.figures import DEVICE_PHASES, PHASES
 from .knobs import param_fingerprint
 
 
@@ -39,10 +40,10 @@ class Summary:
     steps: int
     epochs: float
     final_loss: float | None          # the last logged mini-batch's loss
-    train_loss: float | None          # the logged losses smoothed (core.figures)
+    train_loss: float | None          # the logged losses smoothed (core.analysis.figures)
     eval_accuracy: float | None
     eval_loss: float | None
-    samples_per_s: float | None       # training throughput (core.figures)
+    samples_per_s: float | None       # training throughput (core.analysis.figures)
     wall_samples_per_s: float | None  # samples / wall time, start-up and evaluation included
     elapsed_s: float
     param_sha256: str | None
@@ -180,7 +181,7 @@ class Bookkeeping:
                 memory = {k: max((m[k] for m in per_rank if m[k] is not None), default=None)
                           for k in memory}
                 # the whole group: every rank's workers, and what each rank past the first
-                # holds alone (core.figures adds them to the lead's RSS)
+                # holds alone (core.analysis.figures adds them to the lead's RSS)
                 memory["workers_uss"] = sum(m["workers_uss"] or 0.0 for m in per_rank)
                 others = [m["own_uss"] for m in per_rank[1:]]
                 memory["ranks_uss"] = None if None in others else sum(others)

@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from ..core import config
+from ..core.settings import config
 from ..core.errors import CheckpointError, DiskFull, SessionError, is_disk_full
-from ..core.liveness import process_alive
-from ..core.store import SessionStore
+from ..core.processes.liveness import process_alive
+from ..core.session.store import SessionStore
 
 FORMAT = "tui-trainer-checkpoint"
 VERSION = 1

@@ -45,8 +45,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.config import RunConfig
-from ..core.machine import CUDA_START_ENV, CUDA_STARTS
+from ..core.settings.config import RunConfig
+from ..core.settings.machine import CUDA_START_ENV, CUDA_STARTS
 from ..core.text import shown
 from .models import MODELS
 from .step import batch_in, eval_sums, forward_loss

@@ -20,10 +20,10 @@ import torchvision.transforms.functional as TF
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from torchvision import datasets, transforms
 
-from ..core import datafiles
-from ..core.config import RunConfig
-from ..core.datafiles import DataUnavailable  # noqa: F401  (raised by datafiles.prepare)
-from ..core.machine import offline
+from ..core.settings import datafiles
+from ..core.settings.config import RunConfig
+from ..core.settings.datafiles import DataUnavailable  # noqa: F401  (raised by datafiles.prepare)
+from ..core.settings.machine import offline
 
 MEAN_STD = {"mnist": (0.1307, 0.3081), "fashion-mnist": (0.2860, 0.3530),
             "synthetic": (0.5, 0.25)}
@@ -42,7 +42,8 @@ class DataInfo:
         return dict(self.__dict__)
 
 
-# --- where the data come from (core/datafiles.py makes them ready on disk) ----------------
+# --- where the data come from (core/settings/datafiles.py makes them ready on disk)
+# ----------------
 
 def _try_download_mnist(root: Path) -> bool:
     if offline():

@@ -1,9 +1,9 @@
 """Data-parallel runs: the launcher (torchrun, in this process) and the process group.
 
 A run with nproc x nnodes > 1 trains as DistributedDataParallel in processes started by
-PyTorch's own launcher, `torch.distributed.run` (torchrun). The process that was asked to
-train the run (by the dashboard's supervisor, or `tui-trainer run` in a terminal) becomes
-torchrun's agent: `launch_group` runs torchrun with the arguments core.supervisor builds and
+PyTorch's own launcher, `torch.distributed.run` (torchrun). The process that was asked to train
+the run (by the dashboard's supervisor, or `tui-trainer run` in a terminal) becomes torchrun's
+agent: `launch_group` runs torchrun with the arguments core.processes.supervisor builds and
 returns how each failed rank ended, so the run can be marked crashed naming the rank.
 
 One rank's life is engine/rank.py's `run_rank` (the hidden `worker` command): rank 0 reads
@@ -173,7 +173,8 @@ def use_backend(group: Group, wanted: str, device: torch.device) -> None:
                                          timeout=timedelta(seconds=group.timeout_s))
 
 
-# --- the launcher ------------------------------------------------------------------------------
+# --- the launcher
+# ------------------------------------------------------------------------------
 
 @dataclass
 class RankFailure:

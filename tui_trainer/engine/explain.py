@@ -16,7 +16,7 @@
    self-consistent but the two different: each setting that differs is switched, one at a
    time, to find the one the difference follows.
 
-The answer is a plain dict; core.explain puts it in words.
+The answer is a plain dict; core.analysis.explain puts it in words.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from ..core import config
+from ..core.settings import config
 from ..core.errors import BadInput
-from ..core.store import SessionStore
+from ..core.session.store import SessionStore
 from .checkpoint import load_checkpoint
 from .distributed import Group
 from .knobs import capture_rng, param_fingerprint, restore_rng
@@ -841,8 +841,8 @@ def first_differing_input(ca: Capture, cb: Capture) -> dict[str, Any] | None:
 
 def _prices(store: SessionStore, side: Side, found: dict[str, Any]) -> list[dict[str, Any]]:
     """What each setting that made the op deterministic costs, where an A/B study of this
-    config measured it (core.study.price)."""
-    from ..core.study import price
+    config measured it (core.analysis.study.price)."""
+    from ..core.analysis.study import price
     out = []
     for tried in (found.get("fixes") or {}).get("tried", []):
         if tried["result"] == "agrees":
@@ -853,8 +853,8 @@ def _prices(store: SessionStore, side: Side, found: dict[str, Any]) -> list[dict
 
 
 def replay(store: SessionStore, located: dict[str, Any]) -> dict[str, Any]:
-    """Goes on from what the fingerprints said (core.explain.locate, verdict "replay"):
-    the exact step, what went into it, the op and why, as a plain dict (core.explain words
+    """Goes on from what the fingerprints said (core.analysis.explain.locate, verdict "replay"):
+    the exact step, what went into it, the op and why, as a plain dict (core.analysis.explain words
     it)."""
     t0 = time.perf_counter() - located["cost_s"]
     out = dict(located)

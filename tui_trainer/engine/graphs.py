@@ -21,7 +21,7 @@ network capture", docs/notes/cuda.html#cuda-graphs).
   so that the eager steps after a resume compute the bits the replayed ones did.
 
 What needs one shape per step, an adam/adamw update and one process is refused in
-core.config (graph_problem) and at set-up (a last batch of another size).
+core.settings.config (graph_problem) and at set-up (a last batch of another size).
 
 First run on an H100 on 2026-11-26: tests/test_gpu.py's first test passed (bit-exact resume
 across a re-capture, learning as eager steps do), and fastest-gpu's steps ran at 410k

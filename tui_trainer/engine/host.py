@@ -16,12 +16,12 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from ..core import contention, supervisor
-from ..core.config import RunConfig
+from ..core.processes import contention, supervisor
+from ..core.settings.config import RunConfig
 from ..core.errors import DiskFull, is_disk_full
-from ..core.liveness import HEARTBEAT_S
-from ..core.proctitle import set_title, title
-from ..core.store import SessionStore
+from ..core.processes.liveness import HEARTBEAT_S
+from ..core.processes.proctitle import set_title, title
+from ..core.session.store import SessionStore
 from .bookkeeping import Summary
 from .checkpoint import sweep
 from .distributed import Group, PeerLost, peer_lost
@@ -35,7 +35,7 @@ class _Heartbeat(threading.Thread):
     (`position`: its step, and what it does besides stepping, Trainer.busy) last moved,
     the run's own seconds per step so far, and what it is busy with: a run that beats but
     does not train (a data-parallel rank hung, its peers waiting in a collective) reads as
-    stalled once its step has stood still for its stall window (core.liveness)."""
+    stalled once its step has stood still for its stall window (core.processes.liveness)."""
 
     def __init__(self, session_dir: Path, run_id: int,
                  position: Callable[[], tuple[int, str | None, float | None]],
@@ -61,7 +61,7 @@ class _Heartbeat(threading.Thread):
 
 class Crowding:
     """Whether a CPU run's torch threads outnumber the cores the rest of the machine leaves
-    it (core.contention.crowded), judged while it trains from what it records anyway: the
+    it (core.processes.contention.crowded), judged while it trains from what it records anyway: the
     machine's and its own CPU time over the last CROWDED_WINDOW_S. `beat` (each heartbeat)
     returns the note while crowded, None once it is not, Ellipsis when nothing changed; a
     change is said in the run's log."""

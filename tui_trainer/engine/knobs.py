@@ -20,14 +20,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core import machine
-from ..core.config import ConfigError, RunConfig, graph_step
-from ..core.machine import Machine
+from ..core.settings import machine
+from ..core.settings.config import ConfigError, RunConfig, graph_step
+from ..core.settings.machine import Machine
 
 
 def machine_facts(device: str = "auto") -> Machine:
     """What torch sees here, for a run whose device setting is `device`; the rules that use
-    it are in core.machine. A run on the CPU (or an Apple GPU) is not asked about CUDA:
+    it are in core.settings.machine. A run on the CPU (or an Apple GPU) is not asked about CUDA:
     asking starts CUDA's driver (cuInit: 0.13 s on an H100, and a connection to its
     persistence daemon's socket), which that run never uses; its facts say no CUDA."""
     asks = device not in ("cpu", "mps")
@@ -167,7 +167,8 @@ def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any
         "seed_workers": cfg.seed_workers,
         "num_threads": torch.get_num_threads(),
         "num_interop_threads": torch.get_num_interop_threads(),
-        # how idle OpenMP threads wait, as libgomp read it (core.supervisor.THREAD_WAIT)
+        # how idle OpenMP threads wait, as libgomp read it
+        # (core.processes.supervisor.THREAD_WAIT)
         "omp_wait": os.environ.get("OMP_WAIT_POLICY") or
         f"spin {os.environ.get('GOMP_SPINCOUNT', 'default')}",
         "loader": cfg.loader,

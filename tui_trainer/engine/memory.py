@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..core.config import FIELDS, graph_step
+from ..core.settings.config import FIELDS, graph_step
 from .train import Trainer
 
 # --- on demand: one step, accounted by category and module ------------------------------------

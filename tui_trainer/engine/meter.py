@@ -11,7 +11,7 @@
 - on CUDA, `cuda_peak`: the allocator's peak since the last log point (reset each time),
   and `cuda_reserved`, the peak reserved by its cache in the interval (`cuda_alloc`: now).
 
-core.figures makes the run's figures of them (one definition). On demand, engine.memory
+core.analysis.figures makes the run's figures of them (one definition). On demand, engine.memory
 breaks one step down by category and module.
 """
 
@@ -27,7 +27,7 @@ import psutil
 import torch
 from torch import nn
 
-from ..core.cuda_checkpoint import Helper
+from ..core.processes.cuda_checkpoint import Helper
 
 STATUS = Path("/proc/self/status")
 CLEAR_REFS = Path("/proc/self/clear_refs")

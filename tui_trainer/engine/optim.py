@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.config import RunConfig, graph_step
+from ..core.settings.config import RunConfig, graph_step
 from .graphs import DeviceRates
 
 

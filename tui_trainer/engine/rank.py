@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core import config
+from ..core.settings import config
 from ..core.errors import EXIT_DIVERGED, EXIT_OK, EXPECTED, BadInput, CheckpointError, expected
-from ..core.proctitle import set_title, title
-from ..core.store import SessionStore
+from ..core.processes.proctitle import set_title, title
+from ..core.session.store import SessionStore
 from .distributed import (AGENT_ENV, PeerLost, die_with_parent, join_group, leave_at_once,
                           under_torchrun)
 from .host import run_training
@@ -24,7 +24,8 @@ from .host import run_training
 
 @dataclass(frozen=True)
 class RankArgs:
-    """What torchrun gives every rank on its command line (core.supervisor.worker_args)."""
+    """What torchrun gives every rank on its command line
+    (core.processes.supervisor.worker_args)."""
     session: Path | None            # only on node 0: the machine holding the session
     run_id: int | None
     sets: list[str]                 # the allowed overrides of a continued run

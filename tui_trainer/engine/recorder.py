@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from ..core import figures
-from ..core.store import BatchedWriter, SessionStore
+from ..core.analysis import figures
+from ..core.session.store import BatchedWriter, SessionStore
 from .checkpoint import fault_point, save_checkpoint
 
 
@@ -88,7 +88,7 @@ class Recorder:
         return self.store.fingerprint_at(self.run_id, step) if self.store is not None else None
 
     def figures(self) -> figures.Figures:
-        """The run's figures from every row it recorded (core.figures, the one definition):
+        """The run's figures from every row it recorded (core.analysis.figures, the one definition):
         as its writer kept them while writing them, else read from the rows."""
         assert self.store is not None and self.writer is not None
         self.writer.flush()

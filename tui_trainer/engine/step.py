@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from ..core.config import RunConfig
+from ..core.settings.config import RunConfig
 
 # autocast's dtype of each `amp` value ("off": none)
 AMP = {"fp16": torch.float16, "bf16": torch.bfloat16}

@@ -31,11 +31,12 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..core import contention, figures, supervisor
-from ..core.figures import PHASES
-from ..core.config import ConfigError, RunConfig, graph_step
+from ..core.processes import contention, supervisor
+from ..core.analysis import figures
+from ..core.analysis.figures import PHASES
+from ..core.settings.config import ConfigError, RunConfig, graph_step
 from ..core.errors import CheckpointError
-from ..core.store import SessionStore
+from ..core.session.store import SessionStore
 from .bookkeeping import Bookkeeping, Position, Summary
 from .cuda_start import CudaStart
 from .data import Loaders, make_loaders
@@ -66,7 +67,7 @@ class StepDone:
 
 @dataclass
 class Clock:
-    """Where the steps' time went since the last log point, phase by phase (core.figures
+    """Where the steps' time went since the last log point, phase by phase (core.analysis.figures
     PHASES): waiting for data, copying the batch to the device, forward, backward,
     optimizer, and the loop's own recording (rows, fingerprints, checkpoints). On the CPU
     each boundary is a perf_counter; on CUDA the device phases are CUDA events, read only
@@ -457,8 +458,8 @@ class Trainer(Bookkeeping):
         self.bar = self._progress_bar()
         self.clock.lap(self.pos.samples)
         self.meter.start()
-        # What else took the CPU while this run was timed (core.contention), the processes
-        # of the study that started it not counted; one process of a data-parallel run
+        # What else took the CPU while this run was timed (core.processes.contention), the
+        # processes of the study that started it not counted; one process of a data-parallel run
         # cannot tell its peers from strangers: not recorded there.
         self.machine_at_start = None if self.group.active else \
             contention.snapshot(supervisor.owner())

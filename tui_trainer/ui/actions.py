@@ -16,13 +16,13 @@ from typing import Any, Callable
 
 from textual import work
 
-from ..core import machine
+from ..core.settings import machine
 from ..core.errors import SessionError
-from ..core import activations, memory, profiling
-from ..core.explain import for_pair
-from ..core.paths import sessions_dir
-from ..core.store import SessionStore
-from ..core.supervisor import Supervisor
+from ..core.analysis import activations, memory, profiling
+from ..core.analysis.explain import for_pair
+from ..core.session.paths import sessions_dir
+from ..core.session.store import SessionStore
+from ..core.processes.supervisor import Supervisor
 from ..core.text import name_problem, shown
 from .panels.launch import LaunchPanel
 from .panels.model import ModelPanel
@@ -103,7 +103,7 @@ class RunActions:
     @work(thread=True, group="write")
     def _start_checked(self, config: dict[str, Any], name: str | None,
                        started: Callable[[int], None]) -> None:
-        """Start, once core.machine's rules say this machine can train the config (the
+        """Start, once core.settings.machine's rules say this machine can train the config (the
         machine is probed once, in a child process; the UI never imports torch)."""
         try:
             found = machine.problem(config, machine.facts())
@@ -583,7 +583,7 @@ class SessionActions:
     def _export(self, what: str, ids: list[int]) -> None:
         """In a worker thread, with its own read-only connection; matplotlib takes a second
         or two, the dashboard keeps polling meanwhile."""
-        from ..core.export import export_runs, export_study
+        from ..core.session.export import export_runs, export_study
         try:
             with SessionStore(self.session_dir, create=False, readonly=True) as store:
                 out = store.dir / "exports"

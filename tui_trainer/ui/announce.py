@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.reader import ENDED, Snapshot
+from ..core.session.reader import ENDED, Snapshot
 
 SEVERITY = {"finished": "information", "stopped": "information", "copied": "information",
             "crashed": "error", "diverged": "warning"}

@@ -30,13 +30,13 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Header, TabbedContent, TabPane
 from textual.widgets._tabbed_content import ContentTabs
 
-from ..core.config import ConfigError
+from ..core.settings.config import ConfigError
 from ..core.errors import SessionError
-from ..core.paths import default_session_dir
-from ..core.plotdata import PANELS
-from ..core.reader import Snapshot
-from ..core.store import SessionStore
-from ..core.supervisor import Supervisor, WarmLauncher, dashboard_nice
+from ..core.session.paths import default_session_dir
+from ..core.analysis.plotdata import PANELS
+from ..core.session.reader import Snapshot
+from ..core.session.store import SessionStore
+from ..core.processes.supervisor import Supervisor, WarmLauncher, dashboard_nice
 from ..core.text import shown, shown_lines
 from . import heap
 from .actions import Job, RunActions, SessionActions, twins_of
@@ -491,7 +491,8 @@ class TrainerApp(RunActions, SessionActions, App[None]):
             # moved past these lines, so the next tick reads the log from its start.
             self.poller.log_missed()
 
-    # --- what the panels tell the app ----------------------------------------------------------
+    # --- what the panels tell the app
+    # ----------------------------------------------------------
     @on(RunTable.CursorMoved)
     def _cursor(self, event: RunTable.CursorMoved) -> None:
         if event.run_id != self.cursor_run:
@@ -543,7 +544,8 @@ class TrainerApp(RunActions, SessionActions, App[None]):
     def _notice(self, event: LaunchPanel.Notice) -> None:
         self.notify(event.text, severity=event.severity)
 
-    # --- writing, in worker threads ------------------------------------------------------------
+    # --- writing, in worker threads
+    # ------------------------------------------------------------
     def notify(self, message: str, *, title: str = "", severity: Any = "information",
                timeout: float | None = None, markup: bool = False) -> None:
         """Every notification is plain text: messages carry names, paths and values from

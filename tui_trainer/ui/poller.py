@@ -1,6 +1,6 @@
 """The polling thread: reads the session, computes what the visible tab draws, posts it.
 
-One thread with its own read-only connection (core.reader: only what changed since the last
+One thread with its own read-only connection (core.session.reader: only what changed since the last
 tick). Twice a second, or at once when woken, it reads what the app's `Request` names and
 posts one replaceable `Polled` message; the Log tab's new lines come as `LogLines` (never
 replaced: each carries lines the panel has not seen). The UI thread never runs SQLite.
@@ -19,11 +19,11 @@ from textual.app import App
 from textual.message import Message
 from textual.worker import get_current_worker
 
-from ..core.study import sweep_groups
-from ..core.plotdata import PlotOptions, plot_lines
-from ..core.reader import SessionReader, Snapshot
+from ..core.analysis.study import sweep_groups
+from ..core.analysis.plotdata import PlotOptions, plot_lines
+from ..core.session.reader import SessionReader, Snapshot
 from ..core.errors import DiskFull, SessionError
-from ..core.store import SessionStore
+from ..core.session.store import SessionStore
 from .panels.log import LogTail
 
 POLL_S = 0.5            # the session is read, and the visible tab redrawn, twice a second
@@ -170,7 +170,7 @@ class Poller:
                         tail.path = None
                 except (SessionError, DiskFull) as e:
                     # A damaged page of old rows (the open checks the tables that grow
-                    # with the runs, not every row: core.store.CHECKED), a full disk:
+                    # with the runs, not every row: core.session.store.CHECKED), a full disk:
                     # said once, the screen kept as last read, the next tick tries again.
                     if str(e) != said:
                         said = str(e)

@@ -17,8 +17,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ..core.paths import sessions_dir
-from ..core.store import DB_NAME, SessionError, SessionStore
+from ..core.session.paths import sessions_dir
+from ..core.session.store import DB_NAME, SessionError, SessionStore
 from ..core.text import shown
 
 # The help, as data: drawn once into one widget (a Markdown document of widgets cost the
@@ -190,7 +190,7 @@ class MemoryScreen(TextScreen):
                 Binding("m", "dismiss(True)", "Measure again")]
 
     def __init__(self, title: str, result: dict, resident_mib: float | None = None) -> None:
-        from ..core import memory
+        from ..core.analysis import memory
         super().__init__(title, memory.lines(result, resident_mib), "memory",
                          again="Measure again (m)")
         self.timeline = memory.timeline(result)

@@ -11,9 +11,9 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable
 
-from ..core import config
-from ..core.study import sweep_groups
-from ..core.plotdata import X_AXES, PlotOptions
+from ..core.settings import config
+from ..core.analysis.study import sweep_groups
+from ..core.analysis.plotdata import X_AXES, PlotOptions
 
 SAVED_PLOT_OPTIONS = ("x", "smoothing", "last", "log_y")     # not the width: the terminal's
 MAX_SHOWN = 8           # runs drawn at once: one colour each (panels.common.COLOURS)

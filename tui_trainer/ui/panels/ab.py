@@ -1,7 +1,7 @@
 """The A/B tab: plan a study (the form's config as the base, one variant per value of each
 varied knob), watch its table fill, pair a variant with the base (Enter).
 
-The panel plans and starts a study itself (core.study; the write through `app.write`) and
+The panel plans and starts a study itself (core.analysis.study; the write through `app.write`) and
 tells the app which study to show (`StudyChosen`) and which runs to select (`SweepChosen`,
 `Paired`)."""
 
@@ -17,9 +17,9 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, DataTable, Input, Label, Select, Static
 
-from ...core import config
-from ...core import presets
-from ...core import study as studies
+from ...core.settings import config
+from ...core.settings import presets
+from ...core.analysis import study as studies
 from ...core.text import shown, shown_lines
 from .common import Table, Tick, plain
 from .launch import LaunchPanel

@@ -9,8 +9,8 @@ from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import DataTable
 
-from ...core import figures
-from ...core.reader import RunRow, Snapshot
+from ...core.analysis import figures
+from ...core.session.reader import RunRow, Snapshot
 from ...core.text import shown
 from ..selection import MAX_SHOWN, Selection
 

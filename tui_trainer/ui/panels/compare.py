@@ -1,5 +1,5 @@
 """The Compare tab: the compared runs side by side (the pair, or every marked run): the
-settings that differ, each figure (core.figures) with its ratio to the first run, and their
+settings that differ, each figure (core.analysis.figures) with its ratio to the first run, and their
 training loss overlaid."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Static
 
-from ...core import figures
-from ...core.divergence import BIT_RELEVANT_SETTINGS
-from ...core.figures import smooth
-from ...core.plotdata import Line
-from ...core.reader import RunRow
+from ...core.analysis import figures
+from ...core.analysis.divergence import BIT_RELEVANT_SETTINGS
+from ...core.analysis.figures import smooth
+from ...core.analysis.plotdata import Line
+from ...core.session.reader import RunRow
 from ..widgets.plots import MetricPlot
 from .common import Table, Tick, label, plain
 

@@ -11,11 +11,11 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Static
 
-from ...core.divergence import divergence, seed_spread, spread_text
-from ...core.explain import evidence, for_pair, words
-from ...core.plotdata import Line
-from ...core.reader import RunRow
-from ...core.verdicts import divergence_text, replica_text
+from ...core.analysis.divergence import divergence, seed_spread, spread_text
+from ...core.analysis.explain import evidence, for_pair, words
+from ...core.analysis.plotdata import Line
+from ...core.session.reader import RunRow
+from ...core.analysis.verdicts import divergence_text, replica_text
 from ...core.text import shown, shown_lines
 from ..screens import EvidenceScreen
 from ..widgets.plots import MetricPlot

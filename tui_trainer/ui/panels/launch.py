@@ -1,7 +1,7 @@
 """The launch panel: a preset, a name, the form, Start.
 
 It owns the form and the presets (loading one, saving the form as one: files, through
-core.presets); it tells the app `StartAsked` (a valid config and a name). Nothing here
+core.settings.presets); it tells the app `StartAsked` (a valid config and a name). Nothing here
 touches the session.
 """
 
@@ -17,9 +17,9 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Button, Input, Select, Static
 
-from ...core.config import DEFAULTS, ConfigError, RunConfig, allowed, doc, load
-from ...core.machine import Machine
-from ...core import presets
+from ...core.settings.config import DEFAULTS, ConfigError, RunConfig, allowed, doc, load
+from ...core.settings.machine import Machine
+from ...core.settings import presets
 from ...core.text import name_problem, shown
 from ..screens import NameScreen
 from ..widgets.config_form import ConfigForm

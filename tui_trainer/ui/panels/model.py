@@ -24,7 +24,7 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Static
 
-from ...core import activations
+from ...core.analysis import activations
 from ...core.text import shown, shown_lines
 from ..screens import NameScreen
 from .common import Tick

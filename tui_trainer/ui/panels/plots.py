@@ -18,7 +18,7 @@ from textual.containers import Grid, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Static
 
-from ...core.plotdata import PANELS, SMOOTHING_CHOICES, X_AXES, Line, PlotOptions
+from ...core.analysis.plotdata import PANELS, SMOOTHING_CHOICES, X_AXES, Line, PlotOptions
 from ...core.text import shown
 from ..widgets.plots import MetricPlot
 from .common import Tick, label

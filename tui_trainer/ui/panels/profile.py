@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ...core import profiling
+from ...core.analysis import profiling
 from ...core.text import shown_lines
 from .common import Tick
 

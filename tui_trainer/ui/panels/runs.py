@@ -19,9 +19,10 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
 
-from ...core import contention, figures
+from ...core.processes import contention
+from ...core.analysis import figures
 from ...core.columns import cut, fit
-from ...core.reader import RunRow, shown_status
+from ...core.session.reader import RunRow, shown_status
 from ...core.text import name_problem
 from ..screens import ConfirmScreen, NameScreen
 from .common import Table, Tick, plain

@@ -3,10 +3,10 @@ knob's explanation shows in the help line under the form; values that differ fro
 default are marked with •; typing in the search box filters the knobs (it never takes the
 focus or writes into a knob); Enter or Down there goes to the first match.
 
-Built from the config's own field table (`core.config`), so the form, `tui-trainer config`
+Built from the config's own field table (`core.settings.config`), so the form, `tui-trainer config`
 and the validation rules never disagree. An invalid value is marked at its field with the
 reason; the form reports whether it is valid so that Start can be refused. Once the machine
-is known (core.machine), a config it cannot run (cuda without CUDA, fp16 on the CPU, a
+is known (core.settings.machine), a config it cannot run (cuda without CUDA, fp16 on the CPU, a
 dataset not on disk) is marked the same way, at its key.
 """
 
@@ -21,8 +21,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import Checkbox, Collapsible, Input, Label, Select, Static
 
-from ...core import config
-from ...core import machine
+from ...core.settings import config
+from ...core.settings import machine
 from ...core.text import shown
 
 

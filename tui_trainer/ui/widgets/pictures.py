@@ -15,7 +15,7 @@ from rich.measure import Measurement
 from rich.text import Text
 from rich_pixels import Pixels
 
-from ...core.activations import colours
+from ...core.analysis.activations import colours
 from ...core.text import shown
 
 LEGEND_CELLS = 16
@@ -76,7 +76,7 @@ def bars(values: list[float], width: int = 8) -> list[str]:
 
 def probability_table(meta: dict[str, Any]) -> Text:
     """The ten classes, a bar and a percentage per run, the label marked."""
-    from ...core.activations import class_name
+    from ...core.analysis.activations import class_name
     runs = meta["runs"]
     width = max(5, *(len(class_name(meta, c)) for c in range(10)))
     text = Text(f"{'class':<{width}}" + "".join(f"  {'run ' + str(r):<15}" for r in runs)
@@ -95,10 +95,10 @@ def probability_table(meta: dict[str, Any]) -> Text:
 
 
 def stacked(t: dict[str, Any], width: int, height: int) -> Text:
-    """A memory timeline (core.memory.timeline) as a stacked chart in half blocks: a column
+    """A memory timeline (core.analysis.memory.timeline) as a stacked chart in half blocks: a column
     per slice of the step's operators (its highest point), the categories stacked bottom to
     top in their colours, the peak's MiB on the left; below, the phases and the legend."""
-    from ...core.memory import COLOURS, PHASE_COLOURS, columns, peak_point
+    from ...core.analysis.memory import COLOURS, PHASE_COLOURS, columns, peak_point
     cats = t["categories"]
     top = max(1, sum(peak_point(t)[3:]))
     label = f"{top / 2**20:,.1f} MiB"

@@ -1,4 +1,5 @@
-"""A plot panel: draws a few lines (core.plotdata.Line, already reduced to about its width).
+"""A plot panel: draws a few lines (core.analysis.plotdata.Line, already reduced to about its
+width).
 
 Plotext builds a chart in pure Python (about 35 ms for eight lines at 60x14 on this 2-core
 machine): too slow for the UI thread while runs stream, where eight panels redraw twice a
@@ -27,7 +28,7 @@ from textual.widget import Widget
 from textual_plotext import PlotextPlot
 from textual_plotext.plot import Plot
 
-from ...core.plotdata import Line
+from ...core.analysis.plotdata import Line
 from ..panels.common import COLOURS
 
 Series = Line           # the name the panels and tests knew

@@ -12,7 +12,7 @@ from typing import Any
 
 from .divergence import BIT_RELEVANT_SETTINGS, SETTING_DEFAULTS, divergence
 from .figures import hashes, identity
-from .store import SessionStore
+from ..session.store import SessionStore
 
 # Why a setting that differs between two runs changes their bits, where it is not obvious.
 WHY = {
@@ -145,7 +145,7 @@ def divergence_text(names: str, d: Any, checks: list[dict[str, Any]], pair: tupl
     """The Divergence panel's words, as (text, bold) pieces: the headline from the parameter
     hashes, the recorded check (determinism verdict or resume check) of this pair, how the
     difference grows, and the settings that can explain it. `runs` are the pair's runs
-    (config and settings); `d` is their core.divergence.Divergence."""
+    (config and settings); `d` is their core.analysis.divergence.Divergence."""
     out: list[tuple[str, bool]] = [(names + ": ", False)]
     if d.identical is None:
         out.append(("no common fingerprint yet.", False))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .errors import BadInput
-from .store import SessionStore
+from ..errors import BadInput
+from ..session.store import SessionStore
 
 # Config keys that change which samples a step sees, or how they are augmented.
 DATA_ORDER_KEYS = ("seed", "seed_workers", "num_workers", "persistent_workers", "augment",

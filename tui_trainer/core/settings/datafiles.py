@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .config import ConfigError
-from .errors import DiskFull, is_disk_full
+from ..errors import DiskFull, is_disk_full
 from .machine import (IDX_FILES, data_root, fashion_missing, fashion_source, mnist_missing,
                       mnist_on_disk, offline)
 

@@ -24,9 +24,9 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import model_words
-from .store import SessionStore
-from .text import shown
+from ..settings.config import model_words
+from ..session.store import SessionStore
+from ..text import shown
 
 if TYPE_CHECKING:
     import numpy as np
@@ -310,7 +310,7 @@ def png(meta: dict[str, Any], arrays: dict[str, np.ndarray], path: Path) -> Path
     a convolution: each run's maps on one shared scale and their difference, each with
     its colour bar."""
     import numpy as np
-    from .pyplot import FIG_DPI, pyplot
+    from ..pyplot import FIG_DPI, pyplot
     plt = pyplot()
     n = len(meta["runs"])
     cols = n + (1 if n == 2 else 0)

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .figures import PHASES
-from .store import SessionStore
-from .text import shown
+from ..session.store import SessionStore
+from ..text import shown
 
 EVENT = "profile"            # the event a profile is kept as, on its run
 SHOWN_OPS = 15               # operators a table shows

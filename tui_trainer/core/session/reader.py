@@ -9,7 +9,7 @@ connection (reading never writes). Each `tick()` costs what changed, not what is
 - the runs table is re-read only for runs that are new or were live at the last tick (a
   finished run changes only through this dashboard, which asks for a full re-read then, or
   through another process, which the periodic full re-read every FULL_EVERY_S catches);
-- each run's figures (core.figures) are fed the new rows, and a run's series are kept only
+- each run's figures (core.analysis.figures) are fed the new rows, and a run's series are kept only
   for the runs the screen shows.
 
 Core layer: imports neither torch nor textual.
@@ -21,13 +21,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import contention, figures
-from .config import DEFAULTS, world_size
-from .activations import EVENT as SEEN
-from .explain import EVENT as EXPLAINED
-from .liveness import stall_window
-from .memory import EVENT as MEASURED
-from .profiling import EVENT as PROFILED
+from ..processes import contention
+from ..analysis import figures
+from ..settings.config import DEFAULTS, world_size
+from ..analysis.activations import EVENT as SEEN
+from ..analysis.explain import EVENT as EXPLAINED
+from ..processes.liveness import stall_window
+from ..analysis.memory import EVENT as MEASURED
+from ..analysis.profiling import EVENT as PROFILED
 from .store import ENDED, SessionStore
 
 FULL_EVERY_S = 10.0
@@ -46,7 +47,7 @@ def reason_of(summary: dict[str, Any]) -> str | None:
 
 def shown_status(status: str, stalled_s: float | None) -> str:
     """A run's status as the table and `runs` say it: a live run whose step has not moved
-    for STALL_S (core.liveness.stalled_for) reads stalled."""
+    for STALL_S (core.processes.liveness.stalled_for) reads stalled."""
     return "stalled" if stalled_s else status
 
 
@@ -326,7 +327,8 @@ class SessionReader:
             self.hashes[rid] = figures.hashes(self.store.fingerprints(rid))
         return self.hashes[rid]
 
-    # --- metric rows ---------------------------------------------------------------------------
+    # --- metric rows
+    # ---------------------------------------------------------------------------
     def _read_rows(self) -> set[int]:
         touched: set[int] = set()
         for table in ("steps", "evals", "fingerprints"):
@@ -368,7 +370,7 @@ class SessionReader:
 
     # --- studies ---------------------------------------------------------------------------
     def _read_study(self, study_id: int | None) -> dict[str, Any] | None:
-        from .study import table as study_table
+        from ..analysis.study import table as study_table
         if study_id is None:
             return None
         known = {s["id"]: s for s in self._studies}

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .text import shown
+from ..text import shown
 
 # Keys that may change when a run is continued: they only say how long to train.
 TRAINING_LENGTH_KEYS = ("epochs", "max_steps")
@@ -531,7 +531,7 @@ def check_combination(cfg: RunConfig) -> None:
 
 def graph_step(cfg: RunConfig, cuda: bool) -> bool:
     """Whether the run's step is captured as CUDA graphs (cuda_graph step or auto, on CUDA;
-    step without CUDA is refused in core.machine)."""
+    step without CUDA is refused in core.settings.machine)."""
     return cuda and cfg.cuda_graph != "off"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .text import shown
+from ..text import shown
 
 PREFIX = "tui-trainer"
 

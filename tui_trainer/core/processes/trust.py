@@ -25,8 +25,8 @@ from pathlib import Path
 
 import platformdirs
 
-from .paths import APP
-from .text import shown
+from ..session.paths import APP
+from ..text import shown
 
 WARM_PREFIX = "warm-"
 LEGACY_PREFIX = "tui-trainer-warm-"     # folders of launchers before they moved here

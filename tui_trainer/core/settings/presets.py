@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import user_data_dir
+from ..session.paths import user_data_dir
 
-SHIPPED = Path(__file__).resolve().parent.parent / "presets"
+SHIPPED = Path(__file__).resolve().parents[2] / "presets"
 
 
 @dataclass(frozen=True)

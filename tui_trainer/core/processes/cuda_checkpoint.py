@@ -7,9 +7,9 @@ Why another process: the API is made for a controller outside the process it act
 `cuda-checkpoint --pid` tool is one, and NVIDIA's own tests of the API run a coordinator
 beside their target. A locked process's further CUDA calls block until it is unlocked, and
 a process that locked itself would make its checkpoint by such a call. So the spare starts
-a helper, `python -m tui_trainer.core.cuda_checkpoint PID` (`Helper`). The helper is its child,
-loads only the driver (cuInit: no context, no GPU memory), acts on its parent only, and
-does what the spare asks through a pipe:
+a helper, `python -m tui_trainer.core.processes.cuda_checkpoint PID` (`Helper`). The helper
+is its child, loads only the driver (cuInit: no context, no GPU memory), acts on its parent
+only, and does what the spare asks through a pipe:
 - "suspend": lock, then checkpoint;
 - "restore": restore, then unlock;
 - "bye": end.
@@ -165,13 +165,13 @@ class Helper:
     SUSPEND_S, RESTORE_S), then ends the helper and raises RuntimeError saying what it
     waited for; the driver's refusals come as RuntimeError with the driver's words."""
 
-    COMMAND = [sys.executable, "-m", "tui_trainer.core.cuda_checkpoint"]
+    COMMAND = [sys.executable, "-m", "tui_trainer.core.processes.cuda_checkpoint"]
     pids: set[int] = set()          # this process's helpers that have not ended
 
     def __init__(self) -> None:
         # The helper imports this package from where this process did (a relative
         # PYTHONPATH, as a checkout run from its tree has, would not find it elsewhere).
-        where = str(Path(__file__).resolve().parents[2])
+        where = str(Path(__file__).resolve().parents[3])     # (core/processes/ in the package)
         path = os.pathsep.join(p for p in (where, os.environ.get("PYTHONPATH")) if p)
         # In a process session of its own: no signal meant for the launcher's group (which
         # the spare was in when it started it) reaches the helper of the run it became.
@@ -272,8 +272,9 @@ class Helper:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1 or not argv[0].isdigit():
-        print("usage: python -m tui_trainer.core.cuda_checkpoint PID (started by the launcher's "
-              "suspended spare, PID being the spare's: not for direct use)", file=sys.stderr)
+        print("usage: python -m tui_trainer.core.processes.cuda_checkpoint PID (started by the "
+              "launcher's suspended spare, PID being the spare's: not for direct use)",
+              file=sys.stderr)
         return 2
     return serve(int(argv[0]))
 

@@ -10,12 +10,12 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from . import figures
-from .divergence import divergence
-from .explain import EVENT as EXPLAINED, evidence, for_pair, words
+from ..analysis import figures
+from ..analysis.divergence import divergence
+from ..analysis.explain import EVENT as EXPLAINED, evidence, for_pair, words
 from .store import SessionStore
 
-from .pyplot import FIG_DPI, FIG_SIZE_IN, pyplot as _pyplot
+from ..pyplot import FIG_DPI, FIG_SIZE_IN, pyplot as _pyplot
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> Path:
@@ -103,7 +103,7 @@ def export_activations(store: SessionStore, run_ids: list[int], out: Path) -> li
     """What the Model tab shows, as PNG: the pair's newest kept view (two runs exported)
     and each run's own, drawn again from the kept maps (maps that cannot be read, e.g. a
     hostile session's, are left out)."""
-    from . import activations
+    from ..analysis import activations
     wanted = [tuple(run_ids)] if len(run_ids) == 2 else []
     wanted += [(r,) for r in run_ids]
     written = []
@@ -125,7 +125,7 @@ def export_memory(store: SessionStore, run_id: int, out: Path) -> list[Path]:
     CSV (a row an operator: phase, module, operator, bytes by category) and as a stacked
     PNG, and on CUDA the allocator's snapshot (for https://pytorch.org/memory_viz; a
     snapshot whose kept path leads out of the session is not followed)."""
-    from . import memory
+    from ..analysis import memory
     result = memory.newest(store.events(run_id, (memory.EVENT,)))
     if result is None:
         return []
@@ -156,7 +156,7 @@ def export_memory(store: SessionStore, run_id: int, out: Path) -> list[Path]:
 
 def _timeline_figure(t: dict[str, Any], title: str, path: Path, written: list[Path]) -> None:
     """The timeline stacked by category, the phases shaded behind it."""
-    from .memory import COLOURS, PHASE_COLOURS
+    from ..analysis.memory import COLOURS, PHASE_COLOURS
     fig, ax = _pyplot().subplots(figsize=FIG_SIZE_IN, dpi=FIG_DPI)
     xs = list(range(len(t["points"])))
     ys = [[p[3 + i] / 2**20 for p in t["points"]] for i in range(len(t["categories"]))]
@@ -182,7 +182,7 @@ def _timeline_figure(t: dict[str, Any], title: str, path: Path, written: list[Pa
 def export_profile(store: SessionStore, run_id: int, out: Path) -> list[Path]:
     """The run's newest profile, if it has one: its words and its Chrome/Perfetto trace
     (a trace whose kept path leads out of the session is not followed)."""
-    from . import profiling
+    from ..analysis import profiling
     result = profiling.newest(store.events(run_id, (profiling.EVENT,)))
     if result is None:
         return []
@@ -212,7 +212,8 @@ def export_explanation(store: SessionStore, pair: list[int], out: Path) -> Path 
 
 
 def export_summary(store: SessionStore, run_ids: list[int], out: Path) -> Path:
-    """One row per run: its figures as the dashboard and `runs` show them (core.figures)."""
+    """One row per run: its figures as the dashboard and `runs` show them
+    (core.analysis.figures)."""
     out.mkdir(parents=True, exist_ok=True)
     keys = ["samples_per_s", "data_wait_s", "peak_memory_mib", "memory_kind", "train_loss",
             "eval_loss", "accuracy", "wall_s"]
@@ -278,7 +279,7 @@ def export_study(store: SessionStore, study_id: int, out: Path) -> list[Path]:
     """An A/B study: its table (figures and ratios) as CSV, every point of its runs as CSV,
     and figures: its runs' loss, throughput and memory overlaid, each figure as a ratio to
     the base, and each variant's parameter distance from the base."""
-    from .study import FIGURES, identity_text, table
+    from ..analysis.study import FIGURES, identity_text, table
     plt = _pyplot()
     study, rows = table(store, study_id)
     out.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import world_size
-from .paths import default_data_dir
+from ..session.paths import default_data_dir
 
 # Debian's dataset-fashion-mnist package puts the four IDX files here.
 FASHION_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")

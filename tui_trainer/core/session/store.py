@@ -25,16 +25,17 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import figures
-from .liveness import (dead_reason, is_live, process_alive, process_start_time, stalled_for,
-                       starting)
-from .errors import (DiskFull, NotFound, ReadOnlySession, RunBusy, SessionError,
-                     free_bytes, is_disk_full)
+from ..analysis import figures
+from ..processes.liveness import (dead_reason, is_live, process_alive, process_start_time,
+                                  stalled_for, starting)
+from ..errors import (DiskFull, NotFound, ReadOnlySession, RunBusy, SessionError, free_bytes,
+                      is_disk_full)
 
 SCHEMA_VERSION = 1
 DB_NAME = "session.sqlite"
 APP_ID = "tui-trainer session"
-# Whether a run's process is alive (heartbeat, pid, stalled) is core/liveness.py's policy.
+# Whether a run's process is alive (heartbeat, pid, stalled) is core/processes/liveness.py's
+# policy.
 
 # diverged: the loss or the parameters became NaN/inf; the rows up to it and the last finite
 # checkpoint are kept.
@@ -123,17 +124,17 @@ INDEXES = {"events_by_run": "CREATE INDEX IF NOT EXISTS events_by_run ON events 
            "checkpoints_by_run": "CREATE INDEX IF NOT EXISTS checkpoints_by_run ON "
                                  "checkpoints (run_id, step)"}
 _SCHEMA += "".join(f"{stmt};" for stmt in INDEXES.values())
-# Tables added after schema 1 shipped: a writable open creates them when missing; a
-# read-only open of an older session reads them as empty.
-# kept_figures: an ended run's figures (core.figures), computed once from its rows when it
-# ended, with the run as it was then (status, step, end time) and the figures' VERSION: they
-# stand for the run while all four still hold (SessionStore.figures_of).
+# Tables added after schema 1 shipped: a writable open creates them when missing; a read-only
+# open of an older session reads them as empty. kept_figures: an ended run's figures
+# (core.analysis.figures), computed once from its rows when it ended, with the run as it was
+# then (status, step, end time) and the figures' VERSION: they stand for the run while all four
+# still hold (SessionStore.figures_of).
 OPTIONAL_TABLES = frozenset({"studies", "study_runs", "run_labels", "kept_figures"})
 # Columns added since, the same way: {table: {column: its type}}. runs.progressed is when the
 # training process last saw its step move (its heartbeat thread writes it), runs.pace_s its
 # own seconds per step and runs.busy what it does besides stepping (evaluating, ...): a live
-# run whose step has not moved for its stall window (core.liveness) reads as stalled.
-# runs.crowded: while it trains, why its threads wait (core.contention.crowded).
+# run whose step has not moved for its stall window (core.processes.liveness) reads as stalled.
+# runs.crowded: while it trains, why its threads wait (core.processes.contention.crowded).
 OPTIONAL_COLUMNS = {"runs": {"progressed": "REAL", "pace_s": "REAL", "busy": "TEXT",
                              "crowded": "TEXT"},
                     "steps": {c: "REAL" for c in ("peak_rss", "tensor_bytes", "copy_s",
@@ -499,7 +500,7 @@ class SessionStore:
         """The training process is alive; `progressed`: when it last saw its step (or its
         other work) move; `pace_s`: its seconds per step so far; `busy`: what it does now
         besides stepping (None: training steps); `crowded`: while its threads outnumber the
-        free cores, the note that says so (core.contention.crowded), None once they fit
+        free cores, the note that says so (core.processes.contention.crowded), None once they fit
         again, Ellipsis (the default) to leave it as it is."""
         with self.transaction() as c:
             c.execute("UPDATE runs SET heartbeat = ?, progressed = COALESCE(?, progressed), "
@@ -693,7 +694,7 @@ class SessionStore:
     def figures_of(self, runs: list[dict[str, Any]],
                    computed: list[tuple[dict[str, Any], figures.Figures]] | None = None,
                    say: Callable[[str], None] | None = None) -> dict[int, figures.Figures]:
-        """Each run's figures (core.figures, the one definition), by run id. An ended run's
+        """Each run's figures (core.analysis.figures, the one definition), by run id. An ended run's
         are the ones kept when it ended, while the run is as it was then (its status, step
         and end time, and the figures' VERSION); otherwise, and for a kept record that does
         not read back (damaged), they are computed from its rows. An ended run's computed
@@ -1205,7 +1206,7 @@ class BatchedWriter:
         self._last = time.monotonic()
         self._progress: tuple[int, float] | None = None
         self._first_step = True
-        # The run's figures from every row it has (core.figures), fed each row as it is
+        # The run's figures from every row it has (core.analysis.figures), fed each row as it is
         # written; None while they cannot be (a resumed run re-recording steps it had
         # before: they are computed from the rows again once it is past them, _past).
         self.live: figures.Figures | None = None

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from .explain import UNREADABLE
-from .store import SessionStore
-from .text import shown
+from ..session.store import SessionStore
+from ..text import shown
 
 # The event a breakdown is kept as, on its run.
 EVENT = "memory_breakdown"

@@ -24,10 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import machine, trust
-from .config import world_size
+from ..settings import machine
+from . import trust
+from ..settings.config import world_size
 from .liveness import is_live, process_alive
-from .store import SessionStore
+from ..session.store import SessionStore
 
 # How the tool's processes share the CPU (issue 54). On Linux each process session is a
 # scheduling group (autogroup): the scheduler shares the CPU between groups first, as
@@ -183,7 +184,8 @@ def exit_text(code: int) -> str:
     return f"its process exited with status {code}"
 
 
-# --- child commands: built here and nowhere else -----------------------------------------------
+# --- child commands: built here and nowhere else
+# -----------------------------------------------
 
 def train_args(run_id: int, kill_at_step: int | None = None) -> list[str]:
     """Trains run `run_id` (created in the session already) from step 0."""
@@ -435,7 +437,7 @@ class WarmLauncher:
 
     def start(self) -> None:
         """Starts the launcher, its socket in a folder of its own in this user's private
-        runtime folder (core/trust.py); folders of launchers that died unannounced (a
+        runtime folder (core/processes/trust.py); folders of launchers that died unannounced (a
         killed dashboard) are swept first. Runs start cold when that folder is not ours."""
         if self._proc is not None or self._attached is not None:
             return
@@ -491,10 +493,10 @@ class WarmLauncher:
               config: dict[str, Any] | None = None) -> WarmChild | None:
         """Forks `tui-trainer ARGS` with these stdout/stderr; None when the launcher cannot
         (not ready, gone): the caller then starts the run cold. `spare`: the device setting
-        of a run that starts CUDA (core.machine.cuda_device), which the launcher may give
+        of a run that starts CUDA (core.settings.machine.cuda_device), which the launcher may give
         the spare it made before Start (it has started CUDA's driver where there is a CUDA
         device); `cublas`: the cuBLAS workspace the run sets for itself
-        (core.machine.cublas_workspace), which a spare that made cuBLAS's handles must
+        (core.settings.machine.cublas_workspace), which a spare that made cuBLAS's handles must
         share where torch cannot set the workspace's size (warm.cublas_size_settable);
         `config`: the run's config (a dict), for which the launcher makes its next spares
         and by which it decides whether one that loaded kernels suits it (warm.py)."""
@@ -507,7 +509,7 @@ class WarmLauncher:
         go_r, go_w = os.pipe()
         try:
             # Nothing (the environment, the log descriptors) goes to a socket or a process
-            # that is not this user's own (core/trust.py); every answer is checked.
+            # that is not this user's own (core/processes/trust.py); every answer is checked.
             trust.check_socket(self.path)
             conn.settimeout(10)
             conn.connect(str(self.path))
@@ -564,9 +566,9 @@ def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = Tru
     only the terminal's foreground group. With a ready `warm` launcher the process is
     forked from it (no imports to wait for), else started cold. `env` adds to the
     environment the process gets. `spare`: the device setting of a
-    run that starts CUDA (core.machine.cuda_device), which the launcher may give the spare
+    run that starts CUDA (core.settings.machine.cuda_device), which the launcher may give the spare
     it keeps; `cublas`: the cuBLAS workspace that run sets for itself
-    (core.machine.cublas_workspace); `config`: that run's config (a dict: which spare suits
+    (core.settings.machine.cublas_workspace); `config`: that run's config (a dict: which spare suits
     it, and which the next spares are made for)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     argv = [*args, "--session", str(session)]

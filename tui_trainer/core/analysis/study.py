@@ -19,14 +19,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import config
-from . import contention
+from ..settings import config
+from ..processes import contention
 from . import figures
 from . import stats
-from .columns import cut, fit
-from .config import ConfigError
-from .store import SessionStore
-from .text import name_problem, shown
+from ..columns import cut, fit
+from ..settings.config import ConfigError
+from ..session.store import SessionStore
+from ..text import name_problem, shown
 
 DEFAULT_STEPS = 200
 # Rounds of an A/B study: enough for a 15% speed difference to come out of this machine's
@@ -37,8 +37,8 @@ DEFAULT_SEEDS = 5
 MAX_JOBS = os.cpu_count() or 1
 MAX_ROUNDS = 1000       # rounds of a study, seeds of a sweep: each is a whole run per arm
 
-# (key, heading, format) of each figure in the table; ratio_of marks those with a ratio.
-# (key, heading, format) of each figure in the table, every one as defined in core.figures.
+# (key, heading, format) of each figure in the table; ratio_of marks those with a ratio. (key,
+# heading, format) of each figure in the table, every one as defined in core.analysis.figures.
 FIGURES = (("samples_per_s", "samples/s", figures.FORMATS["samples_per_s"]),
            ("data_wait_s", "data wait s", figures.FORMATS["data_wait_s"]),
            ("peak_memory_mib", "peak mem MiB", figures.FORMATS["peak_memory_mib"]),
@@ -93,7 +93,7 @@ def read_study_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """A study file: a run config (the base) plus an [ab] table with `vary` (a list of
     "KEY=V1,V2" strings), and optionally `steps`, `repeats` and `name`. Returns (config
     values, ab)."""
-    from .presets import resolve
+    from ..settings.presets import resolve
     p = resolve(path, study=True)
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
@@ -269,7 +269,8 @@ def prepare(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: in
     return Planned(kind, name, spec, runs, notes)
 
 
-# --- rounds added after the plan ---------------------------------------------------------------
+# --- rounds added after the plan
+# ---------------------------------------------------------------
 
 def add_round(store: SessionStore, study_id: int) -> list[int]:
     """One more round of every arm (--until-sure), planned like the others: seed + r, the
@@ -371,16 +372,16 @@ class Row:
     verdicts: dict[str, str] | None = None
     spread: dict[str, float | None] | None = None          # sd over the rounds
     workers_mib: float | None = None     # the DataLoader workers' part of peak memory
-    # milliseconds per step in each phase (core.figures.PHASES), the mean over its rounds,
-    # and (a variant) each phase's ratio to the base, with an interval in rounds
+    # milliseconds per step in each phase (core.analysis.figures.PHASES), the mean over its
+    # rounds, and (a variant) each phase's ratio to the base, with an interval in rounds
     phase_ms: dict[str, float] | None = None
     phase_ratios: dict[str, stats.Interval | float | None] | None = None
     # the rounds (0-based) in which this arm's run, or the base's, shared the CPU with
-    # another process (core.contention), and how many rounds the verdicts rest on
+    # another process (core.processes.contention), and how many rounds the verdicts rest on
     loaded_rounds: list[int] = field(default_factory=list)
     compared_rounds: int = 0
     # the rounds in which this arm's run had more torch threads than the machine left it
-    # free cores (core.contention.crowded), and the first such run's note
+    # free cores (core.processes.contention.crowded), and the first such run's note
     crowded_rounds: list[int] = field(default_factory=list)
     crowded: str | None = None
 
