@@ -54,7 +54,7 @@ def timeline(session: Path, repeats: int) -> None:
     from torch.distributed._tools.mem_tracker import MemTracker
     from tui_trainer.core.settings.config import from_dict
     from tui_trainer.core.session.store import SessionStore
-    from tui_trainer.engine import memory
+    from tui_trainer.engine.probes import memory
     from tui_trainer.engine.checkpoint import load_checkpoint
     store = SessionStore(session, create=False, readonly=True)
     run = store.run(1)

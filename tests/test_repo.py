@@ -119,3 +119,13 @@ def test_each_command_is_a_module_of_its_own_holding_its_parser_and_its_run():
     source = Path(cli.__file__).read_text()
     assert "def cmd_" not in source and "add_parser(" not in source
     assert source.count("\n") < 150
+
+
+def test_no_room_of_the_package_holds_more_than_16_modules():
+    """A folder is a room named for what it owns (docs/architecture.md): one that grows past
+    16 modules is split by what its modules own (issue 57)."""
+    rooms = {p.parent for p in (ROOT / "tui_trainer").rglob("*.py")
+             if "__pycache__" not in p.parts}
+    crowded = {str(r.relative_to(ROOT)): n for r in rooms
+               if (n := len(list(r.glob("*.py")))) > 16}
+    assert crowded == {}

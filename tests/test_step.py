@@ -79,7 +79,7 @@ def test_a_change_in_the_one_place_is_seen_by_explains_sums(smoothed):
     """explain's sums over a data-parallel step take the step's loss (device=cpu)."""
     from types import SimpleNamespace
 
-    from tui_trainer.engine import explain
+    from tui_trainer.engine.probes import explain
     from tui_trainer.engine.models import build_model
     cfg = config.load(overrides=[*QUICK, "device=cpu"])
     torch.manual_seed(0)

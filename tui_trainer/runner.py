@@ -206,11 +206,11 @@ def repro(store: SessionStore, check: Check, say: Say,
 
 def memory(store: SessionStore, run: dict[str, Any], keep: bool = True) -> dict[str, Any]:
     """One step of a copy of `run` measured by category and module, with its timeline
-    (engine.memory, which imports torch), from its newest usable checkpoint; on CUDA, with
+    (engine.probes.memory, which imports torch), from its newest usable checkpoint; on CUDA, with
     `keep`, the allocator's snapshot of the step is written beside the run's log and named
     in the result by its path inside the session."""
     from .engine.checkpoint import load_checkpoint
-    from .engine.memory import breakdown
+    from .engine.probes.memory import breakdown
     cfg = from_dict(run["config"])
     kept = store.usable_checkpoints(run["id"])
     snapshot = store.log_path(run["id"]).with_name(
@@ -223,11 +223,11 @@ def memory(store: SessionStore, run: dict[str, Any], keep: bool = True) -> dict[
 
 def profile(store: SessionStore, run: dict[str, Any], steps: int, warmup: int,
             keep: bool = True) -> dict[str, Any]:
-    """`steps` steps of a copy of `run` under torch.profiler (engine.profile, which imports
+    """`steps` steps of a copy of `run` under torch.profiler (engine.probes.profile, which imports
     torch), from its newest usable checkpoint; with `keep`, the trace is written beside the
     run's log and named in the result by its path inside the session."""
     from .engine.checkpoint import load_checkpoint
-    from .engine.profile import profile as measure
+    from .engine.probes.profile import profile as measure
     cfg = from_dict(run["config"])
     kept = store.usable_checkpoints(run["id"])
     trace = store.log_path(run["id"]).with_name(
@@ -260,11 +260,11 @@ def checkpoint_at(store: SessionStore, run: dict[str, Any], step: int | None
 def activations(store: SessionStore, runs: list[dict[str, Any]], how: str,
                 index: int | None, step: int | None) -> tuple[dict[str, Any], Any]:
     """One digit of the evaluation set through each run's model at a kept checkpoint (at
-    `step`, or its newest): engine.activations, which imports torch. The digit is picked
+    `step`, or its newest): engine.probes.activations, which imports torch. The digit is picked
     once (by index, at random, or the one the first run gets most confidently wrong) and
     shown to every run. (metadata, arrays): core.analysis.activations keeps and draws them."""
     from .core.analysis import activations as drawn
-    from .engine import activations as seen
+    from .engine.probes import activations as seen
     from .engine.checkpoint import load_checkpoint
     cfgs = [from_dict(r["config"]) for r in runs]
     points = [checkpoint_at(store, r, step) for r in runs]
@@ -293,13 +293,13 @@ def activations(store: SessionStore, runs: list[dict[str, Any]], how: str,
 
 def explain(store: SessionStore, a: int, b: int, record: bool = True) -> dict[str, Any]:
     """Where runs A and B part, and why: what the fingerprints say (core.analysis.explain.locate),
-    then, where that is not the answer, the replay (engine.explain, which imports torch).
+    then, where that is not the answer, the replay (engine.probes.explain, which imports torch).
     The answer, or the reason it cannot be given (BadInput, raised again), is kept in the
     session on run B (`record`)."""
     try:
         result = explained.locate(store, a, b)
         if result["verdict"] == "replay":
-            from .engine.explain import replay
+            from .engine.probes.explain import replay
             result = replay(store, result)
     except NotFound:
         raise                   # a wrong id: nothing to keep it on

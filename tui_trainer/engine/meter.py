@@ -11,8 +11,8 @@
 - on CUDA, `cuda_peak`: the allocator's peak since the last log point (reset each time),
   and `cuda_reserved`, the peak reserved by its cache in the interval (`cuda_alloc`: now).
 
-core.analysis.figures makes the run's figures of them (one definition). On demand, engine.memory
-breaks one step down by category and module.
+core.analysis.figures makes the run's figures of them (one definition). On demand,
+engine.probes.memory breaks one step down by category and module.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ its autocast, and the loss.
 
 Every path that computes a step or an evaluation batch calls these: the eager loop
 (engine/train.py `Trainer._step`), evaluation (`Trainer._evaluate`), the CUDA-graph capture
-(engine/graphs.py), explain's sums over a data-parallel step (engine/explain.py) and CUDA's
+(engine/graphs.py), explain's sums over a data-parallel step (engine/probes/explain.py) and CUDA's
 warm-up (engine/cuda_start.py), which loads the kernels the run will use. A knob that
 changes what a step computes lives in RunConfig and here; the loop's bookkeeping (micro-
 batches, gradient scaling, clocks) stays in the loop. tests/test_step.py checks that a change

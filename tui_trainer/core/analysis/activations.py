@@ -1,5 +1,5 @@
 """What a net sees in one digit, run against run: the words, the shared colour scales, the
-mosaics of feature maps, the PNG, and how the session keeps it. engine.activations measures
+mosaics of feature maps, the PNG, and how the session keeps it. engine.probes.activations measures
 it; the `activations` command and the Model tab show it. Core layer: no torch, no textual
 (numpy for the maps; matplotlib only for the PNG and the colour maps).
 

@@ -1,4 +1,4 @@
-"""The words of an explanation (engine/explain.py finds where two runs part and why; this
+"""The words of an explanation (engine/probes/explain.py finds where two runs part and why; this
 says it, the same way in the command's output, the Divergence tab and exports)."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def evidence(result: dict[str, Any]) -> list[str]:
 
 def locate(store: SessionStore, a_id: int, b_id: int) -> dict[str, Any]:
     """What the recorded fingerprints say of runs A and B: identical, parted at step 0, or
-    "replay" between the last agreeing and the first differing fingerprint (engine.explain
+    "replay" between the last agreeing and the first differing fingerprint (engine.probes.explain
     goes on from there). Refuses runs that are not comparable."""
     t0 = time.perf_counter()
     ra, rb = store.run(a_id), store.run(b_id)
@@ -178,7 +178,7 @@ def _why_text(why: dict[str, Any] | None) -> str:
 
 
 def _sums_text(sums: dict[str, Any] | None) -> str:
-    """What splitting the step over the ranks does to the sums (engine.explain.sums)."""
+    """What splitting the step over the ranks does to the sums (engine.probes.explain.sums)."""
     if not sums:
         return ""
     n, world = sums["samples"], sums["world"]

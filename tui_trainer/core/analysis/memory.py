@@ -1,4 +1,4 @@
-"""The words and table of a memory breakdown (engine.memory.breakdown measures it; the
+"""The words and table of a memory breakdown (engine.probes.memory.breakdown measures it; the
 `memory` command prints it, the dashboard shows it, the session keeps it). Core layer: no
 torch, no textual."""
 

@@ -1,4 +1,4 @@
-"""The words, tables and diffs of a profile (engine.profile measures it; the `profile`
+"""The words, tables and diffs of a profile (engine.probes.profile measures it; the `profile`
 command prints it, the dashboard's Profile tab shows it, the session keeps it as an event
 on the run, exports copy its trace). Core layer: no torch, no textual.
 

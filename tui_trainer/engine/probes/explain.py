@@ -36,14 +36,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from ..core.settings import config
-from ..core.errors import BadInput
-from ..core.session.store import SessionStore
-from .checkpoint import load_checkpoint
-from .distributed import Group
-from .knobs import capture_rng, param_fingerprint, restore_rng
-from .train import Step, Trainer
-from .step import batch_in, forward_loss
+from ...core.settings import config
+from ...core.errors import BadInput
+from ...core.session.store import SessionStore
+from ..checkpoint import load_checkpoint
+from ..distributed import Group
+from ..knobs import capture_rng, param_fingerprint, restore_rng
+from ..train import Step, Trainer
+from ..step import batch_in, forward_loss
 
 TORCH_DIR = os.path.dirname(torch.__file__)
 HERE = __file__
@@ -842,7 +842,7 @@ def first_differing_input(ca: Capture, cb: Capture) -> dict[str, Any] | None:
 def _prices(store: SessionStore, side: Side, found: dict[str, Any]) -> list[dict[str, Any]]:
     """What each setting that made the op deterministic costs, where an A/B study of this
     config measured it (core.analysis.study.price)."""
-    from ..core.analysis.study import price
+    from ...core.analysis.study import price
     out = []
     for tried in (found.get("fixes") or {}).get("tried", []):
         if tried["result"] == "agrees":

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..core.settings.config import FIELDS, graph_step
-from .train import Trainer
+from ...core.settings.config import FIELDS, graph_step
+from ..train import Trainer
 
 # --- on demand: one step, accounted by category and module ------------------------------------
 

@@ -13,10 +13,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core.settings.config import RunConfig
-from ..core.errors import BadInput
-from .data import _base, _mean_std, _resident_tensors, load_datasets
-from .models import build_model
+from ...core.settings.config import RunConfig
+from ...core.errors import BadInput
+from ..data import _base, _mean_std, _resident_tensors, load_datasets
+from ..models import build_model
 
 HOW = ("index", "random", "worst")
 

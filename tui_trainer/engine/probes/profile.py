@@ -6,8 +6,8 @@ unprofiled (allocators, optimizer state, one-off kernels), then `steps` steps un
 memory recorded). From that: the operators by self time (calls, share), the steps' time by
 phase (the engine's own Clock, as every run records it), each leaf module's forward time
 (a record_function scope around it), the memory peak by category (one more step under
-MemTracker, engine.memory), and a Chrome/Perfetto trace written where the caller says. On
-CUDA also the GPU's side: each operator's kernel time (the kernels it launched), the
+MemTracker, engine.probes.memory), and a Chrome/Perfetto trace written where the caller
+says. On CUDA also the GPU's side: each operator's kernel time (the kernels it launched), the
 kernels by their time on the device, and the steps' total kernel time.
 core.analysis.profiling words and diffs it; the session keeps it as an event on the run.
 """
@@ -21,8 +21,8 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, record_function
 
-from ..core.settings.config import graph_step
-from ..core.analysis.figures import PHASES
+from ...core.settings.config import graph_step
+from ...core.analysis.figures import PHASES
 
 SCOPE = "module: "          # the record_function name of a module's forward
 TOP_OPS = 40                 # operators kept (by self time); the trace has them all
