@@ -52,7 +52,7 @@ def test_the_processes_of_the_study_that_started_a_run_are_not_others(tmp_path):
     own CPU over the same interval is read beside (whatever else the machine runs)."""
     run = textwrap.dedent("""
         import json, os, sys, time
-        from tui_trainer.core import contention
+        from tui_trainer.core.processes import contention
         owner, busy, stranger = os.getppid(), int(sys.argv[1]), int(sys.argv[2])
         cpu = lambda: (contention._cpu_of(busy), contention._cpu_of(stranger))
         a, ca = contention.snapshot(owner), cpu()

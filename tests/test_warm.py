@@ -815,7 +815,7 @@ HELPER = """
 import os
 import sys
 import time
-from tui_trainer.core import cuda_checkpoint
+from tui_trainer.core.processes import cuda_checkpoint
 
 
 class CudaCheckpoint:
@@ -849,7 +849,7 @@ import os
 import sys
 import time
 from tui_trainer import warm
-from tui_trainer.core import cuda_checkpoint
+from tui_trainer.core.processes import cuda_checkpoint
 
 
 def start_cuda(context=False, cudnn=False, suspend=False, workspace=None):
@@ -1228,7 +1228,7 @@ def test_a_spare_whose_cublas_workspace_a_run_does_not_use_is_replaced(tmp_path,
 KERNELS_SPARE = """
 import sys
 from tui_trainer import warm
-from tui_trainer.core import config
+from tui_trainer.core.settings import config
 
 
 def start_cuda(context=False, cudnn=False, suspend=False, workspace=None):
