@@ -18,7 +18,8 @@ from tui_trainer.commands.runs import run_rows
 from tui_trainer.core.settings import config
 from tui_trainer.core.analysis import figures, study
 from tui_trainer.core.session.reader import SessionReader
-from tui_trainer.core.session.store import INDEXES, SessionStore
+from tui_trainer.core.session.schema import INDEXES
+from tui_trainer.core.session.store import SessionStore
 
 
 def _rows(first: int, n: int, loss: float = 2.3) -> list[dict]:
@@ -235,9 +236,10 @@ def test_an_older_session_on_a_read_only_disk_is_listed_and_nothing_is_written(t
 
 
 def test_a_damaged_page_of_old_rows_is_said_by_what_reads_it_not_by_every_listing(tmp_path):
-    """Opening a session checks the tables that grow with the runs (core.session.store.CHECKED), not
-    every row ever logged: a listing of a session whose old step rows are damaged lists its
-    runs from their kept figures, and what reads those rows says the damage in one line."""
+    """Opening a session checks the tables that grow with the runs
+    (core.session.schema.CHECKED), not every row ever logged: a listing of a session whose old
+    step rows are damaged lists its runs from their kept figures, and what reads those rows
+    says the damage in one line."""
     with SessionStore(tmp_path) as w:
         for i in range(2):
             _ended(w, f"r{i}", steps=3000)
@@ -283,8 +285,8 @@ def test_the_dashboard_opens_an_older_session_at_once_and_catches_up(tmp_path, m
 
 
 def test_runs_says_what_it_computes_before_a_long_wait(tmp_path, monkeypatch):
-    from tui_trainer.core.session import store as store_module
-    monkeypatch.setattr(store_module, "SAY_BEHIND", 3)
+    from tui_trainer.core.session import kept as kept_module
+    monkeypatch.setattr(kept_module, "SAY_BEHIND", 3)
     _older(tmp_path)
     said: list[str] = []
     with SessionStore(tmp_path, create=False, readonly=True) as r:
@@ -308,7 +310,7 @@ def test_a_live_runs_figures_are_kept_with_each_batch_of_its_rows(tmp_path):
     transaction that writes them: a listing of a live run reads none of its rows, and what
     it reads is what every row gives. A resumed run re-recording steps it had before has
     none kept (the rows say) until it is past them."""
-    from tui_trainer.core.session.store import BatchedWriter
+    from tui_trainer.core.session.writer import BatchedWriter
     with SessionStore(tmp_path) as w:
         rid = w.create_run(config.DEFAULTS.to_dict(), name="live")
         w.claim(rid)

@@ -7,7 +7,8 @@ import sys
 import threading
 import time
 
-from tui_trainer.core.session.store import BatchedWriter, SessionStore
+from tui_trainer.core.session.store import SessionStore
+from tui_trainer.core.session.writer import BatchedWriter
 
 
 def test_rows_cursor_and_replacement(tmp_path):
@@ -61,7 +62,8 @@ def test_a_live_process_is_not_marked_crashed_from_another_connection(tmp_path):
 def test_concurrent_writers_lose_nothing(tmp_path):
     SessionStore(tmp_path).close()
     code = (
-        "import sys; from tui_trainer.core.session.store import SessionStore, BatchedWriter\n"
+        "import sys; from tui_trainer.core.session.store import SessionStore\n"
+        "from tui_trainer.core.session.writer import BatchedWriter\n"
         "s = SessionStore(sys.argv[1]); rid = s.create_run({}, name=sys.argv[2])\n"
         "w = BatchedWriter(s, rid, interval=0)\n"
         "for i in range(300): w.step({'step': i, 'epoch': 0, 'loss': float(i)})\n"

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from ..core.analysis import figures
-from ..core.session.store import BatchedWriter, SessionStore
+from ..core.session.store import SessionStore
+from ..core.session.writer import BatchedWriter
 from .checkpoint import fault_point, save_checkpoint
 
 

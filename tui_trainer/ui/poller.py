@@ -170,7 +170,7 @@ class Poller:
                         tail.path = None
                 except (SessionError, DiskFull) as e:
                     # A damaged page of old rows (the open checks the tables that grow
-                    # with the runs, not every row: core.session.store.CHECKED), a full disk:
+                    # with the runs, not every row: core.session.schema.CHECKED), a full disk:
                     # said once, the screen kept as last read, the next tick tries again.
                     if str(e) != said:
                         said = str(e)

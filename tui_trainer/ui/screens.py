@@ -18,7 +18,9 @@ from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ..core.session.paths import sessions_dir
-from ..core.session.store import DB_NAME, SessionError, SessionStore
+from ..core.errors import SessionError
+from ..core.session.schema import DB_NAME
+from ..core.session.store import SessionStore
 from ..core.text import shown
 
 # The help, as data: drawn once into one widget (a Markdown document of widgets cost the

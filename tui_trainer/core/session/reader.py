@@ -29,7 +29,8 @@ from ..analysis.explain import EVENT as EXPLAINED
 from ..processes.liveness import stall_window
 from ..analysis.memory import EVENT as MEASURED
 from ..analysis.profiling import EVENT as PROFILED
-from .store import ENDED, SessionStore
+from .schema import ENDED
+from .store import SessionStore
 
 FULL_EVERY_S = 10.0
 CATCH_UP_S = 0.2            # of each tick, for an older session's runs (SessionReader._catch_up)

@@ -8,152 +8,38 @@ log files live beside the database:
     SESSION/checkpoints/run-<id>/step-<step>.pt
     SESSION/logs/run-<id>.log
 
+Beside it in core/session/: the schema and its helpers (schema.py), the figures kept for
+ended runs (kept.py) and the studies (studies.py), both mixed into SessionStore, and a
+training process's batched writer (writer.py).
+
 Core layer: imports neither torch nor textual.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import socket
 import sqlite3
 import time
 from contextlib import contextmanager
-from functools import cache
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from ..analysis import figures
+from ..errors import DiskFull, NotFound, RunBusy, SessionError, is_disk_full
 from ..processes.liveness import (dead_reason, is_live, process_alive, process_start_time,
                                   stalled_for, starting)
-from ..errors import (DiskFull, NotFound, ReadOnlySession, RunBusy, SessionError, free_bytes,
-                      is_disk_full)
-
-SCHEMA_VERSION = 1
-DB_NAME = "session.sqlite"
-APP_ID = "tui-trainer session"
-# Whether a run's process is alive (heartbeat, pid, stalled) is core/processes/liveness.py's
-# policy.
-
-# diverged: the loss or the parameters became NaN/inf; the rows up to it and the last finite
-# checkpoint are kept.
-# "copied": a run (or study) that was training in another session when this one was copied
-# from it; it trains on there, and this copy keeps it as it was (it can be continued here).
-STATUSES = ("created", "running", "finished", "stopped", "crashed", "diverged", "copied")
-ENDED = ("finished", "stopped", "crashed", "diverged", "copied")
-# Whose figures are kept: an ended run's (computed once where it ends), and a running one's
-# (its training process's, written with every batch of its rows: BatchedWriter).
-KEPT_FOR = ENDED + ("running",)
-# Stored for a NaN in a REAL column (SQLite would store NULL, losing "it was NaN"); read back
-# as float("nan"). Infinities are stored as themselves.
-NAN_TEXT = "NaN"
-
-STEP_COLUMNS = ("step", "epoch", "elapsed", "loss", "lr", "grad_norm", "samples_per_s",
-                "data_s", "compute_s", "rss_bytes", "cuda_alloc", "cuda_reserved", "cuda_peak",
-                "peak_rss", "tensor_bytes", "copy_s", "forward_s", "backward_s", "optimizer_s",
-                "record_s", "workers_uss", "ranks_uss")
-EVAL_COLUMNS = ("step", "epoch", "loss", "accuracy")
-FINGERPRINT_COLUMNS = ("step", "sha256", "l2", "sketch")
-
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY,
-    name TEXT NOT NULL,
-    created REAL NOT NULL,
-    config TEXT NOT NULL,
-    status TEXT NOT NULL,
-    pid INTEGER, pid_started REAL, host TEXT,
-    heartbeat REAL, started REAL, ended REAL,
-    fingerprint TEXT, dataset TEXT,
-    step INTEGER NOT NULL DEFAULT 0, epoch REAL NOT NULL DEFAULT 0,
-    summary TEXT, twin_of INTEGER, progressed REAL, pace_s REAL, busy TEXT
-);
-CREATE TABLE IF NOT EXISTS steps (
-    id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id), t REAL NOT NULL,
-    {", ".join(c + (" INTEGER NOT NULL" if c == "step" else " REAL") for c in STEP_COLUMNS)},
-    UNIQUE (run_id, step)
-);
-CREATE TABLE IF NOT EXISTS evals (
-    id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id), t REAL NOT NULL,
-    step INTEGER NOT NULL, epoch REAL, loss REAL, accuracy REAL, UNIQUE (run_id, step)
-);
-CREATE TABLE IF NOT EXISTS fingerprints (
-    id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id), t REAL NOT NULL,
-    step INTEGER NOT NULL, sha256 TEXT NOT NULL, l2 REAL NOT NULL, sketch BLOB,
-    UNIQUE (run_id, step)
-);
-CREATE TABLE IF NOT EXISTS checkpoints (
-    id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id), t REAL NOT NULL,
-    step INTEGER NOT NULL, epoch INTEGER NOT NULL, batch_in_epoch INTEGER NOT NULL,
-    path TEXT NOT NULL, removed INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY, run_id INTEGER REFERENCES runs(id), t REAL NOT NULL,
-    step INTEGER, kind TEXT NOT NULL, message TEXT NOT NULL, data TEXT
-);
-""" + "".join(f"{stmt};" for stmt in (
-    # Added after schema 1 shipped: created on open when missing, readers of schema 1
-    # ignore them.
-    """
-CREATE TABLE IF NOT EXISTS studies (
-    id INTEGER PRIMARY KEY, name TEXT NOT NULL, created REAL NOT NULL, kind TEXT NOT NULL,
-    spec TEXT NOT NULL, status TEXT NOT NULL, pid INTEGER, pid_started REAL,
-    ended REAL, message TEXT
-)""", """
-CREATE TABLE IF NOT EXISTS study_runs (
-    study_id INTEGER NOT NULL REFERENCES studies(id), position INTEGER NOT NULL,
-    label TEXT NOT NULL, key TEXT, value TEXT, config TEXT NOT NULL,
-    run_id INTEGER REFERENCES runs(id), note TEXT, PRIMARY KEY (study_id, position)
-)""", """
-CREATE TABLE IF NOT EXISTS run_labels (
-    run_id INTEGER PRIMARY KEY REFERENCES runs(id), notes TEXT NOT NULL DEFAULT '',
-    tags TEXT NOT NULL DEFAULT '', hidden INTEGER NOT NULL DEFAULT 0
-)""", """
-CREATE TABLE IF NOT EXISTS kept_figures (
-    run_id INTEGER PRIMARY KEY REFERENCES runs(id), version INTEGER NOT NULL,
-    status TEXT NOT NULL, step INTEGER NOT NULL, ended REAL, state TEXT NOT NULL
-)"""))
-# Indexes added since schema 1, made by a writable open where missing (a read-only open of an
-# older session reads without them): a run's events and checkpoints are read by run (the
-# dashboard's checks every tick, a listing's newest checkpoints), and both tables grow with
-# every run ever trained.
-INDEXES = {"events_by_run": "CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id)",
-           "checkpoints_by_run": "CREATE INDEX IF NOT EXISTS checkpoints_by_run ON "
-                                 "checkpoints (run_id, step)"}
-_SCHEMA += "".join(f"{stmt};" for stmt in INDEXES.values())
-# Tables added after schema 1 shipped: a writable open creates them when missing; a read-only
-# open of an older session reads them as empty. kept_figures: an ended run's figures
-# (core.analysis.figures), computed once from its rows when it ended, with the run as it was
-# then (status, step, end time) and the figures' VERSION: they stand for the run while all four
-# still hold (SessionStore.figures_of).
-OPTIONAL_TABLES = frozenset({"studies", "study_runs", "run_labels", "kept_figures"})
-# Columns added since, the same way: {table: {column: its type}}. runs.progressed is when the
-# training process last saw its step move (its heartbeat thread writes it), runs.pace_s its
-# own seconds per step and runs.busy what it does besides stepping (evaluating, ...): a live
-# run whose step has not moved for its stall window (core.processes.liveness) reads as stalled.
-# runs.crowded: while it trains, why its threads wait (core.processes.contention.crowded).
-OPTIONAL_COLUMNS = {"runs": {"progressed": "REAL", "pace_s": "REAL", "busy": "TEXT",
-                             "crowded": "TEXT"},
-                    "steps": {c: "REAL" for c in ("peak_rss", "tensor_bytes", "copy_s",
-                                                  "forward_s", "backward_s", "optimizer_s",
-                                                  "record_s", "workers_uss", "ranks_uss")}}
+from .kept import KeptFigures
+from .schema import (APP_ID, CHECKED, DB_NAME, ENDED, EVAL_COLUMNS, FINGERPRINT_COLUMNS,
+                     INDEXES, OPTIONAL_COLUMNS, OPTIONAL_TABLES, SCHEMA, SCHEMA_VERSION,
+                     STATUSES, STEP_COLUMNS, decode, encode, expected_columns, refuse_as_new,
+                     refuse_read_only, session_error, tx)
+from .studies import StudyRecords
 
 
-# The tables checked (SQLite's quick_check) when a session is opened: those that grow with
-# the runs and studies, which every command reads first. The metric rows and events grow
-# with every step ever logged (the whole file took 0.7 s to check at 1,000 runs of 2,000
-# steps, and growing): SQLite checks each of their pages as it is read, and a damaged one
-# is said then, naming the file (_session_error), by whatever read it.
-# How many ended runs without kept figures make figures_of say what it computes first.
-SAY_BEHIND = 20
-CHECKED = ("meta", "runs", "kept_figures", "checkpoints", "studies", "study_runs",
-           "run_labels")
-
-
-class SessionStore:
+class SessionStore(KeptFigures, StudyRecords):
     """One session directory. Safe to open from several processes at once.
 
     Reading never writes: `run()` and `runs()` give each run's effective status (a run whose
@@ -172,7 +58,7 @@ class SessionStore:
         self.verify = verify
         self.checkpoints_dir = self.dir / "checkpoints"
         self.logs_dir = self.dir / "logs"
-        _refuse_as_new(self.dir)
+        refuse_as_new(self.dir)
         if not self.db_path.exists():
             if not create or readonly:
                 raise SessionError(f"no session at {self.dir} (no {DB_NAME} there)")
@@ -185,11 +71,11 @@ class SessionStore:
         deleted database), creating and writing nothing: commands call it before their slow
         start (importing torch, loading data), so such a session is refused at once."""
         d = Path(directory).expanduser().resolve()
-        _refuse_as_new(d)
+        refuse_as_new(d)
         if (d / DB_NAME).exists():
             # The structure only: the full quick_check comes with the command's own open.
             cls(d, create=False, readonly=True, verify=False).close()
-            _refuse_read_only(d)
+            refuse_read_only(d)
 
     # --- connection and schema -----------------------------------------------------------
     def _create(self) -> None:
@@ -202,8 +88,8 @@ class SessionStore:
             conn = sqlite3.connect(tmp, isolation_level=None)
             try:
                 conn.execute("PRAGMA journal_mode = WAL")
-                with _tx(conn):
-                    for stmt in _SCHEMA.split(";"):
+                with tx(conn):
+                    for stmt in SCHEMA.split(";"):
                         if stmt.strip():
                             conn.execute(stmt)
                     conn.executemany("INSERT INTO meta VALUES (?, ?)",
@@ -228,7 +114,7 @@ class SessionStore:
             raise SessionError(f"cannot create a session in {self.dir}: "
                                f"{e.strerror or e}") from None
         except sqlite3.Error as e:
-            raise _session_error(self.db_path, e) from None
+            raise session_error(self.db_path, e) from None
 
     def _connect(self) -> sqlite3.Connection:
         if self.db_path.stat().st_size == 0:
@@ -236,7 +122,7 @@ class SessionStore:
                                "lost. Nothing was written; its checkpoints and logs are still "
                                f"in {self.dir}")
         if not self.readonly:
-            _refuse_read_only(self.dir)
+            refuse_read_only(self.dir)
         try:
             if self.readonly:
                 immutable = not os.access(self.dir, os.W_OK) and \
@@ -256,8 +142,8 @@ class SessionStore:
             if not self.readonly:
                 conn.execute("PRAGMA journal_mode = WAL")
                 if missing:                 # a session from before these tables
-                    with _tx(conn):
-                        for stmt in _SCHEMA.split(";"):
+                    with tx(conn):
+                        for stmt in SCHEMA.split(";"):
                             if any(f"EXISTS {t} " in stmt for t in missing
                                    if isinstance(t, str)):
                                 conn.execute(stmt)
@@ -281,7 +167,7 @@ class SessionStore:
             return conn
         except sqlite3.Error as e:
             conn.close()
-            raise _session_error(self.db_path, e) from None
+            raise session_error(self.db_path, e) from None
         except SessionError:
             conn.close()
             raise
@@ -330,7 +216,7 @@ class SessionStore:
                                f"(schema {version}; this one reads {SCHEMA_VERSION})")
         optional = OPTIONAL_TABLES
         missing_columns: set[tuple[str, str]] = set()
-        for table, columns in _expected_columns().items():
+        for table, columns in expected_columns().items():
             if table not in tables:
                 if table in optional:
                     continue
@@ -367,17 +253,17 @@ class SessionStore:
         try:
             return self._conn.execute(sql, args).fetchall()
         except sqlite3.Error as e:
-            raise _session_error(self.db_path, e) from None
+            raise session_error(self.db_path, e) from None
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         if self.readonly:
             raise SessionError(f"{self.dir} was opened read-only; nothing can be written")
         try:
-            with _tx(self._conn):
+            with tx(self._conn):
                 yield self._conn
         except sqlite3.Error as e:
-            raise _session_error(self.db_path, e) from None
+            raise session_error(self.db_path, e) from None
 
     def touch(self) -> None:
         """Records that the session was used now (for listings of sessions)."""
@@ -690,100 +576,6 @@ class SessionStore:
             shutil.rmtree(folder, ignore_errors=True)
         self.log_path(run_id).unlink(missing_ok=True)
 
-    # --- figures: computed once a run has ended, kept with it -----------------------------
-    def figures_of(self, runs: list[dict[str, Any]],
-                   computed: list[tuple[dict[str, Any], figures.Figures]] | None = None,
-                   say: Callable[[str], None] | None = None) -> dict[int, figures.Figures]:
-        """Each run's figures (core.analysis.figures, the one definition), by run id. An ended run's
-        are the ones kept when it ended, while the run is as it was then (its status, step
-        and end time, and the figures' VERSION); otherwise, and for a kept record that does
-        not read back (damaged), they are computed from its rows. An ended run's computed
-        figures go to `computed`, and are kept where this store writes (a session from
-        before they were kept: computed once, then read). `say` hears what a long
-        computation waits for before it starts."""
-        kept_rows = self._kept_rows([r["id"] for r in runs])
-        kept = {r["id"]: _restored(kept_rows.get(r["id"]), r) for r in runs}
-        behind = [r for r in runs if kept[r["id"]] is None
-                  and r.get("stored_status", r.get("status")) in ENDED]
-        if say is not None and len(behind) >= SAY_BEHIND:
-            say(f"computing the figures of {len(behind)} ended runs from their rows, once "
-                "(kept from now on: this session was written before they were kept)")
-        out: dict[int, figures.Figures] = {}
-        fresh = []
-        for run in runs:
-            f = kept[run["id"]]
-            if f is None:
-                f = self._from_rows(run["id"])
-                if run.get("stored_status", run.get("status")) in ENDED:
-                    fresh.append((run, f))
-            out[run["id"]] = f
-        if computed is not None:
-            computed.extend(fresh)
-        self.keep_figures(fresh)
-        return out
-
-    def run_figures(self, run: dict[str, Any]) -> figures.Figures:
-        """One run's figures (figures_of)."""
-        return self.figures_of([run])[run["id"]]
-
-    def kept_figures(self, run: dict[str, Any]) -> figures.Figures | None:
-        """The figures kept for an ended run while they still stand for it, else None."""
-        return _restored(self._kept_rows([run["id"]]).get(run["id"]), run)
-
-    def keep_figures(self, computed: list[tuple[dict[str, Any], figures.Figures]]) -> bool:
-        """Keeps figures computed from the rows of runs (as read then) that had ended, each
-        only while its run is still as it was read (a Continue since then keeps nothing).
-        Keeping saves later readers time and nothing more: on a read-only or full disk
-        nothing is kept, and False says so."""
-        if self.readonly or not computed:
-            return False
-        try:
-            with self.transaction() as c:
-                for run, f in computed:
-                    c.execute(
-                        "INSERT OR REPLACE INTO kept_figures (run_id, version, status, step, "
-                        "ended, state) SELECT id, ?, status, step, ended, ? FROM runs WHERE "
-                        "id = ? AND status = ? AND step = ? AND ended IS ?",
-                        (figures.VERSION, _state_json(f), run["id"],
-                         run.get("stored_status", run.get("status")), run["step"],
-                         run["ended"]))
-            return True
-        except (DiskFull, SessionError):
-            return False
-
-    def _keep_after(self, run_id: int, f: figures.Figures) -> None:
-        """Keeps an ended run's figures once its end is stored, in a transaction of their
-        own: on a full disk the end's small update may fit where they do not, and the end
-        counts (a reader that can write keeps them later)."""
-        try:
-            with self.transaction() as c:
-                c.execute(
-                    "INSERT OR REPLACE INTO kept_figures (run_id, version, status, step, "
-                    "ended, state) SELECT id, ?, status, step, ended, ? FROM runs WHERE "
-                    "id = ? AND status IN (%s)" % ",".join("?" * len(ENDED)),
-                    (figures.VERSION, _state_json(f), run_id, *ENDED))
-        except (DiskFull, SessionError):
-            pass
-
-    def _keep(self, c: sqlite3.Connection, run_id: int, f: figures.Figures) -> None:
-        """Keeps a run's figures with the run as it is in this transaction."""
-        c.execute("INSERT OR REPLACE INTO kept_figures (run_id, version, status, step, ended, "
-                  "state) SELECT id, ?, status, step, ended, ? FROM runs WHERE id = ?",
-                  (figures.VERSION, _state_json(f), run_id))
-
-    def _kept_rows(self, run_ids: list[int]) -> dict[int, sqlite3.Row]:
-        if "kept_figures" not in self._tables or not run_ids:
-            return {}
-        if len(run_ids) > 100:        # most of a session: one read of the (small) table
-            rows = self._q("SELECT * FROM kept_figures")
-        else:
-            rows = self._q(f"SELECT * FROM kept_figures WHERE run_id IN "
-                           f"({','.join('?' * len(run_ids))})", tuple(run_ids))
-        return {r["run_id"]: r for r in rows}
-
-    def _from_rows(self, run_id: int) -> figures.Figures:
-        return figures.figures(self.steps(run_id), self.evals(run_id))
-
     # --- metrics -------------------------------------------------------------------------
     def add_rows(self, steps: list[dict] = (), evals: list[dict] = (),
                  fingerprints: list[dict] = (), run_id: int | None = None) -> None:
@@ -813,7 +605,7 @@ class SessionStore:
     def _insert_rows(self, c: sqlite3.Connection, run_id: int | None, steps: Any, evals: Any,
                      fingerprints: Any) -> None:
         now = time.time()
-        steps, evals, fingerprints = (_encode(steps), _encode(evals), _encode(fingerprints))
+        steps, evals, fingerprints = (encode(steps), encode(evals), encode(fingerprints))
         if steps:
             cols = ("run_id", "t") + STEP_COLUMNS
             c.executemany(
@@ -834,7 +626,7 @@ class SessionStore:
 
     def steps(self, run_id: int, after_id: int = 0) -> list[dict[str, Any]]:
         """Step rows in step order; `after_id` is a cursor (the largest `id` already seen)."""
-        return [_decode(r) for r in self._q(
+        return [decode(r) for r in self._q(
             "SELECT * FROM steps WHERE run_id = ? AND id > ? ORDER BY step", (run_id, after_id))]
 
     def rows_after(self, table: str, after_id: int) -> list[dict[str, Any]]:
@@ -842,7 +634,7 @@ class SessionStore:
         fingerprints), in the order written: what changed since a cursor, whatever the
         number of runs or of rows stored (a range read on the primary key)."""
         assert table in ("steps", "evals", "fingerprints"), table
-        return [_decode(r) for r in self._q(
+        return [decode(r) for r in self._q(
             f"SELECT * FROM {table} WHERE id > ? ORDER BY id", (after_id,))]
 
     def last_row_id(self, table: str) -> int:
@@ -853,19 +645,19 @@ class SessionStore:
     def last_step(self, run_id: int) -> dict[str, Any] | None:
         rows = self._q("SELECT * FROM steps WHERE run_id = ? ORDER BY step DESC LIMIT 1",
                        (run_id,))
-        return _decode(rows[0]) if rows else None
+        return decode(rows[0]) if rows else None
 
     def last_eval(self, run_id: int) -> dict[str, Any] | None:
         rows = self._q("SELECT * FROM evals WHERE run_id = ? ORDER BY step DESC LIMIT 1",
                        (run_id,))
-        return _decode(rows[0]) if rows else None
+        return decode(rows[0]) if rows else None
 
     def evals(self, run_id: int, after_id: int = 0) -> list[dict[str, Any]]:
-        return [_decode(r) for r in self._q(
+        return [decode(r) for r in self._q(
             "SELECT * FROM evals WHERE run_id = ? AND id > ? ORDER BY step", (run_id, after_id))]
 
     def fingerprints(self, run_id: int, after_id: int = 0) -> list[dict[str, Any]]:
-        return [_decode(r) for r in self._q(
+        return [decode(r) for r in self._q(
             "SELECT * FROM fingerprints WHERE run_id = ? AND id > ? ORDER BY step",
             (run_id, after_id))]
 
@@ -896,103 +688,6 @@ class SessionStore:
             d["data"] = json.loads(d["data"]) if d["data"] else None
             out.append(d)
         return out
-
-    # --- studies (A/B) ---------------------------------------------------------------------
-    def create_study(self, kind: str, name: str, spec: dict[str, Any],
-                     variants: list[dict[str, Any]]) -> int:
-        """A study and its planned variants (label, key, value, config), in order; their runs
-        are created when each one starts."""
-        with self.transaction() as c:
-            cur = c.execute("INSERT INTO studies (name, created, kind, spec, status) "
-                            "VALUES (?, ?, ?, ?, 'created')",
-                            (name, time.time(), kind, json.dumps(spec)))
-            study_id = int(cur.lastrowid)
-            c.executemany(
-                "INSERT INTO study_runs (study_id, position, label, key, value, config) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [(study_id, i, v["label"], v.get("key"), json.dumps(v.get("value")),
-                  json.dumps(v["config"])) for i, v in enumerate(variants)])
-        return study_id
-
-    def study(self, study_id: int) -> dict[str, Any]:
-        rows = self._q("SELECT * FROM studies WHERE id = ?", (study_id,)) \
-            if self._has_studies else []
-        if not rows:
-            raise NotFound(f"no study {study_id} in session {self.dir}")
-        return self._study_dict(rows[0])
-
-    def studies(self) -> list[dict[str, Any]]:
-        if not self._has_studies:              # an old session opened read-only
-            return []
-        return [self._study_dict(r) for r in self._q("SELECT * FROM studies ORDER BY id")]
-
-    def _study_dict(self, row: sqlite3.Row) -> dict[str, Any]:
-        study = dict(row)
-        if study["status"] == "running" and not process_alive(study["pid"],
-                                                              study["pid_started"]):
-            study["status"] = "crashed"
-            study["message"] = _STUDY_GONE
-        study["spec"] = json.loads(study["spec"])
-        study["variants"] = []
-        for r in self._q("SELECT * FROM study_runs WHERE study_id = ? ORDER BY position",
-                         (study["id"],)):
-            v = dict(r)
-            v["value"] = json.loads(v["value"]) if v["value"] is not None else None
-            v["config"] = json.loads(v["config"])
-            study["variants"].append(v)
-        return study
-
-    def set_study_status(self, study_id: int, status: str, message: str | None = None,
-                         pid: int | None = None) -> None:
-        assert status in STATUSES, status
-        now = time.time()
-        with self.transaction() as c:
-            if status == "running":
-                pid = pid or os.getpid()
-                c.execute("UPDATE studies SET status = ?, pid = ?, pid_started = ?, "
-                          "ended = NULL, message = ? WHERE id = ?",
-                          (status, pid, process_start_time(pid), message, study_id))
-            else:
-                c.execute("UPDATE studies SET status = ?, pid = NULL, ended = ?, message = ? "
-                          "WHERE id = ?", (status, now, message, study_id))
-
-    def set_study_run(self, study_id: int, position: int, run_id: int | None,
-                      note: str | None = None) -> None:
-        with self.transaction() as c:
-            c.execute("UPDATE study_runs SET run_id = ?, note = ? "
-                      "WHERE study_id = ? AND position = ?", (run_id, note, study_id, position))
-
-    def add_study_runs(self, study_id: int, variants: list[dict[str, Any]],
-                       spec: dict[str, Any]) -> list[int]:
-        """More planned runs for a study (a round added, a loaded round trained again), at
-        the next positions, and the spec that places them; in one transaction. Returns
-        their positions."""
-        with self.transaction() as c:
-            top = c.execute("SELECT COALESCE(MAX(position), -1) FROM study_runs "
-                            "WHERE study_id = ?", (study_id,)).fetchone()[0]
-            positions = list(range(top + 1, top + 1 + len(variants)))
-            c.executemany(
-                "INSERT INTO study_runs (study_id, position, label, key, value, config) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [(study_id, p, v["label"], v.get("key"), json.dumps(v.get("value")),
-                  json.dumps(v["config"])) for p, v in zip(positions, variants, strict=True)])
-            c.execute("UPDATE studies SET spec = ? WHERE id = ?", (json.dumps(spec), study_id))
-        return positions
-
-    def set_study_spec(self, study_id: int, spec: dict[str, Any]) -> None:
-        with self.transaction() as c:
-            c.execute("UPDATE studies SET spec = ? WHERE id = ?", (json.dumps(spec), study_id))
-
-    def _reconcile_studies(self) -> None:
-        """A study whose runner process is gone is marked crashed (it can be continued)."""
-        if not self._has_studies:
-            return
-        for r in self._q("SELECT id, pid, pid_started FROM studies WHERE status = 'running'"):
-            if not process_alive(r["pid"], r["pid_started"]):
-                with self.transaction() as c:
-                    c.execute("UPDATE studies SET status = 'crashed', pid = NULL, ended = ?, "
-                              "message = ? WHERE id = ? AND status = 'running'",
-                              (time.time(), _STUDY_GONE, r["id"]))
 
     # --- checkpoints ---------------------------------------------------------------------
     def checkpoint_dir(self, run_id: int) -> Path:
@@ -1082,190 +777,3 @@ class SessionStore:
     def mark_checkpoint_removed(self, checkpoint_id: int) -> None:
         with self.transaction() as c:
             c.execute("UPDATE checkpoints SET removed = 1 WHERE id = ?", (checkpoint_id,))
-
-
-_STUDY_GONE = "the study process is gone; run it again to continue"
-
-
-def _refuse_as_new(d: Path) -> None:
-    """A path that must not become a new session: a file, or a session whose database was
-    deleted while its checkpoints and logs are still there."""
-    if d.exists() and not d.is_dir():
-        raise SessionError(f"session path {d} exists and is not a directory")
-    if not (d / DB_NAME).exists() and ((d / "checkpoints").is_dir() or (d / "logs").is_dir()):
-        raise SessionError(
-            f"{d / DB_NAME} is missing, but {d} holds the checkpoints or logs of a session: "
-            "its database was deleted or moved. Nothing was written; restore the file, or "
-            "use another directory for a new session")
-
-
-def _refuse_read_only(d: Path) -> None:
-    if not os.access(d, os.W_OK) or not os.access(d / DB_NAME, os.W_OK):
-        raise ReadOnlySession(
-            f"{d} is read-only: the session can be listed (`tui-trainer runs`), viewed in "
-            "the dashboard and exported with `export --out DIR`, but not trained in")
-
-
-def _session_error(db_path: Path, e: sqlite3.Error) -> Exception:
-    """One clear error for what SQLite says: a full disk, a read-only file, damage."""
-    text = str(e)
-    free = free_bytes(db_path.parent)
-    if is_disk_full(e) or ("disk i/o error" in text.lower() and free is not None
-                           and free < 1024 * 1024):
-        # A full disk also shows as an I/O error when SQLite cannot grow its -shm file.
-        return DiskFull(db_path)
-    if "readonly" in text or "read-only" in text:
-        return ReadOnlySession(f"{db_path} is read-only: the session can be listed, viewed and "
-                            "exported (`export --out DIR`), not written")
-    if "not a database" in text or "malformed" in text:
-        return SessionError(f"{db_path} is damaged or not a SQLite database ({text})")
-    if "locked" in text or "busy" in text:
-        return SessionError(f"{db_path} is locked by another process for too long ({text})")
-    return SessionError(f"{db_path}: {text}")
-
-
-@cache
-def _expected_columns() -> dict[str, frozenset[str]]:
-    """Every table of the schema and its columns, read from the schema itself."""
-    conn = sqlite3.connect(":memory:")
-    try:
-        for stmt in _SCHEMA.split(";"):
-            if stmt.strip():
-                conn.execute(stmt)
-        tables = [r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table'")]
-        return {t: frozenset(r[1] for r in conn.execute(f"PRAGMA table_info('{t}')"))
-                for t in tables}
-    finally:
-        conn.close()
-
-
-def _state_json(f: figures.Figures) -> str:
-    return json.dumps(f.state())     # floats as repr: read back bit for bit (NaN, inf too)
-
-
-def _restored(row: sqlite3.Row | None, run: dict[str, Any]) -> figures.Figures | None:
-    """Kept figures that stand for the run as it is now, else None (none kept, kept for the
-    run as it was before a Continue, by another definition of the figures, or damaged)."""
-    if row is None or row["version"] != figures.VERSION or row["step"] != run.get("step") \
-            or row["status"] != run.get("stored_status", run.get("status")) \
-            or row["status"] not in KEPT_FOR or row["ended"] != run.get("ended"):
-        return None
-    try:
-        state = json.loads(row["state"])
-    except (TypeError, ValueError):
-        return None
-    return figures.Figures.restore(state) if figures.valid_state(state) else None
-
-
-def _encode(rows: Any) -> list[dict]:
-    return [{k: NAN_TEXT if isinstance(v, float) and math.isnan(v) else v
-             for k, v in r.items()} for r in rows]
-
-
-def _as_read(row: dict[str, Any], columns: tuple[str, ...]) -> dict[str, Any]:
-    """A row as it reads back once stored: its columns only, a whole number in a REAL
-    column as a float (SQLite's affinity), so that figures fed it are those of the rows."""
-    out = {}
-    for k in columns:
-        v = row.get(k)
-        if k != "step" and isinstance(v, int):
-            v = float(v)
-        out[k] = v
-    return out
-
-
-def _decode(row: sqlite3.Row) -> dict[str, Any]:
-    return {k: math.nan if v == NAN_TEXT else v for k, v in dict(row).items()}
-
-
-@contextmanager
-def _tx(conn: sqlite3.Connection) -> Iterator[None]:
-    # BEGIN IMMEDIATE takes the write lock up front, so concurrent writers queue on
-    # busy_timeout instead of failing with "database is locked" halfway through.
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-class BatchedWriter:
-    """Buffers metric rows of one run and writes them in one transaction at most every
-    `interval` seconds (or when asked), so a fast loop does not pay a commit per step."""
-
-    def __init__(self, store: SessionStore, run_id: int, interval: float = 1.0):
-        self.store = store
-        self.run_id = run_id
-        self.interval = interval
-        self._steps: list[dict] = []
-        self._evals: list[dict] = []
-        self._fps: list[dict] = []
-        self._last = time.monotonic()
-        self._progress: tuple[int, float] | None = None
-        self._first_step = True
-        # The run's figures from every row it has (core.analysis.figures), fed each row as it is
-        # written; None while they cannot be (a resumed run re-recording steps it had
-        # before: they are computed from the rows again once it is past them, _past).
-        self.live: figures.Figures | None = None
-        self._seeded = False
-        self._past = -1
-
-    def step(self, row: dict) -> None:
-        self._steps.append(row)
-        self._progress = (row["step"], row["epoch"])
-        if self._first_step:          # written at once: the dashboard shows the run going
-            self._first_step = False
-            self.flush()
-        else:
-            self.maybe_flush()
-
-    def eval(self, row: dict) -> None:
-        self._evals.append(row)
-        self.flush()
-
-    def fingerprint(self, row: dict) -> None:
-        self._fps.append(row)
-        self.maybe_flush()
-
-    def progress(self, step: int, epoch: float) -> None:
-        self._progress = (step, epoch)
-
-    def maybe_flush(self) -> None:
-        if time.monotonic() - self._last >= self.interval:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._steps or self._evals or self._fps or self._progress is not None:
-            self._follow()
-            self.store.write_batch(self.run_id, self._steps, self._evals, self._fps,
-                                   self._progress, self.live)
-            if self.live is None and self._steps and self._steps[-1]["step"] > self._past:
-                # past what it re-recorded: from the rows once, then followed again
-                self.live = self.store._from_rows(self.run_id)
-                self.store.write_batch(self.run_id, [], [], [], None, self.live)
-            self._steps, self._evals, self._fps = [], [], []
-            self._progress = None
-        self._last = time.monotonic()
-
-    def _follow(self) -> None:
-        """Feeds the rows about to be written to the live figures, which then stay those
-        of every row of the run (rows come in step order; a row for a step already stored
-        replaces it, which a running figure cannot undo)."""
-        if not self._seeded:                # what the run has already (a resumed run's)
-            self._seeded = True
-            self.live = self.store._from_rows(self.run_id)
-            self._past = self.live.steps
-        for r in self._steps:
-            if self.live is not None and r["step"] > self.live.steps:
-                self.live.add_step(_as_read(r, STEP_COLUMNS))
-            else:
-                self.live = None
-        for r in self._evals:
-            if self.live is not None and (self.live.eval_step is None
-                                          or r["step"] >= self.live.eval_step):
-                self.live.add_eval(_as_read(r, EVAL_COLUMNS))
-            else:
-                self.live = None
