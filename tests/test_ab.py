@@ -498,13 +498,13 @@ def test_ab_with_two_rounds_gives_each_rounds_ratio_and_no_interval(tmp_path):
     # that is no bit-identity (it read "crashed, yes (in every round)").
     import sqlite3
 
-    from tui_trainer.core.analysis import study
+    from tui_trainer.core.analysis import study, study_text
     with sqlite3.connect(tmp_path / "session.sqlite") as db:
         db.execute("UPDATE runs SET status = 'crashed' WHERE id IN (?, ?)", variant["runs"])
     with SessionStore(tmp_path) as store:
         _, (_, crashed) = study.table(store, 1)
     assert crashed.status == "crashed" and crashed.bit_identical is None
-    assert study.identity_text(crashed) == "crashed, not known (it did not finish)"
+    assert study_text.identity_text(crashed) == "crashed, not known (it did not finish)"
 
 
 def test_a_seed_sweep_its_table_spread_and_band_come_from_its_runs(tmp_path):

@@ -211,15 +211,15 @@ def test_an_arm_whose_runs_were_crowded_says_so_in_its_verdict_and_under_the_tab
     """The A/B table's words for an arm whose runs' threads outnumbered the free cores
     (core.analysis.study, from each finished run's note): its verdict counts the rounds, and a
     line under the table (and in the A/B tab) gives the note whole."""
-    from tui_trainer.core.analysis import study
+    from tui_trainer.core.analysis import study, study_text
     note = contention.crowded(_c(1.0, 1.2, 2), 2, "cpu")
     row = study.Row(position=1, label="amp=bf16", run_id=3, status="finished", rounds=6,
                     crowded_rounds=[0, 2, 5], crowded=note)
-    assert study.crowded_text(row) == "; its threads outnumbered the free cores in 3 of 6 " \
+    assert study_text.crowded_text(row) == "; its threads outnumbered the free cores in 3 of 6 " \
         "rounds"
-    assert study.verdict_text(row).endswith(study.crowded_text(row))     # not yet a verdict
+    assert study_text.verdict_text(row).endswith(study_text.crowded_text(row))     # not yet a verdict
     row.verdicts, row.intervals = {"samples_per_s": "1.20x faster"}, {}
-    assert study.verdict_text(row) == "1.20x faster" + study.crowded_text(row)
-    (line,) = study.crowded_lines([study.Row(position=0, label="base", run_id=1,
+    assert study_text.verdict_text(row) == "1.20x faster" + study_text.crowded_text(row)
+    (line,) = study_text.crowded_lines([study.Row(position=0, label="base", run_id=1,
                                              status="finished", rounds=6), row])
     assert line == f"amp=bf16: its threads outnumbered the free cores in 3 of 6 rounds: {note}"

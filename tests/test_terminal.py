@@ -65,7 +65,7 @@ class Terminal:
 
 
 STATUSES = {"starting", "created", "running", "finished", "stopped", "crashed"}
-# The A/B table's headings of a one-round study (core.analysis.study.headings)
+# The A/B table's headings of a one-round study (core.analysis.study_text.headings)
 AB_HEADINGS = ("variant", "bit-identical to base", "samples/s", "accuracy %", "eval loss",
                "train loss", "peak mem MiB", "data wait s", "run")
 

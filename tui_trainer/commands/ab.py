@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import runner
 from ..core.settings import config
-from ..core.analysis import figures, stats, study
+from ..core.analysis import figures, stats, study, study_text
 from ..core.settings.config import ConfigError
 from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, BadInput
 from ..core.session.store import SessionStore
@@ -184,13 +184,13 @@ def run(args: argparse.Namespace) -> int:
             import textwrap
             return textwrap.fill(text, width, break_on_hyphens=False) if width else text
 
-        print(para(study.title_text(record, rows, status)))
+        print(para(study_text.title_text(record, rows, status)))
         print("\n".join(line if i <= len(rows) else para(line) for i, line in
-                        enumerate(study.format_table(rows, sweep=record["kind"] == "sweep",
+                        enumerate(study_text.format_table(rows, sweep=record["kind"] == "sweep",
                                                   width=width))))
         print(para(figures.EXPLAINED + " data wait: total time the loop waited for batches. "
-                   + study.method_text(record, rows)))
-        for line in study.phase_lines(rows) + study.rerun_lines(record):
+                   + study_text.method_text(record, rows)))
+        for line in study_text.phase_lines(rows) + study_text.rerun_lines(record):
             print(para(shown(line, 2000)))
         for note in record["spec"].get("notes", []):
             print(para(f"note: {shown(note, 1000)}"))

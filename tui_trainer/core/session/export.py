@@ -279,7 +279,8 @@ def export_study(store: SessionStore, study_id: int, out: Path) -> list[Path]:
     """An A/B study: its table (figures and ratios) as CSV, every point of its runs as CSV,
     and figures: its runs' loss, throughput and memory overlaid, each figure as a ratio to
     the base, and each variant's parameter distance from the base."""
-    from ..analysis.study import FIGURES, identity_text, table
+    from ..analysis.study import FIGURES, table
+    from ..analysis.study_text import identity_text
     plt = _pyplot()
     study, rows = table(store, study_id)
     out.mkdir(parents=True, exist_ok=True)

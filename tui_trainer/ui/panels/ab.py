@@ -20,6 +20,7 @@ from textual.widgets import Button, DataTable, Input, Label, Select, Static
 from ...core.settings import config
 from ...core.settings import presets
 from ...core.analysis import study as studies
+from ...core.analysis import study_text
 from ...core.text import shown, shown_lines
 from .common import Table, Tick, plain
 from .launch import LaunchPanel
@@ -124,25 +125,25 @@ class ABPanel(Vertical):
         # Above the table its title alone; under it the row under the cursor (_row_lines),
         # then how to read the table: at 80x24 the table is in view as the tab opens.
         self.query_one("#ab-title", Static).update(Text(
-            studies.title_text(study, rows)
+            study_text.title_text(study, rows)
             + (f". {shown(study['message'], 300)}" if study["message"] else "")))
         skipped = "".join(f"\n{r.label}: {r.note}" for r in rows
                           if r.note and r.status == "skipped")
-        more = "".join(f"\n{line}" for line in studies.phase_lines(rows)[:1]
-                       + studies.rerun_lines(study))
+        more = "".join(f"\n{line}" for line in study_text.phase_lines(rows)[:1]
+                       + study_text.rerun_lines(study))
         self.query_one("#ab-method", Static).update(Text(
-            studies.method_text(study, rows)
+            study_text.method_text(study, rows)
             + (" Enter on a row pairs it with the base; Right and Left move one column."
                if len(rows) > 1 else "") + shown_lines(skipped) + shown_lines(more)))
         table = self.query_one("#ab-table", DataTable)
         cursor = table.cursor_row
         table.clear(columns=True)
         sweep = study["kind"] == "sweep"
-        heads = studies.headings(rows[0].rounds if rows else 1, sweep)
-        cols = studies.display_order(len(heads), rows[0].rounds if rows else 1, sweep)
+        heads = study_text.headings(rows[0].rounds if rows else 1, sweep)
+        cols = study_text.display_order(len(heads), rows[0].rounds if rows else 1, sweep)
         table.add_columns(*(heads[i] for i in cols))
         for r in rows:
-            cells = studies.row_cells(r, sweep, note_at="below")   # the notes under it
+            cells = study_text.row_cells(r, sweep, note_at="below")   # the notes under it
             table.add_row(*(plain(cells[i], 60) for i in cols), key=str(r.position))
         if cursor < table.row_count:
             table.move_cursor(row=cursor)
@@ -159,7 +160,7 @@ class ABPanel(Vertical):
         rows = self._study["rows"] if self._study else []
         text = ""
         if 0 <= index < len(rows) and self._study["kind"] != "sweep":
-            text = "\n".join(studies.row_lines(rows[index], rows[0]))
+            text = "\n".join(study_text.row_lines(rows[index], rows[0]))
         self.query_one("#ab-row", Static).update(Text(shown_lines(text)))
 
     # --- what the user asks ------------------------------------------------------------------
