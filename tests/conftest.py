@@ -305,6 +305,20 @@ def fingerprints(session: Path, run_id: int) -> dict[int, str]:
                                  "ORDER BY step", (run_id,)))
 
 
+def damage_table(session: Path, table: str) -> None:
+    """Overwrites the root page of a session's table with garbage (its WAL folded in
+    first): every read of that table then meets a damaged page."""
+    con = sqlite3.connect(session / "session.sqlite")
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?",
+                       (table,)).fetchone()[0]
+    size = con.execute("PRAGMA page_size").fetchone()[0]
+    con.close()
+    data = bytearray((session / "session.sqlite").read_bytes())
+    data[(root - 1) * size:root * size] = b"\xff" * size
+    (session / "session.sqlite").write_bytes(bytes(data))
+
+
 def kept_agrees(session: Path, run_id: int) -> None:
     """An ended run's figures were kept (SessionStore.figures_of), and they are exactly those
     computed again from its rows now: every figure shown and every kept number, bit for bit

@@ -13,7 +13,7 @@ import sqlite3
 import subprocess
 import sys
 
-from conftest import in_private_mount, kept_agrees, tt
+from conftest import damage_table, in_private_mount, kept_agrees, tt
 from tui_trainer.commands.runs import run_rows
 from tui_trainer.core.settings import config
 from tui_trainer.core.analysis import figures, study
@@ -243,14 +243,7 @@ def test_a_damaged_page_of_old_rows_is_said_by_what_reads_it_not_by_every_listin
     with SessionStore(tmp_path) as w:
         for i in range(2):
             _ended(w, f"r{i}", steps=3000)
-    con = sqlite3.connect(tmp_path / "session.sqlite")
-    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'steps'").fetchone()[0]
-    size = con.execute("PRAGMA page_size").fetchone()[0]
-    con.close()
-    data = bytearray((tmp_path / "session.sqlite").read_bytes())
-    data[(root - 1) * size:root * size] = b"\xff" * size       # the steps table's root page
-    (tmp_path / "session.sqlite").write_bytes(bytes(data))
+    damage_table(tmp_path, "steps")
     listing = tt("runs", "--session", str(tmp_path), "--json")
     assert listing.rc == 0, listing.err
     assert [(x["name"], x["steps"]) for x in listing.json] == [("r0", 3000), ("r1", 3000)]

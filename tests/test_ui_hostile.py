@@ -19,7 +19,7 @@ import uuid
 import pytest
 from textual.widgets import DataTable, Log, Static
 
-from conftest import in_private_mount
+from conftest import damage_table, in_private_mount
 from tui_trainer.core.settings.config import DEFAULTS
 from tui_trainer.core.session.store import SessionStore
 from tui_trainer.core.text import shown
@@ -284,21 +284,13 @@ async def test_a_damaged_page_of_old_rows_is_said_and_the_dashboard_stays(tmp_pa
     """Opening checks the tables that grow with the runs, not every row (issue 56): a
     session whose step rows are damaged opens, and the polling thread says the damage in
     one notification (once, not every tick) instead of ending the app."""
-    import sqlite3
     with SessionStore(tmp_path) as w:
         for i in range(2):
             rid = w.create_run(DEFAULTS.to_dict(), name=f"r{i}")
             w.add_rows(steps=[{"step": s, "epoch": s / 100, "loss": 1.0 / s}
                               for s in range(1, 3001)], run_id=rid)
             w.end_run(rid, "finished", {})
-    con = sqlite3.connect(tmp_path / "session.sqlite")
-    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'steps'").fetchone()[0]
-    size = con.execute("PRAGMA page_size").fetchone()[0]
-    con.close()
-    data = bytearray((tmp_path / "session.sqlite").read_bytes())
-    data[(root - 1) * size:root * size] = b"\xff" * size
-    (tmp_path / "session.sqlite").write_bytes(bytes(data))
+    damage_table(tmp_path, "steps")
     app = TrainerApp(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         for _ in range(200):
