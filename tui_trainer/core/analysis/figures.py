@@ -141,8 +141,8 @@ class Figures:
              "peak_workers")
 
     def state(self) -> dict[str, Any]:
-        """What a finished run stores in its summary, so that a reader need not read its
-        rows again (`restore`)."""
+        """What is kept of a run's figures (SessionStore.figures_of), so that a reader need
+        not read its rows again (`restore`)."""
         return {**{k: getattr(self, k) for k in self.STATE},
                 "samples_per_s": self.samples_per_s, "phase_ms": self.phase_ms}
 

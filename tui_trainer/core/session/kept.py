@@ -26,8 +26,8 @@ class KeptFigures:
                    computed: list[tuple[dict[str, Any], figures.Figures]] | None = None,
                    say: Callable[[str], None] | None = None) -> dict[int, figures.Figures]:
         """Each run's figures (core.analysis.figures, the one definition), by run id. An
-        ended run's are the ones kept when it ended, while the run is as it was then (its status, step
-        and end time, and the figures' VERSION); otherwise, and for a kept record that does
+        ended run's are the ones kept when it ended, while the run is as it was then (its
+        status, step and end time, and the figures' VERSION); otherwise, and for a kept record that does
         not read back (damaged), they are computed from its rows. An ended run's computed
         figures go to `computed`, and are kept where this store writes (a session from
         before they were kept: computed once, then read). `say` hears what a long
@@ -71,13 +71,9 @@ class KeptFigures:
         try:
             with self.transaction() as c:
                 for run, f in computed:
-                    c.execute(
-                        "INSERT OR REPLACE INTO kept_figures (run_id, version, status, step, "
-                        "ended, state) SELECT id, ?, status, step, ended, ? FROM runs WHERE "
-                        "id = ? AND status = ? AND step = ? AND ended IS ?",
-                        (figures.VERSION, _state_json(f), run["id"],
-                         run.get("stored_status", run.get("status")), run["step"],
-                         run["ended"]))
+                    self._keep(c, run["id"], f, "status = ? AND step = ? AND ended IS ?",
+                               (run.get("stored_status", run.get("status")), run["step"],
+                                run["ended"]))
             return True
         except (DiskFull, SessionError):
             return False
@@ -88,19 +84,17 @@ class KeptFigures:
         counts (a reader that can write keeps them later)."""
         try:
             with self.transaction() as c:
-                c.execute(
-                    "INSERT OR REPLACE INTO kept_figures (run_id, version, status, step, "
-                    "ended, state) SELECT id, ?, status, step, ended, ? FROM runs WHERE "
-                    "id = ? AND status IN (%s)" % ",".join("?" * len(ENDED)),
-                    (figures.VERSION, _state_json(f), run_id, *ENDED))
+                self._keep(c, run_id, f, f"status IN ({','.join('?' * len(ENDED))})", ENDED)
         except (DiskFull, SessionError):
             pass
 
-    def _keep(self, c: sqlite3.Connection, run_id: int, f: figures.Figures) -> None:
-        """Keeps a run's figures with the run as it is in this transaction."""
+    def _keep(self, c: sqlite3.Connection, run_id: int, f: figures.Figures,
+              only_if: str = "1", args: tuple = ()) -> None:
+        """Keeps a run's figures with the run as it is in this transaction (its status,
+        step and end time), where the run's row also meets `only_if`."""
         c.execute("INSERT OR REPLACE INTO kept_figures (run_id, version, status, step, ended, "
-                  "state) SELECT id, ?, status, step, ended, ? FROM runs WHERE id = ?",
-                  (figures.VERSION, _state_json(f), run_id))
+                  f"state) SELECT id, ?, status, step, ended, ? FROM runs WHERE id = ? AND "
+                  f"({only_if})", (figures.VERSION, _state_json(f), run_id, *args))
 
     def _kept_rows(self, run_ids: list[int]) -> dict[int, sqlite3.Row]:
         if "kept_figures" not in self._tables or not run_ids:

@@ -34,7 +34,7 @@ from ..processes.liveness import (dead_reason, is_live, process_alive, process_s
 from .kept import KeptFigures
 from .schema import (APP_ID, CHECKED, DB_NAME, ENDED, EVAL_COLUMNS, FINGERPRINT_COLUMNS,
                      INDEXES, OPTIONAL_COLUMNS, OPTIONAL_TABLES, SCHEMA, SCHEMA_VERSION,
-                     STATUSES, STEP_COLUMNS, decode, encode, expected_columns, refuse_as_new,
+                     STEP_COLUMNS, decode, encode, expected_columns, refuse_as_new,
                      refuse_read_only, session_error, tx)
 from .studies import StudyRecords
 
@@ -424,14 +424,12 @@ class SessionStore(KeptFigures, StudyRecords):
         """Stores how a run ended, and its figures, computed once from its rows (the run's
         process wrote its last rows before; `computed`: what it computed from them just
         now): readers take them from then on."""
-        assert status in STATUSES, status
-        kept = computed if computed is not None or status not in ENDED else \
-            self._from_rows(run_id)
+        assert status in ENDED, status
+        kept = computed if computed is not None else self._from_rows(run_id)
         with self.transaction() as c:
             c.execute("UPDATE runs SET status = ?, ended = ?, summary = ?, pid = NULL "
                       "WHERE id = ?", (status, time.time(), json.dumps(summary or {}), run_id))
-        if kept is not None:
-            self._keep_after(run_id, kept)
+        self._keep_after(run_id, kept)
 
     def _run_dict(self, row: sqlite3.Row) -> dict[str, Any]:
         run = dict(row)

@@ -77,8 +77,12 @@ class BatchedWriter:
         replaces it, which a running figure cannot undo)."""
         if not self._seeded:                # what the run has already (a resumed run's)
             self._seeded = True
-            self.live = self.store._from_rows(self.run_id)
-            self._past = self.live.steps
+            last = self.store.last_step(self.run_id)
+            self._past = last["step"] if last is not None else -1
+            if self._steps and self._steps[0]["step"] <= self._past:
+                self.live = None            # re-recording steps it had: no use reading them
+            else:
+                self.live = self.store._from_rows(self.run_id)
         for r in self._steps:
             if self.live is not None and r["step"] > self.live.steps:
                 self.live.add_step(as_read(r, STEP_COLUMNS))
