@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tui_trainer.core.settings import config
 from tui_trainer.core.analysis import figures  # noqa: E402
 from tui_trainer.core.session.store import SessionStore  # noqa: E402
-from tui_trainer.core.processes.supervisor import Supervisor, WarmLauncher, dashboard_nice
+from tui_trainer.core.processes.supervisor import Supervisor, dashboard_nice
+from tui_trainer.launcher.client import WarmLauncher
 
 GOAL = 0.9
 MODES = ("foreground", "foreground-1", "dashboard", "cold")

@@ -19,7 +19,7 @@ from a parent that, like the launcher, has imported what a run imports and nothi
 - `fresh`: at Start the child trains at once (what the launcher does today).
 - `spare-driver`, `spare-context`, `spare-warm`: a spare forked before Start has done the
   stages up to driver / context / cudnn, then waits; at Start it trains.
-- `spare`: what the launcher's spare does before Start (tui_trainer.warm.start_cuda: the
+- `spare`: what the launcher's spare does before Start (tui_trainer.engine.cuda_start.start_cuda: the
   driver and cuDNN's libraries loaded, no context), then waits; at Start it trains.
   `spare+context`: what TUI_TRAINER_SPARE=context's spare does (the same and the device's
   context, made without an allocation), holding GPU memory while it waits. The GPU memory the
@@ -60,7 +60,8 @@ import time
 from pathlib import Path
 
 from tui_trainer.core.session.store import SessionStore
-from tui_trainer.warm import prepare, start_cuda
+from tui_trainer.engine.cuda_start import start_cuda
+from tui_trainer.launcher.server import prepare
 
 STAGES = ("driver", "context", "cublas", "cudnn")
 PREPARED = {"fresh": 0, "staged": 0, "spare": 0, "spare+context": 0, "spare-alone": 0,

@@ -42,7 +42,7 @@ Goals: warm under 1 s on this machine; on CUDA the first step at most 0.5 s (iss
         [--spares driver context cudnn suspended] [--deterministic off]
 
 `--deterministic off` times runs that use torch's default cuBLAS workspace (fastest-gpu's),
-which the cudnn and suspended spares serve too (tui_trainer/warm.py, `cublas_size_settable`;
+which the cudnn and suspended spares serve too (engine/cuda_start.py, `cublas_size_settable`;
 with a torch that cannot set the size, each such launcher's first run is forked, counted
 under "no spare", and its next spares are made for the rest).
 """
@@ -61,9 +61,10 @@ from cuda_start import gpu_memory_mib          # (this folder's: nvidia-smi's me
 from tui_trainer.core.settings import config
 from tui_trainer.core.analysis.figures import PHASES
 from tui_trainer.core.session.store import SessionStore
-from tui_trainer.core.processes.supervisor import SPARE_LINE, Supervisor, WarmLauncher
+from tui_trainer.core.processes.supervisor import Supervisor
+from tui_trainer.launcher.client import SPARE_LINE, WarmLauncher
 from tui_trainer.core.settings.machine import CUDA_START_ENV, CUDA_STARTS
-from tui_trainer.warm import DEFAULT_SPARE, HOLDS_CONTEXT, SPARE_ENV, ready_line
+from tui_trainer.launcher.spare import DEFAULT_SPARE, HOLDS_CONTEXT, SPARE_ENV, ready_line
 
 READY_S = 90.0          # how long a spare may take to be ready (a suspended one: its CUDA
                         # made, then moved to the host) before its run is timed anyway
@@ -129,7 +130,7 @@ def first_step_s(session: Path, sup: Supervisor, cfg: dict
 
 
 def launcher(spares: str, weigh: bool) -> WarmLauncher:
-    """A launcher whose spares are `spares` (warm.SPARE_MODES; "": unset, the default); with
+    """A launcher whose spares are `spares` (launcher/spare.py's SPARE_MODES; "": unset, the default); with
     `weigh`, what its spare holds of the GPU's memory once it is made (the memory in use
     then, less before the launcher started: the launchers before it have made their spares
     already)."""

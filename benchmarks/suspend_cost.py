@@ -1,6 +1,6 @@
 """What a suspended spare's restore costs, by what it holds (issue 34's goal 4).
 
-TUI_TRAINER_SPARE=suspended (tui_trainer/warm.py) makes CUDA's context and cuBLAS's and
+TUI_TRAINER_SPARE=suspended (launcher/spare.py, engine/cuda_start.py) makes CUDA's context and cuBLAS's and
 cuDNN's handles before Start, then moves them out of the GPU with CUDA's checkpoint API; at
 Start it restores them. On the H100 (2026-11-26) that restore took 0.28 s of a first step
 0.65 s after Start, against 0.39 s for the same spare kept on the GPU. Whether a smaller or
@@ -9,7 +9,7 @@ back, or a fixed cost. This benchmark forks one process for each variant and rep
 parent that has imported torch and never touches CUDA, as the launcher), and in each:
 
 - `context`: CUDA's context only (a device synchronisation);
-- `handles`: what the suspended spare makes (`warm.start_cuda`: the context, cuDNN's
+- `handles`: what the suspended spare makes (`cuda_start.start_cuda`: the context, cuDNN's
   libraries, cuBLAS's and cuDNN's handles);
 - `small-stack`: `handles`, then the context's stack limit (CU_LIMIT_STACK_SIZE, which
   sizes the local memory the context keeps for every thread the GPU can hold) made as small
@@ -58,7 +58,7 @@ def _variant(name: str, made_w: int, go_r: int) -> dict:
     from tui_trainer.engine.cuda_start import warm_shapes
     from tui_trainer.engine.models import MODELS
     from tui_trainer.engine.optim import make_optimizer
-    from tui_trainer.warm import _stack_limit, start_cuda
+    from tui_trainer.engine.cuda_start import stack_limit, start_cuda
     said: dict = {"variant": name}
     t = time.perf_counter()
     if name == "context":
@@ -76,11 +76,11 @@ def _variant(name: str, made_w: int, go_r: int) -> dict:
         torch.cuda.empty_cache()
     stack = None
     if name.endswith("small-stack"):
-        stack = _stack_limit()
+        stack = stack_limit()
         # the smallest the driver takes: 0 is refused by some drivers, so down in steps
         for value in (0, 16, 256):
             try:
-                said["stack_set"] = _stack_limit(value)
+                said["stack_set"] = stack_limit(value)
                 break
             except RuntimeError as e:
                 said["stack_refused"] = str(e)
@@ -97,7 +97,7 @@ def _variant(name: str, made_w: int, go_r: int) -> dict:
         t = time.perf_counter()
         helper.restore()
         if stack is not None:
-            _stack_limit(stack)
+            stack_limit(stack)
         said["restore_s"] = time.perf_counter() - t
         # the default config's first step: its net (its own initialisation), its batch
         t = time.perf_counter()
@@ -112,7 +112,7 @@ def _variant(name: str, made_w: int, go_r: int) -> dict:
         said["step_s"] = time.perf_counter() - t
         torch.cuda.empty_cache()
     finally:
-        try:            # NVIDIA/cuda-checkpoint issue #53: end suspended (warm.py)
+        try:            # NVIDIA/cuda-checkpoint issue #53: end suspended (engine/cuda_start.py)
             if "restore_s" in said:
                 helper.suspend()
         finally:
@@ -180,7 +180,7 @@ def main() -> int:
     args = parser.parse_args()
     # imported once here, CUDA untouched (as the launcher: torch.cuda.is_available() would
     # start the runtime, and a fork could not use CUDA after it): nvidia-smi says
-    for module in ("torch", "tui_trainer.engine.train", "tui_trainer.warm"):
+    for module in ("torch", "tui_trainer.engine.train", "tui_trainer.launcher.server"):
         importlib.import_module(module)
     if gpu_memory_mib(0) is None:
         print("no CUDA device here: nothing to measure")

@@ -57,7 +57,8 @@ from tui_trainer.core.analysis import figures
 from tui_trainer.core.settings import machine
 from tui_trainer.core.settings.presets import resolve
 from tui_trainer.core.session.store import SessionStore
-from tui_trainer.core.processes.supervisor import WarmLauncher, launch, train_args
+from tui_trainer.core.processes.supervisor import launch, train_args
+from tui_trainer.launcher.client import WarmLauncher
 from tui_trainer.core.settings.machine import CUDA_START_ENV, CUDA_STARTS
 
 PRESETS = ("baseline", "fastest-cpu", "amp", "fastest-gpu")

@@ -135,7 +135,7 @@ def sets(*pairs: str) -> list[str]:
     return out
 
 
-# One warm launcher per test process (tui_trainer/warm.py, the one the dashboard uses): `tt`
+# One warm launcher per test process (tui_trainer/launcher/, the one the dashboard uses): `tt`
 # forks each command from it, the real CLI in a real process, without the ~5 s of importing
 # torch that a cold `python -m tui_trainer` spends. TT_COLD=1 starts every command cold.
 _forker: dict[str, object] = {}
@@ -144,7 +144,7 @@ _forker: dict[str, object] = {}
 def _warm():
     """The test process's launcher once it is ready; None (commands start cold) when it
     cannot be had. Started at the first `tt`, in a runtime folder of its own."""
-    from tui_trainer.core.processes.supervisor import WarmLauncher
+    from tui_trainer.launcher.client import WarmLauncher
     if os.environ.get("TT_COLD") == "1":
         return None
     if "launcher" not in _forker:
@@ -238,7 +238,7 @@ class Forked:
 
     def communicate(self, timeout: float = 300) -> tuple[str, str]:
         import time
-        from tui_trainer.core.processes.supervisor import WARM_LINE
+        from tui_trainer.launcher.client import WARM_LINE
         got = _read_all(self._fds, time.monotonic() + timeout)
         if got is None:
             raise subprocess.TimeoutExpired(f"tui-trainer (pid {self.pid})", timeout)

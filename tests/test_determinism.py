@@ -231,7 +231,7 @@ def test_an_op_deterministic_on_refuses_is_named_in_one_line_with_the_knob():
 
 def test_a_spares_algorithm_flags_are_the_configs_inside_and_back_after():
     """The launcher's spare loads a run's kernels under that run's algorithm knobs, with
-    cuDNN's heuristics choosing (engine/knobs.py `algorithms_of`, tui_trainer/warm.py): in
+    cuDNN's heuristics choosing (engine/knobs.py `algorithms_of`, engine/cuda_start.py): in
     the block every flag is the config's, cudnn.benchmark off; after it, also when the block
     raises, every flag is what it was. Flags only: holds on both devices."""
     import torch

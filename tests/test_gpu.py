@@ -309,11 +309,12 @@ def test_cuda_graphs_train_and_a_run_killed_mid_epoch_resumes_bit_exact(tmp_path
 
 CONTEXTS = """
 import json, torch
-from tui_trainer import warm
-said = warm.start_cuda()
-before = warm._primary_contexts()
-held = warm.start_cuda(context=True, cudnn=CUDNN)   # TUI_TRAINER_SPARE=context's spare
-made = warm._primary_contexts()
+from tui_trainer.engine import cuda_start
+from tui_trainer.launcher import server, spare
+said = cuda_start.start_cuda()
+before = cuda_start.primary_contexts()
+held = cuda_start.start_cuda(context=True, cudnn=CUDNN)   # TUI_TRAINER_SPARE=context's spare
+made = cuda_start.primary_contexts()
 untouched = torch.cuda.memory_reserved() == 0 and torch.cuda.max_memory_allocated() == 0 \
     and torch.cuda.max_memory_reserved() == 0 and torch.cuda.memory_allocated() == 0
 print(json.dumps({"said": said, "before": before, "held": held, "made": made,
@@ -324,7 +325,7 @@ print(json.dumps({"said": said, "before": before, "held": held, "made": made,
 def _launcher_and_its_spare():
     """A warm launcher (its spares as TUI_TRAINER_SPARE says) and its spare's pid, once the
     spare has loaded cuDNN (its CUDA start under way); the caller closes the launcher."""
-    from tui_trainer.core.processes.supervisor import WarmLauncher
+    from tui_trainer.launcher.client import WarmLauncher
     warm = WarmLauncher()
     warm.start()
     try:
@@ -361,8 +362,9 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
 
     from conftest import wait_until
     from test_warm import _config
-    from tui_trainer.core.processes.supervisor import SPARE_LINE, launch, train_args
-    from tui_trainer.warm import cublas_size_settable
+    from tui_trainer.core.processes.supervisor import launch, train_args
+    from tui_trainer.launcher.client import SPARE_LINE
+    from tui_trainer.engine.cuda_start import cublas_size_settable
     sized = ("workspace size set to 32768 KiB until Start, then the run's own"
              if cublas_size_settable() else "workspace :4096:8")
     for cudnn in (False, True):
@@ -415,10 +417,11 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
     workspace (a run forked first). Bits are compared where the runs are deterministic."""
     from conftest import wait_until
     from test_warm import _alive, _children, _config
-    from tui_trainer.core.processes.supervisor import SPARE_LINE, launch, train_args
+    from tui_trainer.core.processes.supervisor import launch, train_args
+    from tui_trainer.launcher.client import SPARE_LINE
     from tui_trainer.core.processes.cuda_checkpoint import CudaCheckpoint
     from tui_trainer.core.settings.machine import cublas_workspace
-    from tui_trainer.warm import cublas_size_settable
+    from tui_trainer.engine.cuda_start import cublas_size_settable
     monkeypatch.setenv("TUI_TRAINER_SPARE", mode)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     warm, spare = _launcher_and_its_spare()     # (its handles follow in the same start)
@@ -495,7 +498,8 @@ def test_a_run_given_a_suspended_spare_and_killed_leaves_no_helper_and_resumes_b
     from test_warm import _alive, _children, _config
     from tui_trainer.core.processes.cuda_checkpoint import CudaCheckpoint
     from tui_trainer.core.settings.machine import cublas_workspace
-    from tui_trainer.core.processes.supervisor import SPARE_LINE, launch, train_args
+    from tui_trainer.core.processes.supervisor import launch, train_args
+    from tui_trainer.launcher.client import SPARE_LINE
     monkeypatch.setenv("TUI_TRAINER_SPARE", "suspended")
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     warm, spare = _launcher_and_its_spare()

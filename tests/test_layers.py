@@ -79,3 +79,32 @@ def test_a_data_parallel_runs_own_process_checks_its_config_without_torchvision(
                           f"lifecycle.preflight(config.from_dict({cfg!r}))", env)
     assert "torch" in mods and "torchvision" not in mods
     assert (tmp_path / "mnist-sample" / "MNIST" / "raw" / "train-images-idx3-ubyte").is_file()
+
+
+def test_core_imports_nothing_above_it():
+    """core is the floor: no module of it imports the engine, the launcher's wing, the
+    dashboard or the commands, even inside a function (read with `ast`). The launcher's
+    client reaches core's supervisor through its Forker protocol, never the other way."""
+    import ast
+    above = ("engine", "launcher", "ui", "commands", "runner", "cli", "lifecycle")
+    found = []
+    for path in (PACKAGE / "core").rglob("*.py"):
+        depth = len(path.relative_to(PACKAGE).parts) - 1       # folders below the package
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level > depth:
+                top = (node.module or "").split(".")[0]
+                if top in above or (node.module is None and
+                                    any(a.name in above for a in node.names)):
+                    found.append(f"{path.relative_to(PACKAGE)}: {node.module}")
+            elif isinstance(node, (ast.Import, ast.ImportFrom)) and \
+                    not getattr(node, "level", 0):
+                names = [node.module] if isinstance(node, ast.ImportFrom) else \
+                    [a.name for a in node.names]
+                found += [f"{path.relative_to(PACKAGE)}: {n}" for n in names if n and
+                          n.split(".")[:2] in (["tui_trainer", a] for a in above)]
+    assert found == []
+
+
+def test_the_launchers_client_starts_without_torch():
+    mods = _modules_after("import tui_trainer.launcher.client")
+    assert "torch" not in mods and "textual" not in mods

@@ -15,7 +15,7 @@ from conftest import QUICK, click, db_rows, sets, tt, tt_popen
 from tui_trainer.core.settings import machine
 from tui_trainer.core.analysis.figures import PHASES
 from tui_trainer.core.session.store import SessionStore
-from tui_trainer.core.processes.supervisor import WARM_LINE
+from tui_trainer.launcher.client import WARM_LINE
 from tui_trainer.ui.app import TrainerApp
 from tui_trainer.ui.panels.divergence import DivergencePanel
 from tui_trainer.ui.panels.plots import PlotsPanel

@@ -16,8 +16,8 @@ import pytest
 from conftest import QUICK, db_rows, fingerprints, sets, tt, wait_until
 from tui_trainer.core.settings import config
 from tui_trainer.core.session.store import SessionStore
-from tui_trainer.core.processes.supervisor import (WARM_LINE, WarmChild, WarmLauncher, launch,
-                                                   train_args)
+from tui_trainer.core.processes.supervisor import launch, train_args
+from tui_trainer.launcher.client import WARM_LINE, WarmChild, WarmLauncher
 
 CFG = {**{k: config.parse_value(k, v) for k, v in (p.split("=") for p in QUICK)},
        "max_steps": 12, "checkpoint_every": 4}
@@ -224,7 +224,7 @@ def _launchers(under: str) -> set[int]:
                 cmd = (proc / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"tui_trainer.warm" in cmd and any(c.startswith(under.encode()) for c in cmd):
+            if b"tui_trainer.launcher" in cmd and any(c.startswith(under.encode()) for c in cmd):
                 out.add(int(proc.name))
     return out
 
@@ -364,7 +364,7 @@ def test_a_run_outlives_its_launcher_without_a_false_failure(tmp_path, doomed_wa
     is what it recorded, not the launcher's missing exit status. The run was the launcher's
     spare (device auto, one process), which dies with the launcher until it is given a run
     and not after; a next spare, if one was made yet, dies with it."""
-    from tui_trainer.core.processes.supervisor import SPARE_LINE
+    from tui_trainer.launcher.client import SPARE_LINE
     from tui_trainer.runner import train_child
     warm = doomed_warm
     with SessionStore(tmp_path) as store:
@@ -472,7 +472,7 @@ def test_a_launcher_whose_owner_is_killed_leaves_nothing_in_the_temporary_direct
     env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
     env["TMPDIR"] = str(tmp)
     owner = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom tui_trainer.core.processes.supervisor import "
+        [sys.executable, "-c", "import sys\nfrom tui_trainer.launcher.client import "
          "WarmLauncher\nw = WarmLauncher()\nw.start()\nprint(w.path, flush=True)\n"
          "print(w.wait_ready(120), flush=True)\nsys.stdin.read()"],   # until killed
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
@@ -494,21 +494,21 @@ def test_warm_refuses_a_path_where_something_is(tmp_path):
     import sys
     victim = tmp_path / "notes.txt"
     victim.write_text("keep me")
-    r = subprocess.run([sys.executable, "-m", "tui_trainer.warm", str(victim)],
+    r = subprocess.run([sys.executable, "-m", "tui_trainer.launcher", str(victim)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "exists" in r.stderr
     assert victim.read_text() == "keep me"
 
 
 def test_the_launcher_is_no_command_of_the_cli_and_the_cli_does_not_import_it():
-    """warm.py runs the CLI in its forks; the CLI does not import warm.py (no circle)."""
+    """The launcher runs the CLI in its forks; the CLI does not import its server (no circle)."""
     import subprocess
     import sys
     code = ("import sys, tui_trainer.cli, tui_trainer.runner; "
-            "print('tui_trainer.warm' in sys.modules)")
+            "print('tui_trainer.launcher.server' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120).stdout.strip() == "False"
-    assert tt("warm", "x.sock").rc == 2
+    assert tt("warm", "x.sock").rc == 2 and tt("launcher", "x.sock").rc == 2
 
 
 @pytest.mark.parametrize("args", [["worker", "--run-id", "1"],
@@ -570,7 +570,8 @@ def test_a_forked_child_waits_for_its_clients_go_ahead_and_ends_unheard_without_
 
 PROBE = """
 import gc, json, os, psutil
-from tui_trainer import warm
+from tui_trainer.engine import cuda_start
+from tui_trainer.launcher import server, spare
 
 
 def collection_in_a_child():
@@ -589,9 +590,9 @@ def collection_in_a_child():
     return grew
 
 
-warm.warm_up()
+server.warm_up()
 imported = collection_in_a_child()
-why = warm.prepare()
+why = server.prepare()
 print(json.dumps({"imported": imported, "prepared": collection_in_a_child(), "why": why}))
 gc.unfreeze()
 """
@@ -644,7 +645,7 @@ def test_a_run_that_starts_cuda_is_given_the_spare_and_trains_the_same_bits(tmp_
     the spare ends with its launcher, also one killed with SIGKILL. Holds on both devices
     (the spare of a CPU machine has nothing of CUDA to start)."""
     from tui_trainer.core.settings.machine import cublas_workspace, cuda_device
-    from tui_trainer.core.processes.supervisor import SPARE_LINE
+    from tui_trainer.launcher.client import SPARE_LINE
     warm = _started()
     launcher = warm._proc.pid
     assert wait_until(lambda: len(_children(launcher)) == 1), "no spare"
@@ -693,7 +694,7 @@ def test_a_run_that_starts_cuda_is_given_the_spare_and_trains_the_same_bits(tmp_
 
 
 def test_spares_can_be_turned_off(tmp_path, monkeypatch):
-    from tui_trainer.core.processes.supervisor import SPARE_LINE
+    from tui_trainer.launcher.client import SPARE_LINE
     monkeypatch.setenv("TUI_TRAINER_SPARE", "0")
     warm = _started()
     try:
@@ -711,11 +712,12 @@ def test_spares_can_be_turned_off(tmp_path, monkeypatch):
 
 CUDNN = """
 import json, torch
-from tui_trainer import warm
-said = warm.start_cuda()
-loaded = warm._load_cudnn()
+from tui_trainer.engine import cuda_start
+from tui_trainer.launcher import server, spare
+said = cuda_start.start_cuda()
+loaded = cuda_start.load_cudnn()
 maps = open("/proc/self/maps").read()
-print(json.dumps({"said": said, "loaded": loaded, "contexts": warm._primary_contexts(),
+print(json.dumps({"said": said, "loaded": loaded, "contexts": cuda_start.primary_contexts(),
                   "engines": "libcudnn_engines_precompiled" in maps,
                   "initialized": torch.cuda.is_initialized()}))
 """
@@ -768,15 +770,16 @@ def _launcher_with_stand_ins(script: str, sock: Path, log: Path) -> subprocess.P
 
 FAILING_SPARE = """
 import sys
-from tui_trainer import warm
+from tui_trainer.engine import cuda_start
+from tui_trainer.launcher import server, spare
 
 
 def start_cuda(context=False, cudnn=False, suspend=False, workspace=None):
     raise RuntimeError("starting CUDA's driver made a CUDA context (a test's stand-in)")
 
 
-warm.start_cuda = start_cuda
-sys.exit(warm.main([sys.argv[1]]))
+cuda_start.start_cuda = start_cuda
+sys.exit(server.main([sys.argv[1]]))
 """
 
 
@@ -785,7 +788,7 @@ def test_a_spare_that_cannot_start_cuda_cleanly_ends_and_runs_are_forked(tmp_pat
     why in the launcher's log and ends, no other is made, and every run is forked at Start
     as before. The failure is the test's stand-in for start_cuda; the rest is the
     launcher's own."""
-    from tui_trainer.core.processes.supervisor import SPARE_LINE
+    from tui_trainer.launcher.client import SPARE_LINE
     sock, log = _socket("failing"), tmp_path / "launcher.log"
     proc = _launcher_with_stand_ins(FAILING_SPARE, sock, log)
     try:
@@ -848,7 +851,8 @@ UNRESTORED_SPARE = f"""
 import os
 import sys
 import time
-from tui_trainer import warm
+from tui_trainer.engine import cuda_start
+from tui_trainer.launcher import server, spare
 from tui_trainer.core.processes import cuda_checkpoint
 
 
@@ -864,12 +868,12 @@ def start_cuda(context=False, cudnn=False, suspend=False, workspace=None):
     return "CUDA's context, cuBLAS's and cuDNN's handles made (a test's stand-in)"
 
 
-warm.start_cuda = start_cuda
+cuda_start.start_cuda = start_cuda
 if os.environ.get("TT_FIXED_CUBLAS"):    # a torch that cannot set cuBLAS's workspace size
-    warm.cublas_size_settable = lambda: False
+    cuda_start.cublas_size_settable = lambda: False
 cuda_checkpoint.Helper.COMMAND = [sys.executable, "-c", {HELPER!r}]
 cuda_checkpoint.RESTORE_S = 3.0
-sys.exit(warm.main([sys.argv[1]]))
+sys.exit(server.main([sys.argv[1]]))
 """
 
 
@@ -898,8 +902,8 @@ def test_a_spare_that_cannot_be_suspended_is_followed_by_spares_that_start_the_d
     driver's spare, holding no GPU memory), which says it is ready and is given a run at
     Start. The driver's calls are the test's stand-ins; the spares, the helper process and
     the launcher are their own. Holds on both devices."""
-    from tui_trainer.core.processes.supervisor import SPARE_LINE
-    from tui_trainer.warm import ready_line
+    from tui_trainer.launcher.client import SPARE_LINE
+    from tui_trainer.launcher.spare import ready_line
     proc, sock, log, _ = _suspending_launcher(tmp_path, monkeypatch, "unsuspended",
                                               "TT_SUSPEND_REFUSED")
     try:
@@ -935,7 +939,7 @@ def test_a_spare_given_a_run_while_its_cuda_starts_is_not_suspended(tmp_path, mo
     suspension and a restore on top: the spare skips both, starts no helper, and the run's
     log says so. The driver's calls are the test's stand-ins. Holds on both devices."""
     from tui_trainer.core.settings.machine import CUBLAS_DETERMINISTIC
-    from tui_trainer.core.processes.supervisor import SPARE_LINE
+    from tui_trainer.launcher.client import SPARE_LINE
     proc, sock, log, starting = _suspending_launcher(tmp_path, monkeypatch, "waited",
                                                      "TT_SLOW_START")
     try:
@@ -1027,7 +1031,7 @@ def test_a_spare_whose_cuda_is_not_restored_at_start_runs_its_run_cold_in_its_pr
     calls are the test's stand-ins; the spare, its helper process and the launcher are
     their own. Holds on both devices."""
     from tui_trainer.core.settings.machine import CUBLAS_DETERMINISTIC
-    from tui_trainer.core.processes.supervisor import SPARE_LINE
+    from tui_trainer.launcher.client import SPARE_LINE
     proc, sock, log, hangs = _suspending_launcher(tmp_path, monkeypatch, "unrestored",
                                                   "TT_RESTORE_HANGS")
     try:
@@ -1077,9 +1081,9 @@ def test_a_spare_whose_cuda_is_not_restored_at_start_runs_its_run_cold_in_its_pr
     ("ctx\x1b[31m", "suspended", True)])
 def test_the_spare_setting_is_read_and_a_wrong_value_named_in_one_line(monkeypatch, value,
                                                                          mode, wrong):
-    from tui_trainer import warm
+    from tui_trainer.launcher import spare
     monkeypatch.setenv("TUI_TRAINER_SPARE", value)
-    got, why = warm.spare_mode()
+    got, why = spare.spare_mode()
     assert got == mode and (why is not None) == wrong
     if wrong:
         assert why.startswith("TUI_TRAINER_SPARE: ")
@@ -1094,8 +1098,8 @@ def test_a_context_spare_takes_only_runs_on_the_first_device(tmp_path, monkeypat
     them while it waits, or with suspended has them in its host memory, to be restored on
     that device) is given a run on that device (auto, cuda, cuda:0), never one on another
     device, which is forked at Start. Checked with cudnn, which holds the most, and
-    suspended (one rule, warm.ON_FIRST_DEVICE, for the three). The two also made cuBLAS's
-    handles: where torch can set its workspace's size (warm.cublas_size_settable) a run of
+    suspended (one rule, spare.ON_FIRST_DEVICE, for the three). The two also made cuBLAS's
+    handles: where torch can set its workspace's size (cuda_start.cublas_size_settable) a run of
     either workspace is given the spare, deterministic off (torch's default) as on (the
     deterministic one); elsewhere only a run of the workspace it made them with, and the
     other is forked (`test_a_spare_whose_cublas_workspace_a_run_does_not_use_is_replaced`
@@ -1104,8 +1108,8 @@ def test_a_context_spare_takes_only_runs_on_the_first_device(tmp_path, monkeypat
     refuses the spare (which makes the next spares the default one) must not change what
     this test says. Holds on both devices."""
     from tui_trainer.core.settings.machine import cublas_workspace
-    from tui_trainer.core.processes.supervisor import SPARE_LINE
-    from tui_trainer.warm import cublas_size_settable
+    from tui_trainer.launcher.client import SPARE_LINE
+    from tui_trainer.engine.cuda_start import cublas_size_settable
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     stand_in = None
     if mode == "suspended":
@@ -1146,18 +1150,19 @@ def test_a_context_spare_takes_only_runs_on_the_first_device(tmp_path, monkeypat
 def _spare_ready(launcher: subprocess.Popen, log: Path, said: str) -> int | None:
     """The launcher's one spare, once its ready line in the launcher's log goes on with
     `said` (what it did before Start)."""
-    from tui_trainer.warm import ready_line
+    from tui_trainer.launcher.spare import ready_line
     spares = _children(launcher.pid)
     return next((pid for pid in spares if len(spares) == 1 and
                  f"{ready_line(pid)}: {said}" in log.read_text()), None)
 
 
 # A launcher of TUI_TRAINER_SPARE=cudnn spares under a torch that reads cuBLAS's workspace
-# size once in a process and cannot set it (warm.cublas_size_settable: torch 2.11, the
+# size once in a process and cannot set it (cuda_start.cublas_size_settable: torch 2.11, the
 # leased GPUs'), its CUDA start the stand-in's, which says the workspace it was given.
 FIXED_SIZE_SPARE = """
 import sys
-from tui_trainer import warm
+from tui_trainer.engine import cuda_start
+from tui_trainer.launcher import server, spare
 
 
 def start_cuda(context=False, cudnn=False, suspend=False, workspace=None):
@@ -1165,9 +1170,9 @@ def start_cuda(context=False, cudnn=False, suspend=False, workspace=None):
     return f"cuBLAS's handles made with workspace {workspace or 'default'} (a test's stand-in)"
 
 
-warm.start_cuda = start_cuda
-warm.cublas_size_settable = lambda: False
-sys.exit(warm.main([sys.argv[1]]))
+cuda_start.start_cuda = start_cuda
+cuda_start.cublas_size_settable = lambda: False
+sys.exit(server.main([sys.argv[1]]))
 """
 
 
@@ -1183,7 +1188,7 @@ def test_a_spare_whose_cublas_workspace_a_run_does_not_use_is_replaced(tmp_path,
     torch that cannot and for CUDA's start; the launcher, its spares and the runs are their
     own. Holds on both devices."""
     from tui_trainer.core.settings.machine import cublas_workspace
-    from tui_trainer.core.processes.supervisor import SPARE_LINE
+    from tui_trainer.launcher.client import SPARE_LINE
     monkeypatch.setenv("TUI_TRAINER_SPARE", "cudnn")
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     sock, log = _socket("replaced"), tmp_path / "launcher.log"
@@ -1215,7 +1220,7 @@ def test_a_spare_whose_cublas_workspace_a_run_does_not_use_is_replaced(tmp_path,
         assert wait_until(lambda: ready(":4096:8")), log.read_text()[-2000:]
         said = log.read_text()
         for run, spare in (("default", ":4096:8"), (":4096:8", "default")):
-            assert f"tui_trainer.warm: a run of cuBLAS workspace {run} was forked: the " \
+            assert f"tui_trainer.launcher: a run of cuBLAS workspace {run} was forked: the " \
                 f"spare had made cuBLAS's handles with {spare}" in said, said
         assert "no more spares" not in said and "cannot be one" not in said, said
     finally:
@@ -1227,7 +1232,8 @@ def test_a_spare_whose_cublas_workspace_a_run_does_not_use_is_replaced(tmp_path,
 # kernels the stand-ins': the line of each says for which config's batch it loaded kernels.
 KERNELS_SPARE = """
 import sys
-from tui_trainer import warm
+from tui_trainer.engine import cuda_start
+from tui_trainer.launcher import server, spare
 from tui_trainer.core.settings import config
 
 
@@ -1237,15 +1243,15 @@ def start_cuda(context=False, cudnn=False, suspend=False, workspace=None):
 
 
 def load_kernels(values, workspace):
-    if not warm.loads_kernels(values):
+    if not cuda_start.loads_kernels(values):
         return "; no kernels loaded (a test's stand-in)"
     batch = (values or config.DEFAULTS.to_dict())["batch_size"]
     return f"; the kernels of a run of batch {batch} loaded (a test's stand-in)"
 
 
-warm.start_cuda = start_cuda
-warm._load_kernels = load_kernels
-sys.exit(warm.main([sys.argv[1]]))
+cuda_start.start_cuda = start_cuda
+cuda_start.load_kernels = load_kernels
+sys.exit(server.main([sys.argv[1]]))
 """
 
 
@@ -1261,7 +1267,7 @@ def test_a_spare_that_loaded_a_runs_kernels_is_not_given_a_run_that_benchmarks_c
     none counts as a spare lost. CUDA's start and the kernels' loading are the test's
     stand-ins; the launcher, its spares and the runs are their own. Holds on both devices."""
     from tui_trainer.core.settings.machine import cublas_workspace
-    from tui_trainer.core.processes.supervisor import SPARE_LINE
+    from tui_trainer.launcher.client import SPARE_LINE
     monkeypatch.setenv("TUI_TRAINER_SPARE", "cudnn")
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     sock, log = _socket("kernels"), tmp_path / "launcher.log"
@@ -1315,7 +1321,7 @@ def test_a_spare_replaced_while_it_is_suspended_leaves_without_saying_it_is_read
     cannot set the size, CUDA's start and the driver's calls are the test's stand-ins; the
     launcher, the spares, the helper process and the run are their own. Holds on both
     devices."""
-    from tui_trainer.warm import ready_line
+    from tui_trainer.launcher.spare import ready_line
     monkeypatch.setenv("TT_FIXED_CUBLAS", "1")
     proc, sock, log, slow = _suspending_launcher(tmp_path, monkeypatch, "suspending",
                                                  "TT_SLOW_SUSPEND")
@@ -1348,11 +1354,12 @@ def test_a_spare_replaced_while_it_is_suspended_leaves_without_saying_it_is_read
 
 SIZE_LET_GO = """
 import json, os, torch
-from tui_trainer import warm
+from tui_trainer.engine import cuda_start
+from tui_trainer.launcher import server, spare
 os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
 torch._C._cuda_setCublasWorkspaceSize(12345)
 held = torch.backends.cuda.cublas_workspace_size()
-warm._let_cublas_size_go()
+cuda_start.let_cublas_size_go()
 os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":16:8"
 try:
     after = torch.backends.cuda.cublas_workspace_size()
@@ -1363,8 +1370,8 @@ print(json.dumps({"held": held, "after": after}))
 
 
 def test_a_spares_cublas_size_is_let_go_at_start_and_the_run_reads_its_own():
-    """Where torch can set cuBLAS's workspace size (warm.cublas_size_settable), a spare sets
-    it before it makes cuBLAS's handles and lets it go at Start (warm._let_cublas_size_go).
+    """Where torch can set cuBLAS's workspace size (cuda_start.cublas_size_settable), a spare sets
+    it before it makes cuBLAS's handles and lets it go at Start (cuda_start.let_cublas_size_go).
     While set, the size is answered without reading CUBLAS_WORKSPACE_CONFIG, or on a CPU
     the device. Let go, the next answer reads the variable the run set, as a fresh process
     does: :16:8 is 128 KiB on a GPU; on a CPU the answer asks for the device, which is not
@@ -1372,7 +1379,7 @@ def test_a_spares_cublas_size_is_let_go_at_start_and_the_run_reads_its_own():
     spare. Holds on both devices."""
     import torch
 
-    from tui_trainer.warm import cublas_size_settable
+    from tui_trainer.engine.cuda_start import cublas_size_settable
     if not cublas_size_settable():
         pytest.skip("this torch cannot set cuBLAS's workspace size")
     r = subprocess.run([sys.executable, "-c", SIZE_LET_GO], capture_output=True, text=True,
@@ -1389,7 +1396,7 @@ def test_a_spares_cublas_size_is_let_go_at_start_and_the_run_reads_its_own():
 def test_a_training_process_is_named_by_its_run_name_and_session_in_ps(tmp_path, warm):
     """`ps`, `top` and `nvidia-smi` show what a training process is: its run, name and
     session (setproctitle), whether forked by the launcher or started cold (issue 55:
-    every run read "python3 -m tui_trainer.warm ...")."""
+    every run read "python3 -m tui_trainer.launcher ...")."""
     import psutil
     with SessionStore(tmp_path / "s") as store:
         procs = []

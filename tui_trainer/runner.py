@@ -34,9 +34,9 @@ from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, 
 from .core.analysis.verdicts import verdict
 from .core.processes.liveness import is_live
 from .core.session.store import SessionStore
-from .core.processes.supervisor import (RENDEZVOUS_S, UNKNOWN_EXIT, Supervisor, WarmChild,
-                                        WarmLauncher, launch, owner_env, resume_args,
-                                        stop_grace_s, torchrun_args, train_args)
+from .core.processes.supervisor import (RENDEZVOUS_S, Supervisor, launch, owner_env,
+                                        resume_args, stop_grace_s, torchrun_args, train_args)
+from .launcher.client import UNKNOWN_EXIT, WarmChild, WarmLauncher
 
 Say = Callable[[str], None]
 

@@ -10,8 +10,8 @@ from typing import Any
 from .. import runner
 from ..core.settings import config
 from ..core.analysis import figures
-from ..core.processes import supervisor
 from ..core.settings.config import ConfigError
+from ..launcher.client import WarmLauncher
 from ..core.errors import EXIT_NOT_IDENTICAL, EXIT_OK, BadInput
 from ..core.session.store import SessionStore
 from ..core.text import shown, shown_lines
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     check = runner.Check(config=None if args.run is not None else cfg, run=args.run,
                          repeats=args.repeats, resume_at=args.resume_at)
     with SessionStore(session, create=args.run is None) as store:
-        warm = supervisor.WarmLauncher.shared()
+        warm = WarmLauncher.shared()
         try:
             warm.wait_ready(timeout=120)
             result = runner.repro(store, check, say, warm)

@@ -88,7 +88,7 @@ def set_algorithms(cfg: RunConfig, cudnn_benchmark: bool | None = None) -> None:
 @contextlib.contextmanager
 def algorithms_of(cfg: RunConfig, cudnn_benchmark: bool | None = None) -> Iterator[None]:
     """`set_algorithms` for the block, then each of those flags back as it was (the
-    launcher's spare loads a run's kernels under them: tui_trainer/warm.py)."""
+    launcher's spare loads a run's kernels under them: engine/cuda_start.py)."""
     cudnn = torch.backends.cudnn
     was = (torch.are_deterministic_algorithms_enabled(),
            torch.is_deterministic_algorithms_warn_only_enabled(), cudnn.deterministic,

@@ -122,7 +122,7 @@ class Meter:
         total = 0
         for child in self.process.children(recursive=True):
             if child.pid in Helper.pids:
-                continue        # a suspended spare's checkpoint helper: no worker (warm.py)
+                continue        # a suspended spare's checkpoint helper: no worker (engine/cuda_start.py)
             try:
                 total += child.memory_full_info().uss
             except psutil.NoSuchProcess:

@@ -36,7 +36,8 @@ from ..core.session.paths import default_session_dir
 from ..core.analysis.plotdata import PANELS
 from ..core.session.reader import Snapshot
 from ..core.session.store import SessionStore
-from ..core.processes.supervisor import Supervisor, WarmLauncher, dashboard_nice
+from ..core.processes.supervisor import Supervisor, dashboard_nice
+from ..launcher.client import WarmLauncher
 from ..core.text import shown, shown_lines
 from . import heap
 from .actions import Job, RunActions, SessionActions, twins_of

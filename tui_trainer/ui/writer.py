@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 from ..core.errors import ReadOnlySession
 from ..core.session.store import SessionStore
-from ..core.processes.supervisor import Supervisor, WarmLauncher
+from ..core.processes.supervisor import Supervisor
+from ..launcher.client import WarmLauncher
 
 STATE_KEY = "ui_state"          # the screen state, in the session's meta table
 CLOSE_WAIT_S = 30.0             # how long closing waits for the writes asked before it

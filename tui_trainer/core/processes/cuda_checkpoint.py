@@ -1,6 +1,6 @@
 """CUDA's checkpoint API (the driver's cuCheckpointProcess* calls: Linux, driver 550 and
 newer), called from another process than the one it moves. The launcher's suspended spare
-(warm.py, TUI_TRAINER_SPARE=suspended) has its CUDA moved out of the GPU while it waits and
+(launcher/spare.py, TUI_TRAINER_SPARE=suspended) has its CUDA moved out of the GPU while it waits and
 back when it is given a run.
 
 Why another process: the API is made for a controller outside the process it acts on. The

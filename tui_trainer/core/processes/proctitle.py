@@ -1,5 +1,5 @@
 """What a training process is called in `ps`, `top`, `htop` and `nvidia-smi`: its run, name
-and session (and its rank, in a data-parallel run), not "python3 -m tui_trainer.warm ...".
+and session (and its rank, in a data-parallel run), not "python3 -m tui_trainer.launcher ...".
 setproctitle, the library made for it, rewrites the process's command line; without it (an
 image that lacks it) the title stays as it was.
 

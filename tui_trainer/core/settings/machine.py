@@ -94,7 +94,7 @@ def cuda_device(config: dict[str, Any]) -> str | None:
     """The device setting of a run that starts CUDA in its own process where the machine has
     a CUDA device ("auto", "cuda" or "cuda:N"), or None: a run of another device, or of
     several processes (a group's agent leaves CUDA to its ranks). The warm launcher may give
-    such a run its spare, which has started CUDA's driver already (tui_trainer/warm.py). A
+    such a run its spare, which has started CUDA's driver already (launcher/spare.py). A
     config that is not a table (a damaged session's) says None."""
     if not isinstance(config, dict):
         return None
@@ -108,13 +108,16 @@ def cuda_device(config: dict[str, Any]) -> str | None:
 # where its environment sets none (engine/knobs.py, by `cublas_workspace`).
 CUBLAS_DETERMINISTIC = ":4096:8"
 
+# Which spare the warm launcher makes before Start (its environment; launcher/spare.py).
+SPARE_ENV = "TUI_TRAINER_SPARE"
+
 
 def cublas_workspace(config: dict[str, Any]) -> str | None:
     """The CUBLAS_WORKSPACE_CONFIG a run sets for itself on CUDA where its environment sets
     none: the deterministic knob's (CUBLAS_DETERMINISTIC), or None (torch's default). The
     run applies it (engine/knobs.py); the warm launcher is told it, because with a torch
     that cannot set cuBLAS's workspace size a spare that made cuBLAS's handles before Start
-    is given only runs of the workspace it made them with (tui_trainer/warm.py). A config
+    is given only runs of the workspace it made them with (launcher/spare.py). A config
     that is not a table says None."""
     if isinstance(config, dict) and str(config.get("deterministic", "on")) != "off":
         return CUBLAS_DETERMINISTIC
