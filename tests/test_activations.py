@@ -290,7 +290,7 @@ async def test_the_model_tab_shows_a_real_runs_checkpoint_and_its_keys_choose(tm
         app.screen.query_one("Input").value = "99999"   # one outside it is refused at once
         await pilot.press("enter")
         await pilot.pause(0.3)
-        assert app._activating is None and panel.shown["steps"] == [3]
+        assert not panel.activating.busy and panel.shown["steps"] == [3]
         assert any("give an index 0 to 199 into the evaluation set (200 digits), not '99999'"
                    in n.message for n in app._notifications)
         await pilot.press("d")                          # one inside, at that checkpoint

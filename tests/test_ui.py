@@ -18,6 +18,7 @@ from tui_trainer.core.session.store import SessionStore
 from tui_trainer.launcher.client import WARM_LINE
 from tui_trainer.ui.app import TrainerApp
 from tui_trainer.ui.panels.divergence import DivergencePanel
+from tui_trainer.ui.panels.launch import LaunchPanel
 from tui_trainer.ui.panels.plots import PlotsPanel
 from tui_trainer.ui.panels.profile import ProfilePanel
 from tui_trainer.ui.screens import EvidenceScreen, MemoryScreen
@@ -111,7 +112,7 @@ async def test_form_marks_invalid_fields_and_refuses_to_start(tmp_path):
             assert app.query_one("#start").disabled
             await fill(pilot, {"device": "cpu", "amp": "fp16"})
             assert set(form.problems) == {"amp"}
-            app.action_start()
+            app.query_one(LaunchPanel).action_start()
             await pilot.pause(0.5)
             assert SessionStore(tmp_path).runs() == []
 
@@ -153,17 +154,17 @@ async def test_the_cycle_collector_walks_the_heap_only_between_keys(tmp_path):
         await until(pilot, lambda: gc.get_freeze_count() > 10_000, timeout=120)
         assert gc.get_threshold()[2] == heap.FULL_RARELY
         # (No await in between: the app's own timer would tidy meanwhile.)
-        due = app._heap_due = time.monotonic() - 0.1    # due, but a key just came: it waits
+        due = app._tidy_heap.due = time.monotonic() - 0.1   # due, but a key just came: waits
         app.last_input = time.monotonic()
         app._tidy_heap()
-        assert app._heap_due == due
+        assert app._tidy_heap.due == due
         app.last_input = 0.0                # quiet: it runs, and the next is TIDY_EVERY_S on
         app._tidy_heap()
-        assert app._heap_due > time.monotonic() + heap.TIDY_EVERY_S / 2
-        due = app._heap_due = time.monotonic() - heap.MAX_DELAY_S - 1
+        assert app._tidy_heap.due > time.monotonic() + heap.TIDY_EVERY_S / 2
+        due = app._tidy_heap.due = time.monotonic() - heap.MAX_DELAY_S - 1
         app.last_input = time.monotonic()   # keys keep coming, but it is long overdue
         app._tidy_heap()
-        assert app._heap_due > due + heap.MAX_DELAY_S
+        assert app._tidy_heap.due > due + heap.MAX_DELAY_S
         await pilot.press("f1")             # and keys still work
         await until(pilot, lambda: len(app.screen_stack) == 2, timeout=60)
     assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
@@ -397,14 +398,14 @@ async def test_divergence_finds_the_first_differing_step_of_runs_that_differ(tmp
         app.query_one("#runs", DataTable).focus()
         await pilot.press("x")
         await pilot.pause()
-        assert app._explaining is None and app.query_one("#tabs").active == "tab-plots"
+        assert not _explaining(app) and app.query_one("#tabs").active == "tab-plots"
         # nor is an x typed into a text box
         app.query_one("#tabs").active = "tab-divergence"
         search = app.query_one("#knob-search", Input)
         search.focus()
         await pilot.press("x", "e")
         await pilot.pause()
-        assert search.value == "xe" and app._explaining is None
+        assert search.value == "xe" and not _explaining(app)
         assert not isinstance(app.screen, EvidenceScreen)
 
 
@@ -620,6 +621,12 @@ def test_ui_state_is_saved_in_the_session(tmp_path):
     asyncio.run(go())
     state = json.loads(SessionStore(tmp_path).meta("ui_state"))
     assert state["tab"] == "tab-log"
+
+
+def _explaining(app) -> bool:
+    """An explain started by the Divergence tab (x) is under way."""
+    panel = app.panel(DivergencePanel)
+    return panel is not None and panel.explaining.busy
 
 
 def _verdict_text(app) -> str:
@@ -858,7 +865,8 @@ async def test_b_measures_a_runs_memory_and_p_profiles_it(tmp_path):
         app.query_one("#tabs").active = "tab-divergence"       # b is the Plots tab's
         await pilot.press("b")
         await pilot.pause()
-        assert not isinstance(app.screen, MemoryScreen) and app._measuring is None
+        assert not isinstance(app.screen, MemoryScreen)
+        assert not app.query_one(PlotsPanel).measuring.busy
         # p in the Profile tab: the run under the cursor profiled on a copy, then shown
         app.query_one("#tabs").active = "tab-profile"
 
@@ -872,7 +880,7 @@ async def test_b_measures_a_runs_memory_and_p_profiles_it(tmp_path):
         await until(pilot, lambda: "Operators by self time" in profile_text(), timeout=120)
         text = profile_text()
         assert "Profiling run 1" not in text and "conv1" in text and "Trace (Chrome" in text
-        assert app._profiling is None
+        assert not app.query_one(ProfilePanel).profiling.busy
 
 
 async def test_at_80x24_the_ab_results_are_reached_by_tab_and_by_wheel_to_the_last_column(

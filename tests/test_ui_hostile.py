@@ -174,7 +174,7 @@ async def test_a_damaged_session_is_refused_with_a_message_and_the_open_one_stay
     app = TrainerApp(good, poll=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.app.ready()
-        app.action_open_session()
+        app.action_session("open_session")
         await pilot.pause()
         option_list = app.screen.query_one("#open-list")
         for _ in range(100):                    # the sessions are listed by a worker

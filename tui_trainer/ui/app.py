@@ -6,8 +6,11 @@ writer.
   the run table and the visible tab as one `Tick` (panels/common.py): `panel.draw(tick)`.
 - Everything that writes runs in worker threads through the Writer (`write`), one at a time.
   The UI thread never runs SQLite, not even to open, switch or close a session.
-- The panels (ui/panels/, one registry: `TAB_PANELS`) own their keys and dialogs and post
-  typed messages for what changes the app's state.
+- The panels (ui/panels/, one registry: `TAB_PANELS`) own their keys, dialogs and background
+  commands (ui/jobs.py), and post typed messages for what changes the app's state. A tab's
+  keys that work wherever the focus is while it shows (its `TAB_KEYS`) are bound here by
+  the tab's id and handed to its panel (`action_panel`); its palette entries (`COMMANDS`)
+  too.
 
 The app's state (marked runs, the pair, the run under the cursor, the study and tab shown,
 the form) is reactive; what follows from it is ui/selection.py's (plain objects), and it is
@@ -19,9 +22,12 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from dataclasses import replace
+from functools import partial
 from typing import Any, Callable, Iterable, TypeVar
 
 from textual import events, on, work
+from textual.actions import parse
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -33,19 +39,17 @@ from textual.widgets._tabbed_content import ContentTabs
 from ..core.settings.config import ConfigError
 from ..core.errors import SessionError
 from ..core.session.paths import default_session_dir
-from ..core.analysis.plotdata import PANELS
 from ..core.session.reader import Snapshot
 from ..core.session.store import SessionStore
 from ..core.processes.supervisor import Supervisor, dashboard_nice
 from ..launcher.client import WarmLauncher
 from ..core.text import shown, shown_lines
 from . import heap
-from .actions import Job, RunActions, SessionActions, twins_of
+from .driver import driver_for
 from .announce import Announcer
 from .panels import TAB_PANELS
 from .panels.ab import ABPanel
 from .panels.common import Tick
-from .panels.divergence import DivergencePanel
 from .panels.launch import LaunchPanel
 from .panels.log import LogPanel
 from .panels.plots import PlotsPanel
@@ -53,16 +57,38 @@ from .panels.runs import RunTable
 from .poller import LogLines, Polled, Poller, Request
 from .screens import HelpScreen
 from .selection import MAX_SHOWN, ScreenState, Selection
+from .session_keys import SessionKeys
 from .widgets.footer import StableFooter
 from .writer import STATE_KEY, Writer
 
 W = TypeVar("W")
 TAB_IDS = tuple(p.TAB for p in TAB_PANELS)
+
+
+# The panels whose keys the app binds (`panel_keys`), by class name: the form's Start and the
+# run table's F3-F8 (their APP_KEYS, wherever the focus is), and each tab's own (TAB_KEYS,
+# while that tab shows).
+KEYED = {cls.__name__: cls for cls in (LaunchPanel, RunTable, *TAB_PANELS)}
+
+
+def panel_keys() -> list[Binding]:
+    """The panels' keys, bound by the app so that they work wherever the focus is (but in a
+    text field), a tab's only while that tab shows (check_action): each the panel's own
+    action, asked for by the panel's class name (`action_panel`)."""
+    out = []
+    for name, cls in KEYED.items():
+        for key in (*getattr(cls, "APP_KEYS", ()), *getattr(cls, "TAB_KEYS", ())):
+            _, action, args = parse(key.action)
+            routed = ", ".join(map(repr, (name, action, *args)))
+            out.append(replace(key, action=f"panel({routed})"))
+    return out
+
+
 STATE_SAVE_S = 0.5      # the screen state is written at most twice a second
 INPUT_QUIET_S = 0.4     # charts are built this long after the last key, not while keys come
 
 
-class TrainerApp(RunActions, SessionActions, App[None]):
+class TrainerApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "tui-trainer"
     SCREENS = {"help": HelpScreen}      # made once, shown again on every F1
@@ -72,38 +98,16 @@ class TrainerApp(RunActions, SessionActions, App[None]):
     BINDINGS = [
         Binding("f1", "help", "Help"),
         Binding("f9", "toggle_form", "Form"),
-        Binding("f2", "start", "Start"),
-        Binding("f3", "stop", "Stop"),
-        Binding("f4", "continue_run", "Continue"),
-        Binding("f5", "repeat", "Repeat"),
-        Binding("f6", "compare", "Compare"),
-        Binding("f7", "verdict", "Verdict"),
-        Binding("f8", "resume_check", "Resume check"),
-        # The Divergence tab's keys (check_action), from the run table too: the pair
-        # explained, and what the explanation rests on.
-        Binding("x", "explain", "Explain"),
-        Binding("e", "evidence", "Evidence", show=False),
-        Binding("b", "memory", "Memory", show=False),       # the Plots tab's
-        Binding("p", "profile", "Profile", show=False),     # the Profile tab's
-        # the Model tab's (model.py says what each does)
-        Binding("g", "model('show')", "Show", show=False),
-        Binding("d", "model('digit')", "Digit", show=False),
-        Binding("D", "model('random')", "Random digit", show=False),
-        Binding("w", "model('worst')", "Worst digit", show=False),
-        Binding("left_square_bracket", "model('earlier')", "Earlier checkpoint", show=False),
-        Binding("right_square_bracket", "model('later')", "Later checkpoint", show=False),
-        Binding("plus", "model('bigger')", "Bigger", show=False),
-        Binding("minus", "model('smaller')", "Smaller", show=False),
-        Binding("v", "model('layer')", "Layer", show=False),
-        Binding("ctrl+e", "export", "Export"),
-        Binding("ctrl+s", "save_as", "Save as"),
-        Binding("ctrl+o", "open_session", "Open"),
+        # F2 Start (the form's), F3-F8 (the run table's), then the tabs' own keys while each
+        # tab shows, from the run table too (x Explain, the one the footer shows).
+        *panel_keys(),
+        Binding("ctrl+e", "session('export')", "Export"),       # the session's keys
+        Binding("ctrl+s", "session('save_as')", "Save as"),     # (ui/session_keys.py)
+        Binding("ctrl+o", "session('open_session')", "Open"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
         # The next tab from anywhere (no text box uses ctrl+t; alt+digits do not arrive as
         # such from every terminal); the palette names each tab too.
         Binding("ctrl+t", "next_tab", "Next tab", show=False),
-        # The Plots tab's 1-8 (one panel alone), wherever the focus is but in a text field.
-        *[Binding(str(i + 1), f"plot_solo({i})", show=False) for i in range(len(PANELS))],
     ]
 
     marked: var[list[int]] = var(list)
@@ -113,14 +117,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
     tab: var[str] = var(TAB_IDS[0])
 
     def get_driver_class(self) -> type:
-        """Textual's driver for this terminal; on Linux and macOS the one that decides a lone
-        Escape within ESCDELAY (ui/driver.py)."""
-        chosen = super().get_driver_class()
-        from textual.drivers.linux_driver import LinuxDriver
-        if chosen is LinuxDriver:
-            from .driver import Driver
-            return Driver
-        return chosen
+        return driver_for(super().get_driver_class())      # (ui/driver.py)
 
     def __init__(self, session_dir: Path | None = None, poll: bool = True) -> None:
         super().__init__()
@@ -133,16 +130,9 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         self.refused: SessionError | None = None  # why the session given could not open
         self.poller = Poller(self, poll, self.wait_for_quiet)
         self.announcer = Announcer()
+        self.session_keys = SessionKeys(self)   # ctrl+e, ctrl+s, ctrl+o, ctrl+q
         self.runs: dict[int, Any] = {}
         self.snapshot: Snapshot | None = None
-        self._await_twin: int | None = None
-        self._explaining: Job | None = None      # an explain this dashboard started
-        self._check_job: tuple[int, Any] | None = None  # the F7/F8 check: run, job
-        self._measuring: Job | None = None       # a memory breakdown under way (b)
-        # runs continued (F4) that still read as before: {run: (status, step, when asked)}
-        self._continuing: dict[int, tuple[str, int, float]] = {}
-        self._profiling: Job | None = None       # a profile under way (p)
-        self._activating: Job | None = None      # the Model tab's computation under way
         self._restoring = True
         self._saved_state: str | None = None
         self._state_text: str | None = None
@@ -151,6 +141,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         self._save_pending = False
         self._form_values: dict[str, Any] | None = None
         self.last_input = 0.0           # monotonic time of the last key or mouse press
+        self._tidy_heap = heap.Tidier(self.input_quiet)
         self._titled: tuple[Path, bool] | None = None
         self._set_title(False)
 
@@ -180,14 +171,15 @@ class TrainerApp(RunActions, SessionActions, App[None]):
             yield LaunchPanel(id="left")
             with Vertical(id="right"):
                 yield RunTable(id="runs")
-                with Horizontal(id="run-actions"):
-                    yield Button("Stop (F3)", id="stop", variant="warning", compact=True,
-                                 action="app.stop")
-                    yield Button("Continue (F4)", id="continue", compact=True,
-                                 action="app.continue_run")
-                    yield Button("Repeat (F5)", id="repeat", compact=True, action="app.repeat")
-                    yield Button("Compare (F6)", id="compare", compact=True,
-                                 action="app.compare")
+                with Horizontal(id="run-actions"):      # the run table's keys (run_keys.py)
+                    for key, title, action, variant in (
+                            ("F3", "Stop", "stop", "warning"),
+                            ("F4", "Continue", "continue_run", "default"),
+                            ("F5", "Repeat", "repeat", "default"),
+                            ("F6", "Compare", "compare", "default")):
+                        yield Button(f"{title} ({key})", id=title.lower(), compact=True,
+                                     variant=variant,
+                                     action=f"app.panel('RunTable', '{action}')")
                 with TabbedContent(id="tabs"):
                     # The first tab's panel is mounted with the screen, the others when
                     # first shown (_show_tab).
@@ -227,29 +219,15 @@ class TrainerApp(RunActions, SessionActions, App[None]):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for title, help_text, action in (
-                ("Start run", "Start a run with the form's config", self.action_start),
-                ("Stop run", "Stop the run under the cursor, with a checkpoint",
-                 self.action_stop),
-                ("Continue run", "Continue the run under the cursor from its checkpoint",
-                 self.action_continue_run),
-                ("Repeat run", "Start a twin of the run under the cursor",
-                 self.action_repeat),
-                ("Compare pair", "Compare the marked runs side by side", self.action_compare),
-                ("Determinism verdict", "Train a twin of the run under the cursor and say "
-                 "whether the two are bit-identical", self.action_verdict),
-                ("Resume check", "Kill a twin of the run under the cursor at a step, resume "
-                 "it, and say whether it matches the run", self.action_resume_check),
-                ("Explain the pair", "Where the pair's runs part and why: the step, the input "
-                 "or op, the setting (replays them)", self.action_explain),
-                ("Memory breakdown", "Where the memory of the run under the cursor goes: one "
-                 "step of a copy of it, by category and module", self.action_memory),
-                ("New run from this run's config", "Load the config of the run under the "
-                 "cursor into the form", self.action_config_from_run),
+                *((title, help_text, partial(self._panel_command, cls, action))
+                  for cls in KEYED.values() for title, help_text, action
+                  in getattr(cls, "COMMANDS", ())),
                 ("Export", "PNG figures and CSVs of the runs, the pair or the A/B study shown",
-                 self.action_export),
-                ("Save session as", "Copy this session under a new name", self.action_save_as),
+                 self.session_keys.export),
+                ("Save session as", "Copy this session under a new name",
+                 self.session_keys.save_as),
                 ("Open session", "Open another session (any folder)",
-                 self.action_open_session),
+                 self.session_keys.open_session),
                 ("Show or hide the form", "The form as a drawer (F9)",
                  self.action_toggle_form),
                 *((f"{cls.TITLE} tab", f"Show the {cls.TITLE} tab (ctrl+t: the next tab)",
@@ -286,7 +264,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
             left = self._state_text if self._save_pending else None
             self.run_worker(lambda: old.close(left), thread=True, group="close")
             self.snapshot, self.runs, self.announcer = None, {}, Announcer()
-            self._await_twin = None
+            self.query_one(RunTable).awaiting_twin = None
             self._restoring = True
             table = self.query_one(RunTable)
             table.clear()
@@ -311,14 +289,14 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         if state.tab is not None:
             self._tabs().active = state.tab
         self._restoring = False
-        self._save_state()
+        self.state_changed()
         self.refresh_all()
 
     def _state(self) -> ScreenState:
         return ScreenState(self.selection, self._tabs().active, self.study_shown,
                            self._form_values, self._plots().options)
 
-    def _save_state(self) -> None:
+    def state_changed(self) -> None:
         """Called by every watcher of the state: the state goes into the session (in a
         worker), and the polling thread is told what to read."""
         if self._restoring or not self.is_mounted or self.panel(TabbedContent) is None:
@@ -339,16 +317,16 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         self.write(lambda s, _: s.set_meta(STATE_KEY, text))
 
     def watch_marked(self) -> None:
-        self._save_state()
+        self.state_changed()
 
     def watch_pair(self) -> None:
-        self._save_state()
+        self.state_changed()
 
     def watch_cursor_run(self) -> None:
-        self._save_state()
+        self.state_changed()
 
     def watch_study_shown(self) -> None:
-        self._save_state()
+        self.state_changed()
 
     @on(TabbedContent.TabActivated)
     async def _tab(self, event: TabbedContent.TabActivated) -> None:
@@ -357,19 +335,19 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         if self._focus_tab == self.tab:
             self._focus_tab = None
             self.call_after_refresh(self._focus_into, self.tab)
-        self._save_state()
-        self._draw()
+        self.state_changed()
+        self.draw_tab()
         self.refresh_all()
 
     @on(PlotsPanel.OptionsChanged)
     def _plot_options(self) -> None:
-        self._save_state()
+        self.state_changed()
         self.refresh_all()
 
     @on(LaunchPanel.FormChanged)
     def _form(self, event: LaunchPanel.FormChanged) -> None:
         self._form_values = dict(event.values)
-        self._save_state()
+        self.state_changed()
 
     async def _show_tab(self, tab: str) -> None:
         """Mounts a tab's panel the first time the tab is shown (the first screen mounts
@@ -380,6 +358,11 @@ class TrainerApp(RunActions, SessionActions, App[None]):
             panel = cls(id=cls.PANEL_ID)
             await pane.mount(panel)
             self._panels[cls] = panel
+
+    def _panel_of(self, tab: str | None = None) -> type:
+        """The class of a tab's panel (the tab shown's)."""
+        tab = tab or self._tabs().active
+        return next(c for c in TAB_PANELS if c.TAB == tab)
 
     def _plots(self) -> PlotsPanel:
         panel = self.panel(PlotsPanel)
@@ -411,7 +394,8 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         pair = sel.current_pair(self.runs)
         plotted = tuple(sel.plotted())
         watched = set(plotted) | set(pair or ()) | set(sel.compared(self.runs))
-        checks = set(pair or ()) | {r for r in (self._await_twin, sel.cursor) if r is not None}
+        twin = self.query_one(RunTable).awaiting_twin
+        checks = set(pair or ()) | {r for r in (twin, sel.cursor) if r is not None}
         self.poller.request = Request(
             watched=tuple(sorted(watched)), plotted=plotted, tab=self._tabs().active,
             study=self.study_shown, checks_for=tuple(sorted(checks)), log_run=sel.cursor,
@@ -444,22 +428,17 @@ class TrainerApp(RunActions, SessionActions, App[None]):
             return      # drawn once the saved state (cursor, marks) is applied: a tick then
         if self.snapshot is None:       # the first screen is drawn: then the form, and
             self.call_after_refresh(self._mount_form)
-            self._probe_machine()       # what this machine can run (a child process)
+            self.query_one(LaunchPanel).probe_machine()     # what this machine can run
             if self.warm is not None:
                 self.warm.start()       # a Popen: the imports happen in that process
         snap = self.snapshot = message.snap
         self.runs = {r.id: r for r in snap.runs}
         for said in self.announcer.news(snap):
             self.notify(said.text, severity=said.severity, timeout=said.timeout)
-        if self._await_twin is not None:
-            twins = twins_of(snap.checks.get(self._await_twin, []))
-            if twins:
-                self.pair = self.marked = [self._await_twin, twins[-1]]
-                self._await_twin = None
-        self._explain_ended(snap)
-        self._measured(snap)
-        self._profiled(snap)
-        self._activated(snap)
+        table.settle(snap)          # a check's twin, once started, paired with its run
+        for cls in TAB_PANELS:      # the tabs' background commands: answered, or failed
+            if (panel := self.panel(cls)) is not None and hasattr(panel, "settle"):
+                panel.settle(snap)
         if self.cursor_run is not None and self.cursor_run not in self.runs:
             self.cursor_run = None
         table.draw(self._tick())
@@ -467,20 +446,19 @@ class TrainerApp(RunActions, SessionActions, App[None]):
             self.cursor_run = table.current()
         if self.study_shown is None and snap.studies:
             self.study_shown = snap.studies[-1]["id"]
-        self._draw(message.lines)
+        self.draw_tab(message.lines)
         self.poller.drawn(message.seq)
 
     def _tick(self, lines: dict | None = None) -> Tick:
         assert self.snapshot is not None
         starting = frozenset(r for r in self.runs if self.writer.supervisor.starting_cached(r))
+        table = self.query_one(RunTable)
         return Tick(self.snapshot, self.runs, self.selection, self.study_shown,
-                    self._await_twin, lines, starting, self._continuing_now(),
-                    self._explaining_now(), self._profiling_now(), self._activating_now())
+                    table.awaiting_twin, lines, starting, table.checking)
 
-    def _draw(self, lines: dict | None = None) -> None:
+    def draw_tab(self, lines: dict | None = None) -> None:
         """The visible tab's panel draws the tick (a panel skips what did not change)."""
-        cls = next(c for c in TAB_PANELS if c.TAB == self._tabs().active)
-        if self.snapshot is not None and (panel := self.panel(cls)) is not None:
+        if self.snapshot is not None and (panel := self.panel(self._panel_of())) is not None:
             panel.draw(self._tick(lines))
 
     def on_log_lines(self, message: LogLines) -> None:
@@ -500,7 +478,7 @@ class TrainerApp(RunActions, SessionActions, App[None]):
             self.cursor_run = event.run_id
             # A tick now only where the cursor decides what is shown (the plots follow it
             # when no run is marked); otherwise the next tick reads it.
-            if self.tab in ("tab-log", "tab-divergence", "tab-compare") or not self.marked:
+            if getattr(self._panel_of(self.tab), "FOLLOWS_CURSOR", False) or not self.marked:
                 self.refresh_all()
 
     @on(RunTable.MarkToggled)
@@ -509,14 +487,6 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         if self.snapshot is not None:
             self.query_one(RunTable).draw(self._tick())
         self.refresh_all()
-
-    @on(RunTable.FitThreads)
-    def _fit_threads(self, event: RunTable.FitThreads) -> None:
-        self.query_one(LaunchPanel).form.set_value("num_threads", event.threads)
-        self.notify(f"num_threads = {event.threads} in the form, as run {event.run_id}'s note "
-                    "suggests: F2 starts a run with it. Faster beside what else runs, but "
-                    "another thread count can change the bits on the CPU: compare it with "
-                    "runs of the same count")
 
     @on(RunTable.Deleted)
     def _deleted(self, event: RunTable.Deleted) -> None:
@@ -581,15 +551,15 @@ class TrainerApp(RunActions, SessionActions, App[None]):
                 result = fn(store, sup)
             except (SessionError, OSError, ConfigError) as e:
                 if failed:
-                    self._answer(self.notify, f"{failed}: {e}", severity="error", timeout=12)
+                    self.answer(self.notify, f"{failed}: {e}", severity="error", timeout=12)
                 return
             if then is not None:
-                self._answer(then, result)
+                self.answer(then, result)
             poller.reread() if reread else poller.wake()
 
         self.writer.submit(job)
 
-    def _answer(self, callback: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    def answer(self, callback: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         """From the writer's thread: `callback` on the UI thread, unless the app has gone
         (a write that finished as the app closed)."""
         if not self.is_running:
@@ -599,33 +569,50 @@ class TrainerApp(RunActions, SessionActions, App[None]):
         except RuntimeError:        # it stopped in between: no app to answer to any more
             pass
 
-    @on(LaunchPanel.StartAsked)
-    def _start_asked(self, event: LaunchPanel.StartAsked) -> None:
-        self.start_run(event.config, event.name)
+    # --- keys: the panels', the session's, the tabs', the form's, help ---------------------
+    def selected(self) -> Any:
+        """The run under the cursor (said when there is none)."""
+        if self.cursor_run is None or self.cursor_run not in self.runs:
+            self.notify("no run selected", severity="warning")
+            return None
+        return self.runs[self.cursor_run]
 
-    # --- tabs, the form, help (the run actions, export and sessions: ui/actions.py) ----------
+    def training(self, run: Any) -> bool:
+        """Training now, or about to (a child this dashboard started for it)."""
+        return run.status == "running" or (run.status == "created" and
+                                           self.writer.supervisor.starting_cached(run.id))
+
+    def activate_tab(self, tab: str) -> None:
+        self._tabs().active = tab
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """x and e only where the Divergence tab is shown, b where the Plots tab is, p where
-        the Profile tab is, the Model tab's keys where it is (elsewhere the keys are free)."""
-        if action in ("explain", "evidence") and self.panel(TabbedContent) is not None:
-            return self._tabs().active == "tab-divergence"
-        if action in ("memory", "plot_solo") and self.panel(TabbedContent) is not None:
-            return self._tabs().active == "tab-plots"
-        if action == "profile" and self.panel(TabbedContent) is not None:
-            return self._tabs().active == "tab-profile"
-        if action == "model" and self.panel(TabbedContent) is not None:
-            return self._tabs().active == "tab-model"
+        """A tab's keys only where that tab is shown (elsewhere the keys are free)."""
+        if action == "panel" and self.panel(TabbedContent) is not None and \
+                KEYED[str(parameters[0])] in TAB_PANELS:
+            return self._tabs().active == KEYED[str(parameters[0])].TAB
         return True
 
-    def action_plot_solo(self, index: int) -> None:
-        panel = self.panel(PlotsPanel)
+    async def action_panel(self, name: str, action: str, *args: Any) -> None:
+        """A panel's key (panel_keys): the panel's action."""
+        panel = self.panel(KEYED[name])
         if panel is not None:
-            panel.action_solo(index)
+            await panel.run_action(f"{action}({', '.join(map(repr, args))})")
 
-    def action_evidence(self) -> None:
-        panel = self.panel(DivergencePanel)
-        if panel is not None:
-            panel.show_evidence()
+    def action_session(self, what: str) -> None:
+        """ctrl+e, ctrl+s, ctrl+o (ui/session_keys.py)."""
+        getattr(self.session_keys, what)()
+
+    async def action_quit(self) -> None:
+        """ctrl+q: quits, asking first what becomes of live runs (ui/session_keys.py)."""
+        self.session_keys.quit()
+
+    async def _panel_command(self, cls: type, action: str) -> None:
+        """A panel's palette entry (its COMMANDS): the panel mounted first where its tab was
+        never shown."""
+        if self.panel(cls) is None and cls in TAB_PANELS:
+            await self._show_tab(cls.TAB)
+        if (panel := self.panel(cls)) is not None:
+            await panel.run_action(action)
 
     def action_show_tab(self, tab: str) -> None:
         """Shows the tab; where the focus was inside the tab left, it goes into the tab shown
@@ -674,17 +661,9 @@ class TrainerApp(RunActions, SessionActions, App[None]):
     async def _mount_form(self) -> None:
         await self.query_one(LaunchPanel).mount_form()
         # The whole screen is built: from now on the cycle collector's full walks happen
-        # here (ui/heap), every TIDY_EVERY_S once no key came for QUIET_S.
-        self._heap_due = 0.0
+        # here (ui/heap), between keys.
         self.call_after_refresh(self._tidy_heap)
         self.set_interval(heap.QUIET_S, self._tidy_heap)
-
-    def _tidy_heap(self) -> None:
-        now = time.monotonic()
-        overdue = now >= self._heap_due + heap.MAX_DELAY_S
-        if now >= self._heap_due and (overdue or not self.input_quiet(heap.QUIET_S)):
-            heap.tidy()
-            self._heap_due = time.monotonic() + heap.TIDY_EVERY_S
 
     async def on_unmount(self) -> None:
         heap.release()

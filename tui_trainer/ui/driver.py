@@ -57,3 +57,9 @@ class Driver(LinuxDriver):
                         pass
                 except Exception:  # noqa: BLE001 - the end of input, as Textual's loop
                     pass
+
+
+def driver_for(chosen: type) -> type:
+    """Textual's driver for this terminal (`chosen`); on Linux and macOS, this module's, which
+    decides a lone Escape within ESCDELAY."""
+    return Driver if chosen is LinuxDriver else chosen

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import time
+from typing import Callable
 
 TIDY_EVERY_S = 5.0
 QUIET_S = 1.0
@@ -52,3 +53,20 @@ def release() -> None:
     if _default is not None:
         gc.set_threshold(*_default)
         _default = None
+
+
+class Tidier:
+    """The app's tidies (called every QUIET_S once the form is up): each TIDY_EVERY_S after
+    the last, when no key came for QUIET_S (`quiet`: how much longer to wait for the user),
+    or MAX_DELAY_S late whatever the keys do."""
+
+    def __init__(self, quiet: Callable[[float], float]) -> None:
+        self.quiet = quiet
+        self.due = 0.0
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        overdue = now >= self.due + MAX_DELAY_S
+        if now >= self.due and (overdue or not self.quiet(QUIET_S)):
+            tidy()
+            self.due = time.monotonic() + TIDY_EVERY_S

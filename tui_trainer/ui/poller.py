@@ -24,7 +24,8 @@ from ..core.analysis.plotdata import PlotOptions, plot_lines
 from ..core.session.reader import SessionReader, Snapshot
 from ..core.errors import DiskFull, SessionError
 from ..core.session.store import SessionStore
-from .panels.log import LogTail
+from .panels.log import LogPanel, LogTail
+from .panels.plots import PlotsPanel
 
 POLL_S = 0.5            # the session is read, and the visible tab redrawn, twice a second
 
@@ -34,7 +35,7 @@ class Request:
     """What the polling thread reads for the screen, set by the UI thread."""
     watched: tuple[int, ...] = ()
     plotted: tuple[int, ...] = ()
-    tab: str = "tab-plots"
+    tab: str = PlotsPanel.TAB
     study: int | None = None
     checks_for: tuple[int, ...] = ()
     log_run: int | None = None
@@ -143,7 +144,7 @@ class Poller:
                         unkept, reader.unkept = reader.unkept, []
                         if write is not None:
                             write(lambda s, _: s.keep_figures(unkept))
-                    if req.tab == "tab-plots":
+                    if req.tab == PlotsPanel.TAB:
                         groups = sweep_groups(snap.studies)
                         key = (req.plotted, req.options, tuple(groups),
                                tuple(snap.series[r].version for r in req.plotted
@@ -158,7 +159,7 @@ class Poller:
                     # Every snapshot carries the current lines (the same object while nothing
                     # changed): a snapshot that replaces an unhandled one loses nothing.
                     self.app.post_message(Polled(snap, lines, seq))
-                    if req.tab == "tab-log":
+                    if req.tab == LogPanel.TAB:
                         if self._log_again:     # the panel missed lines: read it all again
                             self._log_again = False
                             tail.path = None

@@ -29,6 +29,7 @@ from .launch import LaunchPanel
 
 class ABPanel(Vertical):
     TAB, TITLE, PANEL_ID = "tab-ab", "A/B", "ab-panel"
+    EXPORTS = "study"           # ctrl+e here: the study shown
 
     class StudyChosen(Message):
         """Show this study (chosen in the list, or just started)."""
@@ -271,7 +272,7 @@ class ABPanel(Vertical):
     @on(Button.Pressed, "#ab-export")
     def _export(self, event: Button.Pressed) -> None:
         event.stop()
-        self.app.action_export()
+        self.app.action_session("export")
 
     @on(DataTable.RowSelected, "#ab-table")
     def _row_selected(self, event: DataTable.RowSelected) -> None:

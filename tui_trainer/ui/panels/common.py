@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.text import Text
 from textual.widget import Widget
-from textual.widgets import DataTable
+from textual.widgets import DataTable, TabbedContent
 
 from ...core.analysis import figures
 from ...core.session.reader import RunRow, Snapshot
@@ -32,10 +32,17 @@ class Tick:
     awaiting_twin: int | None = None        # a check (F7/F8) whose twin has not started
     lines: dict | None = None               # the Plots tab's lines, when it is visible
     starting: frozenset[int] = frozenset()  # runs this dashboard is starting
-    continuing: frozenset[int] = frozenset()    # ... continuing (F4), not yet training
-    explaining: tuple[int, int, float] | None = None    # A, B, seconds since it started
-    profiling: tuple[tuple[int, ...], float] | None = None  # runs, seconds since it started
-    activating: tuple[tuple[int, ...], float] | None = None  # runs, seconds since it started
+    checking: tuple[int, Any] | None = None     # the check (F7/F8) under way: run, process
+
+
+def tabs_of(panel: Widget) -> TabbedContent:
+    """The TabbedContent a tab's panel is shown in."""
+    return next(a for a in panel.ancestors if isinstance(a, TabbedContent))
+
+
+def show_tab(panel: Widget) -> None:
+    """Shows the panel's own tab."""
+    tabs_of(panel).active = panel.TAB
 
 
 def plain(text: object, limit: int | None = 60) -> Text:

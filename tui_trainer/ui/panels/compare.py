@@ -75,6 +75,8 @@ def settings_rows(runs: list[RunRow]) -> list[list[str]]:
 
 class ComparePanel(VerticalScroll):
     TAB, TITLE, PANEL_ID = "tab-compare", "Compare", "compare-panel"
+    EXPORTS = "compared"        # ctrl+e here: the runs compared
+    FOLLOWS_CURSOR = True       # a tick at once when the cursor moves
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -1,13 +1,16 @@
 """The Divergence tab: are the pair's runs bit-identical, and if not, from which step and why;
 for a seed sweep's marked runs, how far the seeds spread step by step. Below the plots, where
-the pair parts and why (`explain`: x starts it, e shows what the answer rests on)."""
+the pair parts and why (`explain`: x starts it in the background, e shows what the answer
+rests on); this panel owns both keys and the command."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Static
 
@@ -16,10 +19,12 @@ from ...core.analysis.explain import evidence, for_pair, words
 from ...core.analysis.plotdata import Line
 from ...core.session.reader import RunRow
 from ...core.analysis.verdicts import divergence_text, replica_text
+from ...core.session.reader import Snapshot
 from ...core.text import shown, shown_lines
+from ..jobs import Job, TabJob
 from ..screens import EvidenceScreen
 from ..widgets.plots import MetricPlot
-from .common import Tick, label
+from .common import Tick, label, show_tab
 
 HINT = ("Mark two runs (space in the run table) or repeat one (F5) to see how they diverge; "
         "F7 trains a twin and gives a determinism verdict, F8 a resume check.")
@@ -28,11 +33,26 @@ HINT = ("Mark two runs (space in the run table) or repeat one (F5) to see how th
 EXPLAIN_HINT = "x: explain where and why they part (replays both runs from their checkpoints)"
 
 
+def twins_of(events: list[dict[str, Any]]) -> list[int]:
+    """The twins a run's checks trained (its `check_twin` events, read as untrusted)."""
+    return [c["data"]["twin"] for c in events if c.get("kind") == "check_twin"
+            and isinstance(c.get("data"), dict) and isinstance(c["data"].get("twin"), int)]
+
+
 class DivergencePanel(VerticalScroll):
     TAB, TITLE, PANEL_ID = "tab-divergence", "Divergence", "divergence-panel"
+    EXPORTS = "compared"        # ctrl+e here: the runs compared
+    FOLLOWS_CURSOR = True       # a tick at once when the cursor moves
+    # The app's keys while this tab shows, from the run table too (ui/app.py binds them):
+    # the pair explained, and what the explanation rests on; and the palette's entry.
+    TAB_KEYS = [Binding("x", "explain", "Explain"),
+                Binding("e", "evidence", "Evidence", show=False)]
+    COMMANDS = [("Explain the pair", "Where the pair's runs part and why: the step, the input "
+                 "or op, the setting (replays them)", "explain")]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.explaining = TabJob(self)      # an explain this dashboard started (x)
         self._key: Any = None
         self._identical: bool | None = None
         self._explained_key: Any = None
@@ -45,8 +65,70 @@ class DivergencePanel(VerticalScroll):
             yield MetricPlot("parameter distance", "L2", id="plot-pdist")
         yield Static("", id="explanation")
 
-    def show_evidence(self) -> None:
-        """e (the app's key while this tab shows): what the explanation shown rests on."""
+    def action_explain(self) -> None:
+        """x: where the pair's runs part and why, by `tui-trainer explain` in the background
+        (it replays them); the answer lands in the session and this tab shows it."""
+        app = self.app
+        if not app.writable("not explained"):
+            return
+        pair = app.selection.current_pair(app.runs)
+        if pair is None:
+            app.notify("mark two runs (space in the run table) to explain where they part",
+                       severity="warning")
+            return
+        live = [r for r in pair if r in app.runs and app.training(app.runs[r])]
+        if live:
+            app.notify(f"run {live[0]} is training: explain the pair once it has stopped",
+                       severity="warning")
+            return
+        job = self.explaining.job
+        if job is not None and job.ended is None:
+            app.notify(f"already explaining runs {job.runs[0]} and {job.runs[1]}",
+                       severity="warning")
+            return
+        a, b = pair
+        show_tab(self)
+        self.explaining.start((a, b), lambda sup: sup.explain(a, b), "not explained")
+        app.draw_tab()
+
+    def settle(self, snap: Snapshot) -> None:
+        """After each tick: an explain that ended is let go once its answer is in the
+        session, or said to have failed (its log names why) when none came."""
+        def failed(job: Job) -> None:
+            a, b = job.runs
+            self.app.notify(f"explaining runs {a} and {b} failed (exit status "
+                            f"{job.job.poll()}); its output is in logs/explain-{a}-{b}.log",
+                            severity="error", timeout=12)
+
+        self.explaining.settle(
+            lambda job: for_pair(snap.checks.get(job.runs[1], []), job.runs, since=job.wall),
+            None, failed)
+
+    def _explaining_now(self, tick: Tick) -> tuple[int, int, float] | None:
+        """The pair being explained and for how long: one this panel started, or the F7/F8
+        check whose verdict said NOT identical and which explains it now."""
+        if (now := self.explaining.now()) is not None:
+            (a, b), seconds = now
+            return (a, b, seconds)
+        if tick.checking is None:
+            return None
+        run_id, job = tick.checking
+        if job.poll() is not None:
+            return None
+        checks = tick.snap.checks
+        twins = twins_of(checks.get(run_id, []))
+        if not twins:
+            return None
+        verdicts = [c for c in checks.get(twins[-1], [])
+                    if c["kind"] == "repro_verdict" and isinstance(c.get("data"), dict)
+                    and not c["data"].get("identical")
+                    and isinstance(c.get("t"), (int, float))]
+        if verdicts and for_pair(checks.get(twins[-1], []), (run_id, twins[-1])) is None:
+            return (run_id, twins[-1], time.time() - verdicts[-1]["t"])
+        return None
+
+    def action_evidence(self) -> None:
+        """e: what the explanation shown rests on."""
         if self.explained is None:
             self.notify("no explanation of this pair yet: x explains it", severity="warning")
             return
@@ -105,7 +187,7 @@ class DivergencePanel(VerticalScroll):
         self.show(pair, tick.runs, tick.snap.series,
                   [c for r in (pair or ()) for c in checks.get(r, [])],
                   awaiting=tick.awaiting_twin is not None, drifts=drifts,
-                  explaining=tick.explaining)
+                  explaining=self._explaining_now(tick))
 
     def show_sweep(self, name: str, members: list[int], runs: dict[int, RunRow],
                    series: dict) -> None:

@@ -1,16 +1,18 @@
 """The launch panel: a preset, a name, the form, Start.
 
 It owns the form and the presets (loading one, saving the form as one: files, through
-core.settings.presets); it tells the app `StartAsked` (a valid config and a name). Nothing here
-touches the session.
+core.settings.presets), what this machine can run (probed once, in a child process), and
+Start (F2, bound by the app wherever the focus is: its APP_KEYS): a valid config, checked
+against this machine, is started by the supervisor through `app.write`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import subprocess
+from typing import Any, Callable
 
 from rich.text import Text
-from textual import events, on
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -18,6 +20,7 @@ from textual.message import Message
 from textual.widgets import Button, Input, Select, Static
 
 from ...core.settings.config import DEFAULTS, ConfigError, RunConfig, allowed, doc, load
+from ...core.settings import machine as machines
 from ...core.settings.machine import Machine
 from ...core.settings import presets
 from ...core.text import name_problem, shown
@@ -68,10 +71,8 @@ class KnobSearch(Input):
 
 
 class LaunchPanel(Vertical):
-    class StartAsked(Message):
-        def __init__(self, config: dict[str, Any], name: str | None) -> None:
-            self.config, self.name = config, name
-            super().__init__()
+    APP_KEYS = [Binding("f2", "start", "Start")]
+    COMMANDS = [("Start run", "Start a run with the form's config", "start")]
 
     class Notice(Message):
         """Something to tell the user (a preset loaded, a refusal)."""
@@ -224,7 +225,58 @@ class LaunchPanel(Vertical):
         if problem:
             self.post_message(self.Notice(f"not started: the run name {problem}", "error"))
             return
-        self.post_message(self.StartAsked(self.form.config().to_dict(), name))
+        self.start_run(self.form.config().to_dict(), name)
+
+    def action_start(self) -> None:
+        if self.app.writable("not started"):
+            self.ask_start()
+
+    def start_run(self, config: dict[str, Any], name: str | None) -> None:
+        """The form's valid config: checked against this machine, then started by the
+        supervisor; the cursor goes to the new run."""
+        app = self.app
+        if not app.writable("not started"):
+            return
+
+        def started(run_id: int) -> None:
+            app.cursor_run = run_id
+            app.notify(f"run {run_id} started")
+
+        self._start_checked(config, name, started)
+
+    @work(thread=True, group="write")
+    def _start_checked(self, config: dict[str, Any], name: str | None,
+                       started: Callable[[int], None]) -> None:
+        """Start, once core.settings.machine's rules say this machine can train the config
+        (the machine is probed once, in a child process; the UI never imports torch)."""
+        app = self.app
+        try:
+            found = machines.problem(config, machines.facts())
+        except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
+            found = None        # not known: the run's own check still refuses it
+            app.call_from_thread(app.notify, f"the machine check failed ({e}); starting "
+                                 "anyway", severity="warning")
+        if found is not None:
+            app.call_from_thread(app.notify, f"not started: {found}", severity="error",
+                                 timeout=12)
+            return
+        app.call_from_thread(app.write, lambda _, sup: sup.start(config, name=name),
+                             started, "not started")
+
+    @work(thread=True, group="machine")
+    def probe_machine(self) -> None:
+        """What this machine can run, asked once of a child process; the form is checked
+        against it (set_machine)."""
+        try:
+            m, error = machines.facts(), None
+        except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
+            m, error = None, str(e)
+
+        def show() -> None:     # (none to show it on once the app closes)
+            if self.is_attached:
+                self.set_machine(m, error)
+
+        self.app.call_from_thread(show)
 
     @on(Button.Pressed, "#save-preset")
     def save_preset(self) -> None:

@@ -45,6 +45,7 @@ class LogPanel(Log):
     """Its lines come as the app's `LogLines` messages (`show`), not with each tick: a tick
     can be replaced by a newer one, a log's lines cannot."""
     TAB, TITLE, PANEL_ID = "tab-log", "Log", "log"
+    FOLLOWS_CURSOR = True       # a tick at once when the cursor moves
 
     def __init__(self, **kwargs) -> None:
         super().__init__(max_lines=5000, **kwargs)

@@ -3,7 +3,7 @@ under the cursor, or both runs of the marked pair: the digit, every channel of e
 convolution's output (one colour scale per layer, shared by the two runs, and their
 difference on a scale of its own) and the ten class probabilities, at a kept checkpoint.
 
-Keys (the app's, while this tab shows): g show it (digit 0 at each run's newest checkpoint,
+Keys (this panel's, which the app binds while this tab shows): g show it (digit 0 at each run's newest checkpoint,
 or the choice below), d a digit by index, D a random one, w the one the run gets wrong with
 the highest confidence, [ and ] the checkpoint before or after, + and - the size of each
 map, v one layer or all. Each choice is computed by a background command (the engine,
@@ -20,12 +20,14 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.message import Message
 from textual.widgets import Static
 
 from ...core.analysis import activations
+from ...core.session.reader import Snapshot
 from ...core.text import shown, shown_lines
+from ..jobs import Job, TabJob, job_said
 from ..screens import NameScreen
 from .common import Tick
 
@@ -56,12 +58,17 @@ class Choice:
 
 class ModelPanel(VerticalScroll):
     TAB, TITLE, PANEL_ID = "tab-model", "Model", "model-panel"
-
-    class Asked(Message):
-        """Compute what `runs` see, as `choice` says (the app starts the command)."""
-        def __init__(self, runs: tuple[int, ...], choice: Choice) -> None:
-            self.runs, self.choice = runs, choice
-            super().__init__()
+    TAB_KEYS = [Binding("g", "model('show')", "Show", show=False),
+                Binding("d", "model('digit')", "Digit", show=False),
+                Binding("D", "model('random')", "Random digit", show=False),
+                Binding("w", "model('worst')", "Worst digit", show=False),
+                Binding("left_square_bracket", "model('earlier')", "Earlier checkpoint",
+                        show=False),
+                Binding("right_square_bracket", "model('later')", "Later checkpoint",
+                        show=False),
+                Binding("plus", "model('bigger')", "Bigger", show=False),
+                Binding("minus", "model('smaller')", "Smaller", show=False),
+                Binding("v", "model('layer')", "Layer", show=False)]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -74,6 +81,7 @@ class ModelPanel(VerticalScroll):
         self._status = ""
         self._reveal = False        # scroll to the maps once they are drawn again (+ - v)
         self.digits: int | None = None   # the target's evaluation set's size, where known
+        self.activating = TabJob(self)      # the computation under way
 
     def compose(self) -> ComposeResult:
         yield Static(HINT, id="model-status")
@@ -90,7 +98,7 @@ class ModelPanel(VerticalScroll):
         self.digits = None if not sizes or None in sizes else min(sizes)
         found = activations.newest(tick.snap.checks.get(self.target[0], []), self.target) \
             if self.target else None
-        busy = tick.activating
+        busy = self.activating.now()
         key = (self.target, repr(found)[:2000], busy and (busy[0], int(busy[1])))
         if key == self._key:
             return
@@ -162,6 +170,60 @@ class ModelPanel(VerticalScroll):
                                     animate=False, top=True)
 
     # --- keys (bound by the app while this tab shows) -----------------------------------
+    def action_model(self, what: str) -> None:
+        """Show, a digit (by index, at random, the worst), the checkpoint before or after,
+        the maps' size, one layer or all."""
+        if what == "show":
+            self.ask()
+        elif what == "digit":
+            self.ask_digit()
+        elif what in ("random", "worst"):
+            self.ask_how(what)
+        elif what in ("earlier", "later"):
+            runs = self.target
+            if not runs or not self.app.writable("no other checkpoint shown"):
+                return
+
+            def kept(store: Any, _: Any) -> list[int]:
+                steps = [{c["step"] for c in store.usable_checkpoints(r)} for r in runs]
+                return sorted(set.intersection(*steps))
+
+            self.app.write(kept, lambda steps: self.ask_step(steps, what == "later"),
+                           failed="the kept checkpoints could not be read")
+        elif what in ("bigger", "smaller"):
+            self.resize_maps(what == "bigger")
+        elif what == "layer":
+            self.next_layer()
+
+    def _compute(self, runs: tuple[int, ...], choice: Choice) -> None:
+        """What `runs` see, as `choice` says: `tui-trainer activations` in the background;
+        its answer lands in the session and this tab shows it."""
+        app = self.app
+        if not app.writable("not shown"):
+            return
+        if self.activating.job is not None:
+            app.notify("already computing what run(s) "
+                       f"{', '.join(map(str, self.activating.job.runs))} see",
+                       severity="warning")
+            return
+        args = choice.args()
+        self.activating.start(runs, lambda sup: sup.activations(runs, args), "not shown")
+        app.draw_tab()
+
+    def settle(self, snap: Snapshot) -> None:
+        """After each tick: an answer that landed lets the job go; a command that ended
+        without one is said to have failed, with its first refusal line (a digit out of
+        range, a run with no checkpoint) from its log."""
+        def failed(job: Job) -> None:
+            name = f"logs/activations-{'-'.join(map(str, job.runs))}.log"
+            self.app.notify(f"what run(s) {', '.join(map(str, job.runs))} see was not "
+                            f"computed: {job_said(self.app.session_dir / name)} (its "
+                            f"output: {name})", severity="error", timeout=12)
+
+        self.activating.settle(
+            lambda job: activations.newest(snap.checks.get(job.runs[0], []), job.runs,
+                                           since=job.wall), None, failed)
+
     def current(self) -> Choice:
         m = self.shown
         if m is None:
@@ -172,7 +234,7 @@ class ModelPanel(VerticalScroll):
         if not self.target:
             self.notify("no run selected", severity="warning")
             return
-        self.post_message(self.Asked(self.target, choice or self.current()))
+        self._compute(self.target, choice or self.current())
 
     def ask_digit(self) -> None:
         if not self.target:

@@ -2,8 +2,9 @@
 
 Keys (anywhere in the tab): m smoothing (cycles), x the x axis (step, samples, time),
 l log scale, w the window (all steps or the last N); 1-8 (wherever the focus is while the
-tab shows, but in a text field: the App's) show one panel alone over the tab (again: all,
-each at a readable height, the tab scrolling).
+tab shows, but in a text field: the App binds them) show one panel alone over the tab
+(again: all, each at a readable height, the tab scrolling); b (the same way) where the
+memory of the run under the cursor goes, measured on a copy of it when none is kept.
 """
 
 from __future__ import annotations
@@ -18,8 +19,12 @@ from textual.containers import Grid, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Static
 
+from ...core.analysis import memory
 from ...core.analysis.plotdata import PANELS, SMOOTHING_CHOICES, X_AXES, Line, PlotOptions
+from ...core.session.reader import Snapshot
 from ...core.text import shown
+from ..jobs import Job, TabJob
+from ..screens import MemoryScreen
 from ..widgets.plots import MetricPlot
 from .common import Tick, label
 
@@ -39,7 +44,12 @@ class PlotsPanel(Vertical):
         Binding("x", "x_axis", "X axis"),
         Binding("l", "log_scale", "Log scale"),
         Binding("w", "window", "Window"),
-    ]   # (1-8 are the App's: they work wherever the focus is, but in a text field)
+    ]
+    # The app's while this tab shows, wherever the focus is but in a text field.
+    TAB_KEYS = [Binding("b", "memory", "Memory", show=False),
+                *[Binding(str(i + 1), f"solo({i})", show=False) for i in range(len(PANELS))]]
+    COMMANDS = [("Memory breakdown", "Where the memory of the run under the cursor goes: one "
+                 "step of a copy of it, by category and module", "memory")]
 
     class OptionsChanged(Message):
         def __init__(self, options: PlotOptions) -> None:
@@ -52,6 +62,62 @@ class PlotsPanel(Vertical):
         self.solo: int | None = None
         self.can_focus = True
         self._lines: dict | None = None
+        self.measuring = TabJob(self)       # a memory breakdown under way (b)
+
+    def action_memory(self) -> None:
+        """b: the run under the cursor's newest memory breakdown, or (none yet, or asked
+        again from its screen) one measured now on a copy of the run."""
+        app = self.app
+        run = app.selected()
+        if run is None:
+            return
+        found = memory.newest(app.snapshot.checks.get(run.id, [])) if app.snapshot else None
+        if found is not None:
+            self._show_memory(run.id, found)
+        else:
+            self.measure_memory(run.id)
+
+    def measure_memory(self, run_id: int) -> None:
+        app = self.app
+        if not app.writable("not measured"):
+            return
+        if self.measuring.job is not None:
+            app.notify(f"already measuring run {self.measuring.job.runs[0]}",
+                       severity="warning")
+            return
+        app.notify(f"measuring one step of a copy of run {run_id} (a few seconds) ...")
+        self.measuring.start((run_id,), lambda sup: sup.memory(run_id), "not measured")
+
+    def settle(self, snap: Snapshot) -> None:
+        """After each tick: a breakdown that landed is shown (or said, when another screen
+        is up); a measurement that ended without one is said to have failed."""
+        app = self.app
+
+        def landed(job: Job, found: Any) -> None:
+            if len(app.screen_stack) == 1:
+                self._show_memory(job.runs[0], found)
+            else:
+                app.notify(f"run {job.runs[0]}'s memory breakdown is ready: b in the Plots "
+                           "tab")
+
+        def failed(job: Job) -> None:
+            app.notify(f"measuring run {job.runs[0]}'s memory failed (exit status "
+                       f"{job.job.poll()}); its output is in logs/memory-run-{job.runs[0]}"
+                       ".log", severity="error", timeout=12)
+
+        self.measuring.settle(
+            lambda job: memory.newest(snap.checks.get(job.runs[0], []), since=job.wall),
+            landed, failed)
+
+    def _show_memory(self, run_id: int, result: dict[str, Any]) -> None:
+        def closed(again: Any) -> None:
+            if again:
+                self.measure_memory(run_id)
+        row = self.app.runs.get(run_id)
+        resident = row.peak_memory_mib if row is not None and row.memory_kind == "RSS" \
+            else None
+        self.app.push_screen(MemoryScreen(f"Where run {run_id}'s memory goes", result,
+                                          resident), closed)
 
     def compose(self) -> ComposeResult:
         yield Static("", id="plot-options")

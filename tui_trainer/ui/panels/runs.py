@@ -26,6 +26,8 @@ from ...core.session.reader import RunRow, shown_status
 from ...core.text import name_problem
 from ..screens import ConfirmScreen, NameScreen
 from .common import Table, Tick, plain
+from .launch import LaunchPanel
+from .run_keys import RunKeys
 
 BASE_COLUMNS = (("mark", " "), ("id", "id"), ("name", "name"), ("status", "status"),
                 ("progress", "progress"), ("step", "step"), ("epoch", "epoch"),
@@ -117,7 +119,11 @@ class View:
     all_columns: bool = False       # every column, scrolled sideways, instead of what fits
 
 
-class RunTable(Table):
+class RunTable(RunKeys, Table):
+    """The runs of the session, one row each; its own keys (mark, filter, sort, columns,
+    hide, rename, notes, tags, delete, fit threads) and F3-F8 on the run under the cursor
+    (run_keys.py)."""
+
     BINDINGS = [
         Binding("space", "mark", "Mark", show=False),
         Binding("slash", "filter", "Filter", show=False),
@@ -150,12 +156,6 @@ class RunTable(Table):
             self.run_id = run_id
             super().__init__()
 
-    class FitThreads(Message):
-        """The user asked for the thread count a crowded run's note suggests, in the form."""
-        def __init__(self, run_id: int, threads: int) -> None:
-            self.run_id, self.threads = run_id, threads
-            super().__init__()
-
     class ViewChanged(Message):
         def __init__(self, view: View) -> None:
             self.view = view
@@ -171,11 +171,12 @@ class RunTable(Table):
         self._shown_key: Any = None
         self._columns_key: Any = None
         self._reason_width: int | None = None
+        self.init_run_keys()
 
     # --- drawing ---------------------------------------------------------------------------
     def draw(self, tick: Tick) -> None:
         self.show(tick.snap.runs, list(tick.selection.marked), tick.selection.cursor,
-                  tick.starting, tick.continuing)
+                  tick.starting, self.continuing_now())
 
     def show(self, rows: tuple[RunRow, ...], marked: list[int], cursor: int | None,
              starting: frozenset[int] = frozenset(),
@@ -313,7 +314,11 @@ class RunTable(Table):
             self.notify(f"run {run.id}: its threads did not outnumber the free cores "
                         "(nothing to fit)")
             return
-        self.post_message(self.FitThreads(run.id, threads))
+        self.app.query_one(LaunchPanel).form.set_value("num_threads", threads)
+        self.app.notify(f"num_threads = {threads} in the form, as run {run.id}'s note "
+                        "suggests: F2 starts a run with it. Faster beside what else runs, but "
+                        "another thread count can change the bits on the CPU: compare it with "
+                        "runs of the same count")
 
     # --- changes to a run: a dialog, then the write in a worker (app.write) ------------------
     def _run(self, what: str) -> RunRow | None:
