@@ -77,6 +77,7 @@ def set_algorithms(cfg: RunConfig, cudnn_benchmark: bool | None = None) -> None:
     the float32 matmul precision (cudnn_benchmark the config's unless given)."""
     torch.use_deterministic_algorithms(cfg.deterministic != "off",
                                        warn_only=cfg.deterministic == "warn")
+    torch.utils.deterministic.fill_uninitialized_memory = cfg.fill_uninitialized
     torch.backends.cudnn.deterministic = cfg.cudnn_deterministic
     torch.backends.cudnn.benchmark = cfg.cudnn_benchmark if cudnn_benchmark is None \
         else cudnn_benchmark
@@ -93,7 +94,7 @@ def algorithms_of(cfg: RunConfig, cudnn_benchmark: bool | None = None) -> Iterat
     was = (torch.are_deterministic_algorithms_enabled(),
            torch.is_deterministic_algorithms_warn_only_enabled(), cudnn.deterministic,
            cudnn.benchmark, cudnn.enabled, torch.get_float32_matmul_precision(),
-           cudnn.allow_tf32)
+           cudnn.allow_tf32, torch.utils.deterministic.fill_uninitialized_memory)
     try:
         set_algorithms(cfg, cudnn_benchmark)
         yield
@@ -102,6 +103,7 @@ def algorithms_of(cfg: RunConfig, cudnn_benchmark: bool | None = None) -> Iterat
         cudnn.deterministic, cudnn.benchmark, cudnn.enabled = was[2], was[3], was[4]
         torch.set_float32_matmul_precision(was[5])
         cudnn.allow_tf32 = was[6]
+        torch.utils.deterministic.fill_uninitialized_memory = was[7]
 
 
 def _cpu_name() -> str:
@@ -156,6 +158,7 @@ def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any
         "seed": cfg.seed,
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "fill_uninitialized_memory": torch.utils.deterministic.fill_uninitialized_memory,
         "cudnn_deterministic": torch.backends.cudnn.deterministic,
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "cudnn_enabled": torch.backends.cudnn.enabled,

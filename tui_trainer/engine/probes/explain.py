@@ -48,6 +48,8 @@ from .trace import Op, Trace, tensors_in, tensor_hash
 SWITCHES: dict[str, Callable[[Any], None]] = {
     "num_threads": lambda v: torch.set_num_threads(int(v)),
     "deterministic": lambda v: torch.use_deterministic_algorithms(bool(v)),
+    "fill_uninitialized": lambda v: setattr(torch.utils.deterministic,
+                                            "fill_uninitialized_memory", bool(v)),
     "cudnn_benchmark": lambda v: setattr(torch.backends.cudnn, "benchmark", bool(v)),
     "cudnn_deterministic": lambda v: setattr(torch.backends.cudnn, "deterministic", bool(v)),
     "cudnn_enabled": lambda v: setattr(torch.backends.cudnn, "enabled", bool(v)),
