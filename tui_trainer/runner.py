@@ -32,6 +32,7 @@ from .core.analysis import explain as explained
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, EXIT_STOPPED,
                           BadInput, NotFound)
 from .core.analysis.verdicts import verdict
+from .core.processes import gpus
 from .core.processes.liveness import is_live
 from .core.session.store import SessionStore
 from .core.processes.supervisor import (RENDEZVOUS_S, Supervisor, launch, owner_env,
@@ -364,15 +365,35 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
 
     def train(v: dict[str, Any], run_id: int) -> None:
         # A thread of its own: its own connection (SQLite connections stay in their thread).
-        with SessionStore(session, create=False) as own:
-            try:
-                train_child(own, run_id, train_args(run_id), children=children, warm=warm,
-                            env=threads)
-            except (BadInput, RuntimeError) as e:
-                if stop["asked"]:
+        # A run on CUDA first takes its GPUs (one run per GPU: core.processes.gpus), a run
+        # on the CPU one of the study's `jobs` places.
+        cpu = gpus.wanted(v["config"])[0] == 0
+        if cpu:
+            places.acquire()
+        held = [] if cpu else pool.take(v["config"], stop=lambda: stop["asked"])
+        try:
+            with SessionStore(session, create=False) as own:
+                if held is None:
+                    if not stop["asked"]:
+                        own.set_study_run(study_id, v["position"], run_id,
+                                          f"not possible: it needs GPUs this study has not "
+                                          f"(GPUs: {pool.gpus})")
                     return
-                own.set_study_run(study_id, v["position"], run_id, f"failed: {e}")
-                say(f"ab: {v['label']} failed: {e}")
+                own.set_gpus(run_id, held)
+                try:
+                    train_child(own, run_id, train_args(run_id), children=children,
+                                warm=warm, env={**threads,
+                                                **gpus.visible_env(held, v["config"])})
+                except (BadInput, RuntimeError) as e:
+                    if stop["asked"]:
+                        return
+                    own.set_study_run(study_id, v["position"], run_id, f"failed: {e}")
+                    say(f"ab: {v['label']} failed: {e}")
+        finally:
+            if cpu:
+                places.release()
+            elif held:
+                pool.give(held)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     warm = WarmLauncher.shared()
@@ -385,10 +406,24 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
             if study["status"] == "running":
                 raise BadInput(f"study {study_id} is running already (pid {study['pid']})")
             jobs = jobs or study["spec"].get("jobs", 1)
+            # One run per GPU: the study's runs on CUDA train side by side, each on GPUs
+            # of its own, as many at a time as there are GPUs (one GPU: one at a time);
+            # its runs on the CPU `jobs` at a time.
+            wants_gpus = any(gpus.wanted(v["config"])[0] for v in study["variants"])
+            if wants_gpus:
+                from .engine.knobs import machine_facts    # (torch; CUDA's driver asked)
+            pool = gpus.Pool(gpus.gpu_list(machine_facts().cuda_devices) if wants_gpus
+                             else [])
+            on_gpus = bool(pool.gpus)
+            places = threading.Semaphore(jobs)
+            workers = jobs + (len(pool.gpus) if on_gpus else 0)
+            if on_gpus:
+                _gpu_note(store, study_id, len(pool.gpus), say)
             # Runs side by side share the cores out, as torchrun's ranks do: a run with
-            # num_threads = 0 (PyTorch's default: every core) gets cores // jobs threads.
-            threads = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // jobs))} \
-                if jobs > 1 and "OMP_NUM_THREADS" not in os.environ else {}
+            # num_threads = 0 (PyTorch's default: every core) gets cores // side threads.
+            side = jobs if not on_gpus else max(jobs, len(pool.gpus))
+            threads = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // side))} \
+                if side > 1 and "OMP_NUM_THREADS" not in os.environ else {}
             _stop_orphans(store, study, say)
             store.set_study_status(study_id, "running")
             status, message = "finished", None
@@ -400,10 +435,10 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
                 places = study["spec"].get("layout") or [[i, 0] for i in range(len(variants))]
                 rounds = study["spec"].get("repeats", 1)
                 pending: set[Future] = set()
-                with ThreadPoolExecutor(max_workers=jobs) as pool:
+                with ThreadPoolExecutor(max_workers=workers) as threads_pool:
                     for i in positions:
                         v = variants[i]
-                        while len(pending) >= jobs and not stop["asked"]:
+                        while len(pending) >= workers and not stop["asked"]:
                             done, pending = wait(pending, timeout=0.5,
                                                  return_when=FIRST_COMPLETED)
                             for f in done:
@@ -434,7 +469,7 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
                         say(f"{study['kind']}: {v['label']}"
                             + (f", round {rnd + 1} of {rounds}" if rounds > 1 else "")
                             + f" ({i + 1} of {len(variants)}, run {run_id}) ...")
-                        pending.add(pool.submit(train, v, run_id))
+                        pending.add(threads_pool.submit(train, v, run_id))
                     while pending:
                         done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                         for f in done:
@@ -476,7 +511,7 @@ def _after_plan(store: SessionStore, study_id: int, train_positions: Callable[[l
         return
     def budget() -> int:        # re-runs left (a continued study counts those it made)
         spec = store.study(study_id)["spec"]
-        if spec.get("jobs", 1) != 1:
+        if spec.get("jobs", 1) != 1 or spec.get("gpus", 1) > 1:
             return 0
         return spec.get("rerun_loaded", 0) - len(spec.get("reruns", []))
 
@@ -551,6 +586,22 @@ def _after_plan(store: SessionStore, study_id: int, train_positions: Callable[[l
         spec = store.study(study_id)["spec"]
         store.set_study_spec(study_id, {**spec, "ended_by": ended})
         return
+
+
+def _gpu_note(store: SessionStore, study_id: int, count: int, say: Say) -> None:
+    """Says once in the study's notes how its CUDA runs share the GPUs, and keeps how many
+    it has (`gpus`: runs side by side share the CPU by design, so no round is re-trained
+    for the load its siblings made)."""
+    note = (f"{count} GPUs: the runs on CUDA train side by side, one run per GPU (never two "
+            "on one: sharing a GPU would falsify the price)" if count > 1 else
+            "1 GPU: the runs on CUDA train one at a time (two on one GPU would share it and "
+            "falsify the price)")
+    spec = store.study(study_id)["spec"]
+    if note not in spec.get("notes", []) or spec.get("gpus") != count:
+        store.set_study_spec(study_id, {**spec, "gpus": count, "notes": [
+            *(n for n in spec.get("notes", []) if ": the runs on CUDA train" not in n),
+            note]})
+    say(f"ab: {note}")
 
 
 def _note(store: SessionStore, study_id: int, note: str) -> None:

@@ -1,4 +1,5 @@
-"""`tui-trainer machine`: what this machine can run, and whether a config can train here."""
+"""`tui-trainer machine`: what this machine can run, whether a config can train here, and
+which GPUs the runs of the session hold (core.processes.gpus)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,13 @@ import json
 from typing import Any
 
 from ..core.settings import config, machine
-from ..core.errors import EXIT_BAD_INPUT, EXIT_OK
-from .common import config_args, say
+from ..core.errors import EXIT_BAD_INPUT, EXIT_OK, SessionError
+from ..core.processes import gpus
+from ..core.processes.liveness import is_live, starting
+from ..core.session.schema import DB_NAME
+from ..core.session.store import SessionStore
+from ..core.text import shown
+from .common import config_args, say, session_dir
 
 
 def add(sub: Any) -> None:
@@ -17,7 +23,9 @@ def add(sub: Any) -> None:
                         description="Print what torch sees here (CUDA devices, Apple GPU, "
                                     "version). With --config/--set, also check that this "
                                     "machine can train that config (device, amp, dataset "
-                                    "present): exit 2 naming the key when it cannot.")
+                                    "present): exit 2 naming the key when it cannot. "
+                                    "Where there are GPUs, which ones the live runs of the "
+                                    "session (--session) hold.")
     config_args(sp)
     sp.add_argument("--json", action="store_true", help="one JSON object")
 
@@ -27,11 +35,20 @@ def run(args: argparse.Namespace) -> int:
     from ..engine.knobs import machine_facts   # torch is imported here
     m = machine_facts()
     found = machine.problem(cfg.to_dict(), m) if cfg else None
+    here = gpus.gpu_list(m.cuda_devices)
+    held, runs, why = _held(args) if here else ({}, {}, None)
     if args.json:
         print(json.dumps({**m.to_dict(), "problem": None if found is None else
-                          {"key": found.key, "reason": found.reason}}))
+                          {"key": found.key, "reason": found.reason},
+                          "gpus": {str(g): held.get(g, []) for g in here}}))
     else:
         print(m.describe())
+        for g in here:
+            who = ", ".join(f"run {r} ({shown(runs[r], 40)})" for r in held.get(g, [])) \
+                or "free"
+            print(f"GPU {g}: {who}")
+        if why:
+            print(why)
         if cfg is not None and found is None:
             print("this machine can train the config")
     if found is not None:
@@ -39,3 +56,18 @@ def run(args: argparse.Namespace) -> int:
             say(f"bad config: {found}")
         return EXIT_BAD_INPUT
     return EXIT_OK
+
+
+def _held(args: argparse.Namespace) -> tuple[dict[int, list[int]], dict[int, str], str | None]:
+    """Which GPUs the live runs of the session hold ({gpu: runs}), the runs' names, and why
+    the session was not read (None: it was, or there is none yet: nothing is created)."""
+    folder = session_dir(args)
+    if not (folder / DB_NAME).is_file():
+        return {}, {}, None
+    try:
+        with SessionStore(folder, create=False, readonly=True) as store:
+            runs = store.runs()
+    except SessionError as e:
+        return {}, {}, f"the session's GPUs not read: {shown(e, 200)}"
+    held = gpus.held_by(runs, lambda r: is_live(r) or starting(r))
+    return held, {r["id"]: r["name"] for r in runs}, None

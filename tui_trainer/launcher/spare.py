@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import Any
 
-from ..core.settings.machine import CUBLAS_DETERMINISTIC, SPARE_ENV
+from ..core.settings.machine import CUBLAS_DETERMINISTIC, FIRST_DEVICES, SPARE_ENV
 from ..engine import cuda_start
 from .child import die_alone, run_request
 from .client import MAX_REQUEST, SPARE_LINE
@@ -51,7 +51,7 @@ ON_FIRST_DEVICE = (*HOLDS_CONTEXT, "suspended")  # a context made: runs on that 
 
 MAKES_CUBLAS = ("cudnn", "suspended")           # cuBLAS's handles made: one workspace only
 
-FIRST_DEVICE = ("auto", "cuda", "cuda:0")       # device settings that mean the first device
+FIRST_DEVICE = FIRST_DEVICES                    # device settings that mean the first device
 
 SPARE_AFTER_S = 2.0
 

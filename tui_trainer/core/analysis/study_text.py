@@ -302,6 +302,12 @@ def title_text(study: dict[str, Any], rows: list[Row], status: str | None = None
                  "= 0 becomes cores / jobs, recorded in its settings): samples/s are shares "
                  "of the machine and the bits differ from a run trained alone; compare "
                  "within this study")
+    gpus = spec.get("gpus")
+    if isinstance(gpus, int) and gpus > 1:
+        text += (f"; its runs on CUDA trained side by side, one per GPU ({gpus} GPUs), "
+                 "never two on one")
+    elif gpus == 1:
+        text += "; its runs on CUDA trained one at a time (one GPU: never two on it)"
     return text
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..settings import machine
-from . import trust
+from . import gpus, trust
 from ..settings.config import world_size
-from .liveness import is_live, process_alive
+from .liveness import is_live, process_alive, starting
 from ..session.store import SessionStore
 
 # How the tool's processes share the CPU (issue 54). On Linux each process session is a
@@ -377,14 +377,30 @@ class Supervisor:
 
     def _spawn_run(self, run_id: int, args: list[str], config: Any) -> None:
         """Starts the run's process; `config` is what it trains with (its device decides
-        whether the launcher's spare may take it)."""
+        whether the launcher's spare may take it, and which GPUs it is put on)."""
+        held = self.gpus_for(config)
         proc = launch(self.store.dir, args, self.store.log_path(run_id), warm=self.warm,
                       spare=machine.cuda_device(config),
                       cublas=machine.cublas_workspace(config),
-                      config=config if isinstance(config, dict) else None)
+                      config=config if isinstance(config, dict) else None,
+                      env=gpus.visible_env(held, config))
         self._children[run_id] = proc
         # From now on a run whose process dies before it starts training reads as crashed.
         self.store.set_launcher(run_id, proc.pid)
+        self.store.set_gpus(run_id, held)
+
+    def gpus_for(self, config: Any) -> list[int]:
+        """The GPUs a run of `config` is put on (core.processes.gpus): free ones, none of
+        them held by a live run of this session; [] for a run that starts no CUDA, or
+        where this machine has no GPU (its facts are probed once, in a child process)."""
+        if gpus.wanted(config)[0] == 0:
+            return []
+        try:
+            here = gpus.gpu_list(machine.facts().cuda_devices)
+        except (RuntimeError, OSError, ValueError, subprocess.SubprocessError):
+            return []
+        held = gpus.held_by(self.store.runs(), lambda r: is_live(r) or starting(r))
+        return gpus.choose(config, here, held)
 
     def _job(self, args: list[str], name: str) -> subprocess.Popen:
         """A background command that trains runs of its own, its output in logs/NAME.log."""

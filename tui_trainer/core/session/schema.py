@@ -123,7 +123,7 @@ OPTIONAL_TABLES = frozenset({"studies", "study_runs", "run_labels", "kept_figure
 # run whose step has not moved for its stall window (core.processes.liveness) reads as stalled.
 # runs.crowded: while it trains, why its threads wait (core.processes.contention.crowded).
 OPTIONAL_COLUMNS = {"runs": {"progressed": "REAL", "pace_s": "REAL", "busy": "TEXT",
-                             "crowded": "TEXT"},
+                             "crowded": "TEXT", "gpus": "TEXT"},
                     "steps": {c: "REAL" for c in ("peak_rss", "tensor_bytes", "copy_s",
                                                   "forward_s", "backward_s", "optimizer_s",
                                                   "record_s", "workers_uss", "ranks_uss")}}

@@ -360,6 +360,11 @@ class SessionStore(KeptFigures, StudyRecords):
                       "WHERE id = ? AND status = 'created'",
                       (pid, process_start_time(pid), socket.gethostname(), run_id))
 
+    def set_gpus(self, run_id: int, gpus: list[int]) -> None:
+        """The GPUs the run's process was put on (core.processes.gpus; [] for none)."""
+        with self.transaction() as c:
+            c.execute("UPDATE runs SET gpus = ? WHERE id = ?", (json.dumps(gpus), run_id))
+
     def claim(self, run_id: int) -> None:
         """Makes this process the run's one writer and marks it running, atomically: a second
         process claiming a run that a live process trains gets RunBusy naming that process."""
@@ -439,6 +444,11 @@ class SessionStore(KeptFigures, StudyRecords):
             except (TypeError, ValueError):
                 raise SessionError(f"{self.db_path} is damaged: the {key} of run {run['id']} "
                                    "is not valid JSON") from None
+        try:    # the GPUs it holds (core.processes.gpus), as JSON; read as untrusted
+            gpus = json.loads(run.get("gpus") or "null")
+        except (TypeError, ValueError):
+            gpus = None
+        run["gpus"] = gpus if isinstance(gpus, list) else None
         run["settings"] = run.pop("fingerprint")
         run["stored_status"] = run["status"]
         dead = dead_reason(run)

@@ -90,6 +90,10 @@ CUDA_START_ENV = "TUI_TRAINER_CUDA_START"
 CUDA_STARTS = {"shapes": "shapes", "handles": "handles", "off": "0"}
 
 
+# Device settings that mean the first CUDA device (where there is one).
+FIRST_DEVICES = ("auto", "cuda", "cuda:0")
+
+
 def cuda_device(config: dict[str, Any]) -> str | None:
     """The device setting of a run that starts CUDA in its own process where the machine has
     a CUDA device ("auto", "cuda" or "cuda:N"), or None: a run of another device, or of
