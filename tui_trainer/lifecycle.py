@@ -71,7 +71,7 @@ def start_created(session: Path, run_id: int, config_path: str | None, sets: lis
             else:
                 return _train_here(cfg, session, run_id=run_id, kill_at_step=kill_at_step,
                                    progress=progress)
-        except (ConfigError, CheckpointError) as e:
+        except (ConfigError, CheckpointError, BadInput) as e:
             store.refused_to_start(run_id, str(e))
             raise
     return _train_group(session, run_id, cfg, supervisor.worker_args(
@@ -132,7 +132,8 @@ def resume(session: Path, run_id: int, sets: list[str], checkpoint: str | None =
             session, run_id, checkpoint=path if state is not None else None,
             overrides=overrides, events=events, kill_at_step=kill_at_step))
     return _train_here(cfg, session, run_id=run_id, checkpoint=state, events=events,
-                       kill_at_step=kill_at_step, progress=progress)
+                       kill_at_step=kill_at_step, progress=progress,
+                       recorded={**(run["settings"] or {}), "run_id": run_id})
 
 
 def join(endpoint: str, nnodes: int, node_rank: int, nproc: int, timeout_s: int,

@@ -205,6 +205,12 @@ def repro(store: SessionStore, check: Check, say: Say,
     return out
 
 
+def recorded_of(run: dict[str, Any]) -> dict[str, Any]:
+    """What a copy of `run` is built from (its recorded settings: a net of the user's own
+    file is built from the file and content it trained with, engine/models.py)."""
+    return {**(run.get("settings") or {}), "run_id": run["id"]}
+
+
 def memory(store: SessionStore, run: dict[str, Any], keep: bool = True) -> dict[str, Any]:
     """One step of a copy of `run` measured by category and module, with its timeline
     (engine.probes.memory, which imports torch), from its newest usable checkpoint; on CUDA, with
@@ -216,7 +222,8 @@ def memory(store: SessionStore, run: dict[str, Any], keep: bool = True) -> dict[
     kept = store.usable_checkpoints(run["id"])
     snapshot = store.log_path(run["id"]).with_name(
         f"run-{run['id']}-memory-{time.strftime('%Y%m%d-%H%M%S')}.pickle") if keep else None
-    result = breakdown(cfg, load_checkpoint(kept[0]["path"]) if kept else None, snapshot)
+    result = breakdown(cfg, load_checkpoint(kept[0]["path"]) if kept else None, snapshot,
+                       recorded_of(run))
     if result.get("snapshot"):
         result["snapshot"] = str(Path(result["snapshot"]).relative_to(store.dir))
     return result
@@ -234,7 +241,7 @@ def profile(store: SessionStore, run: dict[str, Any], steps: int, warmup: int,
     trace = store.log_path(run["id"]).with_name(
         f"run-{run['id']}-profile-{time.strftime('%Y%m%d-%H%M%S')}.json") if keep else None
     result = measure(cfg, load_checkpoint(kept[0]["path"]) if kept else None, steps, warmup,
-                     trace)
+                     trace, recorded_of(run))
     if trace is not None:
         result["trace"] = str(trace.relative_to(store.dir))
     return result
@@ -280,7 +287,8 @@ def activations(store: SessionStore, runs: list[dict[str, Any]], how: str,
                            "evaluation set")
     if how == "index":
         data.check(int(index or 0))
-    models = [seen.restore(c, load_checkpoint(p["path"])) for c, p in zip(cfgs, points)]
+    models = [seen.restore(c, load_checkpoint(p["path"]), recorded_of(r))
+              for c, p, r in zip(cfgs, points, runs)]
     digit = seen.pick(how, index, models[0], data)
     found = [seen.seen(m, data, digit) for m in models]
     starts = [store.fingerprint_at(r["id"], 0) for r in runs]

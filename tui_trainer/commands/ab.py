@@ -16,7 +16,7 @@ from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, BadInput
 from ..core.session.store import SessionStore
 from ..core.text import shown
 from .common import (DEFAULT_AB_STEPS, check_name, config_args, json_safe, session_dir,
-                     study_args, terminal_width)
+                     study_args, terminal_width, trust_named)
 
 
 def add(sub: Any) -> None:
@@ -157,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
                                 file=args.config, **more)
         if getattr(args, "plan", False):
             return _print_plan(planned, args.json)
+        trust_named(*(r["config"] for r in planned.runs))   # named here by the user
         for note in planned.notes:
             say(f"{args.command}: {note}")
         with SessionStore(session) as store:

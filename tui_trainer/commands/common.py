@@ -128,3 +128,16 @@ def open_to_answer(args: argparse.Namespace) -> tuple[SessionStore, bool]:
         return SessionStore(session, create=False), True
     except ReadOnlySession:
         return SessionStore(session, create=False, readonly=True), False
+
+
+def trust_named(*configs: Any) -> None:
+    """Nets of the user's own files named on this command line (or in a TOML file given on
+    it) are trusted as they are now: naming a file yourself trusts it
+    (core/settings/user_models.py). A file that is missing or not Python is refused here,
+    in one line naming `model`, before anything is stored."""
+    from ..core.settings import user_models
+    from ..core.settings.config import is_file_model
+    for cfg in configs:
+        model = cfg.get("model") if isinstance(cfg, dict) else getattr(cfg, "model", None)
+        if is_file_model(model):
+            user_models.trust(user_models.resolve(user_models.parse(model)[0]))

@@ -15,7 +15,7 @@ from ..launcher.client import WarmLauncher
 from ..core.errors import EXIT_NOT_IDENTICAL, EXIT_OK, BadInput
 from ..core.session.store import SessionStore
 from ..core.text import shown, shown_lines
-from .common import config_args, session_dir
+from .common import config_args, session_dir, trust_named
 
 
 def add(sub: Any) -> None:
@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     SessionStore.check(session)
     if args.run is None:
         cfg = config.load(args.config, args.sets)    # bad input stops here, before training
+        trust_named(cfg)                    # named here by the user: theirs to run
     if args.repeats < 2:
         raise ConfigError("--repeats", "must be 2 or more (there is nothing to compare)")
     if args.resume_at is not None and args.resume_at < 1:

@@ -9,7 +9,7 @@ from typing import Any
 from .. import lifecycle
 from ..core.settings import config
 from ..core.session.paths import default_session_dir
-from .common import check_name, config_args, ended, session_dir
+from .common import check_name, config_args, ended, session_dir, trust_named
 
 
 def add(sub: Any) -> None:
@@ -38,5 +38,6 @@ def run(args: argparse.Namespace) -> int:
         return ended(lifecycle.start_created(session, args.run_id, args.config, args.sets,
                                               args.kill_at_step, progress), args.json)
     cfg = config.load(args.config, args.sets)
+    trust_named(cfg)                    # named here by the user: theirs to run
     return ended(lifecycle.start(session, cfg, args.name, args.kill_at_step, progress),
                   args.json)

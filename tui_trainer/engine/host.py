@@ -95,7 +95,8 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
                  progress: bool = False, echo: TextIO | None = sys.stderr,
                  kill_at_step: int | None = None,
                  events: list[tuple[str, str, int | None]] = (),
-                 group: Group | None = None, sampler_seed: int | None = None) -> Summary:
+                 group: Group | None = None, sampler_seed: int | None = None,
+                 recorded: dict[str, Any] | None = None) -> Summary:
     """Trains one run in this process, recording everything into the session.
 
     Everything that can be refused (device, AMP, missing data, a checkpoint that does not
@@ -109,7 +110,7 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
     """
     group = group or Group()
     trainer = Trainer(cfg, checkpoint=checkpoint, progress=progress, kill_at_step=kill_at_step,
-                      group=group, sampler_seed=sampler_seed)
+                      group=group, sampler_seed=sampler_seed, recorded=recorded)
     trainer.setup()
     if not group.lead:
         return _train_rank(trainer, run_id if run_id is not None else 0, echo)
@@ -130,6 +131,12 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
                             "checkpoint write")
         trainer.attach(store, run_id, echo)
         store.set_settings(run_id, trainer.settings, trainer.loaders.info.name)
+        mine = trainer.model_file
+        if mine is not None and (recorded or {}).get("model_sha256") != mine["sha256"]:
+            # A copy of the code it trains with, for the record: never executed from here.
+            store.add_event(run_id, "model_source", f"the model: {mine['name']} of "
+                            f"{mine['path']} (sha256 {mine['sha256'][:16]}), its source kept "
+                            "with the run", data=dict(mine))
     except BaseException:
         store.close()
         raise

@@ -12,14 +12,22 @@ modules (conv1.weight, ...), whatever the knob.
 
 from __future__ import annotations
 
+import sys
+import types
 from functools import partial
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
                                     create_selective_checkpoint_contexts)
+
+from ..core.errors import BadInput
+from ..core.settings import user_models
+from ..core.settings.config import is_file_model
+from ..core.text import shown
 
 # What `selective` keeps: the outputs of the ops that cost the most to recompute.
 # (an op a build lacks, e.g. oneDNN's convolution, is left out rather than fail the import)
@@ -212,10 +220,78 @@ def init_weights(model: nn.Module, how: str) -> None:
             m.bias.fill_(0.01) if how == "xavier" else nn.init.zeros_(m.bias)
 
 
+# What a net of this project's datasets takes and gives: MNIST-sized images, ten classes.
+INPUT_SHAPE, CLASSES = (1, 28, 28), 10
+
+
 def build_model(name: str, checkpointing: str = "off", preserve_rng_state: bool = True,
-                init: str = "default") -> nn.Module:
-    model = MODELS[name]()
+                init: str = "default", recorded: dict[str, Any] | None = None) -> nn.Module:
+    """The run's net: one of MODELS, or a net of the user's own file (`PATH.py:Name`,
+    `load_file_model`; `recorded`: the settings a run recorded, whose file and hash it must
+    be built from again)."""
+    model = load_file_model(name, recorded) if is_file_model(name) else MODELS[name]()
     init_weights(model, init)
     model.checkpointing = checkpointing
     model.preserve_rng_state = preserve_rng_state
     return model
+
+
+def load_file_model(spec: str, recorded: dict[str, Any] | None = None) -> nn.Module:
+    """The user's net `PATH.py:Name`, built in this process, the one that trains (or replays)
+    it: the file's bytes read once, hashed, and run only when this user trusts that content
+    (core/settings/user_models.py; else BadInput naming `tui-trainer trust`, nothing run).
+    A run that recorded its file (`recorded`: model_file, model_sha256) is built from that
+    file again, and only from the same content (else BadInput naming both hashes). `Name`
+    is an nn.Module subclass or a function returning one, built with no arguments; its
+    output must be one score per class for a batch of the dataset's images (checked on a
+    batch of zeros, in eval mode: no random number drawn, no statistic updated). The module
+    keeps what was built (`model_file`: path, name, sha256, source) for the run's record."""
+    written, name = user_models.parse(spec)
+    path = Path(recorded["model_file"]) if recorded and recorded.get("model_file") \
+        else user_models.resolve(written)
+    data, sha = user_models.read(path)
+    was = (recorded or {}).get("model_sha256")
+    if was and was != sha:
+        raise BadInput(user_models.changed(path, was, sha, recorded.get("run_id", "?")))
+    if not user_models.is_trusted(sha):
+        raise BadInput(user_models.refusal(path, sha))
+    module = types.ModuleType(f"tui_trainer_model_{sha[:16]}")
+    module.__file__ = str(path)
+    sys.modules[module.__name__] = module       # (classes defined there can be found again)
+    try:
+        exec(compile(data, str(path), "exec", dont_inherit=True), module.__dict__)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's code, said in one line
+        raise BadInput(f"model: importing {shown(path, 200)} raised {type(e).__name__}: "
+                       f"{shown(e, 200)}") from None
+    obj = module.__dict__.get(name)
+    if obj is None:
+        raise BadInput(f"model: {shown(path, 200)} defines no {name}")
+    if not callable(obj) or (isinstance(obj, type) and not issubclass(obj, nn.Module)):
+        raise BadInput(f"model: {name} in {shown(path, 200)} is not an nn.Module subclass "
+                       "or a function returning one")
+    try:
+        net = obj()
+    except (Exception, SystemExit) as e:  # noqa: BLE001
+        raise BadInput(f"model: {name}() in {shown(path, 200)} raised {type(e).__name__}: "
+                       f"{shown(e, 200)} (it is built with no arguments)") from None
+    if not isinstance(net, nn.Module):
+        raise BadInput(f"model: {name}() in {shown(path, 200)} returned a "
+                       f"{type(net).__name__}, not an nn.Module")
+    was_training = net.training
+    net.eval()
+    try:
+        with torch.no_grad():
+            out = net(torch.zeros(2, *INPUT_SHAPE))
+    except (Exception, SystemExit) as e:  # noqa: BLE001
+        raise BadInput(f"model: {name} in {shown(path, 200)} cannot take a batch of the "
+                       f"dataset's images (2 x {' x '.join(map(str, INPUT_SHAPE))}): "
+                       f"{type(e).__name__}: {shown(e, 200)}") from None
+    finally:
+        net.train(was_training)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, CLASSES):
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise BadInput(f"model: {name} in {shown(path, 200)} returns {got} for a batch of 2 "
+                       f"images; it must return one score per class: (2, {CLASSES})")
+    net.model_file = {"path": str(path), "name": name, "sha256": sha,
+                      "source": data.decode("utf-8", "replace")}
+    return net

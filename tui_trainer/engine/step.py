@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from ..core.settings.config import RunConfig
+from ..core.settings.config import RunConfig, is_file_model
 
 # autocast's dtype of each `amp` value ("off": none)
 AMP = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -42,9 +42,14 @@ def batch_in(cfg: RunConfig, x: torch.Tensor) -> torch.Tensor:
     return x.contiguous(memory_format=torch.channels_last) if cfg.channels_last else x
 
 
-def loss(out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+def loss(out: torch.Tensor, y: torch.Tensor, reduction: str = "mean",
+         logits: bool = False) -> torch.Tensor:
     """The loss of a batch: the negative log-likelihood of the labels under the net's
-    log-probabilities (every net of engine/models.py ends in log_softmax)."""
+    log-probabilities (every net of engine/models.py ends in log_softmax), or, for a net of
+    the user's own file, which returns one score per class (`logits`), the cross-entropy of
+    those scores as they come."""
+    if logits:
+        return F.cross_entropy(out, y, reduction=reduction)
     return F.nll_loss(out, y, reduction=reduction)
 
 
@@ -53,7 +58,7 @@ def forward_loss(cfg: RunConfig, forward: Callable[[torch.Tensor], torch.Tensor]
     """A training batch's forward and loss under the run's autocast: what backward starts
     from."""
     with autocast(cfg, x.device.type, cache):
-        return loss(forward(x), y)
+        return loss(forward(x), y, logits=is_file_model(cfg.model))
 
 
 def eval_sums(cfg: RunConfig, forward: Callable[[torch.Tensor], torch.Tensor],
@@ -62,4 +67,5 @@ def eval_sums(cfg: RunConfig, forward: Callable[[torch.Tensor], torch.Tensor],
     its labels the net got right."""
     with autocast(cfg, x.device.type):
         out = forward(x)
-    return loss(out.float(), y, reduction="sum"), (out.argmax(dim=1) == y).sum()
+    return loss(out.float(), y, reduction="sum", logits=is_file_model(cfg.model)), \
+        (out.argmax(dim=1) == y).sum()

@@ -138,8 +138,12 @@ class Trainer(Bookkeeping):
 
     def __init__(self, cfg: RunConfig, *, checkpoint: dict[str, Any] | None = None,
                  progress: bool = False, kill_at_step: int | None = None,
-                 group: Group | None = None, sampler_seed: int | None = None):
+                 group: Group | None = None, sampler_seed: int | None = None,
+                 recorded: dict[str, Any] | None = None):
         self.cfg = cfg
+        # The settings its run recorded (a resume, a replay): a net of the user's own file
+        # is built from the file and content it trained with (engine/models.py)
+        self.recorded = recorded
         # A data-parallel run: this process's rank; only the lead (rank 0) touches the store.
         self.group = group or Group()
         self.lead = self.group.lead
@@ -258,7 +262,9 @@ class Trainer(Bookkeeping):
                               f"in batches of {cfg.batch_size} leave a smaller last batch, "
                               "another shape than the captured step's; or set cuda_graph = off")
         model = build_model(cfg.model, cfg.activation_checkpointing, cfg.preserve_rng_state,
-                            cfg.init).to(self.device)
+                            cfg.init, self.recorded).to(self.device)
+        # a net of the user's own file: what it was built from, for the run's record
+        self.model_file: dict[str, Any] | None = getattr(model, "model_file", None)
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = model
@@ -298,6 +304,9 @@ class Trainer(Bookkeeping):
                                            self.loaders.pin_memory, model)
         self.settings.update(world_size=g.world, dist_backend=None,
                              batch_per_process=cfg.batch_size // g.world)
+        if self.model_file is not None:
+            self.settings.update(model_file=self.model_file["path"],
+                                 model_sha256=self.model_file["sha256"])
 
     def _load_state(self, state: dict[str, Any]) -> None:
         try:

@@ -37,3 +37,11 @@ def cache_dir() -> Path:
     home = os.environ.get("TUI_TRAINER_HOME")
     return Path(home) / "cache" if home else \
         Path(platformdirs.user_cache_dir(APP, appauthor=False))
+
+
+def config_dir() -> Path:
+    """The user's own settings (what this user trusts: core/settings/user_models.py):
+    TUI_TRAINER_HOME/config, else the user's config folder; never inside a session."""
+    home = os.environ.get("TUI_TRAINER_HOME")
+    return Path(home) / "config" if home else \
+        Path(platformdirs.user_config_dir(APP, appauthor=False))

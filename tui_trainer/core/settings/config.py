@@ -180,7 +180,10 @@ class RunConfig:
         "ReLU, no dropout, 0.22M parameters). resnet: a small residual net of the kind "
         "trained on GPUs (BatchNorm, three residual stages, global average pooling, 0.08M "
         "parameters), whose CUDA backward has a kernel PyTorch documents as nondeterministic "
-        "(adaptive average pooling): there the determinism knobs change the bits.", "speed",
+        "(adaptive average pooling): there the determinism knobs change the bits. Or your "
+        "own net: PATH.py:Name, an nn.Module subclass (or a function returning one) built "
+        "with no arguments, returning one score per class (logits); it runs only once you "
+        "trust the file (naming it yourself does; `tui-trainer trust FILE`).", "speed",
         choices=("grokking", "examples", "fast", "resnet"))
     amp: str = knob(
         "off", "Automatic mixed precision: fp16 (CUDA only, with a GradScaler against underflow) "
@@ -386,7 +389,8 @@ def allowed(key: str) -> str:
     meta = FIELDS[key].metadata
     k = kind(key)
     if k == "choice":
-        return "one of " + ", ".join(meta["choices"])
+        mine = ", or PATH.py:Name (a net of your own file)" if key == "model" else ""
+        return "one of " + ", ".join(meta["choices"]) + mine
     if k == "bool":
         return "true or false"
     if k == "device":
@@ -445,6 +449,14 @@ def parse_value(key: str, text: str) -> Any:
     return t
 
 
+# A net of the user's own file (core/settings/user_models.py): "path/to/net.py:Name".
+FILE_MODEL = re.compile(r"^(?P<path>[^\x00-\x1f]+\.py):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def is_file_model(value: Any) -> bool:
+    return isinstance(value, str) and FILE_MODEL.match(value) is not None
+
+
 def check_value(key: str, value: Any) -> Any:
     """Validates one typed value (from TOML or parse_value); returns it normalised."""
     if key not in FIELDS:
@@ -452,6 +464,10 @@ def check_value(key: str, value: Any) -> Any:
     meta = FIELDS[key].metadata
     k = kind(key)
     bad = ConfigError(key, f"must be {allowed(key)}, got {value!r}")
+    if key == "model" and is_file_model(value):      # a net of the user's own file
+        if any(unicodedata.category(ch) in ("Cc", "Cf") for ch in value):
+            raise ConfigError(key, "must not contain control characters")
+        return value
     if k == "bool":
         if not isinstance(value, bool):
             raise bad
@@ -529,6 +545,10 @@ def check_combination(cfg: RunConfig) -> None:
         raise ConfigError("activation_checkpointing", "must be off with model = resnet: a "
                           "recomputed block would update its BatchNorm running statistics a "
                           "second time (other statistics than the run without it)")
+    if is_file_model(cfg.model) and cfg.activation_checkpointing != "off":
+        raise ConfigError("activation_checkpointing", "must be off with a net of your own "
+                          "file: the blocks it recomputes are the built-in nets' (engine/"
+                          "models.py), and a net of your own names none")
     if cfg.cuda_graph != "off":
         graph_problem(cfg)
     if cfg.loader == "resident" and cfg.num_workers > 0:

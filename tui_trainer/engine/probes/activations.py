@@ -45,9 +45,11 @@ class EvalSet:
         return index
 
 
-def restore(cfg: RunConfig, state: dict[str, Any]) -> nn.Module:
-    """The run's model with the weights (and BatchNorm's statistics) of a checkpoint."""
-    model = build_model(cfg.model)
+def restore(cfg: RunConfig, state: dict[str, Any],
+            recorded: dict[str, Any] | None = None) -> nn.Module:
+    """The run's model with the weights (and BatchNorm's statistics) of a checkpoint (a net
+    of the user's own file: from the file and content its run recorded)."""
+    model = build_model(cfg.model, recorded=recorded)
     try:
         model.load_state_dict(state["model"])
     except (RuntimeError, KeyError) as e:

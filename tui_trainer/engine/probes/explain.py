@@ -98,7 +98,8 @@ def _trainer(side: Side, rank: int = 0) -> Trainer:
     # included) and updates them in place, and the next replay must start from the file.
     group = Replica(rank=rank, world=side.world) if side.world > 1 else None
     trainer = Trainer(side.cfg, checkpoint=copy.deepcopy(side.state) if side.state else None,
-                      group=group)
+                      group=group, recorded={**(side.run.get("settings") or {}),
+                                             "run_id": side.run["id"]})
     trainer.setup()
     # Replayed op by op, to be traced, whatever cuda_graph says: a captured step does the
     # same kernels (a run resumed with cuda_graph = step re-runs eagerly steps that it

@@ -20,8 +20,8 @@ CATEGORIES = {"PARAM": "parameters", "BUFFER": "buffers", "GRAD": "gradients",
               "TEMP": "temporaries", "OTH": "other"}
 
 
-def copy_of(cfg: Any, state: dict[str, Any] | None, steps: int, **changes: Any
-            ) -> tuple[Any, int]:
+def copy_of(cfg: Any, state: dict[str, Any] | None, steps: int,
+            recorded: dict[str, Any] | None = None, **changes: Any) -> tuple[Any, int]:
     """A trainer of a copy of a run, set up from `state` (its checkpoint) or its config, in
     this process, with room for `steps` more steps and nothing recorded; a data-parallel
     run as one of its ranks (its share of the batch). (trainer, the run's world size)."""
@@ -32,7 +32,7 @@ def copy_of(cfg: Any, state: dict[str, Any] | None, steps: int, **changes: Any
                       eval_every=0, rdzv_endpoint="", epochs=epochs, **changes)
     if state is not None and world > 1:
         state = {**state, "world_size": 1, **state["ranks"][0]}
-    trainer = Trainer(one, checkpoint=state)
+    trainer = Trainer(one, checkpoint=state, recorded=recorded)
     trainer.setup()
     trainer.step_graph = None       # its ops are followed one by one: never a replayed graph
     trainer.model.train()
@@ -100,8 +100,8 @@ def _timeline(points: list[tuple[str, str, str, dict[str, dict[str, int]]]], dev
     return {"categories": cats, "points": rows, "unit": "bytes"}
 
 
-def breakdown(cfg: Any, state: dict[str, Any] | None, snapshot: Path | None = None
-              ) -> dict[str, Any]:
+def breakdown(cfg: Any, state: dict[str, Any] | None, snapshot: Path | None = None,
+              recorded: dict[str, Any] | None = None) -> dict[str, Any]:
     """One step of a copy of the run (from `state`, its checkpoint, or as its config starts
     it), after one step of warm-up, under MemTracker: the memory at the step's peak by
     category, each module's own peak with its parameters and outputs, and the step's
@@ -111,7 +111,7 @@ def breakdown(cfg: Any, state: dict[str, Any] | None, snapshot: Path | None = No
     ranks (its share of the batch, without DDP's buckets)."""
     import torch
 
-    trainer, world = copy_of(cfg, state, steps=2, compile="off")
+    trainer, world = copy_of(cfg, state, steps=2, recorded=recorded, compile="off")
     steps = trainer.steps()
     trainer.step(next(steps))                     # warm-up: optimizer state, allocators
     batch = next(steps)

@@ -52,11 +52,11 @@ def _scope_modules(model: torch.nn.Module) -> list[Any]:
 
 
 def profile(cfg: Any, state: dict[str, Any] | None, steps: int, warmup: int,
-            trace: Path | None) -> dict[str, Any]:
+            trace: Path | None, recorded: dict[str, Any] | None = None) -> dict[str, Any]:
     """Profiles `steps` steps of a copy of the run (see the module's text). A data-parallel
     run is profiled as one of its ranks (its share of the batch)."""
     from .memory import breakdown, copy_of
-    trainer, world = copy_of(cfg, state, steps=steps + warmup)
+    trainer, world = copy_of(cfg, state, steps=steps + warmup, recorded=recorded)
     it = trainer.steps()
     for _ in range(warmup):
         trainer.step(next(it))

@@ -9,6 +9,7 @@ against this machine, is started by the supervisor through `app.write`.
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any, Callable
 
 from rich.text import Text
@@ -20,11 +21,14 @@ from textual.message import Message
 from textual.widgets import Button, Input, Select, Static
 
 from ...core.settings.config import DEFAULTS, ConfigError, RunConfig, allowed, doc, load
+from ...core.errors import BadInput
 from ...core.settings import machine as machines
+from ...core.settings import user_models
+from ...core.settings.config import is_file_model
 from ...core.settings.machine import Machine
 from ...core.settings import presets
 from ...core.text import name_problem, shown
-from ..screens import NameScreen
+from ..screens import ConfirmScreen, NameScreen
 from ..widgets.config_form import ConfigForm
 from .common import plain
 
@@ -248,8 +252,22 @@ class LaunchPanel(Vertical):
     def _start_checked(self, config: dict[str, Any], name: str | None,
                        started: Callable[[int], None]) -> None:
         """Start, once core.settings.machine's rules say this machine can train the config
-        (the machine is probed once, in a child process; the UI never imports torch)."""
+        (the machine is probed once, in a child process; the UI never imports torch), and,
+        for a net of the user's own file, once this user trusts its content (asked the
+        first time, naming the file and its hash: `_ask_trust`; the file is read and hashed
+        here, never imported: only the run's process runs it)."""
         app = self.app
+        if is_file_model(config.get("model")):
+            try:
+                path = user_models.resolve(user_models.parse(config["model"])[0])
+                _, sha = user_models.read(path)
+            except BadInput as e:
+                app.call_from_thread(app.notify, f"not started: {e}", severity="error",
+                                     timeout=12)
+                return
+            if not user_models.is_trusted(sha):
+                app.call_from_thread(self._ask_trust, path, sha, config, name, started)
+                return
         try:
             found = machines.problem(config, machines.facts())
         except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
@@ -262,6 +280,30 @@ class LaunchPanel(Vertical):
             return
         app.call_from_thread(app.write, lambda _, sup: sup.start(config, name=name),
                              started, "not started")
+
+    def _ask_trust(self, path: Path, sha: str, config: dict[str, Any], name: str | None,
+                   started: Callable[[int], None]) -> None:
+        """The first Start of a net of the user's own file: may its code run here?"""
+        def decided(yes: bool | None) -> None:
+            if not yes:
+                self.app.notify(f"not started: {shown(path, 200)} is not trusted",
+                                severity="warning")
+                return
+            try:
+                now = user_models.trust(path)
+            except BadInput as e:
+                self.app.notify(f"not started: {e}", severity="error", timeout=12)
+                return
+            if now != sha:          # changed while the question was up: ask again
+                self._ask_trust(path, now, config, name, started)
+                return
+            self._start_checked(config, name, started)
+
+        self.app.push_screen(ConfirmScreen(
+            f"Run the code of {shown(path, 200)}? (sha256 {sha[:16]}...) It runs in the "
+            "run's training process, never in the dashboard, and is trusted on this machine "
+            "as it is now: a changed file is asked about again.", "Trust and start"),
+            decided)
 
     @work(thread=True, group="machine")
     def probe_machine(self) -> None:

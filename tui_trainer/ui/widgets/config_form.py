@@ -19,6 +19,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
+from textual.suggester import SuggestFromList
 from textual.widgets import Checkbox, Collapsible, Input, Label, Select, Static
 
 from ...core.settings import config
@@ -73,9 +74,16 @@ class ConfigForm(VerticalScroll):
         if kind == "bool":
             widget: Any = Checkbox("on" if value else "off", value=bool(value),
                                    id=f"field-{key}")
-        elif kind == "choice":
+        elif kind == "choice" and key != "model":
             options = [(c, c) for c in config.choices(key) or ()]
             widget = Select(options, value=value, allow_blank=False, id=f"field-{key}")
+        elif key == "model":
+            # a built-in net (suggested as it is typed) or a net of your own file
+            widget = Input(value=_text(value), id=f"field-{key}",
+                           suggester=SuggestFromList(config.choices(key) or (),
+                                                     case_sensitive=True),
+                           placeholder=", ".join(config.choices(key) or ()) + ", or "
+                           "FILE.py:Name")
         else:
             widget = Input(value=_text(value), id=f"field-{key}",
                            placeholder="empty: the default (see below)" if kind == "text"

@@ -6,11 +6,11 @@ import argparse
 import sys
 from typing import Any
 
-from .. import lifecycle
-from ..core.settings import config
-from ..core.processes import supervisor
-from ..core.errors import EXIT_FAILED, EXIT_OK
-from .common import say
+from ... import lifecycle
+from ...core.settings import config
+from ...core.processes import supervisor
+from ...core.errors import EXIT_FAILED, EXIT_OK
+from ..common import say
 
 
 def add(sub: Any) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..core.settings import config
-from .common import say, session_dir
+from ...core.settings import config
+from ..common import say, session_dir
 
 
 def add(sub: Any) -> None:
@@ -23,7 +23,7 @@ def add(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine.rank import RankArgs, run_rank
+    from ...engine.rank import RankArgs, run_rank
     return run_rank(RankArgs(
         session=session_dir(args) if args.session else None, run_id=args.run_id,
         sets=args.sets, checkpoint=args.checkpoint, events=args.events,

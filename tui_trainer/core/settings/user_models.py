@@ -1,0 +1,130 @@
+"""A net from the user's own file: `model = "path/to/net.py:Name"`.
+
+`Name` is an nn.Module subclass, or a function returning one, built with no arguments; it
+takes a batch of the dataset's images and returns one score per class (logits). The path
+is relative to where the command runs, or absolute.
+
+Code from a file is trusted explicitly, never because a session names it (a session is
+data, and may come from someone else): a file runs only once this user has trusted its
+exact content on this machine. Naming it yourself (on the command line, in a TOML file you
+give) trusts it; `tui-trainer trust FILE` does too. What is trusted lives in the user's
+config folder (core.session.paths.config_dir), by the content's SHA-256, never in the
+session. Everything else that would import such a file (Continue, resume, repro of a
+recorded run, explain, a study from the session, ...) refuses in one line that says how to
+trust it, and imports nothing. Only a run's own process imports the file
+(engine/models.py); this module reads bytes and hashes them.
+
+Core layer: imports neither torch nor textual.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import BadInput
+from .config import FILE_MODEL
+from ..session.paths import config_dir
+from ..text import shown
+
+TRUST_FILE = "trusted-models.json"
+MAX_SOURCE = 4 << 20        # a model file is source code: a few MiB at most
+
+
+def parse(value: str) -> tuple[str, str]:
+    """(path as written, name) of a file model's spec."""
+    m = FILE_MODEL.match(value)
+    if m is None:
+        raise BadInput(f"model: {shown(value, 80)!r} is not PATH.py:Name")
+    return m.group("path"), m.group("name")
+
+
+def resolve(path: str, cwd: Path | None = None) -> Path:
+    """The file a spec's path names: ~ expanded, relative to `cwd` (else where this
+    command runs), links followed."""
+    p = Path(path).expanduser()
+    if not p.is_absolute():
+        p = (cwd or Path.cwd()) / p
+    return p.resolve()
+
+
+def read(path: Path) -> tuple[bytes, str]:
+    """The file's content and its SHA-256; BadInput naming the field where it is missing,
+    not a file, too large, or not Python text."""
+    try:
+        if not path.is_file():
+            raise BadInput(f"model: {shown(path, 200)} is not a file (give PATH.py:Name, the "
+                           "path relative to where the command runs, or absolute)")
+        if path.stat().st_size > MAX_SOURCE:
+            raise BadInput(f"model: {shown(path, 200)} is larger than {MAX_SOURCE >> 20} MiB; "
+                           "a model file is Python source")
+        data = path.read_bytes()
+    except OSError as e:
+        raise BadInput(f"model: {shown(path, 200)} cannot be read ({e.strerror or e})") from None
+    try:
+        compile(data, str(path), "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        where = f" (line {e.lineno})" if getattr(e, "lineno", None) else ""
+        raise BadInput(f"model: {shown(path, 200)} is not Python{where}: "
+                       f"{shown(getattr(e, 'msg', e), 120)}") from None
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def _store() -> Path:
+    return config_dir() / TRUST_FILE
+
+
+def trusted() -> dict[str, dict[str, Any]]:
+    """{sha256: {"path", "at"}} of every content this user trusted (read as untrusted:
+    anything else in the file is ignored)."""
+    try:
+        raw = json.loads(_store().read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k, v in raw.items()
+            if isinstance(k, str) and re.fullmatch(r"[0-9a-f]{64}", k) and isinstance(v, dict)}
+
+
+def is_trusted(sha: str) -> bool:
+    return sha in trusted()
+
+
+def trust(path: Path) -> str:
+    """Trusts the file's content as it is now (its SHA-256, with the path, in the user's
+    config folder, written whole or not at all); returns the hash."""
+    _, sha = read(path)
+    known = trusted()
+    known[sha] = {"path": str(path), "at": time.time()}
+    store = _store()
+    store.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".trusted-", dir=store.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(known, f, indent=1)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, store)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return sha
+
+
+def refusal(path: Path, sha: str) -> str:
+    """The one line that says a file is not trusted here, and how to trust it."""
+    return (f"model: {shown(path, 200)} (sha256 {sha[:16]}) is not trusted on this machine: "
+            "code named by a session never runs until you trust it; read it, then "
+            f"`tui-trainer trust {shown(path, 200)}`")
+
+
+def changed(path: Path, recorded: str, now: str, run_id: int) -> str:
+    """The one line that says a file is not the code a run trained with."""
+    return (f"model: {shown(path, 200)} is not the code run {run_id} trained with (sha256 "
+            f"{recorded[:16]} then, {now[:16]} now); put that code back, or start a new run")
