@@ -204,3 +204,24 @@ async def test_the_dashboard_asks_before_a_file_runs_and_never_imports_it(tmp_pa
         await until(pilot, finished, timeout=120)
     assert user_models.is_trusted(sha)
     assert not [m for m in sys.modules if m.startswith("tui_trainer_model_")]
+
+
+def test_what_a_run_of_your_net_shows_activations_memory_and_profile(tmp_path):
+    """The Model tab's pictures (its Conv2d layers by their names in your module, or a
+    clear word that it has none), memory by module and the profile, on a net of yours."""
+    net = _file(tmp_path, NET)
+    s = tmp_path / "s"
+    for name in ("Net", "small"):
+        assert tt("run", "--session", str(s), *sets(*RUN, f"model={net}:{name}")).rc == 0
+    r = tt("activations", "1", "--session", str(s), "--no-png", "--json")
+    assert r.rc == 0, r.err
+    assert [L["name"] for L in json.loads(r.out)["layers"]] == ["conv1", "conv2"]
+    r = tt("activations", "2", "--session", str(s), "--no-png")
+    assert r.rc == 0 and "this net has no convolutions" in r.out, r.err
+    r = tt("memory", "1", "--session", str(s), "--json")
+    assert r.rc == 0, r.err
+    modules = {m["module"] for m in json.loads(r.out)["modules"]}
+    assert {"Net.conv1", "Net.conv2", "Net.fc"} <= modules
+    r = tt("profile", "1", "--session", str(s), "--json")
+    assert r.rc == 0, r.err
+    assert "conv" in r.out

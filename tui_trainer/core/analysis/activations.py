@@ -240,6 +240,10 @@ def class_name(meta: dict[str, Any], c: int) -> str:
     return str(c)
 
 
+NO_CONVOLUTIONS = ("this net has no convolutions: no maps to show (each nn.Conv2d layer's output "
+                   "is drawn)")
+
+
 def _pct(p: float) -> str:
     return f"{100 * p:.1f}%"
 
@@ -250,7 +254,8 @@ def summary(meta: dict[str, Any]) -> str:
                      for c, p in zip(meta["predicted"], meta["probs"]))
     return (f"digit {meta['digit']} (label {class_name(meta, meta['label'])}) through {runs}: "
             f"predicted {said}; "
-            f"{len(meta['layers'])} convolution(s)")
+            + (f"{len(meta['layers'])} convolution(s)" if meta["layers"] else
+               NO_CONVOLUTIONS))
 
 
 def lines(meta: dict[str, Any]) -> list[str]:
@@ -284,6 +289,8 @@ def lines(meta: dict[str, Any]) -> list[str]:
     for L in meta["layers"]:
         out.append("")
         out.append(layer_line(meta, L))
+    if not meta["layers"]:
+        out += ["", NO_CONVOLUTIONS]
     return out
 
 
