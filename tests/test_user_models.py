@@ -225,3 +225,24 @@ def test_what_a_run_of_your_net_shows_activations_memory_and_profile(tmp_path):
     r = tt("profile", "1", "--session", str(s), "--json")
     assert r.rc == 0, r.err
     assert "conv" in r.out
+
+
+def test_two_runs_of_other_code_in_one_file_are_said_to_differ_in_their_code(tmp_path):
+    """The file changed between two runs: explain and the determinism verdict name "model
+    code differs" as the cause, with the first lines of the diff, and replay nothing."""
+    from tui_trainer.core.analysis.verdicts import verdict
+    from tui_trainer.core.session.store import SessionStore
+    net = _file(tmp_path, NET)
+    s = tmp_path / "s"
+    assert tt("run", "--session", str(s), *sets(*RUN, f"model={net}:Net")).rc == 0
+    net.write_text(NET.replace("nn.Conv2d(6, 12, 5)", "nn.Conv2d(6, 12, 5, bias=False)"))
+    assert tt("run", "--session", str(s), *sets(*RUN, f"model={net}:Net")).rc == 0
+    r = tt("explain", "1", "2", "--session", str(s), "--json")
+    assert r.rc in (0, 3), r.err
+    found = json.loads(r.out)
+    assert found["verdict"] == "model_code" and "replay" not in found
+    assert "model code differs" in found["model_code"]
+    assert "bias=False" in found["model_code"]              # the diff's first lines
+    with SessionStore(s, create=False, readonly=True) as store:
+        said = " ".join(verdict(store, [1, 2]).explanations)
+    assert "model code differs" in said and "bias=False" in said

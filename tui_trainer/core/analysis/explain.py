@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..settings import user_models
 from ..errors import BadInput
 from ..session.store import SessionStore
 
@@ -103,6 +104,13 @@ def locate(store: SessionStore, a_id: int, b_id: int) -> dict[str, Any]:
         out.update(verdict="identical", up_to=common[-1], cost_s=time.perf_counter() - t0)
         return out
     first = differ[0]
+    code = user_models.code_differs([ra, rb], user_models.sources(store.events, [a_id, b_id]))
+    if code is not None:
+        # nets of the user's own file whose recorded code differs: that is the cause, and
+        # no replay could build both (each is built only from the code it trained with)
+        out.update(verdict="model_code", model_code=code, first_different=first,
+                   cost_s=time.perf_counter() - t0)
+        return out
     last = max((s for s in common if s < first), default=None)
     out.update(first_different=first, last_identical=last, verdict="replay",
                recorded=[fa[first], fb[first]])      # what each replay must reproduce
@@ -335,6 +343,10 @@ def explanation_text(result: dict[str, Any]) -> str:
     if verdict == "identical":
         return (f"{head}: no divergence: bit-identical at all {result['compared']} common "
                 f"fingerprints (up to step {result['up_to']}); nothing replayed.")
+    if verdict == "model_code":
+        return (f"{head} part by step {result['first_different']}: "
+                f"{result['model_code']}; not replayed (each run is built only from the "
+                "code it trained with)." + cost)
     if verdict == "initial":
         changes = _config_changes(result, ("seed", "model", "init")) or _config_changes(result)
         unseeded = result.get("unseeded") or []

@@ -13,6 +13,7 @@ from typing import Any
 from .divergence import BIT_RELEVANT_SETTINGS, SETTING_DEFAULTS, divergence
 from .figures import hashes, identity
 from ..session.store import SessionStore
+from ..settings import user_models
 
 # Why a setting that differs between two runs changes their bits, where it is not obvious.
 WHY = {
@@ -49,11 +50,15 @@ class Verdict:
         return asdict(self)
 
 
-def explain(runs: list[dict[str, Any]]) -> list[str]:
-    """Settings of these runs that can make them differ, in words."""
+def explain(runs: list[dict[str, Any]], sources: dict[int, str] | None = None) -> list[str]:
+    """Settings of these runs that can make them differ, in words (`sources`: their nets'
+    recorded sources, where they are nets of the user's own files)."""
     cfgs = [r["config"] or {} for r in runs]
     fps = [r["settings"] or {} for r in runs]
     reasons: list[str] = []
+    code = user_models.code_differs(runs, sources)
+    if code is not None:
+        reasons.append(code)
     if any(c.get("seed") is None for c in cfgs):
         reasons.append("seed = none: nothing is seeded, so each run starts from fresh random "
                        "state (initial weights, shuffle, dropout, augmentation)")
@@ -90,6 +95,8 @@ def explain(runs: list[dict[str, Any]]) -> list[str]:
             continue              # a one-process run has none: world_size says it already
         if key == "optimizer_impl" and None in values:
             continue              # recorded before it was: not known, not a difference
+        if key == "model_sha256":
+            continue              # said above: which code, and how it differs
         if len({repr(v) for v in values}) > 1:
             shown = ", ".join(repr(v) for v in values)
             extra = WHY.get(key, "")
@@ -137,7 +144,8 @@ def verdict(store: SessionStore, run_ids: list[int], since_step: int = -1) -> Ve
     return Verdict(identical=identical, runs=list(run_ids), fingerprints_compared=len(ordered),
                    first_difference=first, last_identical=last_identical,
                    growth=[growth[s] for s in sorted(growth)],
-                   explanations=[] if identical else explain(runs))
+                   explanations=[] if identical else explain(
+                       runs, user_models.sources(store.events, run_ids)))
 
 
 def divergence_text(names: str, d: Any, checks: list[dict[str, Any]], pair: tuple[int, int],
@@ -192,7 +200,10 @@ def divergence_text(names: str, d: Any, checks: list[dict[str, Any]], pair: tupl
             grow.append(f"parameter distance {dists[-1][1]:.4g} at step {dists[-1][0]}")
         if grow:
             out.append(("\nHow it grows: " + "; ".join(grow) + ".", False))
-        reasons = explain(runs)
+        kept = {c.get("run_id"): c["data"]["source"] for c in checks
+                if c.get("kind") == "model_source" and isinstance(c.get("data"), dict)
+                and isinstance(c["data"].get("source"), str)}
+        reasons = explain([{**r, "id": rid} for r, rid in zip(runs, pair)], kept)
         out.append(("\nSettings that can explain it: " + (
             " • ".join(reasons) if reasons else "none of the known causes applies (same "
             "seed, deterministic settings, same threads): look at the Compare tab"), False))

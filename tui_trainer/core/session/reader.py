@@ -36,9 +36,10 @@ FULL_EVERY_S = 10.0
 CATCH_UP_S = 0.2            # of each tick, for an older session's runs (SessionReader._catch_up)
 # The events of the runs a tick checks (the pair, the cursor's, a check's): determinism
 # verdicts, the twins checks made, replicas that drifted apart, explanations, memory
-# breakdowns, profiles, what a net sees in a digit.
+# breakdowns, profiles, what a net sees in a digit, the source of a net of the user's own
+# file (its verdicts say how two runs' code differs).
 CHECK_EVENTS = ("repro_verdict", "check_twin", "replicas_drift", EXPLAINED, MEASURED,
-                PROFILED, SEEN)
+                PROFILED, SEEN, "model_source")
 
 
 def reason_of(summary: dict[str, Any]) -> str | None:

@@ -128,3 +128,38 @@ def changed(path: Path, recorded: str, now: str, run_id: int) -> str:
     """The one line that says a file is not the code a run trained with."""
     return (f"model: {shown(path, 200)} is not the code run {run_id} trained with (sha256 "
             f"{recorded[:16]} then, {now[:16]} now); put that code back, or start a new run")
+
+
+def sources(events_of: Any, run_ids: list[int]) -> dict[int, str]:
+    """Each run's recorded copy of its model's source (its newest `model_source` event;
+    `events_of(run_id, kind)`: the store's events), read as untrusted, never executed."""
+    out: dict[int, str] = {}
+    for r in run_ids:
+        kept = [e.get("data") for e in events_of(r, "model_source")]
+        kept = [d for d in kept if isinstance(d, dict) and isinstance(d.get("source"), str)]
+        if kept:
+            out[r] = kept[-1]["source"]
+    return out
+
+
+def code_differs(runs: list[dict[str, Any]], kept: dict[int, str] | None = None) -> str | None:
+    """"model code differs", with each run's file and hash and the first lines of the diff
+    of their recorded sources, for runs of nets of the user's own files whose content
+    differs; None where it does not (or a run has no such net)."""
+    settings = [r.get("settings") or {} for r in runs]
+    shas = [s.get("model_sha256") for s in settings]
+    if None in shas or len(set(shas)) < 2:
+        return None
+    said = "; ".join(f"run {r['id']}: {shown(s.get('model_file'), 120)} (sha256 "
+                     f"{shown(s.get('model_sha256'), 12)})" for r, s in zip(runs, settings))
+    text = f"model code differs ({said})"
+    kept = kept or {}
+    a, b = runs[0]["id"], runs[1]["id"]
+    if a in kept and b in kept:
+        import difflib
+        lines = [line for line in difflib.unified_diff(
+            kept[a].splitlines(), kept[b].splitlines(), lineterm="", n=0)
+            if not line.startswith(("---", "+++", "@@"))][:6]
+        if lines:
+            text += "; the diff begins: " + " | ".join(shown(x, 100) for x in lines)
+    return text

@@ -160,7 +160,8 @@ class DivergencePanel(VerticalScroll):
         elif result is not None:
             verdict = result.get("verdict")
             label = "Explained: " if verdict == "identical" else "Where they part: " \
-                if verdict in ("initial", "input", "op", "untraced", "not_reproduced") else ""
+                if verdict in ("initial", "input", "op", "untraced", "not_reproduced",
+                               "model_code") else ""
             text = Text.assemble((label, "bold"), (shown_lines(words(result)), ""),
                                  ("  e: the evidence · x: explain again"
                                   if verdict != "refused" else "  x: try again",
