@@ -246,3 +246,18 @@ def test_two_runs_of_other_code_in_one_file_are_said_to_differ_in_their_code(tmp
     with SessionStore(s, create=False, readonly=True) as store:
         said = " ".join(verdict(store, [1, 2]).explanations)
     assert "model code differs" in said and "bias=False" in said
+
+
+def test_an_ab_study_prices_knobs_on_your_net(tmp_path):
+    """`ab --vary` on a net of your own file: every arm trains it, and the table says each
+    one's figures and whether it is bit-identical to the base."""
+    net = _file(tmp_path, NET)
+    r = tt("ab", "--session", str(tmp_path / "s"), "--json",
+           *sets(*RUN, f"model={net}:Net"), "--steps", "6", "--repeats", "1",
+           "--vary", "channels_last=true", "--vary", "amp=bf16", "--vary", "init=kaiming")
+    assert r.rc == 0, r.err
+    rows = json.loads(r.out)["rows"]
+    assert [row["label"] for row in rows] == ["base", "channels_last=on", "amp=bf16",
+                                              "init=kaiming"]
+    assert all(row["done"] == 1 and row["samples_per_s"] for row in rows)
+    assert rows[3]["bit_identical"] is False        # other initial weights
