@@ -21,25 +21,32 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from torchvision import datasets, transforms
 
 from ..core.settings import datafiles
-from ..core.settings.config import RunConfig
+from ..core.settings.config import ConfigError, RunConfig
 from ..core.settings.datafiles import DataUnavailable  # noqa: F401  (raised by datafiles.prepare)
 from ..core.settings.machine import offline
 
 MEAN_STD = {"mnist": (0.1307, 0.3081), "fashion-mnist": (0.2860, 0.3530),
-            "synthetic": (0.5, 0.25)}
+            "synthetic": (0.5, 0.25), "folder": (0.5, 0.5)}
 MAX_SHIFT = 2
 
 
 @dataclass
 class DataInfo:
-    name: str            # mnist, fashion-mnist, mnist-sample or synthetic
+    name: str            # mnist, fashion-mnist, mnist-sample, synthetic or folder
     description: str
     root: str
     train_size: int
     eval_size: int
+    shape: tuple[int, int, int] = (1, 28, 28)    # an image: channels, height, width
+    classes: int = 10
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        if self.shape == (1, 28, 28) and self.classes == 10:    # as every run recorded it
+            del out["shape"], out["classes"]
+        else:
+            out["shape"] = list(self.shape)
+        return out
 
 
 # --- where the data come from (core/settings/datafiles.py makes them ready on disk)
@@ -66,7 +73,9 @@ DESCRIPTIONS = {
                     "digits, split 8,000 train / 2,000 eval",
     "fashion-mnist": "Fashion-MNIST (60,000 train / 10,000 test)",
     "synthetic": "synthetic: random images and labels (for speed tests; nothing to learn)",
+    "folder": "your images",
 }
+SPLIT_OFF = 5       # a folder without val/: one image in five is held out for evaluation
 
 
 def load_datasets(cfg: RunConfig) -> tuple[Dataset, Dataset, DataInfo]:
@@ -82,6 +91,8 @@ def load_datasets(cfg: RunConfig) -> tuple[Dataset, Dataset, DataInfo]:
         elif name == "fashion-mnist":
             train = datasets.FashionMNIST(str(root), train=True, download=False)
             test = datasets.FashionMNIST(str(root), train=False, download=False)
+        elif name == "folder":
+            return _folder(cfg, root)
         else:  # synthetic
             n_train = cfg.train_samples or 8000
             n_eval = cfg.eval_samples or 2000
@@ -98,11 +109,116 @@ def load_datasets(cfg: RunConfig) -> tuple[Dataset, Dataset, DataInfo]:
 
 
 def _base(ds: Dataset) -> Dataset:
-    return ds.dataset if isinstance(ds, Subset) else ds
+    while isinstance(ds, Subset):
+        ds = ds.dataset
+    return ds
 
 
 def _mean_std(info: DataInfo) -> tuple[float, float]:
     return MEAN_STD.get(info.name, MEAN_STD["mnist"])
+
+
+# --- the user's own images (dataset = folder:PATH) ----------------------------------------
+
+class Folder(datasets.ImageFolder):
+    """An ImageFolder whose images come converted (grayscale "L" or colour "RGB") and
+    resized as the run asks, leaving out the folders that hold the split (val/, train/)."""
+
+    def __init__(self, root: Path, mode: str, size: int, skip: tuple[str, ...] = ()):
+        self.mode, self.size, self.skip = mode, size, skip
+        super().__init__(str(root), loader=self._load)
+
+    def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
+        return _classes(Path(directory), self.skip)
+
+    def _load(self, path: str) -> Any:
+        from PIL import Image
+        with open(path, "rb") as f:
+            img = Image.open(f).convert(self.mode)
+        return img.resize((self.size, self.size)) if self.size else img
+
+
+def _classes(directory: Path, skip: tuple[str, ...]) -> tuple[list[str], dict[str, int]]:
+    """The class folders of a tree, in order (hidden ones and `skip` left out); a tree
+    without any is refused naming the key."""
+    classes = sorted(e.name for e in directory.iterdir() if e.is_dir()
+                     and not e.name.startswith(".") and e.name not in skip)
+    if not classes:
+        raise ConfigError("dataset", f"{directory} has no class folders: give a folder "
+                          "holding one folder of images per class")
+    return classes, {c: i for i, c in enumerate(classes)}
+
+
+def _scan(root: Path, skip: tuple[str, ...]) -> tuple[str, set[tuple[int, int]], int]:
+    """What the images of a tree are: colour or grayscale, their sizes, how many (each
+    image's header read, not its pixels)."""
+    from PIL import Image
+    _, to_idx = _classes(root, skip)
+    files = datasets.folder.make_dataset(str(root), to_idx, allow_empty=True,
+                                         extensions=datasets.folder.IMG_EXTENSIONS)
+    colour, sizes = False, set()
+    for path, _ in files:
+        with Image.open(path) as img:
+            sizes.add(img.size)
+            colour = colour or img.mode not in ("1", "L", "LA", "I", "I;16", "F")
+    return ("RGB" if colour else "L"), sizes, len(files)
+
+
+def _folder(cfg: RunConfig, root: Path) -> tuple[Dataset, Dataset, DataInfo]:
+    """The user's ImageFolder tree: train/ and val/ where both are there; the tree and its
+    val/ where val/ is; else the tree, one image in SPLIT_OFF held out for evaluation by a
+    split drawn from the run's seed (0 without one), recorded in the description."""
+    if (root / "train").is_dir() and (root / "val").is_dir():
+        train_dir, val_dir, skip = root / "train", root / "val", ()
+    elif (root / "val").is_dir():
+        train_dir, val_dir, skip = root, root / "val", ("val",)
+    else:
+        train_dir, val_dir, skip = root, None, ()
+    mode, sizes, count = _scan(train_dir, skip)
+    if val_dir is not None:
+        vmode, vsizes, _ = _scan(val_dir, ())
+        mode = "RGB" if "RGB" in (mode, vmode) else "L"
+        sizes |= vsizes
+    if count == 0:
+        raise ConfigError("dataset", f"{train_dir} has class folders but no images in them")
+    if len(sizes) > 1 and not cfg.image_size:
+        some = ", ".join(f"{w}x{h}" for w, h in sorted(sizes)[:3])
+        raise ConfigError("image_size", f"the images of {root} have {len(sizes)} sizes "
+                          f"({some}, ...); set image_size to the square size to resize "
+                          "them to")
+    w, h = (cfg.image_size, cfg.image_size) if cfg.image_size else next(iter(sizes))
+    full = Folder(train_dir, mode, cfg.image_size, skip)
+    if val_dir is not None:
+        test: Dataset = Folder(val_dir, mode, cfg.image_size)
+        if test.classes != full.classes:
+            raise ConfigError("dataset", f"{val_dir} holds other classes than {train_dir} "
+                              f"({', '.join(test.classes[:5])} against "
+                              f"{', '.join(full.classes[:5])})")
+        train: Dataset = full
+        how = f"evaluated on {val_dir.name}/"
+    else:
+        seed = cfg.seed if cfg.seed is not None else 0
+        g = torch.Generator()
+        g.manual_seed(seed)
+        order = torch.randperm(len(full), generator=g).tolist()
+        held = max(1, len(full) // SPLIT_OFF)
+        test = Subset(full, sorted(order[:held]))
+        train = Subset(full, sorted(order[held:]))
+        how = f"no val/: one in {SPLIT_OFF} held out for evaluation by a split seeded {seed}"
+    if cfg.train_samples and cfg.train_samples < len(train):
+        train = Subset(train, range(cfg.train_samples))
+    if cfg.eval_samples and cfg.eval_samples < len(test):
+        test = Subset(test, range(cfg.eval_samples))
+    channels = 3 if mode == "RGB" else 1
+    if channels == 3 and cfg.augment != "off":
+        raise ConfigError("augment", f"shifts grayscale images; the images of {root} are "
+                          "colour: augment = off")
+    info = DataInfo(name="folder", root=str(root), train_size=len(train),
+                    eval_size=len(test), shape=(channels, h, w), classes=len(full.classes),
+                    description=f"your images in {root}: {len(full.classes)} classes, "
+                    f"{'colour' if channels == 3 else 'grayscale'} {w}x{h}, {how} "
+                    f"({len(train):,} train / {len(test):,} eval)")
+    return train, test, info
 
 
 # --- augmentation ------------------------------------------------------------------------
@@ -295,7 +411,9 @@ def make_loaders(cfg: RunConfig, device: torch.device, rank: int = 0, world: int
         return Loaders(train, ev, info, generator, pin_memory=False, sampler=shard)
 
     steps: list[Any] = [RandomShift(cfg.augment)] if cfg.augment != "off" else []
-    to_tensor = [transforms.ToTensor(), transforms.Normalize((mean,), (std,))]
+    channels = info.shape[0]
+    to_tensor = [transforms.ToTensor(), transforms.Normalize((mean,) * channels,
+                                                            (std,) * channels)]
     _base(train_ds).transform = transforms.Compose(steps + to_tensor)
     _base(eval_ds).transform = transforms.Compose(to_tensor)
     workers = cfg.num_workers

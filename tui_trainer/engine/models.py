@@ -26,7 +26,7 @@ from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
 
 from ..core.errors import BadInput
 from ..core.settings import user_models
-from ..core.settings.config import is_file_model
+from ..core.settings.config import ConfigError, is_file_model
 from ..core.text import shown
 
 # What `selective` keeps: the outputs of the ops that cost the most to recompute.
@@ -225,18 +225,29 @@ INPUT_SHAPE, CLASSES = (1, 28, 28), 10
 
 
 def build_model(name: str, checkpointing: str = "off", preserve_rng_state: bool = True,
-                init: str = "default", recorded: dict[str, Any] | None = None) -> nn.Module:
+                init: str = "default", recorded: dict[str, Any] | None = None,
+                shape: tuple[int, ...] = INPUT_SHAPE, classes: int = CLASSES) -> nn.Module:
     """The run's net: one of MODELS, or a net of the user's own file (`PATH.py:Name`,
     `load_file_model`; `recorded`: the settings a run recorded, whose file and hash it must
-    be built from again)."""
-    model = load_file_model(name, recorded) if is_file_model(name) else MODELS[name]()
+    be built from again), for images of `shape` (C, H, W) in `classes` classes: the
+    built-in nets take MNIST's."""
+    if is_file_model(name):
+        model = load_file_model(name, recorded, tuple(shape), classes)
+    else:
+        if tuple(shape) != INPUT_SHAPE or classes != CLASSES:
+            raise ConfigError("model", f"{name} takes 1x28x28 images in 10 classes; this "
+                              f"dataset's are {'x'.join(map(str, shape))} in {classes} "
+                              "classes: use a net of your own file (model = FILE.py:Name), "
+                              "or, for grayscale digits, image_size = 28")
+        model = MODELS[name]()
     init_weights(model, init)
     model.checkpointing = checkpointing
     model.preserve_rng_state = preserve_rng_state
     return model
 
 
-def load_file_model(spec: str, recorded: dict[str, Any] | None = None) -> nn.Module:
+def load_file_model(spec: str, recorded: dict[str, Any] | None = None,
+                    shape: tuple[int, ...] = INPUT_SHAPE, classes: int = CLASSES) -> nn.Module:
     """The user's net `PATH.py:Name`, built in this process, the one that trains (or replays)
     it: the file's bytes read once, hashed, and run only when this user trusts that content
     (core/settings/user_models.py; else BadInput naming `tui-trainer trust`, nothing run).
@@ -281,17 +292,17 @@ def load_file_model(spec: str, recorded: dict[str, Any] | None = None) -> nn.Mod
     net.eval()
     try:
         with torch.no_grad():
-            out = net(torch.zeros(2, *INPUT_SHAPE))
+            out = net(torch.zeros(2, *shape))
     except (Exception, SystemExit) as e:  # noqa: BLE001
         raise BadInput(f"model: {name} in {shown(path, 200)} cannot take a batch of the "
-                       f"dataset's images (2 x {' x '.join(map(str, INPUT_SHAPE))}): "
+                       f"dataset's images (2 x {' x '.join(map(str, shape))}): "
                        f"{type(e).__name__}: {shown(e, 200)}") from None
     finally:
         net.train(was_training)
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, CLASSES):
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, classes):
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise BadInput(f"model: {name} in {shown(path, 200)} returns {got} for a batch of 2 "
-                       f"images; it must return one score per class: (2, {CLASSES})")
+                       f"images; it must return one score per class: (2, {classes})")
     net.model_file = {"path": str(path), "name": name, "sha256": sha,
                       "source": data.decode("utf-8", "replace")}
     return net

@@ -261,8 +261,9 @@ class Trainer(Bookkeeping):
                               f"here: the {self.loaders.info.train_size:,} training samples "
                               f"in batches of {cfg.batch_size} leave a smaller last batch, "
                               "another shape than the captured step's; or set cuda_graph = off")
+        info = self.loaders.info
         model = build_model(cfg.model, cfg.activation_checkpointing, cfg.preserve_rng_state,
-                            cfg.init, self.recorded).to(self.device)
+                            cfg.init, self.recorded, info.shape, info.classes).to(self.device)
         # a net of the user's own file: what it was built from, for the run's record
         self.model_file: dict[str, Any] | None = getattr(model, "model_file", None)
         if cfg.channels_last:

@@ -124,8 +124,14 @@ class RunConfig:
     dataset: str = knob(
         "auto", "auto: full MNIST when it is in data_dir or can be downloaded, else the real-MNIST "
         "sample shipped with tui-trainer (8,000 train / 2,000 eval digits). mnist and "
-        "fashion-mnist need the full set; synthetic is random images (speed tests only).",
+        "fashion-mnist need the full set; synthetic is random images (speed tests only). "
+        "folder:PATH: your own images, one folder of images per class (an ImageFolder tree; "
+        "grayscale or colour); evaluation on its val/ folder where it has one, else on a "
+        "fifth of the images split off by the run's seed.",
         "data", choices=("auto", "mnist", "fashion-mnist", "mnist-sample", "synthetic"))
+    image_size: int = knob(
+        0, "dataset = folder:PATH: the square size (pixels) every image is resized to; 0 "
+        "keeps them as they are (then they must all have one size).", "data", lo=0, hi=1024)
     data_dir: str = knob(
         "", "Where datasets live and are downloaded to; empty means the user's cache directory "
         "(tui-trainer/datasets).", "data")
@@ -389,7 +395,8 @@ def allowed(key: str) -> str:
     meta = FIELDS[key].metadata
     k = kind(key)
     if k == "choice":
-        mine = ", or PATH.py:Name (a net of your own file)" if key == "model" else ""
+        mine = ", or PATH.py:Name (a net of your own file)" if key == "model" else \
+            ", or folder:PATH (your own images)" if key == "dataset" else ""
         return "one of " + ", ".join(meta["choices"]) + mine
     if k == "bool":
         return "true or false"
@@ -457,6 +464,15 @@ def is_file_model(value: Any) -> bool:
     return isinstance(value, str) and FILE_MODEL.match(value) is not None
 
 
+# The user's own images: "folder:PATH", an ImageFolder tree (engine/data.py).
+FOLDER = "folder:"
+
+
+def is_folder_dataset(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith(FOLDER) and \
+        bool(value[len(FOLDER):].strip())
+
+
 def check_value(key: str, value: Any) -> Any:
     """Validates one typed value (from TOML or parse_value); returns it normalised."""
     if key not in FIELDS:
@@ -464,6 +480,10 @@ def check_value(key: str, value: Any) -> Any:
     meta = FIELDS[key].metadata
     k = kind(key)
     bad = ConfigError(key, f"must be {allowed(key)}, got {value!r}")
+    if key == "dataset" and is_folder_dataset(value):     # the user's own images
+        if any(unicodedata.category(ch) in ("Cc", "Cf") for ch in value):
+            raise ConfigError(key, "must not contain control characters")
+        return value
     if key == "model" and is_file_model(value):      # a net of the user's own file
         if any(unicodedata.category(ch) in ("Cc", "Cf") for ch in value):
             raise ConfigError(key, "must not contain control characters")

@@ -17,10 +17,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .config import ConfigError
+from .config import ConfigError, is_folder_dataset
 from ..errors import DiskFull, is_disk_full
-from .machine import (IDX_FILES, data_root, fashion_missing, fashion_source, mnist_missing,
-                      mnist_on_disk, offline)
+from .machine import (IDX_FILES, data_root, fashion_missing, fashion_source, folder_missing,
+                      folder_root, mnist_missing, mnist_on_disk, offline)
 
 
 class DataUnavailable(ConfigError):
@@ -82,6 +82,11 @@ def _prepare(config: dict[str, Any], root: Path, download: Callable[[Path], bool
              ) -> tuple[str, Path, str] | None:
     name = str(config.get("dataset", "auto"))
     fallback = ""
+    if is_folder_dataset(name):         # the user's own images: read where they are
+        folder = folder_root(name)
+        if not folder.is_dir():
+            raise DataUnavailable("dataset", folder_missing(folder))
+        return "folder", folder, ""
     if name in ("auto", "mnist"):
         if mnist_on_disk(root):
             raw = root / "MNIST" / "raw"

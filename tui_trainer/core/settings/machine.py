@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import world_size
+from .config import FOLDER, is_folder_dataset, world_size
 from ..session.paths import default_data_dir
 
 # Debian's dataset-fashion-mnist package puts the four IDX files here.
@@ -182,10 +182,24 @@ def data_problem(config: dict[str, Any]) -> None:
         raise Problem(key, f"{root} is a file, not a folder; give a folder for the datasets "
                       "(empty means the user's cache folder)")
     name = config.get("dataset", "auto")
+    if is_folder_dataset(name) and not folder_root(name).is_dir():
+        raise Problem("dataset", folder_missing(folder_root(name)))
     if name == "fashion-mnist" and fashion_source(root) is None:
         raise Problem("dataset", fashion_missing(root))
     if name == "mnist" and offline() and not mnist_on_disk(root):
         raise Problem("dataset", mnist_missing(root))
+
+
+def folder_root(name: str) -> Path:
+    """The folder of `dataset = folder:PATH` (~ expanded, relative to where the command
+    runs, links followed)."""
+    p = Path(name[len(FOLDER):].strip()).expanduser()
+    return (p if p.is_absolute() else Path.cwd() / p).resolve()
+
+
+def folder_missing(root: Path) -> str:
+    return (f"{root} is not a folder; give folder:PATH, PATH a folder holding one folder of "
+            "images per class (and, optionally, val/ with the same class folders)")
 
 
 def fashion_missing(root: Path) -> str:

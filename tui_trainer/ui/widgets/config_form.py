@@ -74,16 +74,17 @@ class ConfigForm(VerticalScroll):
         if kind == "bool":
             widget: Any = Checkbox("on" if value else "off", value=bool(value),
                                    id=f"field-{key}")
-        elif kind == "choice" and key != "model":
+        elif kind == "choice" and key not in ("model", "dataset"):
             options = [(c, c) for c in config.choices(key) or ()]
             widget = Select(options, value=value, allow_blank=False, id=f"field-{key}")
-        elif key == "model":
-            # a built-in net (suggested as it is typed) or a net of your own file
+        elif key in ("model", "dataset"):
+            # a built-in net or dataset (suggested as it is typed), or your own file
             widget = Input(value=_text(value), id=f"field-{key}",
                            suggester=SuggestFromList(config.choices(key) or (),
                                                      case_sensitive=True),
-                           placeholder=", ".join(config.choices(key) or ()) + ", or "
-                           "FILE.py:Name")
+                           placeholder=", ".join(config.choices(key) or ()) + (
+                               ", or FILE.py:Name" if key == "model" else
+                               ", or folder:PATH"))
         else:
             widget = Input(value=_text(value), id=f"field-{key}",
                            placeholder="empty: the default (see below)" if kind == "text"
