@@ -106,3 +106,24 @@ def test_a_bad_folder_is_one_line_naming_the_field_and_nothing_is_stored(
 def _mk(p: Path) -> Path:
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def test_a_torchvision_dataset_on_disk_is_named_and_a_missing_one_says_where(tmp_path):
+    """kmnist read from data_dir in torchvision's layout (here: the sample's digits in its
+    files) trains; emnist and cifar10 absent are refused in one line naming where they
+    were looked for, nothing stored, nothing downloaded."""
+    from tui_trainer.core.settings.datafiles import extract_idx
+    data = tmp_path / "data"
+    extract_idx(sample_gz_dir(), data / "KMNIST" / "raw")
+    s = tmp_path / "s"
+    r = tt("run", "--session", str(s), "--json",
+           *sets(*RUN, "dataset=kmnist", f"data_dir={data}", "train_samples=640",
+                 "eval_samples=200"))
+    assert r.rc == 0, r.err
+    info = json.loads(db_rows(s, "SELECT fingerprint FROM runs")[0][0])["data"]
+    assert info["name"] == "kmnist" and info["train_size"] == 640
+    for name, where in (("emnist", "EMNIST/raw"), ("cifar10", "cifar-10-batches-py")):
+        r = tt("run", "--session", str(tmp_path / name),
+               *sets(*RUN, f"dataset={name}", f"data_dir={data}"))
+        assert r.rc == 2 and "dataset: " in r.err and str(data / where) in r.err, r.err
+        assert "never downloaded" in r.err and not (tmp_path / name).exists()

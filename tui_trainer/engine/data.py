@@ -26,7 +26,8 @@ from ..core.settings.datafiles import DataUnavailable  # noqa: F401  (raised by 
 from ..core.settings.machine import offline
 
 MEAN_STD = {"mnist": (0.1307, 0.3081), "fashion-mnist": (0.2860, 0.3530),
-            "synthetic": (0.5, 0.25), "folder": (0.5, 0.5)}
+            "synthetic": (0.5, 0.25), "folder": (0.5, 0.5), "kmnist": (0.1918, 0.3483),
+            "emnist": (0.1751, 0.3332), "cifar10": (0.4734, 0.2516)}
 MAX_SHIFT = 2
 
 
@@ -74,7 +75,13 @@ DESCRIPTIONS = {
     "fashion-mnist": "Fashion-MNIST (60,000 train / 10,000 test)",
     "synthetic": "synthetic: random images and labels (for speed tests; nothing to learn)",
     "folder": "your images",
+    "kmnist": "KMNIST, Kuzushiji-MNIST (60,000 train / 10,000 test)",
+    "emnist": "EMNIST balanced: handwritten digits and letters, 47 classes (112,800 train / "
+              "18,800 test)",
+    "cifar10": "CIFAR-10: colour 32x32 images, 10 classes (50,000 train / 10,000 test)",
 }
+# Each dataset's images (channels, height, width) and classes, where not MNIST's.
+SHAPES = {"emnist": ((1, 28, 28), 47), "cifar10": ((3, 32, 32), 10)}
 SPLIT_OFF = 5       # a folder without val/: one image in five is held out for evaluation
 
 
@@ -93,6 +100,15 @@ def load_datasets(cfg: RunConfig) -> tuple[Dataset, Dataset, DataInfo]:
             test = datasets.FashionMNIST(str(root), train=False, download=False)
         elif name == "folder":
             return _folder(cfg, root)
+        elif name == "kmnist":
+            train = datasets.KMNIST(str(root), train=True, download=False)
+            test = datasets.KMNIST(str(root), train=False, download=False)
+        elif name == "emnist":
+            train = datasets.EMNIST(str(root), "balanced", train=True, download=False)
+            test = datasets.EMNIST(str(root), "balanced", train=False, download=False)
+        elif name == "cifar10":
+            train = datasets.CIFAR10(str(root), train=True, download=False)
+            test = datasets.CIFAR10(str(root), train=False, download=False)
         else:  # synthetic
             n_train = cfg.train_samples or 8000
             n_eval = cfg.eval_samples or 2000
@@ -103,8 +119,13 @@ def load_datasets(cfg: RunConfig) -> tuple[Dataset, Dataset, DataInfo]:
         train = Subset(train, range(cfg.train_samples))
     if cfg.eval_samples and cfg.eval_samples < len(test):
         test = Subset(test, range(cfg.eval_samples))
+    shape, classes = SHAPES.get(name, ((1, 28, 28), 10))
+    if name == "cifar10" and cfg.augment != "off":
+        raise ConfigError("augment", "shifts grayscale images; cifar10's are colour: "
+                          "augment = off")
     info = DataInfo(name=name, description=DESCRIPTIONS[name] + fallback, root=str(root),
-                    train_size=len(train), eval_size=len(test))
+                    train_size=len(train), eval_size=len(test), shape=shape,
+                    classes=classes)
     return train, test, info
 
 

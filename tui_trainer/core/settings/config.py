@@ -125,10 +125,13 @@ class RunConfig:
         "auto", "auto: full MNIST when it is in data_dir or can be downloaded, else the real-MNIST "
         "sample shipped with tui-trainer (8,000 train / 2,000 eval digits). mnist and "
         "fashion-mnist need the full set; synthetic is random images (speed tests only). "
+        "kmnist, emnist (its balanced split: 47 classes) and cifar10 (colour, 32x32: a net "
+        "of your own) are read from data_dir in torchvision's layout, never downloaded. "
         "folder:PATH: your own images, one folder of images per class (an ImageFolder tree; "
         "grayscale or colour); evaluation on its val/ folder where it has one, else on a "
         "fifth of the images split off by the run's seed.",
-        "data", choices=("auto", "mnist", "fashion-mnist", "mnist-sample", "synthetic"))
+        "data", choices=("auto", "mnist", "fashion-mnist", "mnist-sample", "synthetic",
+                         "kmnist", "emnist", "cifar10"))
     image_size: int = knob(
         0, "dataset = folder:PATH: the square size (pixels) every image is resized to; 0 "
         "keeps them as they are (then they must all have one size).", "data", lo=0, hi=1024)

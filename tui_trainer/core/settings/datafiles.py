@@ -19,8 +19,9 @@ from typing import Any, Callable, Iterator
 
 from .config import ConfigError, is_folder_dataset
 from ..errors import DiskFull, is_disk_full
-from .machine import (IDX_FILES, data_root, fashion_missing, fashion_source, folder_missing,
-                      folder_root, mnist_missing, mnist_on_disk, offline)
+from .machine import (IDX_FILES, ON_DISK, data_root, fashion_missing, fashion_source,
+                      folder_missing, folder_root, mnist_missing, mnist_on_disk, offline,
+                      on_disk_missing)
 
 
 class DataUnavailable(ConfigError):
@@ -87,6 +88,11 @@ def _prepare(config: dict[str, Any], root: Path, download: Callable[[Path], bool
         if not folder.is_dir():
             raise DataUnavailable("dataset", folder_missing(folder))
         return "folder", folder, ""
+    if name in ON_DISK:             # torchvision's layout, in data_dir: never downloaded
+        why = on_disk_missing(name, root)
+        if why is not None:
+            raise DataUnavailable("dataset", why)
+        return name, root, ""
     if name in ("auto", "mnist"):
         if mnist_on_disk(root):
             raw = root / "MNIST" / "raw"

@@ -184,10 +184,37 @@ def data_problem(config: dict[str, Any]) -> None:
     name = config.get("dataset", "auto")
     if is_folder_dataset(name) and not folder_root(name).is_dir():
         raise Problem("dataset", folder_missing(folder_root(name)))
+    if name in ON_DISK and (why := on_disk_missing(name, root)) is not None:
+        raise Problem("dataset", why)
     if name == "fashion-mnist" and fashion_source(root) is None:
         raise Problem("dataset", fashion_missing(root))
     if name == "mnist" and offline() and not mnist_on_disk(root):
         raise Problem("dataset", mnist_missing(root))
+
+
+# Datasets torchvision reads from data_dir in its own layout, never downloaded here: where
+# each one's files are (relative to data_dir), and those files.
+ON_DISK = {
+    "kmnist": ("KMNIST/raw", IDX_FILES),
+    "emnist": ("EMNIST/raw", tuple(f"emnist-balanced-{s}-{k}-ubyte" for s in ("train", "test")
+                                   for k in ("images-idx3", "labels-idx1"))),
+    "cifar10": ("cifar-10-batches-py", (*(f"data_batch_{i}" for i in range(1, 6)),
+                                        "test_batch", "batches.meta")),
+}
+
+
+def on_disk_missing(name: str, root: Path) -> str | None:
+    """Why a dataset read in torchvision's layout cannot be (where it was looked for), or
+    None when its files are there."""
+    folder, files = ON_DISK[name]
+    where = root / folder
+    lacking = [f for f in files if not (where / f).is_file()]
+    if not lacking:
+        return None
+    return (f"{name} is not in {where} (lacking {', '.join(lacking[:3])}"
+            f"{', ...' if len(lacking) > 3 else ''}): put torchvision's files there (its "
+            "download=True writes that layout), or set data_dir to where they are; it is "
+            "never downloaded here")
 
 
 def folder_root(name: str) -> Path:
