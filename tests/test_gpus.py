@@ -113,7 +113,8 @@ def test_a_study_trains_one_run_per_gpu_side_by_side(tmp_path, monkeypatch, list
     one at a time. The study's notes say which, and each run's record says its GPU."""
     monkeypatch.setenv(gpus.GPUS_ENV, listed)
     r = tt("ab", "--session", str(tmp_path), "--json", *sets(*QUICK, "max_steps=20"),
-           "--steps", "20", "--vary", "eval_batch_size=100", "--repeats", "2")
+           "--steps", "20", "--vary", "eval_batch_size=100", "--repeats", "2",
+           "--rerun-loaded", "0")      # (the planned rounds only, however busy the machine)
     assert r.rc == 0, r.err
     study = json.loads(r.out)
     spans = _spans(tmp_path, study["study_id"])

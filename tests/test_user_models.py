@@ -261,3 +261,20 @@ def test_an_ab_study_prices_knobs_on_your_net(tmp_path):
                                               "init=kaiming"]
     assert all(row["done"] == 1 and row["samples_per_s"] for row in rows)
     assert rows[3]["bit_identical"] is False        # other initial weights
+
+
+def test_activation_checkpointing_recomputes_the_children_of_your_sequential(tmp_path):
+    """An nn.Sequential of yours has each child recomputed in backward, and trains the same
+    bits as without (device=cpu); any other net is refused naming the field."""
+    net = _file(tmp_path, NET)
+    hashes = []
+    for how in ("off", "full", "selective"):
+        r = tt("run", "--session", str(tmp_path / how), "--json",
+               *sets(*RUN, f"model={net}:small", f"activation_checkpointing={how}"))
+        assert r.rc == 0, r.err
+        hashes.append(json.loads(r.out)["param_sha256"])
+    assert hashes[0] == hashes[1] == hashes[2]
+    r = tt("run", "--session", str(tmp_path / "net"),
+           *sets(*RUN, f"model={net}:Net", "activation_checkpointing=full"))
+    assert r.rc == 2 and "activation_checkpointing: recomputes each child of an " \
+        "nn.Sequential; this net is a Net" in r.err, r.err

@@ -287,7 +287,10 @@ def activations(store: SessionStore, runs: list[dict[str, Any]], how: str,
                            "evaluation set")
     if how == "index":
         data.check(int(index or 0))
-    models = [seen.restore(c, load_checkpoint(p["path"]), recorded_of(r))
+    if data.info.shape[0] != 1:
+        raise BadInput(f"activations draw grayscale images; run {runs[0]['id']}'s are colour "
+                       f"({'x'.join(map(str, data.info.shape))}): not drawn yet")
+    models = [seen.restore(c, load_checkpoint(p["path"]), recorded_of(r), data.info)
               for c, p, r in zip(cfgs, points, runs)]
     digit = seen.pick(how, index, models[0], data)
     found = [seen.seen(m, data, digit) for m in models]

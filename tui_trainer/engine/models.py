@@ -233,6 +233,10 @@ def build_model(name: str, checkpointing: str = "off", preserve_rng_state: bool 
     built-in nets take MNIST's."""
     if is_file_model(name):
         model = load_file_model(name, recorded, tuple(shape), classes)
+        if checkpointing != "off":
+            _checkpoint_children(model, checkpointing, preserve_rng_state)
+        init_weights(model, init)
+        return model
     else:
         if tuple(shape) != INPUT_SHAPE or classes != CLASSES:
             raise ConfigError("model", f"{name} takes 1x28x28 images in 10 classes; this "
@@ -244,6 +248,28 @@ def build_model(name: str, checkpointing: str = "off", preserve_rng_state: bool 
     model.checkpointing = checkpointing
     model.preserve_rng_state = preserve_rng_state
     return model
+
+
+def _checkpoint_children(net: nn.Module, how: str, preserve_rng_state: bool) -> None:
+    """Activation checkpointing on a net of the user's own file: an nn.Sequential has its
+    children recomputed in backward, one block each, as the built-in nets' blocks are (its
+    parameters and their names unchanged); any other net is refused naming the field."""
+    if not isinstance(net, nn.Sequential):
+        raise ConfigError("activation_checkpointing", f"recomputes each child of an "
+                          f"nn.Sequential; this net is a {type(net).__name__}, whose blocks "
+                          "it cannot know: set it off, or make the net an nn.Sequential")
+    children = list(net)
+    context = {} if how == "full" else {
+        "context_fn": partial(create_selective_checkpoint_contexts, _keep_expensive)}
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        recompute = net.training and torch.is_grad_enabled()
+        for child in children:
+            x = checkpoint(child, x, use_reentrant=False,
+                           preserve_rng_state=preserve_rng_state, **context) \
+                if recompute else child(x)
+        return x
+    net.forward = forward
 
 
 def load_file_model(spec: str, recorded: dict[str, Any] | None = None,

@@ -568,10 +568,6 @@ def check_combination(cfg: RunConfig) -> None:
         raise ConfigError("activation_checkpointing", "must be off with model = resnet: a "
                           "recomputed block would update its BatchNorm running statistics a "
                           "second time (other statistics than the run without it)")
-    if is_file_model(cfg.model) and cfg.activation_checkpointing != "off":
-        raise ConfigError("activation_checkpointing", "must be off with a net of your own "
-                          "file: the blocks it recomputes are the built-in nets' (engine/"
-                          "models.py), and a net of your own names none")
     if cfg.cuda_graph != "off":
         graph_problem(cfg)
     if cfg.loader == "resident" and cfg.num_workers > 0:

@@ -45,11 +45,13 @@ class EvalSet:
         return index
 
 
-def restore(cfg: RunConfig, state: dict[str, Any],
-            recorded: dict[str, Any] | None = None) -> nn.Module:
+def restore(cfg: RunConfig, state: dict[str, Any], recorded: dict[str, Any] | None = None,
+            info: Any = None) -> nn.Module:
     """The run's model with the weights (and BatchNorm's statistics) of a checkpoint (a net
-    of the user's own file: from the file and content its run recorded)."""
-    model = build_model(cfg.model, recorded=recorded)
+    of the user's own file: from the file and content its run recorded, for the images of
+    `info`, the evaluation set's DataInfo)."""
+    extra = {} if info is None else {"shape": info.shape, "classes": info.classes}
+    model = build_model(cfg.model, recorded=recorded, **extra)
     try:
         model.load_state_dict(state["model"])
     except (RuntimeError, KeyError) as e:
