@@ -103,6 +103,15 @@ def test_code_named_by_a_session_never_runs_until_you_trust_it(tmp_path, monkeyp
     s = tmp_path / "s"
     for _ in range(2):          # on its author's machine, who named it
         assert tt("run", "--session", str(s), *sets(*RUN, f"model={evil}:Net")).rc == 0
+    # and a study of it, planned there (not trained: `ab --plan` stores nothing, so plan it
+    # into the session as the A/B tab does)
+    from tui_trainer.core.analysis import study
+    from tui_trainer.core.settings import config
+    from tui_trainer.core.session.store import SessionStore
+    base = config.load(overrides=[*RUN, f"model={evil}:Net"])
+    planned = study.prepare(base, study.parse_vary(["lr=0.5"]), 6, repeats=1, name="s")
+    with SessionStore(s) as store:
+        store.create_study(planned.kind, "s", planned.spec, planned.runs)
     mark.unlink()
     monkeypatch.setenv("TUI_TRAINER_HOME", str(tmp_path / "another-user"))   # trusts nothing
     assert tt("runs", "--session", str(s)).rc == 0
@@ -119,7 +128,8 @@ def test_code_named_by_a_session_never_runs_until_you_trust_it(tmp_path, monkeyp
     asyncio.run(dashboard())
     refusals = [tt("resume", "1", "--session", str(s), "--set", "max_steps=16"),
                 tt("repro", "--session", str(s), "--run", "1", "--json"),
-                tt("memory", "1", "--session", str(s))]
+                tt("memory", "1", "--session", str(s)),
+                tt("ab", "--session", str(s), "--study", "1")]
     for r in refusals:
         assert r.rc == 2, (r.rc, r.err)
         assert "is not trusted on this machine" in r.err and "tui-trainer trust" in r.err

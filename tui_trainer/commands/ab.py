@@ -16,7 +16,7 @@ from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, BadInput
 from ..core.session.store import SessionStore
 from ..core.text import shown
 from .common import (DEFAULT_AB_STEPS, check_name, config_args, json_safe, session_dir,
-                     study_args, terminal_width, trust_named)
+                     study_args, terminal_width, trust_named, trusted_only)
 
 
 def add(sub: Any) -> None:
@@ -130,7 +130,11 @@ def run(args: argparse.Namespace) -> int:
                            "--until-sure, --max-rounds, --max-time, --rerun-loaded, --plan, "
                            "--config, --set, --steps or --level")
         with SessionStore(session, create=False) as store:
-            study_id = store.study(args.study)["id"]
+            record = store.study(args.study)
+            study_id = record["id"]
+        # a study from the session: its nets of the user's own files were named by the
+        # session, and run only where this user trusts them (one line, nothing started)
+        trusted_only(*(v["config"] for v in record["variants"]))
     else:
         if sweep:
             file_values = config.read_toml(args.config) if args.config else {}

@@ -141,3 +141,20 @@ def trust_named(*configs: Any) -> None:
         model = cfg.get("model") if isinstance(cfg, dict) else getattr(cfg, "model", None)
         if is_file_model(model):
             user_models.trust(user_models.resolve(user_models.parse(model)[0]))
+
+
+def trusted_only(*configs: Any) -> None:
+    """Nets of the user's own files named by a session (not by this command line) must be
+    trusted already: else one line naming the file and `tui-trainer trust`, before anything
+    starts (core/settings/user_models.py). Nothing is imported here."""
+    from ..core.settings import user_models
+    from ..core.settings.config import is_file_model
+    seen: set[str] = set()
+    for cfg in configs:
+        model = cfg.get("model") if isinstance(cfg, dict) else None
+        if is_file_model(model) and model not in seen:
+            seen.add(model)
+            path = user_models.resolve(user_models.parse(model)[0])
+            _, sha = user_models.read(path)
+            if not user_models.is_trusted(sha):
+                raise BadInput(user_models.refusal(path, sha))
