@@ -288,3 +288,22 @@ def test_activation_checkpointing_recomputes_the_children_of_your_sequential(tmp
            *sets(*RUN, f"model={net}:Net", "activation_checkpointing=full"))
     assert r.rc == 2 and "activation_checkpointing: recomputes each child of an " \
         "nn.Sequential; this net is a Net" in r.err, r.err
+
+
+def test_a_data_parallel_run_of_your_net_resumes_only_from_its_own_code(tmp_path):
+    """nproc = 2: every rank builds the net the run recorded, so a changed file is refused
+    for its resume as for one process (naming both hashes), and the same file resumes."""
+    import hashlib
+    net = _file(tmp_path, NET)
+    s = tmp_path / "s"
+    r = tt("run", "--session", str(s), *sets(*RUN, f"model={net}:small", "nproc=2",
+                                              "max_steps=8"))
+    assert r.rc == 0, r.err
+    before = hashlib.sha256(net.read_bytes()).hexdigest()
+    net.write_text(NET + "\n# an edit\n")
+    assert tt("trust", str(net)).rc == 0
+    r = tt("resume", "1", "--session", str(s), "--set", "max_steps=12")
+    assert r.rc == 2 and before[:16] in r.err and "is not the code run 1" in r.err, r.err
+    net.write_text(NET)
+    r = tt("resume", "1", "--session", str(s), "--set", "max_steps=12")
+    assert r.rc == 0, r.err

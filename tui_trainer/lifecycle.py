@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import runner
-from .core.settings import config
+from .core.settings import config, user_models
 from .core.processes import supervisor
 from .core.settings.config import ConfigError
 from .core.errors import EXIT_FAILED, BadInput, CheckpointError, RunBusy
@@ -103,6 +103,7 @@ def resume(session: Path, run_id: int, sets: list[str], checkpoint: str | None =
             raise RunBusy(f"run {run_id} is being trained by process {run['pid']}; stop it "
                           "before continuing it")
         cfg = config.from_dict({**run["config"], **overrides})
+        user_models.check_code(run)     # a net of the user's own file: its code, trusted
         from .engine.checkpoint import choose_checkpoint, load_named
         state, notes, path = None, [], None
         if checkpoint:

@@ -70,7 +70,8 @@ def run_rank(args: RankArgs, say: Any = print) -> int:
                                checkpoint=payload["checkpoint"],
                                events=[tuple(e) for e in payload["events"]],
                                kill_at_step=args.kill_at_step, group=group,
-                               sampler_seed=payload["sampler_seed"])
+                               sampler_seed=payload["sampler_seed"],
+                               recorded=payload.get("recorded"))
         group.settle()                  # the ranks tear the group down together
     except PeerLost as e:
         leave_at_once(e.code)           # the group is broken: not torn down (never returns)
@@ -112,5 +113,9 @@ def _lead_reads_the_run(args: RankArgs) -> dict[str, Any]:
             state = load_named(store, run, cfg, Path(args.checkpoint))
     # With seed = none the shuffle is still one permutation shared by every rank: drawn here.
     seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
+    # A run continued: a net of the user's own file is built, by every rank, from the file
+    # and content the run recorded (engine/models.py), or refused naming both hashes.
+    recorded = {**(run["settings"] or {}), "run_id": args.run_id} if state is not None \
+        else None
     return {"config": cfg.to_dict(), "checkpoint": state, "events": json.loads(args.events),
-            "sampler_seed": seed}
+            "sampler_seed": seed, "recorded": recorded}

@@ -163,3 +163,21 @@ def code_differs(runs: list[dict[str, Any]], kept: dict[int, str] | None = None)
         if lines:
             text += "; the diff begins: " + " | ".join(shown(x, 100) for x in lines)
     return text
+
+
+def check_code(run: dict[str, Any]) -> None:
+    """Before a recorded run of a net of the user's own file is continued: its file still
+    holds the code it trained with, and this user trusts it; else BadInput in one line
+    (both hashes, or how to trust it). Reads and hashes the file; runs nothing."""
+    settings = run.get("settings") or {}
+    spec = (run.get("config") or {}).get("model")
+    if not isinstance(spec, str) or FILE_MODEL.match(spec) is None:
+        return
+    path = Path(settings["model_file"]) if settings.get("model_file") else \
+        resolve(parse(spec)[0])
+    _, sha = read(path)
+    was = settings.get("model_sha256")
+    if was and was != sha:
+        raise BadInput(changed(path, was, sha, run.get("id", "?")))
+    if not is_trusted(sha):
+        raise BadInput(refusal(path, sha))
