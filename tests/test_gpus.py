@@ -64,8 +64,9 @@ def test_a_pool_never_puts_two_runs_on_one_gpu():
     on: dict[int, int] = {0: 0, 1: 0}
     most = {"each": 0, "all": 0}
     lock = threading.Lock()
+    side_by_side = threading.Barrier(2, timeout=60)     # the first two meet holding theirs
 
-    def run(config: dict) -> None:
+    def run(config: dict, meet: bool) -> None:
         held = pool.take(config)
         assert held is not None
         with lock:
@@ -73,19 +74,21 @@ def test_a_pool_never_puts_two_runs_on_one_gpu():
                 on[g] += 1
             most["each"] = max(most["each"], *on.values())
             most["all"] = max(most["all"], sum(on.values()))
-        time.sleep(0.05)
+        if meet:
+            side_by_side.wait()         # both hold a GPU at once, however they are scheduled
         with lock:
             for g in held:
                 on[g] -= 1
         pool.give(held)
 
+    first = [threading.Thread(target=run, args=({"device": "auto"}, True)) for _ in range(2)]
     configs = [{"device": "auto"}] * 6 + [{"device": "cuda", "nproc": 2}] * 2 + \
         [{"device": "cuda:1"}] * 2
-    threads = [threading.Thread(target=run, args=(c,)) for c in configs]
-    for t in threads:
+    rest = [threading.Thread(target=run, args=(c, False)) for c in configs]
+    for t in first + rest:
         t.start()
-    for t in threads:
-        t.join(timeout=30)
+    for t in first + rest:
+        t.join(timeout=60)
     assert most == {"each": 1, "all": 2} and sorted(pool._free) == [0, 1]
     # One GPU: one at a time; a run that can never have its GPUs is told so at once.
     one = gpus.Pool([0])

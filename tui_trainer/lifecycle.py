@@ -134,7 +134,7 @@ def resume(session: Path, run_id: int, sets: list[str], checkpoint: str | None =
             overrides=overrides, events=events, kill_at_step=kill_at_step))
     return _train_here(cfg, session, run_id=run_id, checkpoint=state, events=events,
                        kill_at_step=kill_at_step, progress=progress,
-                       recorded={**(run["settings"] or {}), "run_id": run_id})
+                       recorded=user_models.recorded(run))
 
 
 def join(endpoint: str, nnodes: int, node_rank: int, nproc: int, timeout_s: int,

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .core.analysis import figures
-from .core.settings import machine
+from .core.settings import machine, user_models
 from .core.settings.config import ConfigError, RunConfig, from_dict
 from .core.analysis import explain as explained
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, EXIT_STOPPED,
@@ -205,12 +205,6 @@ def repro(store: SessionStore, check: Check, say: Say,
     return out
 
 
-def recorded_of(run: dict[str, Any]) -> dict[str, Any]:
-    """What a copy of `run` is built from (its recorded settings: a net of the user's own
-    file is built from the file and content it trained with, engine/models.py)."""
-    return {**(run.get("settings") or {}), "run_id": run["id"]}
-
-
 def memory(store: SessionStore, run: dict[str, Any], keep: bool = True) -> dict[str, Any]:
     """One step of a copy of `run` measured by category and module, with its timeline
     (engine.probes.memory, which imports torch), from its newest usable checkpoint; on CUDA, with
@@ -223,7 +217,7 @@ def memory(store: SessionStore, run: dict[str, Any], keep: bool = True) -> dict[
     snapshot = store.log_path(run["id"]).with_name(
         f"run-{run['id']}-memory-{time.strftime('%Y%m%d-%H%M%S')}.pickle") if keep else None
     result = breakdown(cfg, load_checkpoint(kept[0]["path"]) if kept else None, snapshot,
-                       recorded_of(run))
+                       user_models.recorded(run))
     if result.get("snapshot"):
         result["snapshot"] = str(Path(result["snapshot"]).relative_to(store.dir))
     return result
@@ -241,7 +235,7 @@ def profile(store: SessionStore, run: dict[str, Any], steps: int, warmup: int,
     trace = store.log_path(run["id"]).with_name(
         f"run-{run['id']}-profile-{time.strftime('%Y%m%d-%H%M%S')}.json") if keep else None
     result = measure(cfg, load_checkpoint(kept[0]["path"]) if kept else None, steps, warmup,
-                     trace, recorded_of(run))
+                     trace, user_models.recorded(run))
     if trace is not None:
         result["trace"] = str(trace.relative_to(store.dir))
     return result
@@ -290,7 +284,7 @@ def activations(store: SessionStore, runs: list[dict[str, Any]], how: str,
     if data.info.shape[0] != 1:
         raise BadInput(f"activations draw grayscale images; run {runs[0]['id']}'s are colour "
                        f"({'x'.join(map(str, data.info.shape))}): not drawn yet")
-    models = [seen.restore(c, load_checkpoint(p["path"]), recorded_of(r), data.info)
+    models = [seen.restore(c, load_checkpoint(p["path"]), user_models.recorded(r), data.info)
               for c, p, r in zip(cfgs, points, runs)]
     digit = seen.pick(how, index, models[0], data)
     found = [seen.seen(m, data, digit) for m in models]

@@ -130,17 +130,22 @@ def open_to_answer(args: argparse.Namespace) -> tuple[SessionStore, bool]:
         return SessionStore(session, create=False, readonly=True), False
 
 
+def _file_models(configs: tuple[Any, ...]) -> list[str]:
+    """The nets of the user's own files these configs name, each once."""
+    from ..core.settings.config import is_file_model
+    models = [c.get("model") if isinstance(c, dict) else getattr(c, "model", None)
+              for c in configs]
+    return list(dict.fromkeys(m for m in models if is_file_model(m)))
+
+
 def trust_named(*configs: Any) -> None:
     """Nets of the user's own files named on this command line (or in a TOML file given on
     it) are trusted as they are now: naming a file yourself trusts it
     (core/settings/user_models.py). A file that is missing or not Python is refused here,
     in one line naming `model`, before anything is stored."""
     from ..core.settings import user_models
-    from ..core.settings.config import is_file_model
-    for cfg in configs:
-        model = cfg.get("model") if isinstance(cfg, dict) else getattr(cfg, "model", None)
-        if is_file_model(model):
-            user_models.trust(user_models.resolve(user_models.parse(model)[0]))
+    for model in _file_models(configs):
+        user_models.trust(user_models.resolve(user_models.parse(model)[0]))
 
 
 def trusted_only(*configs: Any) -> None:
@@ -148,13 +153,5 @@ def trusted_only(*configs: Any) -> None:
     trusted already: else one line naming the file and `tui-trainer trust`, before anything
     starts (core/settings/user_models.py). Nothing is imported here."""
     from ..core.settings import user_models
-    from ..core.settings.config import is_file_model
-    seen: set[str] = set()
-    for cfg in configs:
-        model = cfg.get("model") if isinstance(cfg, dict) else None
-        if is_file_model(model) and model not in seen:
-            seen.add(model)
-            path = user_models.resolve(user_models.parse(model)[0])
-            _, sha = user_models.read(path)
-            if not user_models.is_trusted(sha):
-                raise BadInput(user_models.refusal(path, sha))
+    for model in _file_models(configs):
+        user_models.checked(model)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import sys
 import types
 from functools import partial
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -283,15 +282,8 @@ def load_file_model(spec: str, recorded: dict[str, Any] | None = None,
     output must be one score per class for a batch of the dataset's images (checked on a
     batch of zeros, in eval mode: no random number drawn, no statistic updated). The module
     keeps what was built (`model_file`: path, name, sha256, source) for the run's record."""
-    written, name = user_models.parse(spec)
-    path = Path(recorded["model_file"]) if recorded and recorded.get("model_file") \
-        else user_models.resolve(written)
-    data, sha = user_models.read(path)
-    was = (recorded or {}).get("model_sha256")
-    if was and was != sha:
-        raise BadInput(user_models.changed(path, was, sha, recorded.get("run_id", "?")))
-    if not user_models.is_trusted(sha):
-        raise BadInput(user_models.refusal(path, sha))
+    _, name = user_models.parse(spec)
+    path, data, sha = user_models.checked(spec, recorded)
     module = types.ModuleType(f"tui_trainer_model_{sha[:16]}")
     module.__file__ = str(path)
     sys.modules[module.__name__] = module       # (classes defined there can be found again)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.settings import config
+from ..core.settings import config, user_models
 from ..core.errors import EXIT_DIVERGED, EXIT_OK, EXPECTED, BadInput, CheckpointError, expected
 from ..core.processes.proctitle import set_title, title
 from ..core.session.store import SessionStore
@@ -115,7 +115,6 @@ def _lead_reads_the_run(args: RankArgs) -> dict[str, Any]:
     seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
     # A run continued: a net of the user's own file is built, by every rank, from the file
     # and content the run recorded (engine/models.py), or refused naming both hashes.
-    recorded = {**(run["settings"] or {}), "run_id": args.run_id} if state is not None \
-        else None
+    recorded = user_models.recorded(run) if state is not None else None
     return {"config": cfg.to_dict(), "checkpoint": state, "events": json.loads(args.events),
             "sampler_seed": seed, "recorded": recorded}

@@ -165,19 +165,30 @@ def code_differs(runs: list[dict[str, Any]], kept: dict[int, str] | None = None)
     return text
 
 
-def check_code(run: dict[str, Any]) -> None:
-    """Before a recorded run of a net of the user's own file is continued: its file still
-    holds the code it trained with, and this user trusts it; else BadInput in one line
-    (both hashes, or how to trust it). Reads and hashes the file; runs nothing."""
-    settings = run.get("settings") or {}
-    spec = (run.get("config") or {}).get("model")
-    if not isinstance(spec, str) or FILE_MODEL.match(spec) is None:
-        return
-    path = Path(settings["model_file"]) if settings.get("model_file") else \
-        resolve(parse(spec)[0])
-    _, sha = read(path)
-    was = settings.get("model_sha256")
-    if was and was != sha:
-        raise BadInput(changed(path, was, sha, run.get("id", "?")))
+def recorded(run: dict[str, Any]) -> dict[str, Any]:
+    """What a run recorded of its net, for a copy of it to be built from (its settings, with
+    its id for the messages): the file and the content it trained with."""
+    return {**(run.get("settings") or {}), "run_id": run.get("id")}
+
+
+def checked(spec: str, was: dict[str, Any] | None = None) -> tuple[Path, bytes, str]:
+    """A file net's path, content and hash, once it may run: the file a run recorded
+    (`was`, from `recorded`) and only with the content it trained with, else the spec's
+    path; and only content this user trusts. BadInput otherwise, in one line (both hashes,
+    or how to trust it). Reads; runs nothing."""
+    was = was or {}
+    path = Path(was["model_file"]) if was.get("model_file") else resolve(parse(spec)[0])
+    data, sha = read(path)
+    if was.get("model_sha256") and was["model_sha256"] != sha:
+        raise BadInput(changed(path, was["model_sha256"], sha, was.get("run_id", "?")))
     if not is_trusted(sha):
         raise BadInput(refusal(path, sha))
+    return path, data, sha
+
+
+def check_code(run: dict[str, Any]) -> None:
+    """Before a recorded run of a net of the user's own file is continued: `checked`, so
+    that a refusal comes before anything starts."""
+    spec = (run.get("config") or {}).get("model")
+    if isinstance(spec, str) and FILE_MODEL.match(spec):
+        checked(spec, recorded(run))

@@ -34,6 +34,7 @@ from torch.utils._pytree import tree_map
 
 from ...core.settings import config
 from ...core.errors import BadInput
+from ...core.settings import user_models
 from ...core.session.store import SessionStore
 from ..checkpoint import load_checkpoint
 from ..distributed import Group
@@ -98,8 +99,7 @@ def _trainer(side: Side, rank: int = 0) -> Trainer:
     # included) and updates them in place, and the next replay must start from the file.
     group = Replica(rank=rank, world=side.world) if side.world > 1 else None
     trainer = Trainer(side.cfg, checkpoint=copy.deepcopy(side.state) if side.state else None,
-                      group=group, recorded={**(side.run.get("settings") or {}),
-                                             "run_id": side.run["id"]})
+                      group=group, recorded=user_models.recorded(side.run))
     trainer.setup()
     # Replayed op by op, to be traced, whatever cuda_graph says: a captured step does the
     # same kernels (a run resumed with cuda_graph = step re-runs eagerly steps that it
