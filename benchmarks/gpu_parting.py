@@ -11,6 +11,11 @@ answer's words are saved beside the JSON: what the screen's Divergence tab shows
 
 Cases, the likeliest to part first (each as the `gpu-determinism` study's base: deterministic
 algorithms and cuDNN's deterministic choice off, cuDNN's autotuner on, the resident loader):
+  index_add       a net of the user's own file that pools with index_add_ in its forward
+                  (experiments/models/index_add.py; experiments/gpu-parting-index-add.toml):
+                  CUDA adds with atomics, 16 additions into each cell in any order
+  index_add_warn  the same with deterministic = warn: CUDA's sorted index_add_, which
+                  should agree
   resnet          the residual net at batch 256: adaptive average pooling, whose CUDA
                   backward adds with atomics, BatchNorm, convolutions chosen by timing
   resnet_b1024    the same at batch 1024 (more atomic adds to each address)
@@ -19,10 +24,12 @@ algorithms and cuDNN's deterministic choice off, cuDNN's autotuner on, the resid
   resnet_warn     deterministic = warn (the deterministic kernels that exist; the pooling
                   backward has none, and warns): do the runs still part, and where
 
-    python benchmarks/gpu_parting.py OUT [--cases resnet,resnet_b1024] [--steps 40]
+    python benchmarks/gpu_parting.py OUT [--cases index_add,resnet] [--steps 40]
 
 Writes OUT/CASE.json (the answer), OUT/CASE.txt (its words) and OUT/CASE-evidence.txt, and
-prints one line a case. Needs CUDA; where there is none it says so and exits 2.
+prints one line a case; after index_add, the shipped config's one command (`tui-trainer
+repro --config gpu-parting-index-add`, from another folder) timed, its words in
+OUT/repro-index-add.txt. Needs CUDA; where there is none it says so and exits 2.
 """
 
 from __future__ import annotations
@@ -42,7 +49,10 @@ from tui_trainer.core.analysis.explain import evidence, words
 BASE = ["dataset=mnist-sample", "model=resnet", "device=cuda", "deterministic=off",
         "cudnn_deterministic=false", "cudnn_benchmark=true", "loader=resident",
         "batch_size=256", "log_every=5", "fingerprint_every=5", "seed=1"]
+INDEX_ADD = Path(__file__).resolve().parents[1] / "experiments/models/index_add.py"
 CASES = {
+    "index_add": [f"model={INDEX_ADD}:IndexAddNet"],
+    "index_add_warn": [f"model={INDEX_ADD}:IndexAddNet", "deterministic=warn"],
     "resnet": [],
     "resnet_b1024": ["batch_size=1024"],
     "resnet_chosen": ["cudnn_benchmark=false"],
@@ -117,7 +127,26 @@ def main() -> int:
         print(f"{name}: two runs {train_s:.1f} s; explain {command_s:.1f} s from the command "
               f"to its last line (its own cost {result.get('cost_s') or 0:.1f} s); "
               f"{summary(result)}", flush=True)
+        if name == "index_add":
+            shipped(args.out, args.device)
     return 0
+
+
+def shipped(out: Path, device: str) -> None:
+    """The shipped one-command answer, as a user runs it from another folder: `tui-trainer
+    repro --config gpu-parting-index-add`, timed from the command to its last line, its
+    words kept (OUT/repro-index-add.txt)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        r = subprocess.run([sys.executable, "-m", "tui_trainer", "repro", "--session",
+                            str(Path(tmp) / "s"), "--config", "gpu-parting-index-add",
+                            "--set", f"device={device}"], capture_output=True, text=True,
+                           timeout=300, cwd=tmp, env=dict(os.environ))
+        took = time.perf_counter() - t0
+    (out / "repro-index-add.txt").write_text(r.stdout + r.stderr)
+    last = (r.stdout.strip().splitlines() or ["-"])[-1]
+    print(f"repro --config gpu-parting-index-add: exit {r.returncode} in {took:.1f} s from "
+          f"the command to its last line; {last}", flush=True)
 
 
 if __name__ == "__main__":

@@ -307,3 +307,49 @@ def test_a_data_parallel_run_of_your_net_resumes_only_from_its_own_code(tmp_path
     net.write_text(NET)
     r = tt("resume", "1", "--session", str(s), "--set", "max_steps=12")
     assert r.rc == 0, r.err
+
+
+def test_paths_in_a_config_file_are_relative_to_its_folder(tmp_path, monkeypatch):
+    """A TOML file naming a net (or a folder of images) by a relative path names the one
+    beside it, from wherever the command runs: a run config, a study's base and its arms;
+    a preset saved from the form keeps naming the files the form named."""
+    from tui_trainer.core.analysis import study
+    from tui_trainer.core.settings import config
+    net = _file(tmp_path, NET)
+    cfg = tmp_path / "configs" / "mine.toml"
+    cfg.parent.mkdir()
+    cfg.write_text('model = "../models/net.py:Net"\ndataset = "folder:../images"\n'
+                   '[ab]\nvary = ["model=../models/net.py:small+lr=0.1", "seed=2,3"]\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    values = config.read_toml(cfg)
+    assert values["model"] == f"{net}:Net"
+    assert values["dataset"] == f"folder:{tmp_path / 'images'}"
+    base, ab = study.read_study_file(cfg)
+    assert base["model"] == f"{net}:Net"
+    assert study.parse_vary(ab["vary"]) == [("model+lr", [{"model": f"{net}:small",
+                                                            "lr": 0.1}]), ("seed", [2, 3])]
+    # the form's relative path (where the dashboard runs) is written absolute in a preset
+    form = config.load(overrides=["model=net.py:Net"])
+    assert config.absolute_paths(form).model == f"{elsewhere / 'net.py'}:Net"
+    # and a run from elsewhere trains the net the file names
+    (tmp_path / "configs" / "run.toml").write_text('model = "../models/net.py:small"\n')
+    r = tt("run", "--session", str(tmp_path / "s"), "--json", "--config",
+           str(tmp_path / "configs" / "run.toml"), *sets(*RUN, "max_steps=2"))
+    assert r.rc == 0, r.err
+    settings = json.loads(db_rows(tmp_path / "s", "SELECT fingerprint FROM runs")[0][0])
+    assert settings["model_file"] == str(net)
+
+
+def test_the_shipped_index_add_config_runs_by_name_from_anywhere(tmp_path, monkeypatch):
+    """`repro --config gpu-parting-index-add` (issue 58): the shipped net of a file beside
+    the preset, found from another folder; on a CPU its index_add_ adds in index order, so
+    the two runs are bit-identical (on CUDA its atomic adds may part them: gpu_parting.py)."""
+    monkeypatch.chdir(tmp_path)
+    r = tt("repro", "--session", str(tmp_path / "s"), "--json", "--config",
+           "gpu-parting-index-add", *sets("device=cpu", "max_steps=6", "eval_samples=256"))
+    assert r.rc == 0, r.err
+    assert json.loads(r.out)["identical"] is True
+    settings = json.loads(db_rows(tmp_path / "s", "SELECT fingerprint FROM runs")[0][0])
+    assert settings["model_file"].endswith("models/index_add.py")

@@ -127,7 +127,24 @@ def read_study_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     for key, value in data.items():
         if isinstance(value, dict):
             raise ConfigError(key, "tables other than [ab] are not used; keys are flat")
-    return data, ab
+    # the file's relative paths (a net of the user's own file, a folder of images) are
+    # relative to its folder, in its base config and its arms alike
+    folder = config.file_folder(p)
+    if vary:
+        ab["vary"] = [_anchored_arm(spec, folder) for spec in vary]
+    return {k: config.anchored(k, v, folder) for k, v in data.items()}, ab
+
+
+def _anchored_arm(spec: str, folder: Path) -> str:
+    """A vary string of a study file with its relative paths made relative to the file's
+    folder (config.anchored); its syntax is checked later, by parse_vary."""
+    parts = []
+    for part in _JOINED.split(spec):
+        key, sep, text = part.partition("=")
+        parts.append(part if not sep else f"{key}=" + ",".join(
+            str(config.anchored(key.strip(), v.strip(), folder)) if v.strip() else v
+            for v in text.split(",")))
+    return "+".join(parts)
 
 
 def _label(key: str, value: Any) -> str:

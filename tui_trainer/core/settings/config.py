@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import textwrap
 import tomllib
@@ -476,6 +477,36 @@ def is_folder_dataset(value: Any) -> bool:
         bool(value[len(FOLDER):].strip())
 
 
+def anchored(key: str, value: Any, folder: Path) -> Any:
+    """A file model's or folder dataset's relative path read from a TOML file, made relative
+    to that file's folder (`folder`), so that a config names the files beside it wherever
+    the command runs; absolute paths, ~ paths and every other value unchanged. (On the
+    command line and in the form a relative path is relative to where the command runs.)"""
+    if key == "model" and is_file_model(value):
+        m = FILE_MODEL.match(value)
+        path, name = m.group("path"), m.group("name")
+        return value if Path(path).expanduser().is_absolute() else \
+            f"{os.path.normpath(folder / path)}:{name}"
+    if key == "dataset" and is_folder_dataset(value):
+        path = value[len(FOLDER):]
+        return value if Path(path.strip()).expanduser().is_absolute() else \
+            FOLDER + os.path.normpath(folder / path.strip())
+    return value
+
+
+def absolute_paths(cfg: "RunConfig") -> "RunConfig":
+    """The config with its relative paths made absolute against where this command runs:
+    what a TOML file written elsewhere (a saved preset) must say to name the same files."""
+    return dataclasses.replace(cfg, **{k: anchored(k, getattr(cfg, k), Path.cwd())
+                                       for k in ("model", "dataset")})
+
+
+def file_folder(path: Path) -> Path:
+    """The folder relative paths in a TOML file are relative to: the file's own (absolute,
+    links in its name kept as written)."""
+    return Path(os.path.abspath(path)).parent
+
+
 def check_value(key: str, value: Any) -> Any:
     """Validates one typed value (from TOML or parse_value); returns it normalised."""
     if key not in FIELDS:
@@ -666,7 +697,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     for key, value in data.items():
         if isinstance(value, dict):
             raise ConfigError(key, "tables are not used; keys are flat (see `tui-trainer config`)")
-    return data
+    return {k: anchored(k, v, file_folder(p)) for k, v in data.items()}
 
 
 def load(config_file: str | Path | None = None, overrides: list[str] | None = None,

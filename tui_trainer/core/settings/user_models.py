@@ -2,7 +2,8 @@
 
 `Name` is an nn.Module subclass, or a function returning one, built with no arguments; it
 takes a batch of the dataset's images and returns one score per class (logits). The path
-is relative to where the command runs, or absolute.
+is relative to where the command runs, or absolute; in a TOML file, relative to the file's
+folder (config.anchored: read_toml makes it absolute).
 
 Code from a file is trusted explicitly, never because a session names it (a session is
 data, and may come from someone else): a file runs only once this user has trusted its

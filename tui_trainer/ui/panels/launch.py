@@ -24,7 +24,7 @@ from ...core.settings.config import DEFAULTS, ConfigError, RunConfig, allowed, d
 from ...core.errors import BadInput
 from ...core.settings import machine as machines
 from ...core.settings import user_models
-from ...core.settings.config import is_file_model
+from ...core.settings.config import absolute_paths, is_file_model
 from ...core.settings.machine import Machine
 from ...core.settings import presets
 from ...core.text import name_problem, shown
@@ -164,7 +164,7 @@ class LaunchPanel(Vertical):
         others = len(changed) - len(edits)
         self.post_message(self.Notice(
             f"preset {shown(name, 60)} loaded"
-            + (f"; it replaced your edit(s): " + ", ".join(
+            + ("; it replaced your edit(s): " + ", ".join(
                 f"{k} {shown(before[k], 30)} → {shown(after[k], 30)}" for k in edits)
                if edits else "")
             + (f"; {others} other value(s) changed" if others else "")
@@ -335,7 +335,8 @@ class LaunchPanel(Vertical):
                 self.post_message(self.Notice(f"preset not saved: its name {problem}",
                                               "error"))
                 return
-            target = presets.save(name, cfg.to_toml())
+            # (its relative paths made absolute: a preset's are relative to its folder)
+            target = presets.save(name, absolute_paths(cfg).to_toml())
             self.reload_presets()
             self.post_message(self.Notice(f"preset saved: {target}"))
 
