@@ -118,14 +118,36 @@ def test_code_named_by_a_session_never_runs_until_you_trust_it(tmp_path, monkeyp
     assert tt("export", "--session", str(s), "1", "2").rc == 0
     assert tt("explain", "1", "2", "--session", str(s)).rc == 0   # identical: no replay
 
+    said: list[str] = []
+
     async def dashboard() -> None:
+        """Its keys on run 1 (a twin, the verdict, the resume check, continue, the memory
+        breakdown) refuse in one line each, before a run or a process is made."""
         from tui_trainer.ui.app import TrainerApp
         app = TrainerApp(s, poll=True)
-        async with app.run_test(size=(120, 40)):
+        notify = app.notify
+        app.notify = lambda message, **kw: (said.append(str(message)), notify(message, **kw))
+        async with app.run_test(size=(120, 40)) as pilot:
             await app.ready()
             await app.poll_now()
+            app.cursor_run = 1
+            for keys in (["f5"], ["f7"], ["f8", "enter"], ["f4", "enter"], ["b"]):
+                if keys == ["b"]:                       # the Plots tab's memory breakdown
+                    app.query_one("#tabs").active = "tab-plots"
+                    await pilot.pause()
+                start = len(said)
+                await pilot.press(*keys)
+                for _ in range(400):
+                    if any("not trusted" in m for m in said[start:]):
+                        break
+                    await pilot.pause(0.05)
+                assert any("is not trusted on this machine" in m and "tui-trainer trust" in m
+                           for m in said[start:]), (keys, said[start:])
+            from tui_trainer.ui.panels.runs import RunTable
+            assert app.query_one(RunTable).awaiting_twin is None    # no verdict is awaited
     import asyncio
     asyncio.run(dashboard())
+    assert db_rows(s, "SELECT count(*) FROM runs") == [(2,)]        # no twin was made
     refusals = [tt("resume", "1", "--session", str(s), "--set", "max_steps=16"),
                 tt("repro", "--session", str(s), "--run", "1", "--json"),
                 tt("memory", "1", "--session", str(s)),
@@ -153,6 +175,28 @@ def test_a_changed_file_is_refused_for_resume_naming_both_hashes(tmp_path):
     r = tt("resume", "1", "--session", str(s), "--set", "max_steps=16")
     assert r.rc == 2 and before[:16] in r.err and after[:16] in r.err, r.err
     assert "is not the code run 1 trained with" in r.err
+
+
+def test_a_twin_trains_the_file_its_run_trained_or_none_is_made(tmp_path, monkeypatch):
+    """A run named its net by a relative path; from another folder that path names another
+    file (here one with the same name and other code): its twin (the verdict's, F5's) is
+    refused in one line naming both files before a twin is created, and made from the
+    folder the run ran in."""
+    first, other = tmp_path / "a", tmp_path / "b"
+    net = _file(first, NET)
+    _file(other, NET.replace("12 * 4 * 4, 10", "12 * 4 * 4, 10, bias=False"))
+    s = tmp_path / "s"
+    monkeypatch.chdir(first)
+    assert tt("run", "--session", str(s), *sets(*RUN, "model=models/net.py:Net")).rc == 0
+    monkeypatch.chdir(other)
+    assert tt("trust", "models/net.py").rc == 0
+    r = tt("repro", "--session", str(s), "--run", "1", "--json")
+    assert r.rc == 2 and str(other / "models" / "net.py") in r.err and str(net) in r.err, r.err
+    assert "the file run 1 trained with" in r.err
+    assert db_rows(s, "SELECT count(*) FROM runs") == [(1,)]
+    monkeypatch.chdir(first)
+    r = tt("repro", "--session", str(s), "--run", "1", "--json")
+    assert r.rc == 0 and json.loads(r.out)["identical"] is True, r.err
 
 
 @pytest.mark.parametrize("text, name, said", [

@@ -142,6 +142,7 @@ def repro(store: SessionStore, check: Check, say: Say,
             raise BadInput(f"run {check.run} is {first['status']}; check it once it has "
                            "finished or stopped")
         cfg = from_dict(first["config"])
+        user_models.check_twin(first)       # its twins train its code, or none is created
     assert cfg is not None
     if check.resume_at is not None and first is not None and check.resume_at >= first["step"]:
         raise ConfigError("--resume-at", f"must be below the run's {first['step']} steps")

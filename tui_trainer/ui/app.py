@@ -37,7 +37,7 @@ from textual.widgets import Button, DataTable, Header, TabbedContent, TabPane
 from textual.widgets._tabbed_content import ContentTabs
 
 from ..core.settings.config import ConfigError
-from ..core.errors import SessionError
+from ..core.errors import BadInput, SessionError
 from ..core.session.paths import default_session_dir
 from ..core.session.reader import Snapshot
 from ..core.session.store import SessionStore
@@ -549,7 +549,7 @@ class TrainerApp(App[None]):
         def job(store: SessionStore, sup: Supervisor) -> None:
             try:
                 result = fn(store, sup)
-            except (SessionError, OSError, ConfigError) as e:
+            except (SessionError, OSError, ConfigError, BadInput) as e:
                 if failed:
                     self.answer(self.notify, f"{failed}: {e}", severity="error", timeout=12)
                 return

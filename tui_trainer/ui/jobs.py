@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core.errors import SessionError
+from ..core.errors import BadInput, SessionError
 from ..core.text import shown
 
 # How long after its process ended a background command's answer is waited for in the
@@ -76,7 +76,7 @@ class TabJob:
         def start(_: Any, sup: Any) -> Any:
             try:
                 return launch(sup)
-            except (SessionError, OSError) as e:
+            except (SessionError, OSError, BadInput) as e:
                 return e
 
         def started(proc: Any) -> None:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..settings import machine
+from ..settings import machine, user_models
 from . import gpus, trust
 from ..settings.config import world_size
 from .liveness import is_live, process_alive, starting
@@ -411,6 +411,7 @@ class Supervisor:
     def check(self, run_id: int, resume_at: int | None = None) -> subprocess.Popen:
         """A determinism verdict (or, with `resume_at`, a resume check) of a run, in the
         background; the twin it trains is recorded on the run as a `check_twin` event."""
+        user_models.check_twin(self.store.run(run_id))     # refused before it starts
         return self._job(repro_args(run_id, resume_at), f"repro-run-{run_id}")
 
     def explain(self, a: int, b: int) -> subprocess.Popen:
@@ -421,11 +422,13 @@ class Supervisor:
     def memory(self, run_id: int) -> subprocess.Popen:
         """Where a run's memory goes (`tui-trainer memory`), measured on a copy of it in the
         background; kept in the session as a `memory_breakdown` event on the run."""
+        self._code_of(run_id)
         return self._job(["memory", str(run_id), "--json"], f"memory-run-{run_id}")
 
     def profile(self, runs: tuple[int, ...]) -> subprocess.Popen:
         """Where runs' step time goes (`tui-trainer profile`), measured on copies of them in
         the background; kept in the session as a `profile` event on each run."""
+        self._code_of(*runs)
         ids = [str(r) for r in runs]
         return self._job(["profile", *ids, "--json"], f"profile-{'-'.join(ids)}")
 
@@ -433,6 +436,7 @@ class Supervisor:
         """What runs see in a digit (`tui-trainer activations`, `choice` its --digit and
         --step), in the background; kept in the session as an `activations` event on the
         first run."""
+        self._code_of(*runs)
         ids = [str(r) for r in runs]
         return self._job(["activations", *ids, *choice, "--no-png", "--json"],
                          f"activations-{'-'.join(ids)}")
@@ -469,13 +473,24 @@ class Supervisor:
         self._spawn_run(run_id, train_args(run_id), config)
         return run_id
 
+    def _code_of(self, *run_ids: int) -> None:
+        """Copies of runs of a net of the user's own file are refused here, in one line,
+        before their process starts, unless the file holds the code each trained with and
+        this user trusts it (core/settings/user_models.py); their process checks again."""
+        for run_id in run_ids:
+            user_models.check_code(self.store.run(run_id))
+
     def repeat(self, run_id: int) -> int:
-        """A twin: the same config, paired with the original for divergence."""
+        """A twin: the same config, paired with the original for divergence (refused before
+        it is created where a net of the user's file is not the code the run trained with,
+        or is not trusted)."""
         run = self.store.run(run_id)
+        user_models.check_twin(run)
         return self.start(run["config"], name=f"{run['name']}-twin", twin_of=run_id)
 
     def resume(self, run_id: int, overrides: dict[str, Any] | None = None,
                restart: bool = False) -> None:
+        self._code_of(run_id)           # (its own process checks again, as `resume` does)
         # A run that just stopped may still be closing its process; let it finish first.
         previous = self._children.get(run_id)
         if previous is not None:

@@ -188,8 +188,25 @@ def checked(spec: str, was: dict[str, Any] | None = None) -> tuple[Path, bytes, 
 
 
 def check_code(run: dict[str, Any]) -> None:
-    """Before a recorded run of a net of the user's own file is continued: `checked`, so
-    that a refusal comes before anything starts."""
+    """Before a recorded run of a net of the user's own file is continued, or copied to be
+    measured (memory, profile, what it sees): `checked`, so that a refusal comes before
+    anything starts."""
     spec = (run.get("config") or {}).get("model")
     if isinstance(spec, str) and FILE_MODEL.match(spec):
         checked(spec, recorded(run))
+
+
+def check_twin(run: dict[str, Any]) -> None:
+    """Before a twin of a recorded run trains (F5, a check's twin: a new run of its config,
+    whose process resolves the spec where it starts, here): the spec must name, from here,
+    the file the run recorded, with the content it trained with, trusted (`checked`); else
+    one line, before the twin is created."""
+    spec = (run.get("config") or {}).get("model")
+    if not (isinstance(spec, str) and FILE_MODEL.match(spec)):
+        return
+    path, _, _ = checked(spec, recorded(run))
+    here = resolve(parse(spec)[0])
+    if here != path:
+        raise BadInput(f"model: {shown(spec, 200)} names {shown(here, 200)} from here, not "
+                       f"{shown(path, 200)}, the file run {run.get('id')} trained with: start "
+                       "its twin from the folder it ran in")

@@ -16,6 +16,7 @@ from typing import Any
 
 from textual.binding import Binding
 
+from ...core.errors import BadInput
 from ...core.processes.supervisor import Supervisor
 from ...core.session.reader import Snapshot
 from ..screens import ConfirmScreen, ContinueScreen, NameScreen
@@ -118,7 +119,9 @@ class RunKeys:
             try:
                 sup.resume(run_id, overrides, restart=restart)
             except BaseException:
-                app.answer(self.continuing.pop, run_id, None)
+                # (a lambda: Textual's call_from_thread cannot read a builtin's
+                # signature, and raised ValueError in place of the refusal)
+                app.answer(lambda: self.continuing.pop(run_id, None))
                 raise
         app.write(resume, failed=f"run {run_id} not continued")
 
@@ -183,10 +186,23 @@ class RunKeys:
         app = self.app
         self.awaiting_twin = run.id
 
+        def start(_: Any, sup: Supervisor) -> Any:
+            try:
+                return sup.check(run.id, resume_at)
+            except BadInput as e:       # (a net of the user's file: changed, not trusted)
+                return e
+
         def started(job: Any) -> None:
+            if isinstance(job, BadInput):
+                if self.awaiting_twin == run.id:
+                    self.awaiting_twin = None
+                app.notify(f"{what} of run {run.id} not started: {job}", severity="error",
+                           timeout=12)
+                app.state_changed()
+                return
             self.checking = (run.id, job)
 
-        app.write(lambda _, sup: sup.check(run.id, resume_at), started)
+        app.write(start, started, f"{what} of run {run.id} not started")
         app.activate_tab(DivergencePanel.TAB)
         app.state_changed()
         app.notify(f"{what} of run {run.id}: training its twin; the verdict shows in the "
