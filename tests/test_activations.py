@@ -195,7 +195,9 @@ def test_kept_maps_from_a_hostile_session_are_refused_naming_why(tmp_path, monke
     with pytest.raises(ValueError, match="larger than 64 MiB"):
         activations.load(tmp_path, {**meta, "file": "logs/big.npz"})
     # Metadata that does not read as an answer is passed over, not shown.
-    events = [{"kind": activations.EVENT, "data": {**meta, "probs": [[0.1] * 9] * 2}},
+    events = [{"kind": activations.EVENT, "data": {**meta, "probs": [[0.1] * 10, [0.1] * 9]}},
+              {"kind": activations.EVENT, "data": {**meta, "probs": [[0.1] * 5] * 2}},
+              {"kind": activations.EVENT, "data": {**meta, "classes": ["a"] * 9}},
               {"kind": activations.EVENT, "data": {**meta, "probs": [["x"] * 10] * 2}},
               {"kind": activations.EVENT, "data": {**meta, "predicted": [11, 0]}},
               {"kind": activations.EVENT, "data": {**meta, "layers": [
@@ -357,3 +359,25 @@ def test_fashion_mnists_classes_are_named_and_a_sessions_names_are_text():
     assert "1 Trouser" in table and "\x1b" not in table
     plain = "\n".join(activations.lines(meta))          # MNIST: the digits alone
     assert "labelled 6." in plain and "T-shirt" not in plain
+
+
+def test_of_many_classes_the_likeliest_and_the_label_are_listed():
+    """A net of 47 classes (EMNIST balanced, a folder of the user's): the words and the
+    table list ten of them, the likeliest in either run and the label, in order, and say
+    so; the PNG's bars are the same ten."""
+    from tui_trainer.ui.widgets.pictures import probability_table
+    meta = json.loads((FIXTURES / "activations-grokking.json").read_text())
+    probs = [[0.001] * 47 for _ in meta["runs"]]
+    for c, p in ((40, 0.5), (3, 0.2), (12, 0.05)):
+        probs[0][c] = p
+    probs[1][30] = 0.9
+    many = {**meta, "dataset": "emnist", "probs": probs, "predicted": [40, 30], "label": 46}
+    assert activations.readable(many)
+    at = activations.listed(many)
+    assert len(at) == 10 and at == sorted(at) and {3, 12, 30, 40, 46} <= set(at)
+    text = "\n".join(activations.lines(many))
+    assert "(the 10 likeliest of 47 classes, the label among them)" in text
+    assert "Image 7 of the emnist evaluation set" in text and "labelled 46." in text
+    rows = [line for line in text.splitlines() if line.split(" ")[0].isdigit()]
+    assert [int(line.split()[0]) for line in rows] == at
+    assert "10 likeliest of 47 classes" in probability_table(many).plain

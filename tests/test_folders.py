@@ -4,6 +4,7 @@ device=cpu: claims about reading the user's images and training on them here."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from pathlib import Path
 
@@ -83,6 +84,28 @@ def test_a_val_folder_is_the_evaluation_and_colour_needs_a_net_of_your_own(tmp_p
     data = json.loads(db_rows(s, "SELECT fingerprint FROM runs")[0][0])["data"]
     assert data["shape"] == [3, 16, 16] and data["classes"] == 3 and data["eval_size"] == 15
     assert "evaluated on val/" in data["description"]
+    # what the net sees in one of them (the Model tab's answer): the colour image, the
+    # three folders' names as the classes, three probabilities; drawn at 80 columns
+    r = tt("activations", "1", "--session", str(s), "--digit", "7", "--json")
+    assert r.rc == 0, r.err
+    from tui_trainer.core.analysis import activations
+    from tui_trainer.core.session.store import SessionStore
+    with SessionStore(s, create=False, readonly=True) as store:
+        meta = activations.newest(store.events(1))
+    assert meta is not None and meta["classes"] == ["blue", "green", "red"]
+    assert len(meta["probs"][0]) == 3 and meta["label"] == 1      # val/'s 8th: green
+    arrays = activations.load(s, meta)
+    image = arrays["input"]
+    assert image.shape == (16, 16, 3) and image[..., 1].mean() > image[..., 0].mean()
+    from rich.console import Console
+    from tui_trainer.ui.panels.model import compose
+    console = Console(width=80, record=True, color_system="truecolor", file=io.StringIO())
+    for part in compose(meta, arrays, 80, 1.0, None):
+        console.print(part)
+    text = console.export_text(clear=False)
+    assert "Image 7 of the folder evaluation set" in text and "1 green" in text
+    green = activations.input_rgba(image)[0, 0]
+    assert f"#{green[0]:02x}{green[1]:02x}{green[2]:02x}" in console.export_html()
 
 
 @pytest.mark.parametrize("make, key, said", [

@@ -282,9 +282,6 @@ def activations(store: SessionStore, runs: list[dict[str, Any]], how: str,
                            "evaluation set")
     if how == "index":
         data.check(int(index or 0))
-    if data.info.shape[0] != 1:
-        raise BadInput(f"activations draw grayscale images; run {runs[0]['id']}'s are colour "
-                       f"({'x'.join(map(str, data.info.shape))}): not drawn yet")
     models = [seen.restore(c, load_checkpoint(p["path"]), user_models.recorded(r), data.info)
               for c, p, r in zip(cfgs, points, runs)]
     digit = seen.pick(how, index, models[0], data)
@@ -294,7 +291,7 @@ def activations(store: SessionStore, runs: list[dict[str, Any]], how: str,
     return drawn.combine([r["id"] for r in runs], [p["step"] for p in points],
                          [c.model for c in cfgs], found,
                          {"dataset": data.info.name, "digit": digit, "how": how,
-                          "label": int(data.y[digit]), "image": data.raw[digit, 0].numpy(),
+                          "label": int(data.y[digit]), "image": data.image(digit),
                           **({"classes": data.classes} if data.classes else {})}, same_start)
 
 

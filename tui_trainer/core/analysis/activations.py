@@ -8,8 +8,10 @@ and the maps in an .npz beside the run's log (`file`, relative to the session; r
 allow_pickle=False, its size and shapes checked against the metadata).
 
     runs, steps, models        one entry per run (one or two)
-    dataset, digit, how, label the digit: its index in the evaluation set, how it was chosen
-    probs, predicted           per run: the ten class probabilities, the class predicted
+    dataset, digit, how, label the image (a digit in MNIST): its index in the evaluation
+                               set, how it was chosen, its class
+    classes                    the classes' names, where they are not the digits (optional)
+    probs, predicted           per run: each class's probability, the class predicted
     layers                     per convolution: name, shape (C, H, W), the colour scale
                                shared by the runs (lo, hi), and for two runs of the same
                                shape the largest |A - B| (diff; None otherwise)
@@ -38,6 +40,8 @@ MAX_FILE = 64 * 2**20           # an .npz larger than this is not read (a hostil
 MAX_ARRAYS = 256 * 2**20        # nor one whose arrays would unpack to more than this
 HOW_WORDS = {"index": "chosen by index", "random": "drawn at random",
              "worst": "the one {run} gets wrong with the highest confidence"}
+MAX_CLASSES = 4096
+LISTED = 10                     # classes listed at most: the likeliest, and the label
 
 
 # --- from the engine's answer to what is kept -----------------------------------------------
@@ -133,11 +137,16 @@ def readable(d: Any) -> bool:
     field of the type and range the drawing uses."""
     try:
         n = len(d["runs"])
+        k = len(d["probs"][0])
+        names = d.get("classes")
         return (1 <= n <= 2 and _ints(d["runs"], 0, 2**62) and _ints(d["steps"], 0, 2**62)
-                and all(len(d[k]) == n for k in ("steps", "models", "probs", "predicted"))
-                and all(len(p) == 10 and all(_number(x) for x in p) for p in d["probs"])
-                and _ints(d["predicted"], 0, 9) and _ints([d["digit"], d["label"]], 0, 2**31)
-                and isinstance(d["file"], str)
+                and all(len(d[key]) == n for key in ("steps", "models", "probs", "predicted"))
+                and 2 <= k <= MAX_CLASSES
+                and all(len(p) == k and all(_number(x) for x in p) for p in d["probs"])
+                and _ints(d["predicted"], 0, k - 1) and _ints([d["label"]], 0, k - 1)
+                and _ints([d["digit"]], 0, 2**31) and isinstance(d["file"], str)
+                and (names is None or (isinstance(names, list) and len(names) == k
+                                       and all(isinstance(x, str) for x in names)))
                 and all(isinstance(L["name"], str) and len(L["shape"]) == 3
                         and _ints(L["shape"][:1], 1, 4096) and _ints(L["shape"][1:], 1, 1024)
                         and _number(L["lo"]) and _number(L["hi"])
@@ -172,8 +181,9 @@ def load(session: Path, meta: dict[str, Any]) -> dict[str, np.ndarray]:
             out = {k.replace("__", ":"): np.asarray(z[k], np.float32) for k in z.files}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         raise ValueError(f"the kept maps ({meta['file']}) cannot be read: {e}") from None
-    if out.get("input", np.zeros(0)).ndim != 2:
-        raise ValueError(f"the kept maps ({meta['file']}) hold no input digit")
+    image = out.get("input", np.zeros(0))
+    if not (image.ndim == 2 or (image.ndim == 3 and image.shape[2] == 3)):
+        raise ValueError(f"the kept maps ({meta['file']}) hold no input image")
     for L in meta["layers"]:
         for k, here in enumerate(L["in"]):
             m = out.get(f"{k}:{L['name']}")
@@ -232,12 +242,38 @@ def colours(values: np.ndarray, cmap: str, lo: float, hi: float) -> np.ndarray:
 
 
 def class_name(meta: dict[str, Any], c: int) -> str:
-    """Class c as the dataset names it: the digit, or (Fashion-MNIST) "c name"; a name from
-    a session is shown as text."""
+    """Class c as the dataset names it: the digit, or (Fashion-MNIST, a folder of the
+    user's images, ...) "c name"; a name from a session is shown as text."""
     names = meta.get("classes")
-    if isinstance(names, list) and len(names) == 10:
+    if isinstance(names, list) and len(names) == len(meta["probs"][0]):
         return f"{c} {shown(names[c], 14)}"
     return str(c)
+
+
+def listed(meta: dict[str, Any]) -> list[int]:
+    """The classes a table lists, in order: every one, or where there are more than LISTED,
+    the likeliest in any run and the label (LISTED in all)."""
+    k = len(meta["probs"][0])
+    if k <= LISTED:
+        return list(range(k))
+    top = sorted(range(k), key=lambda c: -max(p[c] for p in meta["probs"]))
+    keep = [c for c in top if c != meta["label"]][:LISTED - 1] + [meta["label"]]
+    return sorted(keep)
+
+
+def noun(meta: dict[str, Any]) -> str:
+    """What the picked image is called: a digit in MNIST, an image elsewhere."""
+    return "digit" if meta.get("dataset") in ("mnist", "mnist-sample") else "image"
+
+
+def input_rgba(image: np.ndarray) -> np.ndarray:
+    """RGBA bytes (H x W x 4) of the input image as a person sees it: grey (H x W) or colour
+    (H x W x 3), values 0 to 1."""
+    import numpy as np
+    if image.ndim == 2:
+        return colours(image, "gray", 0.0, 1.0)
+    rgb = (np.clip(np.nan_to_num(image), 0.0, 1.0) * 255).astype(np.uint8)
+    return np.concatenate([rgb, np.full(rgb.shape[:2] + (1,), 255, np.uint8)], axis=2)
 
 
 NO_CONVOLUTIONS = ("this net has no convolutions: no maps to show (each nn.Conv2d layer's output "
@@ -252,7 +288,8 @@ def summary(meta: dict[str, Any]) -> str:
     runs = " and ".join(f"run {r} at step {s}" for r, s in zip(meta["runs"], meta["steps"]))
     said = ", ".join(f"{class_name(meta, c)} ({_pct(p[c])})"
                      for c, p in zip(meta["predicted"], meta["probs"]))
-    return (f"digit {meta['digit']} (label {class_name(meta, meta['label'])}) through {runs}: "
+    return (f"{noun(meta)} {meta['digit']} (label {class_name(meta, meta['label'])}) "
+            f"through {runs}: "
             f"predicted {said}; "
             + (f"{len(meta['layers'])} convolution(s)" if meta["layers"] else
                NO_CONVOLUTIONS))
@@ -263,7 +300,8 @@ def lines(meta: dict[str, Any]) -> list[str]:
     the ten probabilities, and each layer's scale."""
     runs, steps = meta["runs"], meta["steps"]
     how = HOW_WORDS.get(meta.get("how"), "").format(run=f"run {runs[0]}")
-    out = [f"Digit {meta['digit']} of the {meta.get('dataset', '?')} evaluation set"
+    out = [f"{noun(meta).capitalize()} {meta['digit']} of the {meta.get('dataset', '?')} "
+           "evaluation set"
            + (f" ({how})" if how else "") + f", labelled {class_name(meta, meta['label'])}."]
     for r, s, m, c, p in zip(runs, steps, meta["models"], meta["predicted"], meta["probs"]):
         mark = "right" if c == meta["label"] else "wrong"
@@ -276,11 +314,16 @@ def lines(meta: dict[str, Any]) -> list[str]:
                    "fingerprints differ: another seed, or another model): channel k of one "
                    "net is not channel k of the other, so their maps are shown side by side "
                    "without a difference.")
-    width = max(5, *(len(class_name(meta, c)) for c in range(10)))
+    shown_classes = listed(meta)
+    width = max(5, *(len(class_name(meta, c)) for c in shown_classes))
     head = f"{'class':<{width}} " + "".join(f"{'run ' + str(r):>10}" for r in runs) + \
         (f"{'A - B':>9}" if len(runs) == 2 else "")
     out += ["", head]
-    for c in range(10):
+    k = len(meta["probs"][0])
+    if len(shown_classes) < k:
+        out.insert(-1, f"(the {len(shown_classes)} likeliest of {k} classes, the label "
+                       "among them)")
+    for c in shown_classes:
         row = f"{class_name(meta, c):<{width}} " + \
             "".join(f"{_pct(p[c]):>10}" for p in meta["probs"])
         if len(runs) == 2:
@@ -326,15 +369,16 @@ def png(meta: dict[str, Any], arrays: dict[str, np.ndarray], path: Path) -> Path
     fig = plt.figure(figsize=(5.0 * max(cols, 2), 3.2 * sum(heights)), dpi=FIG_DPI)
     grid = fig.add_gridspec(rows, max(cols, 2), height_ratios=heights)
     ax = fig.add_subplot(grid[0, 0])
-    ax.imshow(arrays["input"], cmap="gray", vmin=0, vmax=1)
-    ax.set_title(f"digit {meta['digit']} (label {class_name(meta, meta['label'])})")
+    ax.imshow(input_rgba(arrays["input"]))
+    ax.set_title(f"{noun(meta)} {meta['digit']} (label {class_name(meta, meta['label'])})")
     ax.axis("off")
     ax = fig.add_subplot(grid[0, 1:])
     width = 0.8 / n
+    at = listed(meta)
     for k, (r, p) in enumerate(zip(meta["runs"], meta["probs"])):
-        ax.bar(np.arange(10) + (k - (n - 1) / 2) * width, p, width,
+        ax.bar(np.arange(len(at)) + (k - (n - 1) / 2) * width, [p[c] for c in at], width,
                label=f"run {r} (step {meta['steps'][k]})")
-    ax.set_xticks(range(10), [class_name(meta, c) for c in range(10)],
+    ax.set_xticks(range(len(at)), [class_name(meta, c) for c in at],
                   rotation=30 if meta.get("classes") else 0)
     ax.set_ylim(0, 1)
     ax.set_title("class probabilities")

@@ -30,13 +30,20 @@ class EvalSet:
         self.x, self.y = _resident_tensors(eval_ds, self.info, torch.device("cpu"))
         mean, std = _mean_std(self.info)
         self.raw = (self.x * std + mean).clamp(0, 1)
-        # the classes' names where they are not the digits (Fashion-MNIST's clothes)
+        # the classes' names where they are not the digits (Fashion-MNIST's clothes, the
+        # folders of the user's images, CIFAR-10's, ...)
         names = list(getattr(_base(eval_ds), "classes", []) or [])
-        self.classes = [str(n) for n in names] if self.info.name == "fashion-mnist" \
-            and len(names) == 10 else None
+        self.classes = [str(n) for n in names] if self.info.name not in \
+            ("mnist", "mnist-sample", "synthetic") and len(names) == self.info.classes \
+            else None
 
     def __len__(self) -> int:
         return len(self.y)
+
+    def image(self, index: int) -> np.ndarray:
+        """Image `index` as a person sees it: grey H x W, or colour H x W x 3; 0 to 1."""
+        x = self.raw[index]
+        return (x[0] if x.shape[0] == 1 else x.permute(1, 2, 0)).numpy()
 
     def check(self, index: int) -> int:
         if not 0 <= index < len(self):

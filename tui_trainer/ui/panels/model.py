@@ -336,13 +336,13 @@ def compose(meta: dict[str, Any], arrays: dict[str, Any], width: int, zoom: floa
     its line of scale and the views of it (each run's maps, their difference), side by
     side where the width allows."""
     import numpy as np
-    from ..widgets.pictures import legend, picture, probability_table, resized
+    from ..widgets.pictures import image_picture, legend, picture, probability_table, \
+        resized
     words = activations.lines(meta)
     head = [Text(shown(line, None)) for line in
             words[:1 + len(meta["runs"]) + (meta.get("same_start") is False)]]
-    digit = arrays["input"]
     top = Table.grid(padding=(0, 2))
-    top.add_row(picture(digit, "gray", 0.0, 1.0), probability_table(meta))
+    top.add_row(image_picture(arrays["input"]), probability_table(meta))
     parts: list[Any] = []
     layers = meta["layers"] if layer is None else meta["layers"][layer:layer + 1]
     for L in layers:

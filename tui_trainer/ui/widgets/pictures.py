@@ -15,7 +15,7 @@ from rich.measure import Measurement
 from rich.text import Text
 from rich_pixels import Pixels
 
-from ...core.analysis.activations import colours
+from ...core.analysis.activations import colours, input_rgba
 from ...core.text import shown
 
 LEGEND_CELLS = 16
@@ -53,6 +53,17 @@ def picture(values: np.ndarray, cmap: str, lo: float, hi: float) -> Picture:
     return Picture(colours(values, cmap, lo, hi))
 
 
+def image_picture(image: np.ndarray, most: int = 32) -> Picture:
+    """The input image as a person sees it (grey H x W or colour H x W x 3, 0 to 1), made
+    at most `most` cells wide (a box mean per cell: a large image of the user's fits)."""
+    h, w = image.shape[:2]
+    if w > most:
+        size = (most, max(2, round(h * most / w)))
+        image = resized(image, *size) if image.ndim == 2 else \
+            np.stack([resized(image[..., i], *size) for i in range(3)], axis=2)
+    return Picture(input_rgba(image))
+
+
 def legend(cmap: str, lo: float, hi: float) -> Text:
     """`lo ████ hi`: the colour scale as cells of its colours."""
     from matplotlib import colormaps
@@ -75,22 +86,26 @@ def bars(values: list[float], width: int = 8) -> list[str]:
 
 
 def probability_table(meta: dict[str, Any]) -> Text:
-    """The ten classes, a bar and a percentage per run, the label marked."""
-    from ...core.analysis.activations import class_name
+    """The classes (all, or the likeliest and the label: activations.listed), a bar and a
+    percentage per run, the label marked."""
+    from ...core.analysis.activations import class_name, listed
     runs = meta["runs"]
-    width = max(5, *(len(class_name(meta, c)) for c in range(10)))
+    at = listed(meta)
+    width = max(5, *(len(class_name(meta, c)) for c in at))
     text = Text(f"{'class':<{width}}" + "".join(f"  {'run ' + str(r):<15}" for r in runs)
                 + "\n", no_wrap=True, style="bold")
-    columns = [bars(p) for p in meta["probs"]]
-    for c in range(10):
+    columns = [bars([p[c] for c in at]) for p in meta["probs"]]
+    for i, c in enumerate(at):
         text.append(f"{class_name(meta, c):<{width}}" if meta.get("classes") else f"{c:>5}",
                     style="bold" if c == meta["label"] else "")
         for k, p in enumerate(meta["probs"]):
             style = "green" if c == meta["label"] else ("red" if c == meta["predicted"][k]
                                                         else "")
-            text.append(f"  {columns[k][c]}", style=style)
+            text.append(f"  {columns[k][i]}", style=style)
             text.append(f" {100 * p[c]:5.1f}%")
         text.append(" ← label\n" if c == meta["label"] else "\n")
+    if len(at) < len(meta["probs"][0]):
+        text.append(f"({len(at)} likeliest of {len(meta['probs'][0])} classes)", style="dim")
     return text
 
 
