@@ -315,3 +315,32 @@ async def test_a_crowded_runs_note_shows_and_T_puts_the_count_that_fits_in_the_f
         assert len(store.runs()) == 3                       # nothing started
     store.end_run(live, "stopped", {})
     store.close()
+
+
+async def test_a_write_that_fails_unexpectedly_is_said_with_its_type(tmp_path):
+    """A change to the session that raises what no one expected (a fault of ours) is told
+    on the screen, its type and words, with or without the caller's words; an expected
+    refusal keeps its one line. (F4's refusals were once lost this way: a ValueError in
+    the writer's thread went nowhere.)"""
+    _session(tmp_path, 1)
+    app = TrainerApp(tmp_path, poll=False)
+    said: list[str] = []
+    notify = app.notify
+    app.notify = lambda message, **kw: (said.append(str(message)), notify(message, **kw))
+    async with app.run_test(size=SIZE) as pilot:
+        await _table(pilot)
+
+        def broken(store, _sup):
+            return {}["no such key"]
+
+        app.write(broken, failed="run 1 not renamed")
+        app.write(lambda s, _: s.run(1)["config"]["seed"] / 0)
+        app.write(lambda s, _: s.run(99), failed="run 99 not shown")
+        for _ in range(50):
+            if len(said) >= 3:
+                break
+            await pilot.pause(0.05)
+    assert said[0] == "run 1 not renamed: KeyError: 'no such key'"
+    assert said[1] == "a change to the session failed: ZeroDivisionError: division by zero"
+    assert said[2].startswith("run 99 not shown: ") and "99" in said[2][18:]    # as it is
+    assert "NotFound" not in said[2]

@@ -541,8 +541,9 @@ class TrainerApp(App[None]):
               reread: bool = False) -> None:
         """Runs `fn(store, supervisor)` in the writer's thread, after the writes asked before
         (also those asked just before the app quits: closing waits for them); `then(result)`
-        back on the UI thread. An expected failure becomes a notification. `reread`: the
-        change is one the poller's incremental read does not see (a rename, a delete)."""
+        back on the UI thread. A failure becomes a notification (an unexpected one with its
+        type, even where no `failed` words were given). `reread`: the change is one the
+        poller's incremental read does not see (a rename, a delete)."""
         poller = self.poller
         assert self.writer is not None, "write before the session is open"
 
@@ -552,6 +553,11 @@ class TrainerApp(App[None]):
             except (SessionError, OSError, ConfigError, BadInput) as e:
                 if failed:
                     self.answer(self.notify, f"{failed}: {e}", severity="error", timeout=12)
+                return
+            except Exception as e:  # noqa: BLE001 - a fault of ours: said, never silent
+                self.answer(self.notify, f"{failed or 'a change to the session failed'}: "
+                            f"{type(e).__name__}: {shown(e, 200)}", severity="error",
+                            timeout=12)
                 return
             if then is not None:
                 self.answer(then, result)
