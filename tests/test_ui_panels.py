@@ -336,10 +336,18 @@ async def test_a_write_that_fails_unexpectedly_is_said_with_its_type(tmp_path):
         app.write(broken, failed="run 1 not renamed")
         app.write(lambda s, _: s.run(1)["config"]["seed"] / 0)
         app.write(lambda s, _: s.run(99), failed="run 99 not shown")
+        # a tab's job whose start fails so is let go (the tab is not left busy)
+        from tui_trainer.ui.panels.plots import PlotsPanel
+        measuring = app.query_one(PlotsPanel).measuring
+        measuring.start((1,), lambda sup: [][1], "memory breakdown not started")
+        assert measuring.busy
         for _ in range(50):
-            if len(said) >= 3:
+            if len(said) >= 4:
                 break
             await pilot.pause(0.05)
+        assert not measuring.busy
+    assert said[3] == ("memory breakdown not started: IndexError: list index out of "
+                       "range")
     assert said[0] == "run 1 not renamed: KeyError: 'no such key'"
     assert said[1] == "a change to the session failed: ZeroDivisionError: division by zero"
     assert said[2].startswith("run 99 not shown: ") and "99" in said[2][18:]    # as it is

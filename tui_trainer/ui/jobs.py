@@ -78,6 +78,8 @@ class TabJob:
                 return launch(sup)
             except (SessionError, OSError, BadInput) as e:
                 return e
+            except Exception as e:  # noqa: BLE001 - a fault of ours: said, and the tab let go
+                return RuntimeError(f"{type(e).__name__}: {shown(e, 200)}")
 
         def started(proc: Any) -> None:
             if isinstance(proc, Exception):
