@@ -143,6 +143,31 @@ async def test_charts_are_built_only_while_in_view(tmp_path):
         assert plots["plot-grad"]._canvas is not None
 
 
+async def test_an_empty_sessions_charts_say_how_to_start_a_run(tmp_path):
+    """A session with no runs: the charts say how to start one at 80x24, not "no data yet";
+    once a run is there and none is under the cursor, they say so; with runs, their names."""
+    from tui_trainer.ui.panels.plots import EMPTY_SESSION
+    from tui_trainer.ui.widgets.plots import MetricPlot
+    SessionStore(tmp_path).close()
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.app.ready()
+        await app.poll_now()
+        chart = app.query_one("#plot-loss", MetricPlot)
+        for _ in range(60):
+            await pilot.pause(0.1)
+            if chart.drawn and chart._canvas is not None:
+                break
+        assert EMPTY_SESSION in chart._canvas.plain
+        _session(tmp_path, 1)
+        await app.poll_now()
+        for _ in range(60):
+            await pilot.pause(0.1)
+            if chart.drawn and EMPTY_SESSION not in chart._canvas.plain:
+                break
+        assert EMPTY_SESSION not in chart._canvas.plain and "run0" in chart._canvas.plain
+
+
 async def test_a_table_keeps_only_the_cells_it_draws_now():
     """panels/common.Table: DataTable keyed what it drew by an update count and kept up to
     10,000 cells of older counts that are never drawn again; with four runs training the run

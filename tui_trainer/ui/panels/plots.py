@@ -29,6 +29,8 @@ from ..widgets.plots import MetricPlot
 from .common import Tick, label
 
 WINDOWS = (0, 100, 500, 2000)
+# what the charts say in a session with no runs yet
+EMPTY_SESSION = "no runs yet: F2 starts one with the form's config (F9 shows the form)"
 
 
 class PlotGrid(Grid):
@@ -142,13 +144,16 @@ class PlotsPanel(Vertical):
         stuck = [r for r in plotted if r in tick.runs and tick.runs[r].not_learning]
         warn = f" · not learning: {', '.join(map(str, stuck))} (its row says why)" \
             if stuck else ""
-        self.show(tick.lines, (shown(names, 80) or "no run selected") + warn)
+        # a chart without points says why: a session with no runs yet says how to start one
+        empty = EMPTY_SESSION if not tick.runs else \
+            "no run selected: move the cursor to a run" if not plotted else ""
+        self.show(tick.lines, (shown(names, 80) or "no run selected") + warn, empty)
 
-    def show(self, lines: dict[str, list[Line]], note: str) -> None:
+    def show(self, lines: dict[str, list[Line]], note: str, empty: str = "") -> None:
         for pid, _, _ in PANELS:
             self.query_one(f"#{pid}", MetricPlot).show(
                 lines.get(pid, []), note, xlabel=X_AXES[self.options.x],
-                log_y=self.options.log_y)
+                log_y=self.options.log_y, empty=empty)
 
     def _say(self) -> None:
         o = self.options

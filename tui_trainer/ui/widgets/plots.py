@@ -32,6 +32,7 @@ from ...core.analysis.plotdata import Line
 from ..panels.common import COLOURS
 
 Series = Line           # the name the panels and tests knew
+NO_DATA = "no data yet"     # a chart's title while it has no points
 MIN_BUILD_S = 2.0       # a panel's chart is rebuilt at most this often (W&B: a few seconds)
 # One chart is built at a time in the whole app: builds are pure Python, and several at once
 # only take turns holding the GIL against the UI thread (a key then waits for each of them).
@@ -45,6 +46,7 @@ class MetricPlot(PlotextPlot):
         self.border_title = title
         self._pending: list[Line] = []
         self._note = ""
+        self._empty = NO_DATA
         self.log_y = False
         self._canvas: Text | None = None
         self._built_key: tuple | None = None      # what the canvas shows (lines, size)
@@ -56,9 +58,11 @@ class MetricPlot(PlotextPlot):
         self._drawn_labels: frozenset[str] = frozenset()   # lines with points, last built
 
     def show(self, lines: Sequence[Line], note: str = "", xlabel: str | None = None,
-             log_y: bool = False) -> None:
+             log_y: bool = False, empty: str = "") -> None:
+        """`note` titles a chart with points; `empty` one without (default NO_DATA)."""
         self._pending = list(lines)
         self._note = note
+        self._empty = empty or NO_DATA
         self.xlabel = xlabel or self.xlabel
         self.log_y = log_y
         self._built_key = None
@@ -95,7 +99,8 @@ class MetricPlot(PlotextPlot):
         if not self.in_view:
             return
         w, h = self.size.width, self.size.height
-        key = (id(self._pending), self._note, self.xlabel, self.log_y, w, h, self.app.theme)
+        key = (id(self._pending), self._note, self._empty, self.xlabel, self.log_y, w, h,
+               self.app.theme)
         if key == self._built_key or w < 8 or h < 4:
             return
         # A line that gets its first points (a run just started, a run newly plotted) is
@@ -118,8 +123,8 @@ class MetricPlot(PlotextPlot):
         self._built_key = key
         self._drawn_labels = labels
         self._latest = next(self._asked)
-        self._build(self._latest, list(self._pending), self._note, self.xlabel,
-                    self.ylabel + (" (log scale)" if self.log_y else ""), w, h,
+        self._build(self._latest, list(self._pending), (self._note, self._empty),
+                    self.xlabel, self.ylabel + (" (log scale)" if self.log_y else ""), w, h,
                     self._get_plotext_theme_name(self.app.theme), self.log_y)
 
     @property
@@ -132,8 +137,8 @@ class MetricPlot(PlotextPlot):
         self.redraw()
 
     @work(thread=True, group="plot-build")
-    def _build(self, seq: int, lines: list[Line], note: str, xlabel: str, ylabel: str,
-               width: int, height: int, theme: str, log_y: bool = False) -> None:
+    def _build(self, seq: int, lines: list[Line], notes: tuple[str, str], xlabel: str,
+               ylabel: str, width: int, height: int, theme: str, log_y: bool = False) -> None:
         # A key just came: the UI thread answers it before a build takes turns with it for
         # the GIL (bounded: a chart is never held back more than a second).
         wait_for_quiet = getattr(self.app, "wait_for_quiet", None)
@@ -142,8 +147,8 @@ class MetricPlot(PlotextPlot):
         with BUILDING:
             if seq != self._latest:
                 return                          # a newer build was asked for meanwhile
-            canvas = Text.from_ansi(chart(lines, note, xlabel, ylabel, width, height, theme,
-                                          log_y))
+            canvas = Text.from_ansi(chart(lines, notes[0], xlabel, ylabel, width, height,
+                                          theme, log_y, empty=notes[1]))
         self.app.call_from_thread(self._set_canvas, seq, canvas)
 
     def _set_canvas(self, seq: int, canvas: Text) -> None:
@@ -174,8 +179,17 @@ def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
     return [math.log10(v) for v in inside], [_number(v) for v in inside]
 
 
+def fitted(text: str, width: int) -> str:
+    """A title that fits: cut at its last " (" and then its ": " while it does not (plotext
+    drops a title wider than the chart)."""
+    for cut in (" (", ": "):
+        if len(text) > width and cut in text:
+            text = text[:text.rindex(cut)]
+    return text
+
+
 def chart(lines: Sequence[Line], note: str, xlabel: str, ylabel: str, width: int,
-          height: int, theme: str, log_y: bool = False) -> str:
+          height: int, theme: str, log_y: bool = False, empty: str = "") -> str:
     """The plotext chart of `lines` at width x height, as ANSI text (any thread). With log_y
     the lines hold log10 values and the ticks are labelled in the data's units."""
     plt = Plot()
@@ -203,5 +217,5 @@ def chart(lines: Sequence[Line], note: str, xlabel: str, ylabel: str, width: int
         plt.yticks(*log_ticks(min(ys), max(ys)))
     plt.xlabel(xlabel)
     plt.ylabel(ylabel)
-    plt.title(note if drawn else "no data yet")
+    plt.title(note if drawn else fitted(empty or NO_DATA, width - 4))
     return plt.build()
