@@ -382,3 +382,47 @@ async def click(pilot, selector: str, timeout: float = 30.0) -> None:
             return
         await pilot.pause(0.05)
     raise AssertionError(f"{selector} never showed")
+
+
+# --- the warm launcher's tests (test_warm, test_spare) ------------------------------------
+
+def started_launcher():
+    """A warm launcher of the test's own, up (WarmLauncher)."""
+    from tui_trainer.launcher.client import WarmLauncher
+    launcher = WarmLauncher()
+    launcher.start()
+    assert launcher.wait_ready(120), "the warm launcher did not come up"
+    return launcher
+
+
+def launch_config(**over) -> dict:
+    """A whole config of QUICK's runs (12 steps, a checkpoint every 4), `over` changed."""
+    from tui_trainer.core.settings import config
+    quick = {k: config.parse_value(k, v) for k, v in (p.split("=") for p in QUICK)}
+    return config.from_dict({**config.DEFAULTS.to_dict(), **quick, "max_steps": 12,
+                             "checkpoint_every": 4, **over}).to_dict()
+
+
+def alive(pid: int) -> bool:
+    """Process `pid` runs (a zombie does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def live_children(pid: int) -> set[int]:
+    """The live children of process `pid` (none once it is gone)."""
+    import psutil
+    out = set()
+    try:
+        kids = psutil.Process(pid).children()
+    except psutil.NoSuchProcess:
+        return out
+    for c in kids:
+        try:
+            if c.status() != psutil.STATUS_ZOMBIE:
+                out.add(c.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out

@@ -340,7 +340,7 @@ def _launcher_and_its_spare():
 def _its_spare(warm):
     """The launcher's spare (its only child), once it has loaded cuDNN."""
     from conftest import wait_until
-    from test_warm import _children
+    from conftest import live_children as _children
     assert wait_until(lambda: len(_children(warm._proc.pid)) == 1)
     (spare,) = _children(warm._proc.pid)
     assert wait_until(lambda: "libcudnn_engines" in open(f"/proc/{spare}/maps").read(),
@@ -361,7 +361,7 @@ def test_the_launchers_spare_holds_no_gpu_memory_and_gives_a_cuda_run_its_driver
     import sys
 
     from conftest import wait_until
-    from test_warm import _config
+    from conftest import launch_config as _config
     from tui_trainer.core.processes.supervisor import launch, train_args
     from tui_trainer.launcher.client import SPARE_LINE
     from tui_trainer.engine.cuda_start import cublas_size_settable
@@ -416,7 +416,7 @@ def test_a_run_given_a_cudnn_spare_trains_the_bits_and_memory_figures_of_a_forke
     spare let it go at Start; elsewhere the first spare is replaced by one of the run's
     workspace (a run forked first). Bits are compared where the runs are deterministic."""
     from conftest import wait_until
-    from test_warm import _alive, _children, _config
+    from conftest import alive as _alive, launch_config as _config, live_children as _children
     from tui_trainer.core.processes.supervisor import launch, train_args
     from tui_trainer.launcher.client import SPARE_LINE
     from tui_trainer.core.processes.cuda_checkpoint import CudaCheckpoint
@@ -495,7 +495,7 @@ def test_a_run_given_a_suspended_spare_and_killed_leaves_no_helper_and_resumes_b
     import subprocess
 
     from conftest import wait_until
-    from test_warm import _alive, _children, _config
+    from conftest import alive as _alive, launch_config as _config, live_children as _children
     from tui_trainer.core.processes.cuda_checkpoint import CudaCheckpoint
     from tui_trainer.core.settings.machine import cublas_workspace
     from tui_trainer.core.processes.supervisor import launch, train_args
