@@ -1,0 +1,216 @@
+"""The dashboard's checks of runs against runs, driven with Pilot over real training
+processes: a twin (F5), the divergence of two runs, Compare, the determinism verdict (F7)
+and the resume check (F8)."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import DataTable, Input
+
+from conftest import QUICK, db_rows, sets, tt
+from test_ui import SIZE, status, until
+from tui_trainer.core.analysis.figures import PHASES
+from tui_trainer.ui.app import TrainerApp
+from tui_trainer.ui.panels.divergence import DivergencePanel
+from tui_trainer.ui.screens import EvidenceScreen
+from tui_trainer.ui.widgets.plots import MetricPlot
+
+
+async def test_repeat_pairs_a_twin_and_the_divergence_panel_says_identical(tmp_path):
+    r = tt("run", "--session", str(tmp_path), "--set", "max_steps=12",
+           *sets(*QUICK))
+    assert r.rc == 0, r.err
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
+        await pilot.press("f5")
+        await until(pilot, lambda: len(db_rows(tmp_path, "SELECT 1 FROM runs")) == 2
+                    and status(tmp_path, 2) == "finished")
+        assert db_rows(tmp_path, "SELECT twin_of FROM runs WHERE id = 2") == [(1,)]
+        assert app.pair == [1, 2]
+        app.query_one("#tabs").active = "tab-divergence"
+        await pilot.pause()
+        await until(pilot, lambda: "bit-identical" in str(app.query_one("#verdict").render()))
+        dloss = app.query_one("#plot-dloss", MetricPlot)._pending[0]
+        assert dloss.ys and all(y == 0 for y in dloss.ys)
+        dist = app.query_one("#plot-pdist", MetricPlot)._pending[0]
+        assert dist.ys and all(y == 0 for y in dist.ys)
+
+
+async def test_divergence_finds_the_first_differing_step_of_runs_that_differ(tmp_path):
+    base = sets(*QUICK) + ["--set", "max_steps=12"]
+    assert tt("run", "--session", str(tmp_path), *base).rc == 0
+    assert tt("run", "--session", str(tmp_path), *base, "--set", "seed=5").rc == 0
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
+        await app.poll_now()
+        await pilot.pause()
+        table = app.query_one("#runs", DataTable)
+        table.focus()
+        await pilot.press("space", "down", "space")
+        assert app.marked == [1, 2] and app.pair == [1, 2]
+        app.query_one("#tabs").active = "tab-divergence"
+        await pilot.pause()
+        await app.poll_now()
+        await pilot.pause()
+        text = str(app.query_one("#verdict").render())
+        assert "differ already at step 0" in text       # another seed: another init
+        dist = app.query_one("#plot-pdist", MetricPlot)._pending[0]
+        assert all(y > 0 for y in dist.ys)
+        # x (from the run table) explains the pair in a child process; the answer, kept in
+        # the session, shows below the plots, and e shows what it rests on
+        assert _explanation(app).startswith("x: explain where and why they part")
+        await pilot.press("x")
+        await until(pilot, lambda: "Where they part" in _explanation(app),
+                    seen=lambda: _explanation(app))
+        assert "Runs 1 (A) and 2 (B) part at step 0: their initial parameters differ (seed 1 " \
+            "vs 5)" in _explanation(app)
+        assert db_rows(tmp_path, "SELECT run_id FROM events WHERE kind = 'explanation'") == \
+            [(2,)]
+        await pilot.press("e")
+        await pilot.pause()
+        evidence = str(app.screen.query_one("#evidence-text Static").render())
+        assert "config seed: A 1, B 5" in evidence and "parameter hashes different" in evidence
+        await pilot.press("escape")
+        # At 80x24, under the explanation, the charts keep a readable height and the tab
+        # scrolls, by the keys too (issue 55: they got one row, then none).
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.5)
+        panel = app.query_one(DivergencePanel)
+        assert min(p.outer_size.height for p in app.query("#plot-dloss, #plot-pdist")) >= 12
+        assert panel.max_scroll_y > 0
+        panel.focus()
+        await pilot.press("pagedown")
+        await pilot.pause(0.3)
+        assert panel.scroll_y > 0
+        await pilot.press("end")
+        await pilot.pause(0.3)
+        explanation = app.query_one("#explanation")
+        assert panel.region.contains(explanation.region.x, explanation.region.bottom - 1)
+        await pilot.resize_terminal(*SIZE)
+        await pilot.pause(0.3)
+        # x on another tab is not the Divergence tab's
+        app.query_one("#tabs").active = "tab-plots"
+        app.query_one("#runs", DataTable).focus()
+        await pilot.press("x")
+        await pilot.pause()
+        assert not _explaining(app) and app.query_one("#tabs").active == "tab-plots"
+        # nor is an x typed into a text box
+        app.query_one("#tabs").active = "tab-divergence"
+        search = app.query_one("#knob-search", Input)
+        search.focus()
+        await pilot.press("x", "e")
+        await pilot.pause()
+        assert search.value == "xe" and not _explaining(app)
+        assert not isinstance(app.screen, EvidenceScreen)
+
+
+def _explanation(app) -> str:
+    return str(app.query_one("#explanation").render())
+
+
+async def test_compare_shows_config_diff_overlay_and_ratios(tmp_path):
+    base = sets(*QUICK) + ["--set", "max_steps=10"]
+    assert tt("run", "--session", str(tmp_path), *base, "--set", "num_threads=2").rc == 0
+    assert tt("run", "--session", str(tmp_path), *base, "--set", "batch_size=32",
+              "--set", "num_threads=1").rc == 0
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
+        await app.poll_now()
+        await pilot.pause()
+        app.query_one("#runs", DataTable).focus()
+        await pilot.press("space", "down", "space", "f6")
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "tab-compare"
+        await app.poll_now()
+        await pilot.pause()
+        cfg = app.query_one("#compare-config", DataTable)
+        rows = [cfg.get_row_at(i) for i in range(cfg.row_count)]
+        assert ["batch_size", "64", "32"] in [list(map(str, r)) for r in rows]
+        flagged = [str(r[0]) for r in rows if str(r[0]).startswith("⚠")]
+        assert "⚠ num_threads (effective)" in flagged
+        summary = app.query_one("#compare-summary", DataTable)
+        srows = {str(summary.get_row_at(i)[0]): summary.get_row_at(i)
+                 for i in range(summary.row_count)}
+        assert set(srows) == {"train loss (smoothed)", "eval loss", "eval accuracy %",
+                              "samples/s (training)", "peak memory MiB", "wall time s",
+                              *(f"{k} ms/step" for k in PHASES)}
+        # where the time went: each phase per step, and B's over A's (batch 32 vs 64)
+        fa, fb, fr = (float(str(x).rstrip("x")) for x in srows["forward ms/step"][1:])
+        assert fa > 0 and fb > 0 and fr == pytest.approx(fb / fa, rel=0.02, abs=0.01)
+        a, b, ratio = (float(str(x).replace(",", "").rstrip("x"))
+                       for x in srows["samples/s (training)"][1:])
+        assert a > 100 and b > 100
+        assert ratio == pytest.approx(b / a, abs=0.005)     # shown to 2 decimals
+        overlay = app.query_one("#plot-compare", MetricPlot)._pending
+        assert [len(s.xs) for s in overlay] == [5, 5]
+        # Same seed, so the same initial parameters; another batch size, so not after.
+        app.query_one("#tabs").active = "tab-divergence"
+        await pilot.pause()
+        await app.poll_now()
+        await pilot.pause()
+        verdict = str(app.query_one("#verdict").render())
+        assert "identical at step 0, different at step 3" in verdict
+
+
+def _explaining(app) -> bool:
+    """An explain started by the Divergence tab (x) is under way."""
+    panel = app.panel(DivergencePanel)
+    return panel is not None and panel.explaining.busy
+
+
+def _verdict_text(app) -> str:
+    return str(app.query_one("#verdict").render())
+
+
+async def test_verdict_action_trains_a_twin_and_explains_the_difference(tmp_path):
+    r = tt("run", "--session", str(tmp_path), "--set", "max_steps=9", "--set", "seed=none",
+           *sets(*QUICK))
+    assert r.rc == 0, r.err
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
+        await pilot.press("f7")
+        assert app.query_one("#tabs").active == "tab-divergence"
+        await until(pilot, lambda: db_rows(tmp_path, "SELECT 1 FROM events WHERE "
+                                                     "kind = 'repro_verdict'"))
+        assert db_rows(tmp_path, "SELECT twin_of FROM runs WHERE id = 2") == [(1,)]
+        # the app pairs them at its first tick that reads the twin (the row comes first)
+        await until(pilot, lambda: app.pair == [1, 2], seen=lambda: app.pair)
+        await until(pilot, lambda: "Determinism verdict" in _verdict_text(app))
+        text = _verdict_text(app)
+        assert "NOT identical" in text and "step 0" in text and "seed = none" in text
+        # the check goes on to explain where they part; the tab shows it below the plots
+        await until(pilot, lambda: "Where they part" in _explanation(app),
+                    seen=lambda: _explanation(app))
+        assert "part at step 0: their initial parameters differ (seed none: A and B drew " \
+            "their own)" in _explanation(app)
+
+
+async def test_resume_check_action_shows_the_verdict_in_the_divergence_panel(tmp_path):
+    r = tt("run", "--session", str(tmp_path), "--set", "max_steps=12",
+           *sets(*QUICK))
+    assert r.rc == 0, r.err
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.ready()
+        await pilot.press("f8")
+        await pilot.pause()
+        prompt = app.screen.query_one("#name-input", Input)
+        assert prompt.value == "6"                  # the middle of the run, to start with
+        prompt.value = "40"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert len(db_rows(tmp_path, "SELECT 1 FROM runs")) == 1     # refused: out of range
+        await pilot.press("f8")
+        await pilot.pause()
+        app.screen.query_one("#name-input", Input).value = "5"
+        await pilot.press("enter")
+        await until(pilot, lambda: "Resume check" in _verdict_text(app))
+        text = _verdict_text(app)
+        assert "killed at step 5" in text and "[b]" not in text
+        assert "bit-identical" in text and "NOT identical" not in text
+        assert db_rows(tmp_path, "SELECT name, status FROM runs WHERE id = 2") == \
+            [("run-1-resumed-at-5", "finished")]

@@ -1,0 +1,191 @@
+"""The dashboard's A/B tab, driven with Pilot over real training processes: a study and
+a seed sweep from the form, their tables, bands and exports, and the table at 80x24."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import DataTable, Input
+
+from conftest import QUICK, click, db_rows, sets, tt
+from test_ui import QUICK_FORM, SIZE, fill, notifications, until
+from tui_trainer.ui.app import TrainerApp
+from tui_trainer.ui.panels.divergence import DivergencePanel
+from tui_trainer.ui.widgets.plots import MetricPlot
+
+
+async def ab_tab_with_a_quick_form(pilot) -> None:
+    await pilot.app.ready()
+    await fill(pilot, QUICK_FORM)
+    pilot.app.query_one("#tabs").active = "tab-ab"
+    await pilot.pause()
+
+
+@pytest.mark.slow
+async def test_ab_study_from_the_dashboard_fills_its_table_and_exports(tmp_path):
+    app = TrainerApp(tmp_path, poll=False)
+    said = notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await ab_tab_with_a_quick_form(pilot)
+        app.query_one("#ab-vary", Input).value = "batch_size=oops"
+        await click(pilot, "#ab-start")
+        await pilot.pause()
+        assert db_rows(tmp_path, "SELECT 1 FROM studies") == []      # refused, nothing run
+        app.query_one("#ab-vary", Input).value = "seed=2 deterministic=off"
+        app.query_one("#ab-steps", Input).value = "4"
+        app.query_one("#ab-repeats", Input).value = "1"      # one run each: no intervals
+        await click(pilot, "#ab-start")
+        try:
+            await until(pilot, lambda: db_rows(tmp_path, "SELECT status FROM studies") ==
+                        [("finished",)], timeout=600)
+        except AssertionError:
+            raise AssertionError(f"studies {db_rows(tmp_path, 'SELECT * FROM studies')}, runs "
+                                 f"{db_rows(tmp_path, 'SELECT id, status FROM runs')}, said "
+                                 f"{said}") from None
+        await until(pilot, lambda: "finished, 3 of 3 runs done" in
+                    str(app.query_one("#ab-title").render()))
+        table = app.query_one("#ab-table", DataTable)
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        assert [r[0] for r in rows] == ["base", "seed=2", "deterministic=off"]
+        headings = [str(c.label) for c in table.columns.values()]
+        assert headings[:3] == ["variant", "bit-identical to base", "samples/s"]
+        assert all(r[2] != "-" and r[4] != "-" for r in rows)    # samples/s, peak memory
+        assert rows[1][1] == "no, from step 0"
+        assert "x)" in rows[2][2]
+        assert "finished, 3 of 3 runs done" in str(app.query_one("#ab-title").render())
+        await pilot.press("ctrl+e")
+        await until(pilot, lambda: any("exported" in str(n.message)
+                                       for n in app._notifications))
+        assert (tmp_path / "exports" / "study-1-ratios.png").exists()
+        assert (tmp_path / "exports" / "study-1-table.csv").read_text().count("\n") == 4
+        # Enter on a variant pairs it with the base.
+        table.focus()
+        table.move_cursor(row=1)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.pair == [1, 2]
+
+
+async def test_the_ab_form_plans_an_until_sure_study_and_refuses_a_width_naming_it(tmp_path):
+    app = TrainerApp(tmp_path, poll=False)
+    said = notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await ab_tab_with_a_quick_form(pilot)
+        app.query_one("#ab-vary", Input).value = "batch_size=32"
+        app.query_one("#ab-steps", Input).value = "5000"
+        app.query_one("#ab-sure", Input).value = "0.01"
+        await click(pilot, "#ab-start")
+        await until(pilot, lambda: any("sure %" in m for m in said))
+        assert db_rows(tmp_path, "SELECT 1 FROM studies") == []      # refused, nothing run
+        app.query_one("#ab-sure", Input).value = "5"
+        await click(pilot, "#ab-start")
+        await until(pilot, lambda: db_rows(tmp_path, "SELECT 1 FROM studies") == [(1,)])
+        spec = db_rows(tmp_path, "SELECT json_extract(spec, '$.until_sure'), "
+                       "json_extract(spec, '$.max_rounds') FROM studies")
+        assert spec == [(0.05, 30)]
+        await until(pilot, lambda: any("at most 5.0% wide (at most 30 rounds)" in m
+                                       for m in said))
+        # Stop at once: before a tick has drawn the study, maybe before its process has
+        # marked it running (or has its signal handler). It ends stopped, and says so.
+        await click(pilot, "#ab-stop")
+        await until(pilot, lambda: any("stopping study 1" in m for m in said), timeout=30,
+                    seen=lambda: said)
+        await until(pilot, lambda: db_rows(tmp_path, "SELECT status FROM studies") ==
+                    [("stopped",)], timeout=120, seen=lambda: (said, db_rows(
+                        tmp_path, "SELECT status, message FROM studies")))
+        await until(pilot, lambda: all(status != "running" for status, in
+                                       db_rows(tmp_path, "SELECT status FROM runs")),
+                    timeout=60)
+        assert all(step < 5000 for step, in db_rows(tmp_path, "SELECT step FROM runs"))
+
+
+async def test_a_seed_sweep_from_the_dashboard_plots_a_band_and_its_spread(tmp_path):
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await ab_tab_with_a_quick_form(pilot)
+        app.query_one("#ab-steps", Input).value = "6"
+        app.query_one("#ab-repeats", Input).value = "2"
+        await click(pilot, "#ab-sweep")
+        await until(pilot, lambda: db_rows(tmp_path, "SELECT kind, status FROM studies") ==
+                    [("sweep", "finished")], timeout=600)
+        await until(pilot, lambda: "Seed sweep 1" in str(app.query_one("#ab-title").render())
+                    and "2 of 2 runs done" in str(app.query_one("#ab-title").render()))
+        assert db_rows(tmp_path, "SELECT json_extract(config, '$.seed') FROM runs") == \
+            [(1,), (2,)]
+        table = app.query_one("#ab-table", DataTable)
+        assert [str(c.label) for c in table.columns.values()][:2] == ["config", "seeds"]
+        table.focus()
+        table.move_cursor(row=0)
+        await pilot.press("enter")                  # marks the sweep's runs
+        await until(pilot, lambda: app.marked == [1, 2])
+        app.query_one("#tabs").active = "tab-plots"
+        await until(pilot, lambda: [ln.label for ln in app.query_one(
+            "#plot-loss", MetricPlot)._pending] == ["sweep 1 min", "sweep 1 max",
+                                                    "sweep 1 mean"])
+        app.query_one("#tabs").active = "tab-divergence"
+        await until(pilot, lambda: app.panel(DivergencePanel) is not None and "Seed sweep, 2 "
+                    "seeds" in str(app.query_one("#verdict").render()))
+
+
+async def test_at_80x24_the_ab_results_are_reached_by_tab_and_by_wheel_to_the_last_column(
+        tmp_path):
+    """A finished study whose title is long (the notes of arms this machine cannot run, on
+    the CPU; the method), at 80x24: Tab reaching the results brings the table's header into
+    view, the wheel reaches what is under it and back, and the table scrolls sideways a column a
+    right-arrow press, to its last one within 8 presses."""
+    from textual import events
+    r = tt("ab", "--session", str(tmp_path), *sets(*QUICK), "--vary", "amp=fp16",
+           "--vary", "device=cuda", "--vary", "batch_size=32", "--steps", "2",
+           "--repeats", "2", "--rerun-loaded", "0")
+    assert r.rc == 0, r.err
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.ready()
+        app.query_one("#tabs").active = "tab-ab"
+        await pilot.pause()
+        await until(pilot, lambda: app.query_one("#ab-table", DataTable).row_count == 4)
+        body, table = app.query_one("#ab-body"), app.query_one("#ab-table", DataTable)
+
+        def header_shown() -> bool:
+            return body.region.contains(table.region.x, table.region.y)
+        for _ in range(20):
+            await pilot.press("tab")
+            await pilot.pause()
+            if app.focused is body:
+                break
+        assert app.focused is body and header_shown(), (body.region, table.region)
+        body.scroll_home(animate=False)
+        await pilot.pause()
+        assert header_shown()        # the title is one line: the table shows as the tab opens
+        for _ in range(10):         # the wheel reaches what is under the table (the method)
+            await pilot._post_mouse_events([events.MouseScrollDown], widget="#ab-body",
+                                           offset=(10, 0))
+        await pilot.pause()
+        assert body.scroll_y == body.max_scroll_y > 0
+        assert "Enter on a row pairs it with the base" in str(
+            app.query_one("#ab-method").render())
+        for _ in range(10):
+            await pilot._post_mouse_events([events.MouseScrollUp], widget="#ab-body",
+                                           offset=(10, 0))
+        await pilot.pause()
+        assert header_shown(), (body.region, table.region)
+        await pilot.press("tab")
+        assert app.focused is table
+        # Right shows the next column at the left edge, beside the variant's (fixed), to
+        # the last one within 8 presses (issue 55); Left walks back the same way.
+        starts, x = [], 0
+        for column in table.ordered_columns[table.fixed_columns:]:
+            starts.append(x)
+            x += column.get_render_width(table)
+        assert table.fixed_columns == 1 and table.max_scroll_x > 0
+        seen = [table.scroll_x]
+        for _ in range(8):
+            await pilot.press("right")
+            await pilot.pause()
+            if table.scroll_x == seen[-1]:
+                break
+            seen.append(table.scroll_x)
+        assert seen[-1] == table.max_scroll_x, seen
+        assert all(x in starts for x in seen[:-1]) and seen == sorted(set(seen)), seen
+        await pilot.press("left")
+        await pilot.pause()
+        assert table.scroll_x == max(x for x in starts if x < table.max_scroll_x)
