@@ -163,6 +163,31 @@ def test_code_named_by_a_session_never_runs_until_you_trust_it(tmp_path, monkeyp
     assert mark.exists()
 
 
+def test_a_file_a_session_names_is_not_read_until_its_content_is_trusted(tmp_path,
+                                                                         monkeypatch):
+    """A session's record names a file outside it: where this user does not trust the
+    content the run recorded, the refusal comes from the record alone, the file unread
+    (a path that is no file, or a file of other content, is refused the same way, naming
+    the recorded hash); once trusted, the file is read and checked."""
+    net = _file(tmp_path, NET)
+    s = tmp_path / "s"
+    assert tt("run", "--session", str(s), *sets(*RUN, f"model={net}:Net")).rc == 0
+    (recorded,) = db_rows(s, "SELECT fingerprint FROM runs")[0]
+    sha = json.loads(recorded)["model_sha256"]
+    monkeypatch.setenv("TUI_TRAINER_HOME", str(tmp_path / "another-user"))
+    for elsewhere in (tmp_path / "no" / "such.py", tmp_path, net):
+        conn = sqlite3.connect(s / "session.sqlite")
+        conn.execute("UPDATE runs SET fingerprint = ?", (json.dumps(
+            {**json.loads(recorded), "model_file": str(elsewhere)}),))
+        conn.commit()
+        conn.close()
+        r = tt("resume", "1", "--session", str(s), "--set", "max_steps=16")
+        assert r.rc == 2 and f"(sha256 {sha[:16]}) is not trusted" in r.err, r.err
+        assert "is not a file" not in r.err
+    assert tt("trust", str(net)).rc == 0
+    assert tt("resume", "1", "--session", str(s), "--set", "max_steps=16").rc == 0
+
+
 def test_a_changed_file_is_refused_for_resume_naming_both_hashes(tmp_path):
     net = _file(tmp_path, NET)
     s = tmp_path / "s"

@@ -169,29 +169,44 @@ def code_differs(runs: list[dict[str, Any]], kept: dict[int, str] | None = None)
 def recorded(run: dict[str, Any]) -> dict[str, Any]:
     """What a run recorded of its net, for a copy of it to be built from (its settings, with
     its id for the messages): the file and the content it trained with."""
-    return {**(run.get("settings") or {}), "run_id": run.get("id")}
+    settings = run.get("settings")
+    return {**(settings if isinstance(settings, dict) else {}), "run_id": run.get("id")}
 
 
 def checked(spec: str, was: dict[str, Any] | None = None) -> tuple[Path, bytes, str]:
     """A file net's path, content and hash, once it may run: the file a run recorded
     (`was`, from `recorded`) and only with the content it trained with, else the spec's
     path; and only content this user trusts. BadInput otherwise, in one line (both hashes,
-    or how to trust it). Reads; runs nothing."""
+    or how to trust it). Reads (a recorded file only once its recorded content is trusted
+    here); runs nothing."""
     was = was or {}
-    path = Path(was["model_file"]) if was.get("model_file") else resolve(parse(spec)[0])
+    recorded_file, recorded_sha = was.get("model_file"), was.get("model_sha256")
+    path = Path(recorded_file) if isinstance(recorded_file, str) and recorded_file else \
+        resolve(parse(spec)[0])
+    if recorded_sha and not (isinstance(recorded_sha, str) and is_trusted(recorded_sha)):
+        # the content the run trained with is not trusted here: the file a session names
+        # (outside it) is not even read
+        raise BadInput(refusal(path, shown(recorded_sha, 64)))
     data, sha = read(path)
-    if was.get("model_sha256") and was["model_sha256"] != sha:
-        raise BadInput(changed(path, was["model_sha256"], sha, was.get("run_id", "?")))
+    if recorded_sha and recorded_sha != sha:        # (a session's record: shown as text)
+        raise BadInput(changed(path, shown(recorded_sha, 64), sha, was.get("run_id", "?")))
     if not is_trusted(sha):
         raise BadInput(refusal(path, sha))
     return path, data, sha
+
+
+def _spec(run: dict[str, Any]) -> Any:
+    """The model a recorded run names (read as untrusted: a config that is no table names
+    none)."""
+    config = run.get("config")
+    return config.get("model") if isinstance(config, dict) else None
 
 
 def check_code(run: dict[str, Any]) -> None:
     """Before a recorded run of a net of the user's own file is continued, or copied to be
     measured (memory, profile, what it sees): `checked`, so that a refusal comes before
     anything starts."""
-    spec = (run.get("config") or {}).get("model")
+    spec = _spec(run)
     if isinstance(spec, str) and FILE_MODEL.match(spec):
         checked(spec, recorded(run))
 
@@ -201,7 +216,7 @@ def check_twin(run: dict[str, Any]) -> None:
     whose process resolves the spec where it starts, here): the spec must name, from here,
     the file the run recorded, with the content it trained with, trusted (`checked`); else
     one line, before the twin is created."""
-    spec = (run.get("config") or {}).get("model")
+    spec = _spec(run)
     if not (isinstance(spec, str) and FILE_MODEL.match(spec)):
         return
     path, _, _ = checked(spec, recorded(run))
