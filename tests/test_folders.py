@@ -150,3 +150,26 @@ def test_a_torchvision_dataset_on_disk_is_named_and_a_missing_one_says_where(tmp
                *sets(*RUN, f"dataset={name}", f"data_dir={data}"))
         assert r.rc == 2 and "dataset: " in r.err and str(data / where) in r.err, r.err
         assert "never downloaded" in r.err and not (tmp_path / name).exists()
+
+
+def test_a_folder_a_session_names_is_read_only_once_you_named_it(tmp_path, monkeypatch):
+    """A session from someone else names a folder of images on this machine: listing and
+    export read the session only; continuing a run, its twin and what its net sees refuse
+    in one line naming the folder and `tui-trainer trust`, before anything is read or made;
+    once this user names the folder, they work."""
+    tree = digits(tmp_path / "digits")
+    s = tmp_path / "s"
+    assert tt("run", "--session", str(s), *sets(*RUN, f"dataset=folder:{tree}")).rc == 0
+    monkeypatch.setenv("TUI_TRAINER_HOME", str(tmp_path / "another-user"))
+    assert tt("runs", "--session", str(s)).rc == 0
+    assert tt("export", "--session", str(s), "1").rc == 0
+    for r in (tt("resume", "1", "--session", str(s), "--set", "max_steps=16"),
+              tt("repro", "--session", str(s), "--run", "1", "--json"),
+              tt("activations", "1", "--session", str(s), "--no-png")):
+        assert r.rc == 2, (r.rc, r.err)
+        assert f"dataset: {tree} was named by a session, not by you" in r.err, r.err
+        assert f"tui-trainer trust {tree}" in r.err and "Traceback" not in r.err
+    assert db_rows(s, "SELECT count(*) FROM runs") == [(1,)]         # no twin made
+    r = tt("trust", str(tree), "--json")
+    assert r.rc == 0 and json.loads(r.out) == {"folder": str(tree)}
+    assert tt("resume", "1", "--session", str(s), "--set", "max_steps=16").rc == 0

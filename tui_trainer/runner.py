@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .core.analysis import figures
-from .core.settings import machine, user_models
+from .core.settings import machine, user_data, user_models
 from .core.settings.config import ConfigError, RunConfig, from_dict
 from .core.analysis import explain as explained
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, EXIT_STOPPED,
@@ -143,6 +143,7 @@ def repro(store: SessionStore, check: Check, say: Say,
                            "finished or stopped")
         cfg = from_dict(first["config"])
         user_models.check_twin(first)       # its twins train its code, or none is created
+        user_data.check_in(first["config"])     # and read a folder this user named
     assert cfg is not None
     if check.resume_at is not None and first is not None and check.resume_at >= first["step"]:
         raise ConfigError("--resume-at", f"must be below the run's {first['step']} steps")

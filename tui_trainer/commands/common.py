@@ -142,16 +142,20 @@ def trust_named(*configs: Any) -> None:
     """Nets of the user's own files named on this command line (or in a TOML file given on
     it) are trusted as they are now: naming a file yourself trusts it
     (core/settings/user_models.py). A file that is missing or not Python is refused here,
-    in one line naming `model`, before anything is stored."""
-    from ..core.settings import user_models
+    in one line naming `model`, before anything is stored. Folders of images named so are
+    named by this user (core/settings/user_data.py)."""
+    from ..core.settings import user_data, user_models
     for model in _file_models(configs):
         user_models.trust(user_models.resolve(user_models.parse(model)[0]))
+    user_data.name_in(*configs)         # and folders of images (core/settings/user_data.py)
 
 
 def trusted_only(*configs: Any) -> None:
     """Nets of the user's own files named by a session (not by this command line) must be
-    trusted already: else one line naming the file and `tui-trainer trust`, before anything
-    starts (core/settings/user_models.py). Nothing is imported here."""
-    from ..core.settings import user_models
+    trusted already, and its folders of images named by this user: else one line naming
+    the file (or folder) and `tui-trainer trust`, before anything starts
+    (core/settings/user_models.py, user_data.py). Nothing is imported or read here."""
+    from ..core.settings import user_data, user_models
     for model in _file_models(configs):
         user_models.checked(model)
+    user_data.check_in(*configs)

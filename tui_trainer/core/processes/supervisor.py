@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..settings import machine, user_models
+from ..settings import machine, user_data, user_models
 from . import gpus, trust
 from ..settings.config import world_size
 from .liveness import is_live, process_alive, starting
@@ -411,7 +411,7 @@ class Supervisor:
     def check(self, run_id: int, resume_at: int | None = None) -> subprocess.Popen:
         """A determinism verdict (or, with `resume_at`, a resume check) of a run, in the
         background; the twin it trains is recorded on the run as a `check_twin` event."""
-        user_models.check_twin(self.store.run(run_id))     # refused before it starts
+        self._twin_of(self.store.run(run_id))               # refused before it starts
         return self._job(repro_args(run_id, resume_at), f"repro-run-{run_id}")
 
     def explain(self, a: int, b: int) -> subprocess.Popen:
@@ -478,14 +478,24 @@ class Supervisor:
         before their process starts, unless the file holds the code each trained with and
         this user trusts it (core/settings/user_models.py); their process checks again."""
         for run_id in run_ids:
-            user_models.check_code(self.store.run(run_id))
+            run = self.store.run(run_id)
+            user_models.check_code(run)
+            user_data.check_in(run["config"])       # its folder of images, named here
+
+    @staticmethod
+    def _twin_of(run: dict[str, Any]) -> None:
+        """A twin of a recorded run trains its code and reads its images: the file it
+        recorded, trusted, and a folder this user named (else one line, before it is
+        made)."""
+        user_models.check_twin(run)
+        user_data.check_in(run["config"])
 
     def repeat(self, run_id: int) -> int:
         """A twin: the same config, paired with the original for divergence (refused before
         it is created where a net of the user's file is not the code the run trained with,
         or is not trusted)."""
         run = self.store.run(run_id)
-        user_models.check_twin(run)
+        self._twin_of(run)
         return self.start(run["config"], name=f"{run['name']}-twin", twin_of=run_id)
 
     def resume(self, run_id: int, overrides: dict[str, Any] | None = None,

@@ -87,6 +87,8 @@ def _prepare(config: dict[str, Any], root: Path, download: Callable[[Path], bool
         folder = folder_root(name)
         if not folder.is_dir():
             raise DataUnavailable("dataset", folder_missing(folder))
+        from .user_data import check
+        check(folder)                   # named by this user, not only by a session
         return "folder", folder, ""
     if name in ON_DISK:             # torchvision's layout, in data_dir: never downloaded
         why = on_disk_missing(name, root)

@@ -77,20 +77,35 @@ def read(path: Path) -> tuple[bytes, str]:
     return data, hashlib.sha256(data).hexdigest()
 
 
-def _store() -> Path:
-    return config_dir() / TRUST_FILE
+def load_store(name: str) -> dict[str, Any]:
+    """A JSON table of the user's config folder (what this user trusts), {} where there is
+    none or it does not read as one."""
+    try:
+        raw = json.loads((config_dir() / name).read_text())
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def save_store(name: str, table: dict[str, Any]) -> None:
+    """Writes a JSON table into the user's config folder, whole or not at all (mode 600)."""
+    store = config_dir() / name
+    store.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".trusted-", dir=store.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(table, f, indent=1)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, store)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def trusted() -> dict[str, dict[str, Any]]:
     """{sha256: {"path", "at"}} of every content this user trusted (read as untrusted:
     anything else in the file is ignored)."""
-    try:
-        raw = json.loads(_store().read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(raw, dict):
-        return {}
-    return {k: v for k, v in raw.items()
+    return {k: v for k, v in load_store(TRUST_FILE).items()
             if isinstance(k, str) and re.fullmatch(r"[0-9a-f]{64}", k) and isinstance(v, dict)}
 
 
@@ -104,17 +119,7 @@ def trust(path: Path) -> str:
     _, sha = read(path)
     known = trusted()
     known[sha] = {"path": str(path), "at": time.time()}
-    store = _store()
-    store.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".trusted-", dir=store.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(known, f, indent=1)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, store)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    save_store(TRUST_FILE, known)
     return sha
 
 

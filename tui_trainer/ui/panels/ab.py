@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.widgets import Button, DataTable, Input, Label, Select, Static
 
 from ...core.settings import config
-from ...core.settings import presets
+from ...core.settings import presets, user_data
 from ...core.analysis import study as studies
 from ...core.analysis import study_text
 from ...core.text import shown, shown_lines
@@ -218,6 +218,8 @@ class ABPanel(Vertical):
             return
 
         def create(store: Any, sup: Any) -> int:
+            # a folder of images in the form is named by this user (core/settings/user_data)
+            user_data.name_in(*(r["config"] for r in planned.runs))
             study_id = store.create_study(planned.kind, name, planned.spec, planned.runs)
             sup.study(study_id)
             return study_id

@@ -23,7 +23,7 @@ from textual.widgets import Button, Input, Select, Static
 from ...core.settings.config import DEFAULTS, ConfigError, RunConfig, allowed, doc, load
 from ...core.errors import BadInput
 from ...core.settings import machine as machines
-from ...core.settings import user_models
+from ...core.settings import user_data, user_models
 from ...core.settings.config import absolute_paths, is_file_model
 from ...core.settings.machine import Machine
 from ...core.settings import presets
@@ -257,6 +257,7 @@ class LaunchPanel(Vertical):
         first time, naming the file and its hash: `_ask_trust`; the file is read and hashed
         here, never imported: only the run's process runs it)."""
         app = self.app
+        user_data.name_in(config)   # a folder of images in the form: named by this user
         if is_file_model(config.get("model")):
             try:
                 path = user_models.resolve(user_models.parse(config["model"])[0])
