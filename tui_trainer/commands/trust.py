@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from ..core.errors import EXIT_OK
@@ -37,9 +36,8 @@ def add(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    folder = args.file[len(FOLDER):] if args.file.startswith(FOLDER) else args.file
-    if Path(folder).expanduser().is_dir():      # a folder of images: named by this user
-        root = folder_root(FOLDER + folder)
+    root = folder_root(args.file if args.file.startswith(FOLDER) else FOLDER + args.file)
+    if root.is_dir():                   # a folder of images: named by this user
         user_data.name(root)
         if args.json:
             print(json.dumps({"folder": str(root)}))

@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from . import user_data
 from .config import ConfigError, is_folder_dataset
 from ..errors import DiskFull, is_disk_full
 from .machine import (IDX_FILES, ON_DISK, data_root, fashion_missing, fashion_source,
@@ -87,8 +88,7 @@ def _prepare(config: dict[str, Any], root: Path, download: Callable[[Path], bool
         folder = folder_root(name)
         if not folder.is_dir():
             raise DataUnavailable("dataset", folder_missing(folder))
-        from .user_data import check
-        check(folder)                   # named by this user, not only by a session
+        user_data.check(folder)         # named by this user, not only by a session
         return "folder", folder, ""
     if name in ON_DISK:             # torchvision's layout, in data_dir: never downloaded
         why = on_disk_missing(name, root)

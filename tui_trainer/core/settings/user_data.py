@@ -54,21 +54,24 @@ def check(root: Path) -> None:
         raise ConfigError("dataset", refusal(root))
 
 
+def _folders(configs: tuple[Any, ...]) -> list[Path]:
+    """The folders of images these configs (dicts or RunConfigs; a session's are read as
+    untrusted: one that is no table names none) name."""
+    values = [c.get("dataset") if isinstance(c, dict) else getattr(c, "dataset", None)
+              for c in configs]
+    return [folder_root(v) for v in values if is_folder_dataset(v)]
+
+
 def name_in(*configs: Any) -> None:
-    """The folders these configs (dicts or RunConfigs) name, named by this user: they came
-    from this command line, a TOML file given on it, or the form. A missing folder is left
-    to the run's own check."""
-    for c in configs:
-        value = c.get("dataset") if isinstance(c, dict) else getattr(c, "dataset", None)
-        if is_folder_dataset(value):
-            root = folder_root(value)
-            if root.is_dir():
-                name(root)
+    """The folders these configs name, named by this user: they came from this command
+    line, a TOML file given on it, or the form. A missing folder is left to the run's own
+    check."""
+    for root in _folders(configs):
+        if root.is_dir():
+            name(root)
 
 
 def check_in(*configs: Any) -> None:
     """`check` for each folder these configs (a session's) name."""
-    for c in configs:
-        value = c.get("dataset") if isinstance(c, dict) else getattr(c, "dataset", None)
-        if is_folder_dataset(value):
-            check(folder_root(value))
+    for root in _folders(configs):
+        check(root)
