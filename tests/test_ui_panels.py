@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from textual.widgets import DataTable, Input
 
 from conftest import click
@@ -168,6 +169,44 @@ async def test_an_empty_sessions_charts_say_how_to_start_a_run(tmp_path):
         assert EMPTY_SESSION not in chart._canvas.plain and "run0" in chart._canvas.plain
 
 
+@pytest.mark.parametrize("height", [8, 9, 10, 11, 12, 16, 24])
+@pytest.mark.parametrize("lo,hi", [(0.3, 2.32), (5012.0, 6187.0), (-0.7, 0.9),
+                                   (1.2e-7, 3.3e-7), (0.5, 0.5004)])
+def test_a_charts_axes_step_evenly_and_its_labels_sit_on_their_rows(height, lo, hi):
+    """A chart's axes read in even, round steps (1, 2 or 5 times a power of ten), each y
+    label on the row its value is drawn on, no two alike, at least two (the axis's ends
+    where no two round values fit a row apart): plotext put seven ticks of odd values on
+    any height and, where two fell on one row, showed one, so at 80x24 a loss axis read
+    2.32 1.99 1.66 0.99 0.66 0.32 (steps of 0.33 and 0.67 a row), and a step axis 62.5."""
+    from tui_trainer.core.analysis.plotdata import Line
+    from tui_trainer.ui.widgets.plots import chart
+    xs = list(range(100))
+    ys = [lo + (hi - lo) * x / 99 for x in xs]
+    text = re.sub(r"\x1b\[[0-9;]*m", "", chart([Line("1", xs, ys, 0)], "t", "step", "loss",
+                                                70, height, "dark"))
+    rows = [line for line in text.splitlines() if re.match(r"^[ 0-9.e+-]*[┤│]", line)]
+    labels = [(i, line.split("┤")[0].strip()) for i, line in enumerate(rows) if "┤" in line]
+    assert len(rows) == height - 5
+    assert len(labels) >= 2 and len({v for _, v in labels}) == len(labels)
+    for row, label in labels:
+        drawn_at = (hi - float(label)) / (hi - lo) * (len(rows) - 1)
+        assert abs(row - drawn_at) <= 0.5 + 1e-6, (label, row, drawn_at, labels)
+    lines = text.splitlines()
+    along_x = lines[next(i for i, line in enumerate(lines) if "└" in line) + 1].split()
+    assert _round_steps([float(v) for v in along_x]) and along_x[0] == "0", along_x
+    values = [float(v) for _, v in labels]
+    if len(values) == 2 and values == pytest.approx([hi, lo], rel=1e-3):
+        return          # no two round values a row apart: the axis's ends
+    assert _round_steps(values[::-1]), labels
+
+
+def _round_steps(values: list[float]) -> bool:
+    """Two values or more, rising in one step of 1, 2 or 5 times a power of ten."""
+    step = values[1] - values[0] if len(values) > 1 else 0
+    return step > 0 and all(abs(b - a - step) <= step * 1e-6 for a, b in zip(values, values[1:])) \
+        and float(f"{step:.6e}".split("e")[0]) in (1.0, 2.0, 5.0)
+
+
 async def test_a_table_keeps_only_the_cells_it_draws_now():
     """panels/common.Table: DataTable keyed what it drew by an update count and kept up to
     10,000 cells of older counts that are never drawn again; with four runs training the run
@@ -228,6 +267,40 @@ async def test_a_run_that_beats_but_does_not_move_reads_stalled_in_the_table(tmp
         assert str(table.get_cell(str(rid), "status")) == "running"
     store.end_run(rid, "stopped", {})
     store.close()
+
+
+async def test_at_80x24_the_first_keys_go_to_the_run_table_not_the_hidden_form(tmp_path):
+    """Where the form is a closed drawer, the focus is in the run table: at 80x24 it started
+    in the hidden form's preset list (space opened it unseen), and came back there after a
+    dialog; F9 opens the drawer with the focus in the knob search, F9 again closes it. One
+    resize from 200x50 to 80x24 gives the drawer layout (it was judged by the size before
+    the resize, so the form stayed beside the panels until the next one)."""
+    _session(tmp_path)
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = await _table(pilot)
+        await pilot.pause()
+        assert app.focused is table
+        await pilot.press("space", "down", "space")
+        assert app.marked == [1, 2]
+        await pilot.press("f9")
+        assert app.focused is app.query_one("#knob-search")
+        await pilot.press("f9")
+        assert app.focused is table
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=(200, 50)) as pilot:
+        table = await _table(pilot)
+        assert app.query_one("#left").display and app.focused is not table
+        await pilot.press("f1")
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.2)
+        assert app.has_class("-small")
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert app.focused is table and not app.query_one("#left").display
+        await pilot.resize_terminal(200, 50)
+        await pilot.pause(0.2)
+        assert not app.has_class("-small") and app.query_one("#left").display
 
 
 async def test_the_run_buttons_do_what_their_keys_do(tmp_path):

@@ -1,5 +1,4 @@
-"""The dashboard: the layout, the keys, and the routing between panels, the poller and the
-writer.
+"""The dashboard: the layout, the keys, and the routing between panels, poller and writer.
 
 - The session is opened in a worker (`_open`: the Writer, ui/writer.py); from then on one
   polling thread (ui/poller.py) reads it and posts a `Polled` tick, which the app hands to
@@ -8,9 +7,8 @@ writer.
   The UI thread never runs SQLite, not even to open, switch or close a session.
 - The panels (ui/panels/, one registry: `TAB_PANELS`) own their keys, dialogs and background
   commands (ui/jobs.py), and post typed messages for what changes the app's state. A tab's
-  keys that work wherever the focus is while it shows (its `TAB_KEYS`) are bound here by
-  the tab's id and handed to its panel (`action_panel`); its palette entries (`COMMANDS`)
-  too.
+  keys that work wherever the focus is while it shows (its `TAB_KEYS`) and its palette
+  entries (`COMMANDS`) are bound here by the tab's id and handed to its panel (`action_panel`).
 
 The app's state (marked runs, the pair, the run under the cursor, the study and tab shown,
 the form) is reactive; what follows from it is ui/selection.py's (plain objects), and it is
@@ -191,6 +189,7 @@ class TrainerApp(App[None]):
 
     def on_mount(self) -> None:
         self._open(self.session_dir)
+        self.watch(self.screen, "focused", lambda _: self._focus_out_of_the_form())
 
     async def on_event(self, event: Any) -> None:
         if isinstance(event, (events.Key, events.MouseDown, events.MouseScrollDown,
@@ -210,11 +209,23 @@ class TrainerApp(App[None]):
         while time.monotonic() < deadline and (quiet := self.input_quiet()) > 0:
             time.sleep(min(quiet, 0.05))
 
-    def on_resize(self) -> None:
-        # A small terminal gets the form as a drawer (F9) and the plots one at a time.
-        small = self.size.width < 120 or self.size.height < 30
-        self.set_class(small, "-small")
-        self.set_class(self.size.width >= 240 and self.size.height >= 60, "-wide")
+    def on_resize(self, event: events.Resize) -> None:
+        # A small terminal gets the form as a drawer (F9) and the plots one at a time: judged
+        # by the event's size (the app's is the last one here), restyling a dialog's screens.
+        size = event.size
+        self.set_class(size.width < 120 or size.height < 30, "-small")
+        self.set_class(size.width >= 240 and size.height >= 60, "-wide")
+        for screen in self.screen_stack[:-1]:       # (Textual restyles only the top one)
+            screen.update_node_styles(animate=False)
+        self._focus_out_of_the_form()
+
+    def _focus_out_of_the_form(self) -> None:
+        """A closed drawer gives the focus to the run table (at 80x24 it was in the hidden
+        form, from the start or after a dialog: space opened its preset list unseen)."""
+        main = self.screen_stack[0] if self.screen_stack else None
+        if main is not None and self.has_class("-small") and not self.has_class("-form-open") \
+                and any(w.id == "left" for w in getattr(main.focused, "ancestors", ())):
+            self.call_after_refresh(main.set_focus, main.query_one(RunTable))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
@@ -659,10 +670,6 @@ class TrainerApp(App[None]):
 
     def action_help(self) -> None:
         self.push_screen("help")
-
-
-
-
 
     async def _mount_form(self) -> None:
         await self.query_one(LaunchPanel).mount_form()

@@ -33,13 +33,13 @@ BASE_COLUMNS = (("mark", " "), ("id", "id"), ("name", "name"), ("status", "statu
                 ("progress", "progress"), ("step", "step"), ("epoch", "epoch"),
                 ("loss", "train loss"), ("eval", "eval loss"), ("acc", "acc"),
                 ("sps", "samples/s"), ("mem", "peak MiB"), ("elapsed", "elapsed"),
-                ("split", "step time (last log)"), ("tags", "tags"), ("reason", "why it ended"))
+                ("split", "step time (last log)"), ("tags", "tags"), ("reason", "note"))
 # Config keys shown as columns with `c` (the knobs people compare most).
 CONFIG_COLUMNS = ("seed", "batch_size", "lr", "loader", "deterministic", "amp", "num_threads",
                   "device")
 SORTABLE = ("id", "name", "status", "step", "loss", "eval", "acc", "sps", "mem", "elapsed")
-# What a narrow table keeps, most important first (core.columns.fit); "why it ended" takes
-# what is left, cut; `a` shows every column (←/→ scroll).
+# What a narrow table keeps, most important first (core.columns.fit); "note" (why it ended,
+# else not learning, else crowded) takes what is left, cut; `a` shows every column (←/→ scroll).
 PRIORITY = ("mark", "id", "name", "status", "step", "loss", "acc", "reason", "sps", "tags",
             "eval", "elapsed", "mem", "progress", "split", "epoch")
 BAR = 8

@@ -165,18 +165,71 @@ def _number(v: float) -> str:
     return f"{v:.3g}" if 1e-3 <= abs(v) < 1e5 or v == 0 else f"{v:.1e}"
 
 
-def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
-    """Ticks for a log10 axis spanning lo..hi (in log10 units), labelled in the data's own
-    units: 1, 2 and 5 times the powers of ten inside the range (its ends when fewer than two
+def _gap(lo: float, hi: float, rows: int) -> float:
+    """The least distance between two ticks of an axis lo..hi drawn on `rows` rows: a row
+    apart (plotext puts a tick's label on its nearest row, and of two on one row shows the
+    last, beside a row it does not mark)."""
+    return (hi - lo) / max(rows - 1, 1)
+
+
+def log_ticks(lo: float, hi: float, rows: int = 99) -> tuple[list[float], list[str]]:
+    """Ticks for a log10 axis spanning lo..hi (in log10 units) on `rows` rows, labelled in
+    the data's own units: 1, 2 and 5 times the powers of ten inside the range (only the
+    powers of ten when more than six; fewer where rows are few; its ends when fewer than two
     fall inside)."""
     values = [m * 10.0 ** d for d in range(math.floor(lo), math.ceil(hi) + 1)
               for m in (1, 2, 5)]
     inside = [v for v in values if lo - 1e-9 <= math.log10(v) <= hi + 1e-9]
     if len(inside) > 6:
         inside = [v for v in inside if f"{v:.0e}".startswith("1")] or inside
-    if len(inside) < 2:
-        inside = sorted({10.0 ** lo, *inside, 10.0 ** hi})
-    return [math.log10(v) for v in inside], [_number(v) for v in inside]
+    kept: list[float] = []
+    for v in inside:
+        if not kept or math.log10(v) - math.log10(kept[-1]) >= _gap(lo, hi, rows) - 1e-9:
+            kept.append(v)
+    if len(kept) < 2 and rows >= 2:
+        kept = [10.0 ** lo, 10.0 ** hi]
+    return [math.log10(v) for v in kept], [_number(v) for v in kept]
+
+
+def linear_ticks(lo: float, hi: float, rows: int) -> tuple[list[float], list[str]]:
+    """Ticks for a linear axis lo..hi on `rows` rows (or places for a label along x): round
+    steps (1, 2 or 5 times a power of ten), at most seven and at least a row apart, each
+    labelled distinctly (the step's digits); its ends when fewer than two round values fall
+    inside."""
+    most = max(min(rows, 7), 2)
+    raw = max((hi - lo) / (most - 1), _gap(lo, hi, rows))
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw - 1e-12 * power)
+    first = math.ceil(lo / step - 1e-9)
+    values = [k * step for k in range(first, math.floor(hi / step + 1e-9) + 1)]
+    if len(values) < 2:
+        values = [lo, hi]
+        step = (hi - lo) / 2
+    top = max(abs(lo), abs(hi))
+    return values, [_tick_label(v, step, top) for v in values]
+
+
+def x_ticks(lo: float, hi: float, columns: int) -> tuple[list[float], list[str]]:
+    """Round steps along an x axis `columns` wide, each label with two columns to spare."""
+    places = max(2, columns // 6)
+    while True:
+        values, labels = linear_ticks(lo, hi, places)
+        if places == 2 or len(values) * (max(map(len, labels)) + 2) <= columns:
+            return values, labels
+        places -= 1
+
+
+def _tick_label(v: float, step: float, top: float) -> str:
+    """v with as many digits as its axis's step needs, so no two ticks read alike: fixed
+    decimals, or a power of ten where they would be many (top: the axis's largest |value|)."""
+    if abs(v) < step * 1e-9:
+        return "0"
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    if decimals <= 6 and top < 1e9:
+        return f"{v:.{decimals}f}"
+    digits = max(0, math.floor(math.log10(max(top, step))) - math.floor(math.log10(step)
+                                                                        + 1e-9))
+    return f"{v:.{digits}e}"
 
 
 def fitted(text: str, width: int) -> str:
@@ -197,6 +250,7 @@ def chart(lines: Sequence[Line], note: str, xlabel: str, ylabel: str, width: int
     plt._set_size(width, height)
     plt.theme(theme)
     drawn = 0
+    xs: list[float] = []
     ys: list[float] = []
     for line in lines:
         pts = [(x, y) for x, y in zip(line.xs, line.ys, strict=True)
@@ -206,15 +260,20 @@ def chart(lines: Sequence[Line], note: str, xlabel: str, ylabel: str, width: int
             plt.plot([p[0] for p in pts], [p[1] for p in pts], label=line.label,
                      color=colour, marker="dot" if line.faint else "braille")
             drawn += 1
+            xs += [p[0] for p in pts]
             ys += [p[1] for p in pts]
+    if xs and min(xs) < max(xs):
+        plt.xticks(*x_ticks(min(xs), max(xs), width - 8))
     if ys and min(ys) == max(ys):
         # A constant (two identical runs' |Δloss| is 0 throughout): one tick, on the line,
         # instead of plotext's -1..1 whose nearest tick reads 0.33.
         c = ys[0]
         plt.ylim(c, c + 1) if c >= 0 else plt.ylim(c - 1, c)
         plt.yticks([c], [_number(10 ** c if log_y else c)])
-    elif ys and log_y:
-        plt.yticks(*log_ticks(min(ys), max(ys)))
+    elif ys:
+        rows = height - 5          # the canvas between the title, the frame and the x axis
+        ticks = log_ticks if log_y else linear_ticks
+        plt.yticks(*ticks(min(ys), max(ys), rows))
     plt.xlabel(xlabel)
     plt.ylabel(ylabel)
     plt.title(note if drawn else fitted(empty or NO_DATA, width - 4))
