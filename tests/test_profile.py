@@ -97,3 +97,36 @@ def test_a_profile_of_a_run_that_replays_graphs_says_its_copy_stepped_op_by_op()
     text = profiling.lines({**kept, "graphs_replayed": True})
     assert text[1].startswith("Profiled op by op: the run itself replays its step from CUDA "
                               "graphs (cuda_graph = step)")
+
+
+def test_a_profile_taken_on_a_busy_machine_says_so(tmp_path):
+    """Other processes taking every core while the steps are profiled: the profile keeps what
+    else the machine did, its words and the pair's diff say the times are the load's; a kept
+    record of the machine that is no record reads as none (device=cpu: a CPU step is what a
+    busy CPU slows)."""
+    import os
+    import subprocess
+    import sys
+    r = tt("run", "--session", str(tmp_path), "--json",
+           *sets(*QUICK, "device=cpu", "max_steps=4"))
+    assert r.rc == 0, r.err
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(os.cpu_count() or 2)]
+    try:
+        r = tt("profile", "1", "1", "--steps", "6", "--warmup", "1", "--session",
+               str(tmp_path), "--json")
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert r.rc == 0, r.err
+    a, b = json.loads(r.out)["profiles"]
+    assert a["machine"]["others_cores"] > 0.2, a["machine"]
+    words = profiling.lines(a, 1)
+    assert words[1].startswith("Profiled on a busy machine (others "), words
+    assert "(the machine was busy while 1 and 1 were profiled: a change may be the load's)" \
+        in profiling.diff_lines(a, b, ids=(1, 1))[0]
+    for hostile in ("x", {"others_cores": "9", "wall_s": 1}, {"others_cores": -3.0,
+                                                               "wall_s": 1.0}):
+        p = profiling.read({**a, "machine": hostile})
+        assert p["machine"] is None and profiling.busy(p) is None

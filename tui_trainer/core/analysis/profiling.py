@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .figures import PHASES
+from ..processes import contention
 from ..session.store import SessionStore
 from ..text import shown
 
@@ -70,7 +71,17 @@ def read(data: Any) -> dict[str, Any] | None:
             "memory_total": _num(memory.get("total")),
             "memory_error": memory.get("error") if isinstance(memory.get("error"), str) else None,
             "trace": data.get("trace") if isinstance(data.get("trace"), str) else None,
-            "graphs_replayed": data.get("graphs_replayed") is True}
+            "graphs_replayed": data.get("graphs_replayed") is True,
+            "machine": contention.read(data.get("machine"))}
+
+
+def busy(p: dict[str, Any]) -> str | None:
+    """A read profile's warning when the machine was busy while its steps were profiled
+    (another process took CPU the copy could have used: contention.loaded), or None."""
+    if not contention.loaded(p["machine"]):
+        return None
+    return (f"Profiled on a busy machine ({contention.text(p['machine'])}): its times are "
+            "slower than on a quiet one.")
 
 
 def newest(events: list[dict[str, Any]], since: float | None = None) -> dict[str, Any] | None:
@@ -145,6 +156,8 @@ def lines(result: dict[str, Any], run_id: int | None = None, session: Path | Non
     out = [f"Profile of a copy of {who}: {p['steps']} steps after {p['warmup']} of warm-up, "
            f"from step {p['from_step']}, on {shown(p['device'], 20)}, batch {p['batch']}, "
            f"under torch.profiler: {_ms(p['wall_ms'])} ms per step."]
+    if (warning := busy(p)) is not None:
+        out.append(warning)
     if p["graphs_replayed"]:
         out.append("Profiled op by op: the run itself replays its step from CUDA graphs "
                    "(cuda_graph = step), which this copy's steps do not; the run's own step "
@@ -213,8 +226,12 @@ def diff_lines(a: dict[str, Any], b: dict[str, Any], ids: tuple[Any, Any] = ("A"
     pa, pb = read(a), read(b)
     if pa is None or pb is None:
         return ["one of the two profiles cannot be read (damaged)"]
+    loaded = [str(i) for i, p in zip(ids, (pa, pb)) if busy(p) is not None]
     out = [f"Operators whose self time changed most, {ids[0]} -> {ids[1]} (ms per step): "
-           f"step {_ms(pa['wall_ms'])} -> {_ms(pb['wall_ms'])}",
+           f"step {_ms(pa['wall_ms'])} -> {_ms(pb['wall_ms'])}"
+           + (f" (the machine was busy while {' and '.join(loaded)} "
+              f"{'were' if len(loaded) > 1 else 'was'} profiled: a change may be the load's)"
+              if loaded else ""),
            _cells("operator", (str(ids[0]), str(ids[1]), "B/A", "change"), name_w)]
     tables = [("self_ms", out)]
     if pa["device_ms"] is not None and pb["device_ms"] is not None:

@@ -8,8 +8,9 @@ phase (the engine's own Clock, as every run records it), each leaf module's forw
 (a record_function scope around it), the memory peak by category (one more step under
 MemTracker, engine.probes.memory), and a Chrome/Perfetto trace written where the caller
 says. On CUDA also the GPU's side: each operator's kernel time (the kernels it launched), the
-kernels by their time on the device, and the steps' total kernel time.
-core.analysis.profiling words and diffs it; the session keeps it as an event on the run.
+kernels by their time on the device, and the steps' total kernel time. What else took the
+CPU while the steps were profiled is kept too (core.processes.contention): a profile taken
+on a busy machine says so. core.analysis.profiling words and diffs it; the session keeps it as an event on the run.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, record_function
 
-from ...core.settings.config import graph_step
 from ...core.analysis.figures import PHASES
+from ...core.processes import contention
+from ...core.settings.config import graph_step
 
 SCOPE = "module: "          # the record_function name of a module's forward
 TOP_OPS = 40                 # operators kept (by self time); the trace has them all
@@ -68,9 +70,11 @@ def profile(cfg: Any, state: dict[str, Any] | None, steps: int, warmup: int,
                                     profile_memory=True) as prof:
             # (the steps' own time: the profiler's start and its processing left out)
             trainer.clock.lap(trainer.pos.samples)
+            before = contention.snapshot()      # what else the machine did meanwhile
             for _ in range(steps):
                 trainer.step(next(it))
             wall, _, spent = trainer.clock.lap(trainer.pos.samples)
+            machine = contention.between(before, contention.snapshot())
     finally:
         for h in handles:
             h.remove()
@@ -128,7 +132,7 @@ def profile(cfg: Any, state: dict[str, Any] | None, steps: int, warmup: int,
             "graphs_replayed": graph_step(cfg, cuda),
             "wall_ms": wall * 1000 / steps, "self_ms": self_total,
             "phases_ms": {k: spent[k] * 1000 / steps for k in PHASES},
-            "ops": kept, "op_count": len(ops), "modules": modules,
+            "machine": machine, "ops": kept, "op_count": len(ops), "modules": modules,
             "device_ms": device_total if cuda else None, "kernels": kernels[:TOP_OPS],
             "memory": {k: memory.get(k) for k in ("categories", "total", "error")
                        if k in memory},
