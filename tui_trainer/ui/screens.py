@@ -25,8 +25,9 @@ from ..core.text import shown
 
 # The help, as data: drawn once into one widget (a Markdown document of widgets cost the
 # dashboard a third of a second on every F1).
-HELP_INTRO = ("Configure a run on the left (F9 shows or hides the form), start it, and watch "
-              "it on the right. Every run trains in a process of its own and writes into the "
+HELP_INTRO = ("Configure a run in the form (on the left; under 120x30 a drawer over the whole "
+              "width; F9 shows or hides it), start it (F2), and watch it in the run table and "
+              "the tabs. Every run trains in a process of its own and writes into the "
               "session; quitting never loses anything. Press escape (or F1) to close this "
               "help; ctrl+p finds every action by name.")
 HELP_KEYS = (
