@@ -107,12 +107,21 @@ class ConfigForm(VerticalScroll):
     @staticmethod
     def matching(text: str) -> list[str]:
         """The knobs a search matches: those whose name contains `text`, or else those whose
-        explanation does, in the form's order."""
+        explanation does; the likeliest first (the name itself, then names that start with
+        it, then a word of the name that does: "amp" finds amp before train_samples), else
+        in the form's order."""
         text = text.strip().lower()
         if not text:
             return list(config.FIELDS)
-        return [k for k in config.FIELDS if text in k.lower()] or \
-            [k for k in config.FIELDS if text in config.doc(k).lower()]
+        named = [k for k in config.FIELDS if text in k.lower()]
+        if not named:
+            return [k for k in config.FIELDS if text in config.doc(k).lower()]
+
+        def rank(key: str) -> int:
+            key = key.lower()
+            return 0 if key == text else 1 if key.startswith(text) else \
+                2 if any(word.startswith(text) for word in key.split("_")) else 3
+        return sorted(named, key=rank)      # (stable: the form's order within a rank)
 
     def filter(self, text: str) -> list[str]:
         """Shows only the knobs that match `text` (all of them for an empty one), the first
