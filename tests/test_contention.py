@@ -127,6 +127,22 @@ def test_a_stored_runs_crowded_note_is_its_live_judgment_then_its_whole_run():
     assert contention.run_crowded({"status": "running"}) is None
 
 
+def test_a_stored_runs_busy_machine_is_read_from_its_whole_run():
+    """An ended run whose record says others took the cores it could have used reads as
+    loaded, with what took them; a quiet one, a live one and damaged records do not."""
+    busy = {"wall_s": 10.0, "others_cores": 1.2, "own_cores": 1.0, "cores": 2}
+    ended = {"status": "finished", "summary": {"contention": busy}}
+    assert contention.run_loaded(ended) == "others 1.20 cores, own 1.00, of 2"
+    quiet = {**busy, "others_cores": 0.03}
+    assert contention.run_loaded({**ended, "summary": {"contention": quiet}}) is None
+    # 16 cores: a neighbour on spare cores took nothing the run wanted
+    assert contention.run_loaded({**ended, "summary": {"contention": {**busy,
+                                                                        "cores": 16}}}) is None
+    assert contention.run_loaded({**ended, "status": "running"}) is None
+    for junk in ("junk", None, {"contention": "x"}, {"contention": {"others_cores": "1"}}):
+        assert contention.run_loaded({**ended, "summary": junk}) is None
+
+
 def test_a_loaded_round_is_trained_again_only_with_more_room_than_it_was_measured_with():
     # measured beside a hog (1 core of others on 2 cores): the same hog is no more room;
     # half of it is, and so is room for the runs unloaded

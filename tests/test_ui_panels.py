@@ -303,6 +303,29 @@ async def test_at_80x24_the_first_keys_go_to_the_run_table_not_the_hidden_form(t
         assert not app.has_class("-small") and app.query_one("#left").display
 
 
+async def test_compare_says_whose_speed_is_the_machines_load(tmp_path):
+    """Compare's ratios of samples/s and ms/step are the knobs' only where the runs had the
+    machine: a run recorded as trained beside busy processes (or crowded) is named under
+    the table with what took the cores; a quiet run is not."""
+    _session(tmp_path, 2)
+    with SessionStore(tmp_path) as s:
+        s.end_run(1, "finished", {"elapsed_s": 1.0, "contention": {
+            "wall_s": 1.0, "others_cores": 1.3, "own_cores": 0.9, "cores": 2}})
+        s.end_run(2, "finished", {"elapsed_s": 1.0, "contention": {
+            "wall_s": 1.0, "others_cores": 0.02, "own_cores": 1.9, "cores": 2}})
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = await _table(pilot)
+        table.focus()
+        await pilot.press("space", "down", "space", "f6")
+        await app.poll_now()
+        await pilot.pause()
+        words = str(app.query_one("#compare-window").render())
+        assert "⚠ A = run 1's speed is not its knobs' alone: the machine was busy while it " \
+            "trained (others 1.30 cores, own 0.90, of 2)" in words.replace("\n", " ")
+        assert "run 2" not in words and "samples/s and ms/step: the median" in words
+
+
 async def test_the_run_buttons_do_what_their_keys_do(tmp_path):
     """Stop, Continue, Repeat and Compare under the table run the app's actions (F3-F6)."""
     _session(tmp_path)

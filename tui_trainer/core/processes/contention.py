@@ -266,6 +266,16 @@ def run_crowded(run: dict[str, Any]) -> str | None:
                    device.split(":")[0] if isinstance(device, str) else None)
 
 
+def run_loaded(run: dict[str, Any]) -> str | None:
+    """What else took the CPU while an ended run trained, when the machine was busy (loaded:
+    its `text`), else None; a live run, or a record that is not one, reads as None."""
+    summary = run.get("summary")
+    if run.get("status") in ("created", "running") or not isinstance(summary, dict):
+        return None
+    c = read(summary.get("contention"))
+    return text(c) if loaded(c) else None
+
+
 def suggested_threads(note: str | None) -> int | None:
     """The thread count a crowded note suggests (the number it says, one definition)."""
     found = re.search(r"num_threads = (\d+) would not", note or "")

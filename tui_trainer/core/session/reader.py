@@ -107,6 +107,7 @@ class RunRow:
     workers_mib: float | None = None  # its DataLoader workers' part of peak_memory_mib
     last_phase_ms: tuple[tuple[str, float], ...] | None = None   # ... its last interval
     crowded: str | None = None   # its threads outnumber the free cores (contention.run_crowded)
+    loaded: str | None = None    # others took the CPU while it trained (contention.run_loaded)
 
     @property
     def live(self) -> bool:
@@ -277,7 +278,8 @@ class SessionReader:
             phase_ms=tuple(f.phase_ms.items()) if f.phase_ms else None,
             last_phase_ms=tuple(f.last_phase_ms.items()) if f.last_phase_ms else None,
             not_learning=figures.not_learning_text(f, run["config"] or {}),
-            workers_mib=f.workers_mib, crowded=contention.run_crowded(run))
+            workers_mib=f.workers_mib, crowded=contention.run_crowded(run),
+            loaded=contention.run_loaded(run))
 
     def _seed_figures(self, run: dict[str, Any]) -> figures.Figures:
         """A run seen for the first time: an ended run's figures as kept when it ended

@@ -16,10 +16,13 @@ from ...core.analysis.divergence import BIT_RELEVANT_SETTINGS
 from ...core.analysis.figures import smooth
 from ...core.analysis.plotdata import Line
 from ...core.session.reader import RunRow
+from ...core.text import shown_lines
 from ..widgets.plots import MetricPlot
 from .common import Table, Tick, label, plain
 
 LETTERS = "ABCDEFGH"
+WINDOW = (f"{figures.WINDOW}; {figures.WALL}. A ratio is the run's value over A's: above 1 "
+          "is faster for samples/s, slower for ms/step and wall time.")
 SUMMARY = ("train_loss", "eval_loss", "accuracy", "samples_per_s", "peak_memory_mib", "wall_s")
 
 
@@ -45,6 +48,15 @@ def summary_rows(runs: list[RunRow]) -> list[list[str]]:
             out.append([f"{key} ms/step", *("-" if v is None else f"{v:.2f}" for v in values),
                         *("-" if q is None else f"{q:.2f}x" for q in ratios)])
     return out
+
+
+def speed_caveats(runs: list[RunRow]) -> list[str]:
+    """The compared runs whose speed is the machine's load as much as their knobs': trained
+    crowded (threads beyond the free cores) or beside other busy processes."""
+    return [f"⚠ {x} = run {r.id}'s speed is not its knobs' alone: "
+            + (f"crowded, {r.crowded}" if r.crowded
+               else f"the machine was busy while it trained ({r.loaded})")
+            for x, r in zip(LETTERS, runs, strict=False) if r.crowded or r.loaded]
 
 
 def _value(r: RunRow, key: str) -> Any:
@@ -87,9 +99,7 @@ class ComparePanel(VerticalScroll):
         with Horizontal(id="compare-tables"):
             yield Table(id="compare-config", cursor_type="row")
             yield Table(id="compare-summary", cursor_type="row")
-        yield Static(Text(f"{figures.WINDOW}; {figures.WALL}. A ratio is the run's value over "
-                          "A's: above 1 is faster for samples/s, slower for ms/step and wall "
-                          "time."), id="compare-window")
+        yield Static(Text(WINDOW), id="compare-window")
         yield MetricPlot("train loss (smoothed)", "loss", id="plot-compare")
 
     def draw(self, tick: Tick) -> None:
@@ -121,6 +131,8 @@ class ComparePanel(VerticalScroll):
         summary.add_columns("", *letters, *(f"{x}/A" for x in letters[1:]))
         for row in summary_rows(rows):
             summary.add_row(*(plain(v) for v in row))
+        self.query_one("#compare-window", Static).update(
+            Text(shown_lines("\n".join([*speed_caveats(rows), WINDOW]))))
         lines = []
         for i, r in enumerate(rows):
             s = series.get(r.id)
