@@ -132,7 +132,8 @@ def test_a_stored_runs_busy_machine_is_read_from_its_whole_run():
     loaded, with what took them; a quiet one, a live one and damaged records do not."""
     busy = {"wall_s": 10.0, "others_cores": 1.2, "own_cores": 1.0, "cores": 2}
     ended = {"status": "finished", "summary": {"contention": busy}}
-    assert contention.run_loaded(ended) == "others 1.20 cores, own 1.00, of 2"
+    assert contention.run_loaded(ended) == \
+        "the machine was busy while it trained (others 1.20 cores, own 1.00, of 2)"
     quiet = {**busy, "others_cores": 0.03}
     assert contention.run_loaded({**ended, "summary": {"contention": quiet}}) is None
     # 16 cores: a neighbour on spare cores took nothing the run wanted

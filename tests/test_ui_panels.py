@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 from textual.widgets import DataTable, Input
 
-from conftest import click
+from conftest import click, tt
 from tui_trainer.core.settings import config
 from tui_trainer.core.session.store import SessionStore
 from tui_trainer.ui.app import TrainerApp
@@ -324,6 +325,17 @@ async def test_compare_says_whose_speed_is_the_machines_load(tmp_path):
         assert "⚠ A = run 1's speed is not its knobs' alone: the machine was busy while it " \
             "trained (others 1.30 cores, own 0.90, of 2)" in words.replace("\n", " ")
         assert "run 2" not in words and "samples/s and ms/step: the median" in words
+        # the run table's note says it too (cut to fit; its filter finds it as "busy"), and
+        # so does `runs`
+        from tui_trainer.ui.panels.runs import matches
+        table = app.query_one("#runs", DataTable)
+        assert str(table.get_row("1")[-1]).startswith("the machine was busy")
+        assert str(table.get_row("2")[-1]) == ""
+        assert matches(app.runs[1], "busy") and not matches(app.runs[2], "busy")
+    r = tt("runs", "--session", str(tmp_path), "--json")
+    assert [x["busy_machine"] is not None for x in json.loads(r.out)] == [True, False]
+    assert "run 1 finished: the machine was busy while it trained (others 1.30 cores" in \
+        tt("runs", "--session", str(tmp_path)).out
 
 
 async def test_the_run_buttons_do_what_their_keys_do(tmp_path):

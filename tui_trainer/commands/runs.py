@@ -40,7 +40,7 @@ def run_rows(store: SessionStore, computed: list | None = None,
             "status": shown_status(run["status"], run["stalled_s"]),
             "reason": stall_note(run) or reason_of(summary), "stalled_s": run["stalled_s"],
             "not_learning": f["not_learning_text"],
-            "crowded": contention.run_crowded(run),
+            "crowded": contention.run_crowded(run), "busy_machine": contention.run_loaded(run),
             "steps": run["step"], "epochs": run["epoch"],
             "train_loss": f["train_loss"], "eval_loss": f["eval_loss"],
             "eval_accuracy": f["accuracy"],
@@ -105,4 +105,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"run {r['run_id']} {r['status']}, {shown(r['not_learning'], 300)}")
         if r["crowded"]:
             print(f"run {r['run_id']} {r['status']}, crowded: {shown(r['crowded'], 300)}")
+        elif r["busy_machine"]:
+            print(f"run {r['run_id']} {r['status']}: {shown(r['busy_machine'], 300)}")
     return EXIT_OK

@@ -267,13 +267,13 @@ def run_crowded(run: dict[str, Any]) -> str | None:
 
 
 def run_loaded(run: dict[str, Any]) -> str | None:
-    """What else took the CPU while an ended run trained, when the machine was busy (loaded:
-    its `text`), else None; a live run, or a record that is not one, reads as None."""
+    """An ended run's note when the machine was busy while it trained (loaded), with what
+    took the cores, else None; a live run, or a record that is not one, reads as None."""
     summary = run.get("summary")
     if run.get("status") in ("created", "running") or not isinstance(summary, dict):
         return None
     c = read(summary.get("contention"))
-    return text(c) if loaded(c) else None
+    return f"the machine was busy while it trained ({text(c)})" if loaded(c) else None
 
 
 def suggested_threads(note: str | None) -> int | None:

@@ -54,8 +54,7 @@ def speed_caveats(runs: list[RunRow]) -> list[str]:
     """The compared runs whose speed is the machine's load as much as their knobs': trained
     crowded (threads beyond the free cores) or beside other busy processes."""
     return [f"⚠ {x} = run {r.id}'s speed is not its knobs' alone: "
-            + (f"crowded, {r.crowded}" if r.crowded
-               else f"the machine was busy while it trained ({r.loaded})")
+            + (f"crowded, {r.crowded}" if r.crowded else str(r.loaded))
             for x, r in zip(LETTERS, runs, strict=False) if r.crowded or r.loaded]
 
 

@@ -39,7 +39,8 @@ CONFIG_COLUMNS = ("seed", "batch_size", "lr", "loader", "deterministic", "amp", 
                   "device")
 SORTABLE = ("id", "name", "status", "step", "loss", "eval", "acc", "sps", "mem", "elapsed")
 # What a narrow table keeps, most important first (core.columns.fit); "note" (why it ended,
-# else not learning, else crowded) takes what is left, cut; `a` shows every column (←/→ scroll).
+# else not learning, else crowded, else busy machine) takes what is left, cut; `a` shows
+# every column (←/→ scroll).
 PRIORITY = ("mark", "id", "name", "status", "step", "loss", "acc", "reason", "sps", "tags",
             "eval", "elapsed", "mem", "progress", "split", "epoch")
 BAR = 8
@@ -70,7 +71,7 @@ def cells(row: RunRow, marked: bool, status: str) -> dict[str, Text]:
            if row.workers_mib else ""),
         "elapsed": figures.duration(row.elapsed), "tags": " ".join(row.tags),
         "split": figures.split_text(dict(row.last_phase_ms or ())),
-        "reason": row.reason or row.not_learning or row.crowded or "",
+        "reason": row.reason or row.not_learning or row.crowded or row.loaded or "",
     }
     if row.not_learning and status in ("running", "finished", "stopped"):
         texts["status"] = f"{status}, not learning"
@@ -97,7 +98,7 @@ def matches(row: RunRow, text: str) -> bool:
     value (`key=value` words match that config key)."""
     hay = " ".join([row.name, row.status, shown_status(row.status, row.stalled_s),
                     "not learning" if row.not_learning else "",
-                    "crowded" if row.crowded else "",
+                    "crowded" if row.crowded else "", "busy" if row.loaded else "",
                     " ".join(row.tags), row.notes, str(row.id)]).lower()
     for word in text.lower().split():
         if "=" in word:
