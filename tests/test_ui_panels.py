@@ -60,6 +60,8 @@ async def test_rename_tag_filter_hide_sort_and_delete_runs(tmp_path):
         await pilot.press("r")
         await _answer(pilot, "renamed [b]x[/b]")
         assert str(table.get_cell("1", "name")) == "renamed [b]x[/b]"      # text, not markup
+        # tags and the note take no room while no run has one
+        assert not {"tags", "reason"} & {c.value for c in table.columns}
         await pilot.press("t")
         await _answer(pilot, "fast, amp")
         assert str(table.get_cell("1", "tags")) == "fast amp"

@@ -243,6 +243,9 @@ class RunTable(RunKeys, Table):
         width = self.size.width - 1         # the vertical scrollbar's cell
         if self.view.all_columns or width <= 1:
             return want
+        # tags and the note take no room while no run has one
+        want = [(k, h) for k, h in want if k not in ("tags", "reason") or not every
+                or any(c[k].plain for c in every.values())]
         keys = [k for k, _ in want]
         priority = list(PRIORITY)
         if self.view.config_columns:
@@ -251,7 +254,8 @@ class RunTable(RunKeys, Table):
         widths = [max([len(heading) + 2] + [c[k].cell_len for c in every.values()])
                   for k, heading in want]
         fitted = fit(widths, [keys.index(k) for k in priority if k in keys], width, gap=2,
-                     stretch=keys.index("reason"), min_stretch=16)
+                     stretch=keys.index("reason") if "reason" in keys else None,
+                     min_stretch=16)
         if fitted.stretch_width is not None:
             self._reason_width = fitted.stretch_width
         return [want[i] for i in fitted.shown]
