@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 
@@ -309,7 +310,8 @@ async def test_at_80x24_the_first_keys_go_to_the_run_table_not_the_hidden_form(t
 async def test_compare_says_whose_speed_is_the_machines_load(tmp_path):
     """Compare's ratios of samples/s and ms/step are the knobs' only where the runs had the
     machine: a run recorded as trained beside busy processes (or crowded) is named under
-    the table with what took the cores; a quiet run is not."""
+    the table with what took the cores, and in the run table, `runs` and the exported
+    summary; a quiet run is not."""
     _session(tmp_path, 2)
     with SessionStore(tmp_path) as s:
         s.end_run(1, "finished", {"elapsed_s": 1.0, "contention": {
@@ -338,6 +340,10 @@ async def test_compare_says_whose_speed_is_the_machines_load(tmp_path):
     assert [x["busy_machine"] is not None for x in json.loads(r.out)] == [True, False]
     assert "run 1 finished: the machine was busy while it trained (others 1.30 cores" in \
         tt("runs", "--session", str(tmp_path)).out
+    assert tt("export", "1", "2", "--session", str(tmp_path)).rc == 0       # (the CSV too)
+    with open(tmp_path / "exports" / "runs-1-2-summary.csv", newline="") as f:
+        busy = [row["busy_machine"] for row in csv.DictReader(f)]
+    assert busy[0].startswith("the machine was busy while it trained") and busy[1] == ""
 
 
 async def test_the_run_buttons_do_what_their_keys_do(tmp_path):

@@ -13,6 +13,7 @@ from typing import Any
 from ..analysis import figures
 from ..analysis.divergence import divergence
 from ..analysis.explain import EVENT as EXPLAINED, evidence, for_pair, words
+from ..processes import contention
 from .store import SessionStore
 
 from ..pyplot import FIG_DPI, FIG_SIZE_IN, pyplot as _pyplot
@@ -213,7 +214,8 @@ def export_explanation(store: SessionStore, pair: list[int], out: Path) -> Path 
 
 def export_summary(store: SessionStore, run_ids: list[int], out: Path) -> Path:
     """One row per run: its figures as the dashboard and `runs` show them
-    (core.analysis.figures)."""
+    (core.analysis.figures), and whether its speed was the machine's load as much as its
+    knobs' (crowded, busy_machine: core.processes.contention)."""
     out.mkdir(parents=True, exist_ok=True)
     keys = ["samples_per_s", "data_wait_s", "peak_memory_mib", "memory_kind", "train_loss",
             "eval_loss", "accuracy", "wall_s"]
@@ -223,9 +225,12 @@ def export_summary(store: SessionStore, run_ids: list[int], out: Path) -> Path:
         run = store.run(r)
         f = figures.run_figures(store, r)
         rows.append({"run_id": r, "name": run["name"], "status": run["status"], **f,
-                     **{f"{k}_ms_per_step": v for k, v in (f["phase_ms"] or {}).items()}})
+                     **{f"{k}_ms_per_step": v for k, v in (f["phase_ms"] or {}).items()},
+                     "crowded": contention.run_crowded(run),
+                     "busy_machine": contention.run_loaded(run)})
     return _write_csv(out / f"runs-{'-'.join(map(str, run_ids))}-summary.csv", rows,
-                      ["run_id", "name", "status", "steps", *keys, *phases])
+                      ["run_id", "name", "status", "steps", *keys, *phases, "crowded",
+                       "busy_machine"])
 
 
 def export_png(store: SessionStore, run_ids: list[int], out: Path) -> list[Path]:
