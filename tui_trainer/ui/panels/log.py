@@ -4,7 +4,10 @@ terminal; tqdm's carriage-return updates keep only each line's last state."""
 
 from __future__ import annotations
 
+import textwrap
+from collections import deque
 from pathlib import Path
+from typing import Iterable
 
 from textual.widgets import Log
 
@@ -12,6 +15,7 @@ from ...core.text import shown_line
 from .common import Tick
 
 LOG_TAIL_BYTES = 64_000
+MAX_LINES = 5000            # the tab keeps the last this many lines
 
 
 class LogTail:
@@ -43,12 +47,16 @@ class LogTail:
 
 class LogPanel(Log):
     """Its lines come as the app's `LogLines` messages (`show`), not with each tick: a tick
-    can be replaced by a newer one, a log's lines cannot."""
+    can be replaced by a newer one, a log's lines cannot. A line wider than the tab is
+    wrapped at its width (its continuation indented), and wrapped again when the width
+    changes: at 80x24 a run's last line was 264 columns, reached by 186 presses of →."""
     TAB, TITLE, PANEL_ID = "tab-log", "Log", "log"
     FOLLOWS_CURSOR = True       # a tick at once when the cursor moves
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(max_lines=5000, **kwargs)
+        super().__init__(max_lines=MAX_LINES, **kwargs)
+        self._written: deque[str] = deque(maxlen=MAX_LINES)     # as the run wrote them
+        self._wrapped_at = 0
 
     def draw(self, tick: Tick) -> None:
         pass                # the lines of the run under the cursor come as messages (show)
@@ -56,5 +64,26 @@ class LogPanel(Log):
     def show(self, reset: bool, lines: list[str]) -> None:
         if reset:
             self.clear()
+            self._written.clear()
+        self._written.extend(lines)
         if lines:
-            self.write_lines(lines)
+            self.write_lines(self._wrapped(lines))
+
+    def on_resize(self) -> None:
+        if self._written and self._wrap_width() != self._wrapped_at:
+            self.clear()
+            self.write_lines(self._wrapped(self._written))
+
+    def _wrap_width(self) -> int:
+        return self.scrollable_content_region.width - 1     # (a cell for the scrollbar)
+
+    def _wrapped(self, lines: Iterable[str]) -> list[str]:
+        self._wrapped_at = width = self._wrap_width()
+        if width < 20:          # not laid out yet (a hidden tab): wrapped when it is
+            return list(lines)
+        out = []
+        for line in lines:
+            indent = line[:len(line) - len(line.lstrip(" "))]
+            out += textwrap.wrap(line, width, subsequent_indent=indent + "  ",
+                                 replace_whitespace=False, break_on_hyphens=False) or [line]
+        return out
