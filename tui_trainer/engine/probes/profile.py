@@ -10,7 +10,8 @@ MemTracker, engine.probes.memory), and a Chrome/Perfetto trace written where the
 says. On CUDA also the GPU's side: each operator's kernel time (the kernels it launched), the
 kernels by their time on the device, and the steps' total kernel time. What else took the
 CPU while the steps were profiled is kept too (core.processes.contention): a profile taken
-on a busy machine says so. core.analysis.profiling words and diffs it; the session keeps it as an event on the run.
+on a busy machine says so. core.analysis.profiling words and diffs it; the session keeps it
+as an event on the run.
 """
 
 from __future__ import annotations
