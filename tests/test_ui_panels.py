@@ -207,8 +207,8 @@ def test_a_charts_axes_step_evenly_and_its_labels_sit_on_their_rows(height, lo, 
 def _round_steps(values: list[float]) -> bool:
     """Two values or more, rising in one step of 1, 2 or 5 times a power of ten."""
     step = values[1] - values[0] if len(values) > 1 else 0
-    return step > 0 and all(abs(b - a - step) <= step * 1e-6 for a, b in zip(values, values[1:])) \
-        and float(f"{step:.6e}".split("e")[0]) in (1.0, 2.0, 5.0)
+    even = all(abs(b - a - step) <= step * 1e-6 for a, b in zip(values, values[1:]))
+    return step > 0 and even and float(f"{step:.6e}".split("e")[0]) in (1.0, 2.0, 5.0)
 
 
 async def test_a_table_keeps_only_the_cells_it_draws_now():
