@@ -79,11 +79,14 @@ class LogPanel(Log):
 
     def _wrapped(self, lines: Iterable[str]) -> list[str]:
         self._wrapped_at = width = self._wrap_width()
+        # (a blank line as a space: Textual's Log drops an empty one, and a traceback's
+        # blank lines part its chained exceptions)
         if width < 20:          # not laid out yet (a hidden tab): wrapped when it is
-            return list(lines)
+            return [line or " " for line in lines]
         out = []
         for line in lines:
             indent = line[:len(line) - len(line.lstrip(" "))]
             out += textwrap.wrap(line, width, subsequent_indent=indent + "  ",
-                                 replace_whitespace=False, break_on_hyphens=False) or [line]
+                                 replace_whitespace=False, break_on_hyphens=False) \
+                or [line or " "]
         return out
