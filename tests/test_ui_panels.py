@@ -387,6 +387,32 @@ async def test_the_log_wraps_a_long_line_at_the_tabs_width_and_again_when_it_cha
         assert " ".join(x.strip() for x in wide[1:-2]) == words and log.max_scroll_x == 0
 
 
+async def test_keys_that_arrive_together_edit_a_text_box_in_the_order_typed(tmp_path):
+    """A backspace, ← or end that arrives with typed characters acts in its place among
+    them: Textual ran a text box's own bound keys only after they went up to the app and
+    back (textual#6605), so in tmux end, backspace and 3 typed into F4's epochs field (its 2
+    selected) left it empty. Keys posted together, none waited for."""
+    from textual import events
+    from textual.widgets import Input
+    _session(tmp_path, 1)
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await _table(pilot)
+        box = app.query_one("#run-name", Input)
+        box.focus()
+        await pilot.pause()
+
+        async def burst(*keys: str) -> str:
+            for key in keys:
+                char = key if len(key) == 1 else ("\x7f" if key == "backspace" else None)
+                app.post_message(events.Key(key, char))     # as the terminal driver does
+            await pilot.pause(0.2)
+            return box.value
+        assert await burst("b", "a", "backspace", "c") == "bc"
+        assert await burst("left", "x", "end", "y") == "bxcy"
+        assert await burst("home", "backspace", "delete", "z") == "zxcy"
+
+
 async def test_the_run_buttons_do_what_their_keys_do(tmp_path):
     """Stop, Continue, Repeat and Compare under the table run the app's actions (F3-F6)."""
     _session(tmp_path)

@@ -14,7 +14,7 @@ from rich.console import Group
 from rich.table import Table
 from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, OptionList, Static
+from textual.widgets import Button, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ..core.session.paths import sessions_dir
@@ -22,6 +22,7 @@ from ..core.errors import SessionError
 from ..core.session.schema import DB_NAME
 from ..core.session.store import SessionStore
 from ..core.text import shown
+from .widgets.inputs import Input
 
 # The help, as data: drawn once into one widget (a Markdown document of widgets cost the
 # dashboard a third of a second on every F1).

@@ -15,13 +15,14 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.widgets import Button, DataTable, Input, Label, Select, Static
+from textual.widgets import Button, DataTable, Label, Select, Static
 
 from ...core.settings import config
 from ...core.settings import presets, user_data
 from ...core.analysis import study as studies
 from ...core.analysis import study_text
 from ...core.text import shown, shown_lines
+from ..widgets.inputs import Input
 from .common import Table, Tick, plain
 from .launch import LaunchPanel
 

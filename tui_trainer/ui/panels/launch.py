@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.widgets import Button, Input, Select, Static
+from textual.widgets import Button, Select, Static
 
 from ...core.settings.config import DEFAULTS, ConfigError, RunConfig, allowed, doc, load
 from ...core.errors import BadInput
@@ -30,6 +30,7 @@ from ...core.settings import presets
 from ...core.text import name_problem, shown
 from ..screens import ConfirmScreen, NameScreen
 from ..widgets.config_form import ConfigForm
+from ..widgets.inputs import Input
 from .common import plain
 
 

@@ -20,11 +20,12 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.suggester import SuggestFromList
-from textual.widgets import Checkbox, Collapsible, Input, Label, Select, Static
+from textual.widgets import Checkbox, Collapsible, Label, Select, Static
 
 from ...core.settings import config
 from ...core.settings import machine
 from ...core.text import shown
+from .inputs import Input
 
 
 def _text(value: Any) -> str:
