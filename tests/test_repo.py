@@ -152,3 +152,14 @@ def test_the_app_keeps_layout_routing_and_the_session_and_tabs_own_their_keys():
     outside = [str(p.relative_to(ROOT)) for p in (ROOT / "tui_trainer").rglob("*.py")
                if "panels" not in p.parts and '"tab-' in p.read_text()]
     assert outside == []
+
+
+def test_the_dashboards_text_boxes_are_the_ones_that_edit_in_order():
+    """Every text box of the dashboard is ui/widgets/inputs.Input, whose editing keys act in
+    the order typed (Textual's own applies keys that arrive together out of order)."""
+    import re
+    direct = [str(p.relative_to(ROOT)) for p in (ROOT / "tui_trainer" / "ui").rglob("*.py")
+              if p.name != "inputs.py" and re.search(
+                  r"from textual\.widgets import[^\n]*\bInput\b|textual\.widgets\.Input\b",
+                  p.read_text())]
+    assert direct == []
