@@ -78,15 +78,16 @@ class LogPanel(Log):
         return self.scrollable_content_region.width - 1     # (a cell for the scrollbar)
 
     def _wrapped(self, lines: Iterable[str]) -> list[str]:
+        """The lines as the tab shows them: one wider than the tab wrapped (a tab not laid out
+        yet wraps nothing: it is wrapped when it is); a blank line as a space (Textual's Log
+        drops an empty one, and a traceback's blank lines part its chained exceptions)."""
         self._wrapped_at = width = self._wrap_width()
-        # (a blank line as a space: Textual's Log drops an empty one, and a traceback's
-        # blank lines part its chained exceptions)
-        if width < 20:          # not laid out yet (a hidden tab): wrapped when it is
-            return [line or " " for line in lines]
         out = []
         for line in lines:
+            if width < 20 or len(line) <= width:        # (most lines: no textwrap)
+                out.append(line or " ")
+                continue
             indent = line[:len(line) - len(line.lstrip(" "))]
             out += textwrap.wrap(line, width, subsequent_indent=indent + "  ",
-                                 replace_whitespace=False, break_on_hyphens=False) \
-                or [line or " "]
+                                 replace_whitespace=False, break_on_hyphens=False) or [line]
         return out
