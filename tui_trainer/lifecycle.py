@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import runner
-from .core.settings import config, user_models
+from .core.settings import config, fit, user_models
 from .core.processes import supervisor
 from .core.settings.config import ConfigError
 from .core.errors import EXIT_FAILED, BadInput, CheckpointError, RunBusy
@@ -39,15 +39,19 @@ def parallel(cfg: config.RunConfig) -> bool:
 
 
 def start(session: Path, cfg: config.RunConfig, name: str | None = None,
-          kill_at_step: int | None = None, progress: bool = False) -> Ended:
-    """A new run: one process trains it here, or this process launches its group."""
+          kill_at_step: int | None = None, progress: bool = False,
+          chosen: list[fit.Choice] = ()) -> Ended:
+    """A new run: one process trains it here, or this process launches its group. `chosen`:
+    what its preset chose for this machine (core.settings.fit), kept on the run."""
     SessionStore.check(session)              # a damaged session is refused before the slow part
     if not parallel(cfg):
         return _train_here(cfg, session, name=name, kill_at_step=kill_at_step,
-                           progress=progress)
+                           progress=progress,
+                           events=[(fit.EVENT, f"{fit.SAID}{c.line()}", None) for c in chosen])
     preflight(cfg)                           # bad input writes nothing, as for one process
     with SessionStore(session) as store:
         run_id = store.create_run(cfg.to_dict(), name=name)
+        fit.record(store, run_id, chosen)
         store.set_launcher(run_id, os.getpid())
     return _train_group(session, run_id, cfg, supervisor.worker_args(
         session, run_id, kill_at_step=kill_at_step))

@@ -490,11 +490,34 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
                 raise
             finally:
                 store.set_study_status(study_id, status, message)
+            if status == "finished":
+                _remember_prices(store, study_id, session, say)
     finally:
         warm.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return status
+
+
+def _remember_prices(store: SessionStore, study_id: int, session: Path, say: Say) -> None:
+    """An ended A/B study's prices, kept for this user per machine (core.analysis.prices):
+    the form, `config KEY`, `machine` and the presets' choices read them. A file that
+    cannot be written is said, never the study's failure."""
+    from .core.analysis import prices
+    study = store.study(study_id)
+    apart = prices.apart([store.run(v["run_id"])["settings"] for v in study["variants"]
+                          if v["run_id"] is not None])
+    if apart and apart not in study["spec"].get("notes", []):
+        _note(store, study_id, apart)       # (a study continued on another machine)
+        say(f"ab: {apart}")
+    try:
+        found = prices.of_study(store, study_id, str(session))
+        prices.add(found)
+    except OSError as e:
+        say(f"ab: the prices were not kept ({e})")
+        return
+    for p in found:
+        say(f"ab: kept for this machine: {p.line()}")
 
 
 def _after_plan(store: SessionStore, study_id: int, train_positions: Callable[[list[int]], None],

@@ -78,6 +78,21 @@ def json_safe(value: Any) -> Any:
 # Commands the tool starts itself: not listed in help or in an unknown command's choices.
 
 
+def fitted(args: argparse.Namespace, quiet: bool = False) -> tuple[Any, list[Any]]:
+    """The config of --config and --set, with the knobs its preset lets this machine choose
+    chosen (core.settings.fit), each choice said on stderr (unless `quiet`): never silent.
+    The machine is asked of torch here (the command imports it to train anyway)."""
+    from ..core.settings import config, fit
+    from ..engine.knobs import machine_facts
+    values = config.load(args.config, args.sets).to_dict()     # bad input stops here
+    cfg, chosen = fit.load_fitted(args.config, args.sets,
+                                  machine=machine_facts(values["device"]))
+    for c in chosen:
+        if not quiet:
+            say(f"fit to this machine: {c.line()}")
+    return cfg, chosen
+
+
 def say(message: str) -> None:
     """One failure line; it may quote session data (names, paths, a log line): escaped."""
     print(f"tui-trainer: {shown_lines(message)}", file=sys.stderr)

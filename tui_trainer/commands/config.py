@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from typing import Any
 
-from ..core.settings import config
+from ..core.analysis import prices
+from ..core.settings import config, fit, machine
 from ..core.errors import EXIT_OK
-from .common import config_args
+from .common import config_args, say, terminal_width
 
 
 def add(sub: Any) -> None:
@@ -17,10 +19,41 @@ def add(sub: Any) -> None:
                                     "what it does. With --config/--set, prints the result "
                                     "after checking it.")
     config_args(sp)
+    sp.add_argument("key", nargs="?", metavar="KEY",
+                    help="one knob: what it does, what it takes, its default, what a "
+                         "preset chose for it here, and its prices measured on this machine")
     sp.add_argument("--plain", action="store_true", help="without the comments")
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = config.load(args.config, args.sets)
-    sys.stdout.write(cfg.to_toml(comments=not args.plain))
+    if args.key is None:
+        cfg, chosen = fit.load_fitted(args.config, args.sets)
+        for c in chosen:
+            say(f"fit to this machine: {c.line()}")
+        sys.stdout.write(cfg.to_toml(comments=not args.plain))
+        return EXIT_OK
+    if args.key not in config.FIELDS:
+        raise config.unknown_key(args.key)
+    key = args.key
+    cfg, chosen = fit.load_fitted(args.config, args.sets)
+    value = getattr(cfg, key)
+    print(f"{key} = {config._toml_value(value)}    # {config.allowed(key)}; default "
+          f"{config._toml_value(getattr(config.DEFAULTS, key))}")
+    print(textwrap.fill(config.doc(key), terminal_width() or 100))
+    for c in chosen:
+        if c.key == key:
+            print(f"fit to this machine: {c.line()}")
+    m = machine.here(str(cfg.device))
+    device = machine.device_type(str(cfg.device), m) if m is not None and \
+        machine.problem({"device": cfg.device}, m) is None else "cpu"
+    here = prices.machine_of(m, device)
+    if m is not None and (lacking := fit.lacking(key, value, device, m)):
+        print(f"on this machine: {lacking}")
+    measured = prices.here(prices.read(), here[0] if here else None, key)
+    if here is not None:
+        print(f"prices of {key} measured on this machine ({here[1]}; {device}):"
+              if measured else f"no price of {key} measured on this machine ({here[1]}; "
+              f"{device}) yet: `tui-trainer ab --vary {key}=VALUE` measures one")
+    for p in measured[:10]:
+        print(f"  {p.line()}")
     return EXIT_OK

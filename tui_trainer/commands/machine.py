@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from ..core.analysis import prices
 from ..core.settings import config, machine
 from ..core.errors import EXIT_BAD_INPUT, EXIT_OK, SessionError
 from ..core.processes import gpus
@@ -37,12 +38,21 @@ def run(args: argparse.Namespace) -> int:
     found = machine.problem(cfg.to_dict(), m) if cfg else None
     here = gpus.gpu_list(m.cuda_devices)
     held, runs, why = _held(args) if here else ({}, {}, None)
+    measured = _prices(m)
     if args.json:
         print(json.dumps({**m.to_dict(), "problem": None if found is None else
                           {"key": found.key, "reason": found.reason},
-                          "gpus": {str(g): held.get(g, []) for g in here}}))
+                          "gpus": {str(g): held.get(g, []) for g in here},
+                          "prices": {device: [p.to_dict() for p in ps]
+                                     for device, ps in measured.items()}}))
     else:
         print(m.describe())
+        for device, ps in measured.items():
+            print(f"prices measured here ({device}), newest first:" if ps else
+                  f"no price measured here ({device}) yet: `tui-trainer ab --vary KEY=VALUE` "
+                  "measures one, and it is kept")
+            for p in ps[:20]:
+                print(f"  {p.line()}")
         for g in here:
             who = ", ".join(f"run {r} ({shown(runs[r], 40)})" for r in held.get(g, [])) \
                 or "free"
@@ -56,6 +66,19 @@ def run(args: argparse.Namespace) -> int:
             say(f"bad config: {found}")
         return EXIT_BAD_INPUT
     return EXIT_OK
+
+
+def _prices(m: machine.Machine) -> dict[str, list[prices.Price]]:
+    """The knobs' prices measured on this machine, quietly (core.analysis.prices), for its
+    CPU and each kind of its GPUs; those under load or of other machines are not its."""
+    book = prices.read()
+    devices = ["cpu"] + [f"cuda:{i}" for i, name in enumerate(m.cuda_names)
+                         if name not in m.cuda_names[:i]]
+    out = {}
+    for device in devices:
+        key = prices.machine_of(m, device)
+        out[device] = prices.here(book, key[0] if key else None)
+    return out
 
 
 def _held(args: argparse.Namespace) -> tuple[dict[int, list[int]], dict[int, str], str | None]:

@@ -9,7 +9,7 @@ from typing import Any
 from .. import lifecycle
 from ..core.settings import config
 from ..core.session.paths import default_session_dir
-from .common import check_name, config_args, ended, session_dir, trust_named
+from .common import check_name, config_args, ended, fitted, session_dir, trust_named
 
 
 def add(sub: Any) -> None:
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if args.run_id is not None:
         return ended(lifecycle.start_created(session, args.run_id, args.config, args.sets,
                                               args.kill_at_step, progress), args.json)
-    cfg = config.load(args.config, args.sets)
+    cfg, chosen = fitted(args)
     trust_named(cfg)                    # named here by the user: theirs to run
-    return ended(lifecycle.start(session, cfg, args.name, args.kill_at_step, progress),
-                  args.json)
+    return ended(lifecycle.start(session, cfg, args.name, args.kill_at_step, progress,
+                                 chosen), args.json)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from ..core.processes import contention, supervisor
+from ..core.settings import fit, hardware
 from ..core.settings.config import RunConfig
 from ..core.errors import DiskFull, is_disk_full
 from ..core.processes.liveness import HEARTBEAT_S
@@ -149,6 +150,13 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
     trainer.log(f"run {run_id} on {trainer.settings['device']} "
                 f"({trainer.settings['device_name']}){processes}, data: "
                 f"{trainer.loaders.info.description}")
+    trainer.log(f"machine: {hardware.Cpu.from_dict(trainer.settings['cpu']).describe()}"
+                + (f"; {trainer.settings['device_name']} (compute capability "
+                   f"{trainer.settings['cuda_capability']})"
+                   if trainer.settings.get("cuda_capability") else ""))
+    if checkpoint is None:
+        for e in store.events(run_id, fit.EVENT):     # what its preset chose for this machine
+            trainer.log(e["message"])
     if trainer.cuda_start is not None and (said := trainer.cuda_start.said()):
         trainer.log(said)
     # CPU runs only (a CUDA step does not wait on torch's CPU threads); one process of a

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core.settings import machine
+from ..core.settings import hardware, machine
 from ..core.settings.config import ConfigError, RunConfig, graph_step
 from ..core.settings.machine import Machine
 
@@ -34,7 +34,14 @@ def machine_facts(device: str = "auto") -> Machine:
     n = torch.cuda.device_count() if asks and torch.cuda.is_available() else 0
     return Machine(torch=torch.__version__, cuda=n > 0, cuda_devices=n,
                    cuda_names=tuple(torch.cuda.get_device_name(i) for i in range(n)),
-                   mps=torch.backends.mps.is_available())
+                   mps=torch.backends.mps.is_available(), cpu=this_cpu(),
+                   cuda_capabilities=tuple("{}.{}".format(*torch.cuda.get_device_capability(i))
+                                           for i in range(n)))
+
+
+def this_cpu() -> hardware.Cpu:
+    """This processor, with the instruction set torch itself says it dispatches to."""
+    return hardware.cpu(hardware.cpu_source(), torch.backends.cpu.get_cpu_capability())
 
 
 def resolve_device(cfg: RunConfig) -> torch.device:
@@ -194,6 +201,12 @@ def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any
         "parameters": sum(p.numel() for p in model.parameters()),
         "device": str(device),
         "device_name": device_name(device),
+        # the processor (core.settings.hardware): what a price measured here holds for, and
+        # the instruction set torch's kernels dispatch to (another can change the bits)
+        "cpu": (cpu := this_cpu()).to_dict(),
+        "cpu_capability": cpu.capability,
+        "cuda_capability": "{}.{}".format(*torch.cuda.get_device_capability(device))
+        if cuda else None,
         "torch": torch.__version__,
         "torchvision": _torchvision_version(),
         "numpy": np.__version__,

@@ -18,7 +18,7 @@ BIT_RELEVANT_SETTINGS = (
     "compile", "model", "device", "device_name", "torch", "cuda", "cudnn",
     "cublas_workspace_config", "data", "world_size", "dist_backend", "init",
     "float32_matmul_precision", "cudnn_allow_tf32", "cudnn_enabled", "optimizer_impl",
-    "cuda_graph", "fill_uninitialized_memory", "model_sha256",
+    "cuda_graph", "fill_uninitialized_memory", "model_sha256", "cpu_capability",
 )
 # What a setting reads as for a run recorded before it existed.
 SETTING_DEFAULTS = {"world_size": 1, "init": "default", "float32_matmul_precision": "highest",

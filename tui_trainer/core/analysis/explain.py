@@ -7,6 +7,8 @@ import time
 from typing import Any
 
 from ..settings import user_models
+from ..text import shown
+from . import prices
 from ..errors import BadInput
 from ..session.store import SessionStore
 
@@ -98,7 +100,8 @@ def locate(store: SessionStore, a_id: int, b_id: int) -> dict[str, Any]:
     if not common:
         raise BadInput(f"runs {a_id} and {b_id} have no fingerprint at a common step yet")
     out: dict[str, Any] = {"runs": [a_id, b_id], "compared": len(common),
-                           "settings": settings_differ(ra, rb)}
+                           "settings": settings_differ(ra, rb),
+                           "machines": prices.apart([ra["settings"], rb["settings"]])}
     differ = [s for s in common if fa[s] != fb[s]]
     if not differ:
         out.update(verdict="identical", up_to=common[-1], cost_s=time.perf_counter() - t0)
@@ -335,7 +338,10 @@ def _hunt_start(hunt: dict[str, Any]) -> str:
 def explanation_text(result: dict[str, Any]) -> str:
     """One paragraph: where the runs part and why, then the evidence and its cost."""
     a, b = result["runs"]
-    head = f"Runs {a} (A) and {b} (B)"
+    apart = result.get("machines")
+    head = f"Runs {a} (A) and {b} (B)" + (
+        f" ({shown(apart, 300)}; a replay here reproduces this machine's run only)"
+        if isinstance(apart, str) else "")
     cost = f" Cost: {result['cost_s']:.1f} s." if "cost_s" in result else ""
     verdict = result["verdict"]
     if verdict == "refused":

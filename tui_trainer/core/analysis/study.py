@@ -99,6 +99,9 @@ def read_study_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise ConfigError("--config", f"no such file: {p}") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ConfigError("--config", f"cannot read {p}: {e}") from None
+    # A preset's knobs chosen per machine (core/settings/fit.py) are a study's base as the
+    # file writes them: its arms price them against that
+    data.pop("fit", None)
     ab = data.pop("ab", {})
     if not isinstance(ab, dict):
         raise ConfigError("ab", "must be a table: [ab] with vary = [\"KEY=V1,V2\", ...]")

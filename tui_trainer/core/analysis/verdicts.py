@@ -30,6 +30,8 @@ WHY = {
     "cudnn_enabled": " (cuDNN's convolutions or PyTorch's own: other kernels)",
     "optimizer_impl": (" (a for-loop, foreach or fused optimizer does the same update in "
                        "another order of float operations)"),
+    "cpu_capability": (" (torch's CPU kernels dispatch to another instruction set: other "
+                       "vector widths sum in another order; runs of two CPU kinds)"),
     "cuda_graph": (" (a captured step updates with the capturable optimizer, its learning "
                    "rate a float32 tensor on the device: it may round otherwise than the "
                    "step launched op by op)"),
@@ -93,7 +95,7 @@ def explain(runs: list[dict[str, Any]], sources: dict[int, str] | None = None) -
         values = [f.get(key, SETTING_DEFAULTS.get(key)) for f in fps]
         if key == "dist_backend" and None in values:
             continue              # a one-process run has none: world_size says it already
-        if key == "optimizer_impl" and None in values:
+        if key in ("optimizer_impl", "cpu_capability") and None in values:
             continue              # recorded before it was: not known, not a difference
         if key == "model_sha256":
             continue              # said above: which code, and how it differs

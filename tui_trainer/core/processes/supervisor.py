@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..settings import machine, user_data, user_models
+from ..settings import fit, machine, user_data, user_models
 from . import gpus, trust
 from ..settings.config import world_size
 from .liveness import is_live, process_alive, starting
@@ -467,9 +467,11 @@ class Supervisor:
         return False
 
     def start(self, config: dict[str, Any], name: str | None = None,
-              twin_of: int | None = None) -> int:
-        """Creates the run in the session and starts training it in the background."""
+              twin_of: int | None = None, chosen: Any = ()) -> int:
+        """Creates the run in the session and starts training it in the background.
+        `chosen`: what its preset chose for this machine (core.settings.fit), kept on it."""
         run_id = self.store.create_run(config, name=name, twin_of=twin_of)
+        fit.record(self.store, run_id, list(chosen))
         self._spawn_run(run_id, train_args(run_id), config)
         return run_id
 

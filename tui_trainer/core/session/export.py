@@ -10,7 +10,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from ..analysis import figures
+from ..analysis import figures, prices
 from ..analysis.divergence import divergence
 from ..analysis.explain import EVENT as EXPLAINED, evidence, for_pair, words
 from ..processes import contention
@@ -227,10 +227,12 @@ def export_summary(store: SessionStore, run_ids: list[int], out: Path) -> Path:
         rows.append({"run_id": r, "name": run["name"], "status": run["status"], **f,
                      **{f"{k}_ms_per_step": v for k, v in (f["phase_ms"] or {}).items()},
                      "crowded": contention.run_crowded(run),
-                     "busy_machine": contention.run_loaded(run)})
+                     "busy_machine": contention.run_loaded(run),
+                     "machine": (m[1] if (m := prices.machine_key(run["settings"])) else
+                                 None)})
     return _write_csv(out / f"runs-{'-'.join(map(str, run_ids))}-summary.csv", rows,
                       ["run_id", "name", "status", "steps", *keys, *phases, "crowded",
-                       "busy_machine"])
+                       "busy_machine", "machine"])
 
 
 def export_png(store: SessionStore, run_ids: list[int], out: Path) -> list[Path]:

@@ -681,6 +681,12 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
+    return read_preset(path)[0]
+
+
+def read_preset(path: str | Path) -> tuple[dict[str, Any], list[str]]:
+    """A config file's values, and the knobs it lets each machine choose (its `fit` list:
+    core/settings/fit.py)."""
     from .presets import resolve
     p = resolve(path)
     try:
@@ -694,14 +700,20 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     # An A/B study file's [ab] table is read by `tui-trainer ab`; its base config runs as is.
     if isinstance(data.get("ab"), dict):
         del data["ab"]
+    fitted = data.pop("fit", [])
+    if not isinstance(fitted, list) or not all(k in FIELDS for k in fitted):
+        raise ConfigError("fit", f"in {p} must be a list of knob names (those chosen per "
+                          f"machine: core/settings/fit.py), got {fitted!r}"[:300])
     for key, value in data.items():
         if isinstance(value, dict):
             raise ConfigError(key, "tables are not used; keys are flat (see `tui-trainer config`)")
-    return {k: anchored(k, v, file_folder(p)) for k, v in data.items()}
+    return {k: anchored(k, v, file_folder(p)) for k, v in data.items()}, fitted
 
 
 def load(config_file: str | Path | None = None, overrides: list[str] | None = None,
          base: RunConfig | None = None) -> RunConfig:
+    """The config of a file and --set overrides, as written: a preset's `fit` knobs keep
+    the file's values (`load_fitted` chooses them for this machine)."""
     values: dict[str, Any] = {}
     if config_file is not None:
         values.update(read_toml(config_file))

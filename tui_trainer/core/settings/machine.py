@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import FOLDER, is_folder_dataset, world_size
+from .hardware import Cpu
 from ..session.paths import default_data_dir
 
 # Debian's dataset-fashion-mnist package puts the four IDX files here.
@@ -34,6 +35,8 @@ class Machine:
     cuda_devices: int = 0
     cuda_names: tuple[str, ...] = ()
     mps: bool = False
+    cpu: Cpu | None = None                      # the processor (core.settings.hardware)
+    cuda_capabilities: tuple[str, ...] = ()     # each CUDA device's compute capability, "9.0"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -42,13 +45,32 @@ class Machine:
     def from_dict(cls, d: dict[str, Any]) -> "Machine":
         return cls(torch=str(d.get("torch", "?")), cuda=bool(d.get("cuda")),
                    cuda_devices=int(d.get("cuda_devices", 0)),
-                   cuda_names=tuple(d.get("cuda_names", ())), mps=bool(d.get("mps")))
+                   cuda_names=tuple(d.get("cuda_names", ())), mps=bool(d.get("mps")),
+                   cpu=Cpu.from_dict(d.get("cpu")),
+                   cuda_capabilities=tuple(str(c)[:10] for c in d.get("cuda_capabilities", ())))
+
+    def gpus(self) -> str:
+        """'1 CUDA device(s): NVIDIA H200 (9.0)' or 'no CUDA'."""
+        if not self.cuda:
+            return f"{'Apple GPU, ' if self.mps else ''}no CUDA"
+        named = sorted(set(zip(self.cuda_names, self.cuda_capabilities or
+                               ("",) * len(self.cuda_names), strict=False)))
+        names = ", ".join(f"{n} ({c})" if c else n for n, c in named) or "CUDA"
+        return f"{self.cuda_devices} CUDA device(s): {names}"
 
     def describe(self) -> str:
+        if self.cpu is not None:
+            return f"{self.cpu.describe()}; {self.gpus()}; torch {self.torch}"
         if self.cuda:
-            names = ", ".join(sorted(set(self.cuda_names))) or "CUDA"
-            return f"{self.cuda_devices} CUDA device(s): {names}; torch {self.torch}"
+            return f"{self.gpus()}; torch {self.torch}"
         return f"CPU only{' (+ Apple GPU)' if self.mps else ''}, no CUDA; torch {self.torch}"
+
+    def cuda_capability(self, index: int = 0) -> float | None:
+        """Device `index`'s compute capability as a number (8.0), or None where unknown."""
+        try:
+            return float(self.cuda_capabilities[index])
+        except (IndexError, ValueError):
+            return None
 
 
 class Problem(Exception):
@@ -261,6 +283,18 @@ def probe(timeout: float = 120.0) -> Machine:
     if p.returncode != 0:
         raise RuntimeError((p.stderr or p.stdout).strip()[-300:] or f"exit {p.returncode}")
     return Machine.from_dict(json.loads(p.stdout.strip().splitlines()[-1]))
+
+
+def here(device: str = "auto") -> Machine | None:
+    """This machine for a run of `device`: its processor read at once (no torch); its GPUs,
+    where the device may be CUDA, from the child process of `facts`."""
+    from .hardware import this_cpu
+    if device in ("cpu", "mps"):
+        return Machine(cpu=this_cpu())
+    try:
+        return facts()
+    except (RuntimeError, OSError, ValueError, subprocess.SubprocessError):
+        return None         # the choices then say the machine is not known
 
 
 _probed: Machine | None = None

@@ -11,11 +11,12 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Static
 
-from ...core.analysis import figures
+from ...core.analysis import figures, prices
 from ...core.analysis.divergence import BIT_RELEVANT_SETTINGS
 from ...core.analysis.figures import smooth
 from ...core.analysis.plotdata import Line
 from ...core.session.reader import RunRow
+from ...core.settings import hardware
 from ...core.text import shown_lines
 from ..widgets.plots import MetricPlot
 from .common import Table, Tick, label, plain
@@ -51,11 +52,16 @@ def summary_rows(runs: list[RunRow]) -> list[list[str]]:
 
 
 def speed_caveats(runs: list[RunRow]) -> list[str]:
-    """The compared runs whose speed is the machine's load as much as their knobs': trained
-    crowded (threads beyond the free cores) or beside other busy processes."""
-    return [f"⚠ {x} = run {r.id}'s speed is not its knobs' alone: "
-            + (f"crowded, {r.crowded}" if r.crowded else str(r.loaded))
-            for x, r in zip(LETTERS, runs, strict=False) if r.crowded or r.loaded]
+    """The machine the compared runs trained on (or that they trained on different ones),
+    and those whose speed is the machine's load as much as their knobs': trained crowded
+    (threads beyond the free cores) or beside other busy processes."""
+    machines = [prices.machine_key(r.settings) for r in runs]
+    apart = prices.apart([r.settings for r in runs])
+    where = [f"⚠ {apart}"] if apart else \
+        [f"machine: {machines[0][1]}"] if all(machines) else []
+    return where + [f"⚠ {x} = run {r.id}'s speed is not its knobs' alone: "
+                    + (f"crowded, {r.crowded}" if r.crowded else str(r.loaded))
+                    for x, r in zip(LETTERS, runs, strict=False) if r.crowded or r.loaded]
 
 
 def _value(r: RunRow, key: str) -> Any:
@@ -78,6 +84,8 @@ def settings_rows(runs: list[RunRow]) -> list[list[str]]:
         if k == "data":
             continue
         values = [s.get(k) for s in settings]
+        if k == "cpu":          # the processor, in words
+            values = [c.describe() if (c := hardware.Cpu.from_dict(v)) else v for v in values]
         if len({repr(v) for v in values}) > 1:
             out.append([("⚠ " if k in BIT_RELEVANT_SETTINGS else "") + f"{k} (effective)",
                         *map(str, values)])

@@ -20,9 +20,13 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Button, Select, Static
 
-from ...core.settings.config import DEFAULTS, ConfigError, RunConfig, allowed, doc, load
+from ...core.settings.config import (DEFAULTS, ConfigError, RunConfig, allowed, doc,
+                                     read_toml)
 from ...core.errors import BadInput
+from ...core.analysis import prices
+from ...core.settings import fit
 from ...core.settings import machine as machines
+from ...core.settings.hardware import this_cpu
 from ...core.settings import user_data, user_models
 from ...core.settings.config import absolute_paths, is_file_model
 from ...core.settings.machine import Machine
@@ -112,6 +116,7 @@ class LaunchPanel(Vertical):
         self._form = ConfigForm(id="form")
         self._form_asked = False
         self._loaded: dict[str, str] | None = None   # the fields as last loaded, not typed
+        self._chosen: list[fit.Choice] = []   # what the last preset chose for this machine
 
     async def mount_form(self) -> None:
         if not self._form_asked:
@@ -136,6 +141,17 @@ class LaunchPanel(Vertical):
                               f"machine: not known ({shown(error or '?', 120)})"))
         self.form.recheck()
 
+    def _machine_for(self, preset: str) -> Machine | None:
+        """The machine a preset's knobs are chosen for: the probed one, or, before the probe
+        answers, this processor alone for a preset of the CPU (read at once, no torch)."""
+        if self.form.machine is not None:
+            return self.form.machine
+        try:
+            device = str(read_toml(preset).get("device", DEFAULTS.device))
+        except ConfigError:
+            return None
+        return machines.Machine(cpu=this_cpu()) if device == "cpu" else None
+
     def reload_presets(self) -> None:
         self.query_one("#preset", Select).set_options(preset_options())
 
@@ -149,12 +165,15 @@ class LaunchPanel(Vertical):
         if not isinstance(event.value, str):      # the blank prompt, e.g. after set_options
             return
         try:
-            cfg = load(event.value) if event.value else DEFAULTS
+            cfg, chosen = fit.load_fitted(event.value, machine=self._machine_for(event.value),
+                                      probe=False) if event.value else (DEFAULTS, [])
         except ConfigError as e:
             self.post_message(self.Notice(f"preset not loaded: {e}", "error"))
             return
         before, loaded = self.form.texts(), self._loaded
         self.set_config(cfg.to_dict())
+        self._chosen = chosen
+        self.form.chosen = {c.key: c for c in chosen}
         after = self.form.texts()
         name = next((p.label for p in presets.presets() if str(p.path) == event.value),
                     "defaults")
@@ -169,7 +188,8 @@ class LaunchPanel(Vertical):
                 f"{k} {shown(before[k], 30)} → {shown(after[k], 30)}" for k in edits)
                if edits else "")
             + (f"; {others} other value(s) changed" if others else "")
-            + ("; the form already held its values" if not changed else "")))
+            + ("; the form already held its values" if not changed else "")
+            + "".join(f"; {c.line()}" for c in chosen)))
 
     @on(Input.Changed, "#knob-search")
     def _search(self, event: Input.Changed) -> None:
@@ -280,8 +300,13 @@ class LaunchPanel(Vertical):
             app.call_from_thread(app.notify, f"not started: {found}", severity="error",
                                  timeout=12)
             return
-        app.call_from_thread(app.write, lambda _, sup: sup.start(config, name=name),
-                             started, "not started")
+        chosen = fit.still_chosen(self._chosen, config)     # a value changed since: theirs
+
+        def start(store: Any, sup: Any) -> int:
+            run_id = sup.start(config, name=name, chosen=chosen)
+            return run_id
+
+        app.call_from_thread(app.write, start, started, "not started")
 
     def _ask_trust(self, path: Path, sha: str, config: dict[str, Any], name: str | None,
                    started: Callable[[int], None]) -> None:
@@ -315,9 +340,11 @@ class LaunchPanel(Vertical):
             m, error = machines.facts(), None
         except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
             m, error = None, str(e)
+        measured = prices.read()        # the knobs' prices measured here (a file)
 
         def show() -> None:     # (none to show it on once the app closes)
             if self.is_attached:
+                self.form.prices = measured
                 self.set_machine(m, error)
 
         self.app.call_from_thread(show)

@@ -22,7 +22,8 @@ from textual.message import Message
 from textual.suggester import SuggestFromList
 from textual.widgets import Checkbox, Collapsible, Label, Select, Static
 
-from ...core.settings import config
+from ...core.analysis import prices
+from ...core.settings import config, fit
 from ...core.settings import machine
 from ...core.text import shown
 from .inputs import Input
@@ -51,6 +52,11 @@ class ConfigForm(VerticalScroll):
         self._initial = (initial or config.DEFAULTS).to_dict()
         self.problems: dict[str, str] = {}
         self.machine: machine.Machine | None = None     # known once probed: its rules apply too
+        # What the last preset chose for this machine (core.settings.fit), and the prices
+        # measured here (core.analysis.prices, read in a worker): said under their knobs.
+        self.chosen: dict[str, fit.Choice] = {}
+        self.prices: list[prices.Price] = []
+        self._notes: dict[str, Static] = {}
         # The widgets of each knob, kept here: no query walks the form per knob per change.
         self._widgets: dict[str, Any] = {}
         self._boxes: dict[str, Horizontal] = {}
@@ -138,6 +144,8 @@ class ConfigForm(VerticalScroll):
             box.set_class(bool(text.strip()) and bool(keys) and key == keys[0], "-match")
             if key in self._errors:
                 self._errors[key].display = key in found
+            if key in self._notes:
+                self._notes[key].display = key in found
         for group in config.GROUPS:
             section = self.query_one(f"#group-{group}", Collapsible)
             section.display = any(config.group(k) == group for k in found)
@@ -262,6 +270,31 @@ class ConfigForm(VerticalScroll):
             elif error is not None:
                 del self._errors[key]
                 error.remove()
+        self._mark_notes(values)
+
+    def _mark_notes(self, values: dict[str, Any]) -> None:
+        """Under a knob: what the preset chose for this machine while its value holds, a
+        value this machine emulates or lacks, and its price measured here."""
+        said = fit.notes(values, self.machine, self.prices)
+        for key, choice in self.chosen.items():
+            if values.get(key) == choice.value:
+                said[key] = f"chosen for this machine: {choice.reason}" + (
+                    f"; {said[key]}" if key in said else "")
+        for key in config.FIELDS:
+            note = self._notes.get(key)
+            if key in said:
+                text = Text(f"⚠ {shown(said[key], 300)}")
+                if note is not None:
+                    note.update(text)
+                    continue
+                note = self._notes[key] = Static(text, classes="field-note",
+                                                 id=f"note-{key}")
+                note.display = self._boxes[key].display
+                anchor = self._errors.get(key) or self._boxes[key]
+                anchor.parent.mount(note, after=anchor)
+            elif note is not None:
+                del self._notes[key]
+                note.remove()
 
     @on(Input.Changed)
     @on(Checkbox.Changed)
