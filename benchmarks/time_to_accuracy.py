@@ -25,6 +25,10 @@ epoch in its process, as the notebook timed it (cuBLAS and cuDNN ready before it
         [--peer-epochs 3]
         [--timeline]
 
+A preset is loaded as `run` and the dashboard load it: the knobs it lets each machine choose
+(its `fit` list, core/settings/fit.py) chosen for this machine, each choice printed; with
+`NAME:written` it runs as its file writes them (to measure what the choice saves).
+
 A preset may end in `@shapes`, `@handles` or `@off`: its runs get TUI_TRAINER_CUDA_START=
 shapes (the context, the handles and the run's kernels in a thread beside the setup, so
 before the training's clock), =handles (the context and the handles only) or =0 (the
@@ -54,7 +58,7 @@ from pathlib import Path
 from tui_trainer.core.settings import config
 from tui_trainer.core.processes import contention
 from tui_trainer.core.analysis import figures
-from tui_trainer.core.settings import machine
+from tui_trainer.core.settings import fit, machine
 from tui_trainer.core.settings.presets import resolve
 from tui_trainer.core.session.store import SessionStore
 from tui_trainer.core.processes.supervisor import launch, train_args
@@ -62,6 +66,7 @@ from tui_trainer.launcher.client import WarmLauncher
 from tui_trainer.core.settings.machine import CUDA_START_ENV, CUDA_STARTS
 
 PRESETS = ("baseline", "fastest-cpu", "amp", "fastest-gpu")
+SEEDS_SAID: dict[str, int] = {}      # the first seed of each preset: its choices said then
 TARGET = 98.0
 GOAL_S = 20.0          # fastest-cpu: every seed at the target within this
 
@@ -80,14 +85,21 @@ class Result:
 def one(session: Path, store: SessionStore, warm: WarmLauncher, preset: str, seed: int,
         epochs: int, every: int) -> tuple[int, Result]:
     preset, _, mode = preset.partition("@")
+    preset, _, written = preset.partition(":")
     env = {CUDA_START_ENV: CUDA_STARTS[mode]} if mode else None
     own = config.load(resolve(preset))
     # --epochs caps a preset's epochs; one whose schedule spans its epochs (onecycle,
     # cosine) keeps its own when they are fewer: they are its schedule's length
     epochs = min(epochs, own.epochs) if own.lr_schedule != "step" else epochs
-    cfg = config.load(resolve(preset), [f"epochs={epochs}", "dataset=mnist-sample",
-                                        f"eval_every={every}", "eval_samples=0",
-                                        "max_steps=0", f"seed={seed}"])
+    sets = [f"epochs={epochs}", "dataset=mnist-sample", f"eval_every={every}",
+            "eval_samples=0", "max_steps=0", f"seed={seed}"]
+    # as the dashboard and `run` load it: its per-machine knobs chosen for this machine
+    # (core/settings/fit.py), or with `NAME:written`, as its file writes them
+    cfg, chosen = (config.load(resolve(preset), sets), []) if written == "written" else \
+        fit.load_fitted(resolve(preset), sets)
+    if seed == SEEDS_SAID.setdefault(preset + written, seed):
+        for c in chosen:
+            print(f"  {preset}: fit to this machine: {c.line()}", flush=True)
     run_id = store.create_run(cfg.to_dict(), name=f"{Path(preset).stem} seed {seed}")
     before = contention.snapshot()
     asked = time.time()             # Start: the process, its setup and CUDA's start follow
@@ -179,8 +191,11 @@ def main() -> None:
     args = ap.parse_args()
     TARGET = args.target
     for p in args.presets:
+        if ":" in p.partition("@")[0] and p.partition("@")[0].partition(":")[2] != "written":
+            ap.error(f"--presets: {p}: what follows : must be written (as the file writes it)")
         if "@" in p and p.partition("@")[2] not in CUDA_STARTS:
             ap.error(f"--presets: {p}: what follows @ must be one of {', '.join(CUDA_STARTS)}")
+    print(f"machine: {machine.here('auto').describe()}", flush=True)
     warm = WarmLauncher()
     warm.start()
     warm.wait_ready(120)

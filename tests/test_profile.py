@@ -7,6 +7,7 @@ import json
 
 from conftest import QUICK, db_rows, sets, tt
 from tui_trainer.core.analysis import profiling
+from tui_trainer.core.settings import hardware
 from tui_trainer.core.session.export import export_runs
 from tui_trainer.core.session.store import SessionStore
 
@@ -28,8 +29,12 @@ def test_profile_of_a_pair_by_operator_phase_module_and_memory_with_its_trace_an
         assert selfs == sorted(selfs, reverse=True) and selfs[0] > 0
         assert 0.5 < sum(o["share"] for o in p["ops"]) <= 1.0 + 1e-9
         # the convolutions are among what the device spends most on: the CPU's self time,
-        # or on CUDA the GPU time of the kernels each operator launched
-        assert any("convolution" in o["op"] for o in profiling.ranked(profiling.read(p))[:10])
+        # or on CUDA the GPU time of the kernels each operator launched. Not so for bf16 on
+        # a CPU that emulates it (AVX2 only: issue 65, where this failed): there the casts
+        # and the emulated bf16 arithmetic lead, and the casts are what it spends most on
+        top = [o["op"] for o in profiling.ranked(profiling.read(p))[:10]]
+        emulated = p is b and p["device"] == "cpu" and not hardware.this_cpu().bf16
+        assert any(("to_copy" if emulated else "convolution") in op for op in top), top
         if p["device"].startswith("cuda"):
             assert p["device_ms"] > 0 and p["kernels"][0]["device_ms"] > 0
             # the operators' own kernel time partitions the kernels' (on the H100 it summed

@@ -236,7 +236,10 @@ async def test_presets_load_into_the_form_and_the_form_saves_as_one(tmp_path, is
         await pilot.pause()
         form = app.query_one(ConfigForm)
         from tui_trainer.core.settings.config import load
-        shipped = load(fastest)
+        from tui_trainer.core.settings.fit import load_fitted
+        from tui_trainer.core.settings.hardware import this_cpu
+        # its knobs chosen for this CPU (amp: bf16 where it has bf16 hardware, else off)
+        shipped = load_fitted(fastest, machine=machine.Machine(cpu=this_cpu()))[0]
         assert form.config() == shipped and shipped.loader == "resident"
         await fill(pilot, {"batch_size": "200"})
         await click(pilot, "#save-preset")

@@ -47,7 +47,8 @@ def start(session: Path, cfg: config.RunConfig, name: str | None = None,
     if not parallel(cfg):
         return _train_here(cfg, session, name=name, kill_at_step=kill_at_step,
                            progress=progress,
-                           events=[(fit.EVENT, f"{fit.SAID}{c.line()}", None) for c in chosen])
+                           events=[(fit.EVENT, f"{fit.SAID}{c.line()}", None, c.to_dict())
+                                   for c in chosen])
     preflight(cfg)                           # bad input writes nothing, as for one process
     with SessionStore(session) as store:
         run_id = store.create_run(cfg.to_dict(), name=name)

@@ -95,7 +95,7 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
                  run_id: int | None = None, checkpoint: dict[str, Any] | None = None,
                  progress: bool = False, echo: TextIO | None = sys.stderr,
                  kill_at_step: int | None = None,
-                 events: list[tuple[str, str, int | None]] = (),
+                 events: list[tuple[Any, ...]] = (),
                  group: Group | None = None, sampler_seed: int | None = None,
                  recorded: dict[str, Any] | None = None) -> Summary:
     """Trains one run in this process, recording everything into the session.
@@ -125,8 +125,8 @@ def run_training(cfg: RunConfig, session_dir: Path, *, name: str | None = None,
                         group.world))
         store.touch()
         store.set_config(run_id, cfg.to_dict())
-        for kind, message, step in events:        # what the caller found, now that we own it
-            store.add_event(run_id, kind, message, step=step)
+        for kind, message, step, *data in events:  # what the caller found, now that we own it
+            store.add_event(run_id, kind, message, step=step, data=data[0] if data else None)
         for stale in sweep(store, run_id):
             store.add_event(run_id, "swept", f"removed {stale.name}, left by an interrupted "
                             "checkpoint write")

@@ -119,16 +119,11 @@ def fit_amp(written: Any, f: Facts) -> tuple[Any, str]:
 def fit_channels_last(written: Any, f: Facts) -> tuple[Any, str]:
     if f.device.split(":")[0] != "cpu":
         return written, "as the preset writes it (measured on CUDA)"
-    measured = _by_price("channels_last", written, not written, f)
-    if measured:
-        return measured
-    cpu = f.machine.cpu
-    if written and cpu is not None and cpu.capability not in ("AVX512", "AMX"):
-        return False, (f"oneDNN's channels_last convolutions were measured faster under "
-                       f"AVX512 only; this CPU dispatches {cpu.capability} "
-                       "(`tui-trainer ab --vary channels_last=true` prices it here)")
-    return written, (f"as the preset writes it ({'faster' if written else 'no faster'} under "
-                     "AVX512 on the machines of docs/benchmarks.md)")
+    return _by_price("channels_last", written, not written, f) or (
+        written, "as the preset writes it: oneDNN's channels_last convolutions were faster "
+        "under AVX512 (AMD EPYC, 2026-11) and AVX2 (the same EPYC limited to AVX2, "
+        "2026-11-29: 1.70 s to 98% against 3.19 s without; docs/benchmarks.md); "
+        "`tui-trainer ab --vary channels_last=false` prices it here")
 
 
 RULES: dict[str, Callable[[Any, Facts], tuple[Any, str]]] = {
@@ -177,14 +172,16 @@ def choose(values: dict[str, Any], keys: list[str], m: Machine | None,
 
 
 def load_fitted(config_file: str | Path | None = None, overrides: list[str] | None = None,
-                machine: Machine | None = None, probe: bool = True
+                machine: Machine | None = None, probe: bool = True,
+                measured: list[Price] | None = None
                 ) -> tuple[config.RunConfig, list[Choice]]:
     """The config of a file and --set overrides, with the knobs its preset lets the machine
     choose (`fit`) chosen for `machine` (None: this processor, and, where the config's
     device may be CUDA, what a child process says: core.settings.machine.facts), and those
     choices, to show and record (`probe` False: a machine not given is not asked for, and
-    each choice says it is not known yet). A knob set with --set is the user's: not
-    chosen. (`config.load` takes the file's values as written.)"""
+    each choice says it is not known yet; `measured`: the prices kept here, read from
+    their file where not given). A knob set with --set is the user's: not chosen.
+    (`config.load` takes the file's values as written.)"""
     values, fitted = config.read_preset(config_file) if config_file is not None else ({}, [])
     fitted = check_keys(fitted, str(config_file))
     overrides_d = config.parse_overrides(overrides or [])
@@ -193,7 +190,7 @@ def load_fitted(config_file: str | Path | None = None, overrides: list[str] | No
     config.from_dict({**config.DEFAULTS.to_dict(), **values})   # bad input stops here, first
     if fitted and machine is None and probe:
         machine = here(str(values.get("device", config.DEFAULTS.device)))
-    values, choices = choose(values, fitted, machine)
+    values, choices = choose(values, fitted, machine, measured)
     return config.from_dict({**config.DEFAULTS.to_dict(), **values}), choices
 
 

@@ -166,14 +166,15 @@ class LaunchPanel(Vertical):
             return
         try:
             cfg, chosen = fit.load_fitted(event.value, machine=self._machine_for(event.value),
-                                      probe=False) if event.value else (DEFAULTS, [])
+                                          probe=False, measured=self.form.prices) \
+                if event.value else (DEFAULTS, [])
         except ConfigError as e:
             self.post_message(self.Notice(f"preset not loaded: {e}", "error"))
             return
         before, loaded = self.form.texts(), self._loaded
-        self.set_config(cfg.to_dict())
         self._chosen = chosen
-        self.form.chosen = {c.key: c for c in chosen}
+        self.form.chosen = {c.key: c for c in chosen}        # (said at their fields)
+        self.set_config(cfg.to_dict())
         after = self.form.texts()
         name = next((p.label for p in presets.presets() if str(p.path) == event.value),
                     "defaults")
