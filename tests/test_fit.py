@@ -78,7 +78,7 @@ def test_machine_names_this_cpu_in_text_and_json_as_torch_sees_it():
     assert r.rc == 0, r.err
     facts = json.loads(r.out)
     cpu = hardware.Cpu.from_dict(facts["cpu"])
-    here = hardware.cpu()
+    here = hardware.cpu(hardware.cpu_source())
     assert cpu.model == here.model and cpu.logical_cores == here.logical_cores == os.cpu_count()
     assert cpu.capability in ("AVX2", "AVX512", "DEFAULT", "SVE256") and "prices" in facts
     text = tt("machine").out
@@ -293,3 +293,13 @@ async def test_the_dashboard_chooses_a_presets_knobs_for_its_machine_and_marks_t
         form.query_one("#field-device", Input).value = "auto"   # (still the CPU here)
         await pilot.pause()
         assert "off: 2.00x" in str(app.query_one("#note-amp").render())
+        # a study that ends while the dashboard is open: its price shows at the knob
+        launch._prices_seen = 0
+        prices.add([price(avx2, "amp", "bf16", "off", 0.25, 0.2, 0.3, "slower")])
+        launch.prices_changed()
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if "off: 4.00x" in str(app.query_one("#note-amp").render()):
+                break
+        assert "off: 4.00x [3.33-5.00] faster against bf16 here" in \
+            str(app.query_one("#note-amp").render())

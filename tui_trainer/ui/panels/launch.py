@@ -117,6 +117,7 @@ class LaunchPanel(Vertical):
         self._form_asked = False
         self._loaded: dict[str, str] | None = None   # the fields as last loaded, not typed
         self._chosen: list[fit.Choice] = []   # what the last preset chose for this machine
+        self._prices_seen: int | None = None  # the prices' file as last read (its mtime)
 
     async def mount_form(self) -> None:
         if not self._form_asked:
@@ -341,12 +342,39 @@ class LaunchPanel(Vertical):
             m, error = machines.facts(), None
         except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
             m, error = None, str(e)
+        try:
+            self._prices_seen = prices.path().stat().st_mtime_ns
+        except OSError:
+            self._prices_seen = 0
         measured = prices.read()        # the knobs' prices measured here (a file)
 
         def show() -> None:     # (none to show it on once the app closes)
             if self.is_attached:
                 self.form.prices = measured
                 self.set_machine(m, error)
+
+        self.app.call_from_thread(show)
+
+    def prices_changed(self) -> None:
+        """After each tick: where the prices' file changed (a study of this dashboard or of
+        another shell ended), read it again in a worker and show its prices at the knobs.
+        (A stat here, on the UI thread; the file is read in the worker.)"""
+        try:
+            stamp = prices.path().stat().st_mtime_ns
+        except OSError:
+            return
+        if self._prices_seen is not None and stamp != self._prices_seen:
+            self._reread_prices()
+        self._prices_seen = stamp
+
+    @work(thread=True, group="prices", exclusive=True)
+    def _reread_prices(self) -> None:
+        measured = prices.read()
+
+        def show() -> None:
+            if self.is_attached:
+                self.form.prices = measured
+                self.form.recheck()
 
         self.app.call_from_thread(show)
 
