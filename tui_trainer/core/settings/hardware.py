@@ -90,6 +90,12 @@ class Cpu:
         """'AMD EPYC (2 cores), AVX2; bf16 emulated (no bf16 hardware), no fp16 hardware'."""
         return f"{self.model} ({self.cores}), {self.capability}; {self.formats()}"
 
+    def short(self) -> str:
+        """'AMD EPYC (2 cores), AVX2, bf16 emulated': the form's machine line at 80 columns."""
+        model = " ".join(self.model.replace("(R)", "").replace("(TM)", "").split())
+        return (f"{model} ({self.cores}), {self.capability}, bf16 "
+                + ("in hardware" if self.bf16 else "emulated") + (", AMX" if self.amx else ""))
+
     @property
     def key(self) -> str:
         """What a price measured on this processor holds for: another model, instruction

@@ -65,6 +65,13 @@ class Machine:
             return f"{self.gpus()}; torch {self.torch}"
         return f"CPU only{' (+ Apple GPU)' if self.mps else ''}, no CUDA; torch {self.torch}"
 
+    def line(self) -> str:
+        """`describe`, shorter: the form's machine line (two lines at most at 80 columns;
+        `tui-trainer machine` says it all)."""
+        if self.cpu is None:
+            return self.describe()
+        return f"{self.cpu.short()}; {self.gpus()}; torch {self.torch.split('+')[0]}"
+
     def cuda_capability(self, index: int = 0) -> float | None:
         """Device `index`'s compute capability as a number (8.0), or None where unknown."""
         try:

@@ -138,7 +138,7 @@ class LaunchPanel(Vertical):
         there is nothing to show it on.)"""
         self.form.machine = machine
         for label in self.query("#machine").results(Static):
-            label.update(Text(f"machine: {machine.describe()}" if machine else
+            label.update(Text(f"machine: {machine.line()}" if machine else
                               f"machine: not known ({shown(error or '?', 120)})"))
         self.form.recheck()
 
