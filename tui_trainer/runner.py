@@ -536,6 +536,7 @@ def _after_plan(store: SessionStore, study_id: int, train_positions: Callable[[l
     spec = study["spec"]
     if study["kind"] != "ab" or (spec.get("repeats", 1) < 2 and spec.get("until_sure") is None):
         return
+
     def budget() -> int:        # re-runs left (a continued study counts those it made)
         spec = store.study(study_id)["spec"]
         if spec.get("jobs", 1) != 1 or spec.get("gpus", 1) > 1:
@@ -581,6 +582,9 @@ def _after_plan(store: SessionStore, study_id: int, train_positions: Callable[[l
             train_positions(positions)
 
     rerun_loaded()
+    if spec.get("decide") is not None:
+        _decide(store, study_id, train_positions, rerun_loaded, stop, say, started)
+        return
     target = spec.get("until_sure")
     if target is None:
         return
@@ -612,6 +616,39 @@ def _after_plan(store: SessionStore, study_id: int, train_positions: Callable[[l
         say(f"ab: {ended}")
         spec = store.study(study_id)["spec"]
         store.set_study_spec(study_id, {**spec, "ended_by": ended})
+        return
+
+
+def _decide(store: SessionStore, study_id: int, train_positions: Callable[[list[int]], None],
+            rerun_loaded: Callable[[], None], stop: dict[str, bool], say: Say,
+            started: float) -> None:
+    """A deciding study (core.analysis.sequential): after each look, the rounds to its next
+    look where a variant is undecided, until every variant is faster, slower, the same or
+    unknown at the cap (or --max-time). What ended it is kept and said."""
+    from .core.analysis import sequential
+    from .core.analysis.study import add_round, table
+    while not stop["asked"]:
+        _, rows = table(store, study_id)
+        spec = store.study(study_id)["spec"]
+        decisions = [r.decision for r in rows[1:] if r.status != "skipped" and r.decision]
+        left = sequential.rounds_left(decisions)
+        elapsed = time.monotonic() - started
+        said = "; ".join(f"{r.label}: {r.decision.words}" for r in rows[1:] if r.decision)
+        if left is None:
+            ended = f"decided after {spec['repeats']} rounds in {elapsed:.0f} s: {said}"
+        elif spec.get("max_time_s") is not None and elapsed >= spec["max_time_s"]:
+            ended = (f"bound: {elapsed:.0f} s (--max-time) after {spec['repeats']} rounds, "
+                     f"undecided: {said}")
+        else:
+            say(f"ab: {said}; {left} more round{'s' if left > 1 else ''}")
+            for _ in range(left):
+                if stop["asked"]:
+                    return
+                train_positions(add_round(store, study_id))
+            rerun_loaded()
+            continue
+        say(f"ab: {ended}")
+        store.set_study_spec(study_id, {**store.study(study_id)["spec"], "ended_by": ended})
         return
 
 

@@ -10,13 +10,19 @@ from typing import Any
 
 from .. import runner
 from ..core.settings import config
-from ..core.analysis import figures, stats, study, study_text
+from ..core.analysis import figures, sequential, stats, study, study_text
 from ..core.settings.config import ConfigError
 from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, BadInput
 from ..core.session.store import SessionStore
 from ..core.text import shown
 from .common import (DEFAULT_AB_STEPS, check_name, config_args, json_safe, session_dir,
                      study_args, terminal_width, trust_named, trusted_only)
+
+
+# A deciding study's steps a run unless given: its samples/s is the median of the logged
+# intervals after the first (core.analysis.figures), five of them at the default log_every,
+# and rounds are what it needs many of
+DECIDE_STEPS = 60
 
 
 def add(sub: Any) -> None:
@@ -47,8 +53,16 @@ def add(sub: Any) -> None:
                          "WIDTH wide (high/low - 1: 0.05 is 5%%), or a bound is reached "
                          f"(--max-rounds, default {study.DEFAULT_MAX_ROUNDS}; --max-time); "
                          "the study says which ended it")
+    sp.add_argument("--decide", type=float, nargs="?", const=sequential.DEFAULT_MARGIN,
+                    default=None, metavar="MARGIN",
+                    help="stop as soon as the rounds decide: every variant's samples/s "
+                         "faster, slower, or the same within ±MARGIN (default "
+                         f"{sequential.DEFAULT_MARGIN:.2f}), looking at "
+                         f"{', '.join(map(str, sequential.LOOKS))} rounds with the error "
+                         "rate corrected for the looks; unknown at the cap (--max-rounds, "
+                         f"default {sequential.LOOKS[-1]})")
     sp.add_argument("--max-rounds", type=int, metavar="N", default=None,
-                    help="--until-sure's bound on rounds")
+                    help="--until-sure's bound on rounds, or --decide's cap")
     sp.add_argument("--max-time", type=float, metavar="S", default=None,
                     help="--until-sure's bound on seconds (the round under way finishes)")
     sp.add_argument("--rerun-loaded", type=int, metavar="N", default=None,
@@ -122,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
                           f"got {args.jobs}")
     if args.study is not None:
         if (not sweep and (args.vary or args.repeats or args.until_sure is not None
+                           or args.decide is not None
                            or args.max_rounds is not None or args.max_time is not None
                            or args.rerun_loaded is not None or args.quiet_wait is not None
                            or args.plan)) \
@@ -151,11 +166,12 @@ def run(args: argparse.Namespace) -> int:
             (Path(args.config).stem if args.config else args.command)
         check_name(name, "ab.name")
         steps = args.steps if args.steps is not None else \
-            spec.get("steps") or DEFAULT_AB_STEPS
+            spec.get("steps") or (DECIDE_STEPS if getattr(args, "decide", None) is not None
+                                  else DEFAULT_AB_STEPS)
         more = {} if sweep else {
             "rerun_loaded": args.rerun_loaded, "until_sure": args.until_sure,
             "max_rounds": args.max_rounds, "max_time_s": args.max_time,
-            "quiet_wait_s": args.quiet_wait}
+            "quiet_wait_s": args.quiet_wait, "decide": args.decide}
         planned = study.prepare(base, vary, steps, repeats=repeats, name=name, level=args.level,
                                 jobs=args.jobs if args.jobs is not None else 1,
                                 file=args.config, **more)
@@ -180,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
              "reruns": record["spec"].get("reruns", []),
              "waits": record["spec"].get("waits", []),
              "until_sure": record["spec"].get("until_sure"),
+             "decide": record["spec"].get("decide"),
              "ended_by": record["spec"].get("ended_by"),
              "rows": [r.to_dict() for r in rows]})))
     else:

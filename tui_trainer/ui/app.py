@@ -447,7 +447,6 @@ class TrainerApp(App[None]):
         for said in self.announcer.news(snap):
             self.notify(said.text, severity=said.severity, timeout=said.timeout)
         table.settle(snap)          # a check's twin, once started, paired with its run
-        self.query_one(LaunchPanel).prices_changed()     # a study's prices, kept since
         for cls in TAB_PANELS:      # the tabs' background commands: answered, or failed
             if (panel := self.panel(cls)) is not None and hasattr(panel, "settle"):
                 panel.settle(snap)

@@ -24,7 +24,7 @@ from ..session.store import SessionStore
 from ..settings import config
 from ..settings.config import ConfigError
 from ..text import name_problem
-from . import figures, stats
+from . import figures, sequential, stats
 
 DEFAULT_STEPS = 200
 # Rounds of an A/B study: enough for a 15% speed difference to come out of this machine's
@@ -237,14 +237,33 @@ def prepare(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: in
             repeats: int, name: str, level: float | None = None, jobs: int = 1,
             file: str | None = None, rerun_loaded: int | None = None,
             until_sure: float | None = None, max_rounds: int | None = None,
-            max_time_s: float | None = None, quiet_wait_s: float | None = None) -> Planned:
+            max_time_s: float | None = None, quiet_wait_s: float | None = None,
+            decide: float | None = None) -> Planned:
     """An A/B study (or, with no vary, a seed sweep of `repeats` seeds), planned and
     checked; the one place the CLI and the dashboard build a study's spec.
 
     `rerun_loaded`: how many rounds that shared the CPU with another process may be trained
     again once the machine is quiet (default: as many as there are rounds; 0: none).
     `until_sure`: add rounds until every variant's samples/s interval is at most this wide
-    (high / low - 1, e.g. 0.05), or `max_rounds` / `max_time_s` is reached."""
+    (high / low - 1, e.g. 0.05), or `max_rounds` / `max_time_s` is reached.
+    `decide`: the margin of a study that decides (core.analysis.sequential): its first
+    look's rounds trained, then more up to `max_rounds` (the cap, 20 unless given) until
+    every variant's samples/s is faster, slower or the same within ±margin."""
+    if decide is not None:
+        if not 0.005 <= decide <= 0.5:
+            raise ConfigError("--decide", "must be the margin within which two arms are the "
+                              f"same, from 0.005 to 0.5 (0.05: ±5%), got {decide}")
+        if until_sure is not None:
+            raise ConfigError("--decide", "decides when to stop by itself; give it or "
+                              "--until-sure, not both")
+        if not vary:
+            raise ConfigError("--decide", "needs a variant to decide on (--vary)")
+        cap = max_rounds if max_rounds is not None else sequential.LOOKS[-1]
+        if not sequential.LOOKS[0] <= cap <= MAX_ROUNDS:
+            raise ConfigError("--max-rounds", f"with --decide must be {sequential.LOOKS[0]} "
+                              f"(the first look) to {MAX_ROUNDS}, got {cap}")
+        repeats = sequential.looks(cap)[0]
+        max_rounds = None
     if rerun_loaded is not None and not 0 <= rerun_loaded <= MAX_ROUNDS:
         raise ConfigError("--rerun-loaded", f"must be 0 to {MAX_ROUNDS} (rounds trained "
                           f"again at most), got {rerun_loaded}")
@@ -257,7 +276,8 @@ def prepare(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: in
         raise ConfigError("--quiet-wait", f"must be 0 to 3600 seconds, got {quiet_wait_s}")
     if max_time_s is not None and not max_time_s > 0:
         raise ConfigError("--max-time", f"must be seconds > 0, got {max_time_s}")
-    if (max_rounds is not None or max_time_s is not None) and until_sure is None:
+    if (max_rounds is not None or max_time_s is not None) and until_sure is None \
+            and decide is None:
         raise ConfigError("--max-rounds" if max_rounds is not None else "--max-time",
                           "bounds --until-sure; give --until-sure WIDTH with it")
     if until_sure is not None and not vary:
@@ -284,6 +304,8 @@ def prepare(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: in
     if until_sure is not None:
         spec.update(until_sure=until_sure, max_time_s=max_time_s,
                     max_rounds=max(repeats, max_rounds or DEFAULT_MAX_ROUNDS))
+    if decide is not None:
+        spec.update(decide=decide, max_rounds=cap, max_time_s=max_time_s)
     return Planned(kind, name, spec, runs, notes)
 
 
@@ -386,6 +408,8 @@ class Row:
     # free cores (core.processes.contention.crowded), and the first such run's note
     crowded_rounds: list[int] = field(default_factory=list)
     crowded: str | None = None
+    # a deciding study's answer for samples/s so far (core.analysis.sequential)
+    decision: sequential.Decision | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -549,6 +573,17 @@ def table(store: SessionStore, study_id: int,
                          if _finished(grid[0][r]) and _finished(grid[arm][r])]
                 interval = stats.ratio_interval(pairs, level)
                 row.intervals[key] = interval
+                if key == "samples_per_s" and spec.get("decide") is not None:
+                    # a deciding study: its looks and their corrected levels
+                    # (core.analysis.sequential), never the uncorrected interval
+                    d = row.decision = sequential.decide(pairs, spec["decide"],
+                                                         spec.get("max_rounds"))
+                    row.intervals[key] = interval = d.interval
+                    if interval is not None:
+                        row.verdicts[key] = d.verdict or \
+                            f"deciding: the next look at {d.next_look} rounds"
+                        row.ratios[key] = interval.ratio
+                    continue
                 if interval is not None:
                     up, down = VERDICT_WORDS[key]
                     same_words = "within seed noise" if key in SEED_NOISE else "within noise"

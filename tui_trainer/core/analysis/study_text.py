@@ -12,7 +12,7 @@ from typing import Any
 
 from ..columns import cut, fit
 from ..text import shown
-from . import figures, stats
+from . import figures, sequential, stats
 from .study import DEFAULT_REPEATS, FIGURES, Row
 
 
@@ -28,7 +28,8 @@ def rerun_lines(study: dict[str, Any]) -> list[str]:
                        + (f" (runs {runs} kept in the session, out of the table)" if runs
                           else ""))
     if isinstance(spec.get("ended_by"), str):
-        out.append(f"--until-sure ended: {shown(spec['ended_by'], 400)}")
+        how = "--decide" if spec.get("decide") is not None else "--until-sure"
+        out.append(f"{how} ended: {shown(spec['ended_by'], 400)}")
     return out
 
 
@@ -322,6 +323,19 @@ def method_text(study: dict[str, Any], rows: list[Row]) -> str:
             "unless far from 1 (use --repeats for an interval)."
     rounds = rows[0].rounds
     common = f"{rounds} rounds, the arms interleaved; round r trains seed + r in every arm. "
+    margin = study["spec"].get("decide")
+    if margin is not None:
+        cap = study["spec"].get("max_rounds") or sequential.LOOKS[-1]
+        seen = sequential.looks(cap)
+        return common + (
+            f"It decides: at {', '.join(map(str, seen))} rounds it looks at each variant's "
+            "samples/s ratio (Hodges-Lehmann, signed-rank interval) at a level corrected for "
+            f"the {len(seen)} looks: faster or slower when the {1 - 0.05 / len(seen):.1%} "
+            f"interval is clear of 1, the same when the {1 - 0.1 / len(seen):.1%} interval "
+            f"lies within ±{margin:.0%}, unknown when neither holds at {cap} rounds; each "
+            "kind of wrong verdict at most 5% of the time over all its looks "
+            "(docs/benchmarks.md). The other figures' intervals are at 95%, uncorrected. "
+            "The base shows mean ±sd over its rounds.")
     if rounds < stats.min_pairs(level):
         return common + (f"A variant's (N.NNx; rounds a b ...) is the median ratio of its "
                          f"rounds to the base's (Hodges-Lehmann), then each round's ratio: a "

@@ -38,6 +38,10 @@ from ..widgets.inputs import Input
 from .common import plain
 
 
+# How often the form looks whether a study kept new prices (a stat of their file)
+PRICES_EVERY_S = 2.0
+
+
 def preset_options() -> list[tuple[Any, str]]:
     return [("defaults", "")] + [(plain(p.label), str(p.path)) for p in presets.presets()]
 
@@ -355,8 +359,11 @@ class LaunchPanel(Vertical):
 
         self.app.call_from_thread(show)
 
+    def on_mount(self) -> None:
+        self.set_interval(PRICES_EVERY_S, self.prices_changed)
+
     def prices_changed(self) -> None:
-        """After each tick: where the prices' file changed (a study of this dashboard or of
+        """Every PRICES_EVERY_S: where the prices' file changed (a study of this dashboard or of
         another shell ended), read it again in a worker and show its prices at the knobs.
         (A stat here, on the UI thread; the file is read in the worker.)"""
         try:

@@ -1,0 +1,97 @@
+"""A knob's price: how long until a verdict, a study that decides (`ab --decide`, issue 67)
+against today's fixed-round study, in one run on one machine; and how often a deciding
+study of two equal arms says "faster" or "slower".
+
+    python benchmarks/ab_decide.py [--price amp=bf16] [--aa 40] [--steps 60] [--fixed]
+
+Each study is `tui-trainer ab` on the shipped sample, the default config, timed from the
+command to its last line (what a person waits for: the launcher's start, every run, the
+table). `--price`: a knob with a price (bf16 autocast: 0.5x on a CPU that emulates it, a
+few per cent on one with bf16 hardware). The A/A arm is `eval_mode=inference_mode`: it
+changes the evaluation only, so the training's samples/s of both arms is one config's.
+`--fixed` also runs both as the fixed study of 6 rounds of 200 steps (the default before).
+`--aa N` runs N deciding A/A studies more and counts their verdicts (each an error where
+it says faster or slower). Every study's contention is printed: a loaded study is not a
+quiet machine's figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tui_trainer.core.processes import contention
+from tui_trainer.core.settings import machine
+
+AA = "eval_mode=inference_mode"
+
+
+def study(session: Path, vary: str, decide: bool, steps: int) -> dict:
+    args = [sys.executable, "-m", "tui_trainer", "ab", "--session", str(session), "--json",
+            "--set", "dataset=mnist-sample", "--vary", vary, "--steps", str(steps)]
+    args += ["--decide"] if decide else ["--repeats", "6"]
+    before = contention.snapshot()
+    t0 = time.monotonic()
+    p = subprocess.run(args, capture_output=True, text=True, timeout=1800,
+                       stdin=subprocess.DEVNULL)
+    wall = time.monotonic() - t0
+    load = contention.between(before, contention.snapshot())
+    if p.returncode not in (0, 3):
+        raise SystemExit(f"ab failed ({p.returncode}): {p.stderr[-2000:]}")
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    row = out["rows"][1]
+    iv = (row.get("intervals") or {}).get("samples_per_s") or {}
+    return {"wall": wall, "rounds": out["repeats"], "verdict":
+            (row.get("verdicts") or {}).get("samples_per_s"), "ratio": iv.get("ratio"),
+            "low": iv.get("low"), "high": iv.get("high"), "load": load,
+            "loaded_rounds": len(row.get("loaded_rounds") or [])}
+
+
+def line(name: str, r: dict) -> str:
+    interval = f"{r['ratio']:.2f}x [{r['low']:.2f}-{r['high']:.2f}]" if r["low"] else \
+        f"{r['ratio']:.2f}x" if r["ratio"] else "-"
+    mark = " LOADED" if contention.loaded(r["load"]) else ""
+    return (f"| {name} | {r['wall']:.1f} s | {r['rounds']} | {interval} {r['verdict']} | "
+            f"{r['loaded_rounds']} | {contention.text(r['load'])}{mark} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--price", default="amp=bf16")
+    ap.add_argument("--aa", type=int, default=0, help="deciding A/A studies to count")
+    ap.add_argument("--steps", type=int, default=60, help="steps a run of a deciding study")
+    ap.add_argument("--fixed", action="store_true", help="also the fixed 6 x 200 studies")
+    args = ap.parse_args()
+    print(f"machine: {machine.here('cpu').describe()}", flush=True)
+    print("| study | wall time to its verdict | rounds | samples/s ratio and verdict | "
+          "loaded rounds | contention |")
+    print("| --- | ---: | ---: | --- | ---: | --- |", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = [(f"{args.price}, --decide", args.price, True, args.steps),
+                (f"A/A ({AA}), --decide", AA, True, args.steps)]
+        if args.fixed:
+            runs += [(f"{args.price}, 6 rounds x 200 steps", args.price, False, 200),
+                     (f"A/A ({AA}), 6 rounds x 200 steps", AA, False, 200)]
+        for i, (name, vary, decide, steps) in enumerate(runs):
+            print(line(name, study(Path(tmp) / f"s{i}", vary, decide, steps)), flush=True)
+        if args.aa:
+            counts: dict[str, int] = {}
+            walls = []
+            for i in range(args.aa):
+                r = study(Path(tmp) / f"aa{i}", AA, True, args.steps)
+                counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+                walls.append(r["wall"])
+                print(line(f"A/A {i + 1} of {args.aa}", r), flush=True)
+            wrong = counts.get("faster", 0) + counts.get("slower", 0)
+            print(f"\n{args.aa} deciding A/A studies: {counts}; faster or slower in {wrong} "
+                  f"({wrong / args.aa:.1%}); wall time mean {sum(walls) / len(walls):.1f} s, "
+                  f"max {max(walls):.1f} s")
+
+
+if __name__ == "__main__":
+    main()
