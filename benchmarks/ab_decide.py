@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from tui_trainer.core.processes import contention
-from tui_trainer.core.settings import machine
+from tui_trainer.core.settings import hardware
 
 AA = "eval_mode=inference_mode"
 
@@ -67,7 +67,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60, help="steps a run of a deciding study")
     ap.add_argument("--fixed", action="store_true", help="also the fixed 6 x 200 studies")
     args = ap.parse_args()
-    print(f"machine: {machine.here('cpu').describe()}", flush=True)
+    print(f"machine: {hardware.this_cpu().describe()}", flush=True)
     print("| study | wall time to its verdict | rounds | samples/s ratio and verdict | "
           "loaded rounds | contention |")
     print("| --- | ---: | ---: | --- | ---: | --- |", flush=True)

@@ -4,6 +4,7 @@ price, and one that gives up at its cap."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -131,3 +132,39 @@ def test_a_large_price_is_decided_at_the_first_look_and_kept(tmp_path):
     assert rows[1].decision.verdict == "slower" and rows[1].decision.rounds == 8
     assert rows[1].intervals["samples_per_s"].level == rows[1].decision.level
     assert math.isclose(rows[1].decision.level, 0.99)       # 1 - 5% / 5 looks
+
+
+def test_fit_refuses_bad_knobs_in_one_line_and_stores_nothing(tmp_path):
+    for knobs, said in ((["lr"], "lr is not a speed knob"),
+                        (["ampp"], "unknown key; did you mean amp?"),
+                        (["amp=fp16"], "amp=fp16: cannot run on this machine"),
+                        (["cudnn_benchmark"], "acts on CUDA only")):
+        r = tt("fit", "--session", str(tmp_path), "--set", "device=cpu",
+               *[f"--knobs={k}" for k in knobs])
+        assert r.rc == 2 and said in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert not (tmp_path / "session.sqlite").exists()
+
+
+def test_fit_prices_a_knob_proves_the_result_and_writes_the_preset(tmp_path, isolated_home):
+    """The machine fit end to end, kept small: num_threads priced by a study that decides,
+    the start and the fitted config each trained with two seeds, the preset written with
+    the price and the bits of each choice."""
+    r = tt("fit", "--session", str(tmp_path), "--knobs", "num_threads", "--steps", "12",
+           "--seeds", "2", "--json", "--set", "dataset=mnist-sample", "--set", "max_steps=40",
+           "--set", "log_every=4", timeout=600)
+    assert r.rc in (0, 1), r.err
+    out = json.loads(r.out)
+    knob = out["knobs"][0]
+    assert knob["knob"] == "num_threads" and knob["tried"] == [1] and knob["study"] == 1
+    faster = "faster" in knob["decisions"][0].split("(")[0]
+    assert knob["taken"] == (1 if faster else 0) and out["config"]["num_threads"] == knob["taken"]
+    start, fitted = out["proofs"]
+    assert len(start["runs"]) == 2 and all(0 < a <= 1 for a in start["accuracy"])
+    assert out["spent"] and out["seconds"] > 0 and out["start"] == "fastest-cpu"
+    if out["same_accuracy"]:
+        text = (isolated_home / "presets" / "fastest-here.toml").read_text()
+        assert "# Fastest here: `tui-trainer fit` on " in text and "num_threads = " in text
+        assert "(study 1" in text and ("bits" in text)
+        assert out["preset"].endswith("fastest-here.toml") and r.rc == 0
+    else:
+        assert out["preset"] is None and r.rc == 1

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import (ab, activations, config, explain, export, machine, memory, profile, repro, resume,
-               run, runs, trust)
+from . import (ab, activations, config, explain, export, fit, machine, memory, profile, repro,
+               resume, run, runs, trust)
 from .group import join, worker
 
-ORDER: tuple[ModuleType, ...] = (config, run, resume, repro, ab, export, machine, join, worker,
-                                 profile, runs, memory, explain, activations, trust)
+ORDER: tuple[ModuleType, ...] = (config, run, resume, repro, ab, fit, export, machine, join,
+                                 worker, profile, runs, memory, explain, activations, trust)
 BY_NAME = {"config": config, "run": run, "resume": resume, "repro": repro, "ab": ab,
            "sweep": ab, "export": export, "machine": machine, "join": join, "worker": worker,
            "profile": profile, "runs": runs, "memory": memory, "explain": explain,
-           "activations": activations, "trust": trust}
+           "activations": activations, "trust": trust, "fit": fit}
