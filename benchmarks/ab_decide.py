@@ -10,7 +10,8 @@ table). `--price`: a knob with a price (bf16 autocast: 0.5x on a CPU that emulat
 few per cent on one with bf16 hardware). The A/A arm is `eval_mode=inference_mode`: it
 changes the evaluation only, so the training's samples/s of both arms is one config's.
 `--fixed` also runs both as the fixed study of 6 rounds of 200 steps (the default before).
-`--aa N` runs N deciding A/A studies more and counts their verdicts (each an error where
+`--hog` runs every study beside one CPU hog (a busy loop). `--aa N` runs N deciding A/A
+studies more and counts their verdicts (each an error where
 it says faster or slower). Every study's contention is printed: a loaded study is not a
 quiet machine's figure.
 """
@@ -66,7 +67,19 @@ def main() -> None:
     ap.add_argument("--aa", type=int, default=0, help="deciding A/A studies to count")
     ap.add_argument("--steps", type=int, default=60, help="steps a run of a deciding study")
     ap.add_argument("--fixed", action="store_true", help="also the fixed 6 x 200 studies")
+    ap.add_argument("--hog", action="store_true",
+                    help="every study beside one CPU hog (a busy loop in another process)")
     args = ap.parse_args()
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.hog else None
+    try:
+        measure(args)
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+
+
+def measure(args: argparse.Namespace) -> None:
     print(f"machine: {hardware.this_cpu().describe()}", flush=True)
     print("| study | wall time to its verdict | rounds | samples/s ratio and verdict | "
           "loaded rounds | contention |")

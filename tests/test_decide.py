@@ -4,16 +4,17 @@ price, and one that gives up at its cap."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import random
+
+import pytest
 
 from conftest import QUICK, sets, tt
 from tui_trainer.core.analysis import sequential, stats, study
 from tui_trainer.core.session.store import SessionStore
 from tui_trainer.core.settings.config import ConfigError
-
-import pytest
 
 
 def rounds(ratios: list[float]) -> list[tuple[float, float]]:
@@ -168,3 +169,37 @@ def test_fit_prices_a_knob_proves_the_result_and_writes_the_preset(tmp_path, iso
         assert out["preset"].endswith("fastest-here.toml") and r.rc == 0
     else:
         assert out["preset"] is None and r.rc == 1
+
+
+async def test_the_dashboard_fits_the_forms_config_in_the_background(tmp_path):
+    """The palette's "Fit to this machine": `tui-trainer fit` of the form's config, started
+    by the supervisor, its studies landing in the session (the A/B tab lists them), and it
+    ends with the dashboard's supervisor when asked to stop."""
+    import signal
+    from textual.widgets import Input
+    from conftest import wait_until
+    from tui_trainer.ui.app import TrainerApp
+    from tui_trainer.ui.panels.launch import LaunchPanel
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.ready()
+        form = app.query_one(LaunchPanel).form
+        for key, value in (("dataset", "mnist-sample"), ("max_steps", "30"),
+                           ("device", "cpu")):
+            form.query_one(f"#field-{key}", Input).value = value
+        await pilot.pause()
+        app.query_one(LaunchPanel).action_fit()
+        assert await asyncio.wait_for(asyncio.to_thread(
+            wait_until, lambda: any("fit started from the form's config" in n.message
+                                    for n in app._notifications), 60), 70)
+        log = tmp_path / "logs" / "fit.log"
+        assert await asyncio.to_thread(
+            wait_until, lambda: log.is_file() and "fit: pricing" in log.read_text(), 120), \
+            log.read_text() if log.is_file() else "no log"
+        with SessionStore(tmp_path, create=False, readonly=True) as store:
+            assert store.studies()[0]["name"].startswith("fit-")
+            assert store.studies()[0]["variants"][0]["config"]["dataset"] == "mnist-sample"
+        jobs = list(app.writer.supervisor._jobs)
+        assert len(jobs) == 1
+        jobs[0].send_signal(signal.SIGTERM)      # a stop: its study ends, the fit with it
+        await asyncio.to_thread(jobs[0].wait, 120)

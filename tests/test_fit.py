@@ -243,6 +243,9 @@ def test_an_ab_study_keeps_its_price_for_this_machine_and_config_and_machine_sho
     assert p.machine == here[0] and p.low <= p.ratio <= p.high and p.rounds == 6
     assert p.verdict in ("faster", "slower", "within noise") and "study 1" in p.study
     assert "kept for this machine: amp = bf16" in r.err
+    # the study shown again (`ab --study`, as the dashboard continues one) keeps nothing more
+    assert tt("ab", "--session", str(tmp_path), "--study", "1").rc == 0
+    assert prices.read() == kept
     # `config amp` and `machine` show it where it was measured quietly, and never as this
     # machine's where a round shared the CPU (the suite's other tests run beside it)
     shown_here = "amp = bf16: " + p.interval() in tt("config", "amp", "--set",
@@ -303,3 +306,27 @@ async def test_the_dashboard_chooses_a_presets_knobs_for_its_machine_and_marks_t
                 break
         assert "off: 4.00x [3.33-5.00] faster against bf16 here" in \
             str(app.query_one("#note-amp").render())
+
+
+def test_an_unknown_price_decides_nothing(tmp_path):
+    avx2 = machine.Machine(cpu=kind(tmp_path, "epyc-avx2"))
+    bf16 = machine.Machine(cpu=kind(tmp_path, "epyc-bf16"))
+    unknown = price(bf16, "amp", "bf16", "off", 0.97, 0.9, 1.04, "unknown")
+    values, chosen = resolve("fastest-cpu", bf16, [unknown])
+    assert values["amp"] == "bf16" and "in hardware" in chosen["amp"].reason
+    same = price(avx2, "amp", "bf16", "off", 1.01, 0.97, 1.04, "the same")
+    values, chosen = resolve("amp", avx2, [same])
+    assert values["amp"] == "off" and "the same" in chosen["amp"].reason
+
+
+@pytest.mark.gpu
+def test_machine_names_each_gpu_with_its_compute_capability():
+    """On CUDA: each device's name and compute capability, as torch gives them, in
+    `machine --json` and its text."""
+    r = tt("machine", "--json")
+    facts = json.loads(r.out)
+    assert facts["cuda"] and len(facts["cuda_capabilities"]) == facts["cuda_devices"]
+    assert all(c.count(".") == 1 and c.replace(".", "").isdigit()
+               for c in facts["cuda_capabilities"])
+    text = tt("machine").out
+    assert f"{facts['cuda_names'][0]} ({facts['cuda_capabilities'][0]})" in text

@@ -81,10 +81,17 @@ class Proof:
                    f"never at {TARGET:.0%}"))
 
 
-def plan_knobs(base: RunConfig, asked: list[str], device: str) -> list[tuple[str, list[Any]]]:
+def plan_knobs(base: RunConfig, asked: list[str], device: str, m: Any = None
+               ) -> tuple[list[tuple[str, list[Any]]], list[str]]:
     """The knobs to price and the values to try, checked: an unknown knob, one that is not
     about speed, or a value this machine cannot run is refused in one line (nothing is
-    stored). `asked`: KEY or KEY=V1,V2; none: the device's defaults."""
+    stored). `asked`: KEY or KEY=V1,V2; none: the device's defaults, less the values this
+    machine `m` emulates or lacks (core.settings.fit.lacking: bf16 on a CPU without bf16
+    instructions), each said in the second list; named with `--knobs amp=bf16`, one is
+    priced all the same."""
+    from .core.settings import fit as fit_rules
+    from .core.settings.machine import device_type
+    left_out: list[str] = []
     kind = "cuda" if device.startswith("cuda") else "cpu"
     out: list[tuple[str, list[Any]]] = []
     for item in asked or DEFAULT_KNOBS[kind]:
@@ -107,12 +114,19 @@ def plan_knobs(base: RunConfig, asked: list[str], device: str) -> list[tuple[str
                 if why is not None:
                     raise ConfigError("--knobs", f"{key}={value}: {why}")
         tried = [v for v in tried if _refusal(base, key, v) is None]
+        if not values and m is not None:
+            here = device_type(base.device, m)
+            for v in list(tried):
+                if (why := fit_rules.lacking(key, v, here, m)) is not None:
+                    tried.remove(v)
+                    left_out.append(f"{key}={v}: not priced, {why} (--knobs {key}={v} "
+                                    "prices it all the same)")
         if tried:
             out.append((key, tried))
     if not out:
         raise ConfigError("--knobs", "nothing to price: every value asked is the config's "
                           "own or cannot run here")
-    return out
+    return out, left_out
 
 
 def _refusal(base: RunConfig, key: str, value: Any) -> str | None:
@@ -149,7 +163,10 @@ def fit(session: Path, base: RunConfig, knobs: list[tuple[str, list[Any]]], step
             step.skipped, step.taken = "nothing else runs on top of the choices so far", \
                 getattr(current, key)
             continue
-        planned = studies.prepare(current, [(key, tried)], steps, repeats=1,
+        # (logged often enough for a steady samples/s in a short run: a price does not
+        # depend on its bookkeeping, core.analysis.study.PRICE_IGNORES)
+        priced = current.replace(log_every=max(1, min(current.log_every, steps // 6)))
+        planned = studies.prepare(priced, [(key, tried)], steps, repeats=1,
                                   name=f"fit-{key}", decide=sequential.DEFAULT_MARGIN)
         with SessionStore(session) as store:
             step.study = store.create_study(planned.kind, planned.name, planned.spec,

@@ -409,6 +409,7 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
             study = store.study(study_id)
             if study["status"] == "running":
                 raise BadInput(f"study {study_id} is running already (pid {study['pid']})")
+            ended_before = study["status"] == "finished"     # its prices kept then
             jobs = jobs or study["spec"].get("jobs", 1)
             # One run per GPU: the study's runs on CUDA train side by side, each on GPUs
             # of its own, as many at a time as there are GPUs (one GPU: one at a time);
@@ -490,7 +491,7 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
                 raise
             finally:
                 store.set_study_status(study_id, status, message)
-            if status == "finished":
+            if status == "finished" and not ended_before:
                 _remember_prices(store, study_id, session, say)
     finally:
         warm.close()

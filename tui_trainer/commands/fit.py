@@ -18,6 +18,9 @@ from ..core.text import name_problem, shown
 from .common import config_args, json_safe, session_dir, trust_named
 
 
+STEPS = 30        # a knob's study: its runs' steps (8 rounds or more of two runs each)
+
+
 def add(sub: Any) -> None:
     sp = sub.add_parser("fit", help="the fastest config for this machine, with proof",
                         description="Price the speed knobs one by one on top of each other "
@@ -34,8 +37,9 @@ def add(sub: Any) -> None:
                     help="a speed knob to price (repeatable; default: amp, channels_last "
                          "and num_threads on the CPU; amp, channels_last, cudnn_benchmark "
                          "and cuda_graph on CUDA), with the values to try")
-    sp.add_argument("--steps", type=int, metavar="N", default=60,
-                    help="steps of every run of a knob's study (default 60)")
+    sp.add_argument("--steps", type=int, metavar="N", default=STEPS,
+                    help=f"steps of every run of a knob's study (default {STEPS}; its runs "
+                         "log every steps/6)")
     sp.add_argument("--seeds", type=int, metavar="N", default=fitting.SEEDS,
                     help=f"seeds of each proof (default {fitting.SEEDS})")
     sp.add_argument("--name", default="fastest-here", help="the preset written (yours)")
@@ -56,14 +60,16 @@ def run(args: argparse.Namespace) -> int:
     start = args.config or ("fastest-gpu" if m.cuda else "fastest-cpu")
     base, chosen = fit_rules.load_fitted(start, args.sets, machine=m)
     trust_named(base)
-    knobs = fitting.plan_knobs(base, args.knobs, "cuda" if m.cuda and base.device != "cpu"
-                               else "cpu")
+    knobs, left_out = fitting.plan_knobs(base, args.knobs, "cuda" if m.cuda and
+                                         base.device != "cpu" else "cpu", m)
     fitting._steps_of(base)                  # a proof it cannot train is refused here
     session = session_dir(args)
     SessionStore.check(session)
     say = (lambda x: None) if args.json else (lambda x: print(x, file=sys.stderr, flush=True))
     for c in chosen:
         say(f"fit: from {start}: {c.line()}")
+    for line in left_out:
+        say(f"fit: {line}")
     fitted, steps_done, proofs, spent = fitting.fit(session, base, knobs, args.steps,
                                                     args.seeds, say)
     ok, accuracy = fitting.same_accuracy(*proofs)
@@ -77,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(json_safe({
             "start": start, "machine": words, "preset": str(path) if path else None,
             "config": fitted.to_dict(), "same_accuracy": ok, "accuracy": accuracy,
+            "left_out": left_out,
             "knobs": [{"knob": s.knob, "tried": s.tried, "taken": s.taken, "study": s.study,
                        "decisions": s.words, "bits": s.bits, "loaded": s.loaded,
                        "skipped": s.skipped, "seconds": s.seconds} for s in steps_done],

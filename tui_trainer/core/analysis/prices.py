@@ -27,6 +27,8 @@ from ..settings.hardware import Cpu
 from ..text import shown
 
 FILE = "prices.jsonl"
+# The verdicts that decide a choice (a fixed study's, and a deciding study's but "unknown")
+DECIDED = ("faster", "slower", "within noise", "the same")
 MAX_LINES = 5000          # the newest kept; a longer file is cut when written
 
 
@@ -172,8 +174,8 @@ def decided(all_prices: list[Price], machine: str | None, knob: str, value: Any,
     on this machine (either way round: a price of base against value is turned over), or
     None."""
     for p in here(all_prices, machine, knob):
-        if p.verdict is None or p.low is None or p.high is None:
-            continue
+        if p.verdict not in DECIDED or p.low is None or p.high is None:
+            continue        # no verdict, or "unknown" (a deciding study's cap): not decided
         if p.value == value and p.base == base:
             return p
         if p.value == base and p.base == value:

@@ -447,6 +447,11 @@ class Supervisor:
         self._studies[study_id] = proc
         return proc
 
+    def fit(self, sets: list[str]) -> subprocess.Popen:
+        """The machine fit (`tui-trainer fit`) of a config (its --set pairs) in the
+        background: its studies land in the session, its preset in the user's presets."""
+        return self._job(["fit", *(a for kv in sets for a in ("--set", kv))], "fit")
+
     def jobs_running(self) -> int:
         return sum(1 for p in self._jobs if p.poll() is None)
 

@@ -19,7 +19,7 @@ from textual.widgets import Button, DataTable, Label, Select, Static
 
 from ...core.settings import config
 from ...core.settings import presets, user_data
-from ...core.analysis import study as studies
+from ...core.analysis import sequential, study as studies
 from ...core.analysis import study_text
 from ...core.text import shown, shown_lines
 from ..widgets.inputs import Input
@@ -31,6 +31,8 @@ from .launch import LaunchPanel
 class ABPanel(Vertical):
     TAB, TITLE, PANEL_ID = "tab-ab", "A/B", "ab-panel"
     EXPORTS = "study"           # ctrl+e here: the study shown
+    COMMANDS = [("Decide a price", "A/B study of the vary field that stops as soon as each "
+                 "variant is faster, slower or the same within ±5% (ab --decide)", "decide")]
 
     class StudyChosen(Message):
         """Show this study (chosen in the list, or just started)."""
@@ -192,13 +194,20 @@ class ABPanel(Vertical):
 
     @on(Button.Pressed, "#ab-start, #ab-sweep")
     def _start(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.begin(sweep=event.button.id == "ab-sweep")
+
+    def action_decide(self) -> None:
+        """The palette's "Decide a price": the vary field's study, deciding when to stop
+        (core.analysis.sequential), its rounds field left aside."""
+        self.begin(sweep=False, decide=sequential.DEFAULT_MARGIN)
+
+    def begin(self, sweep: bool, decide: float | None = None) -> None:
         """Plans the study from the form's config and these fields, then starts it (the
         study's runs train one after the other, in the supervisor)."""
-        event.stop()
         if not self.app.writable("study not started"):
             return
         chosen = self.query_one("#ab-file", Select).value
-        sweep = event.button.id == "ab-sweep"
         file = chosen if isinstance(chosen, str) and not sweep else None
         steps = self.query_one("#ab-steps", Input).value.strip()
         repeats = self.query_one("#ab-repeats", Input).value.strip()
@@ -213,7 +222,8 @@ class ABPanel(Vertical):
             name = "sweep" if sweep else \
                 Path(file).stem if file else "+".join(k for k, _ in vary)
             planned = studies.prepare(base, vary, int(steps), repeats=int(repeats), name=name,
-                                      file=file, until_sure=sure)
+                                      file=file, until_sure=None if decide else sure,
+                                      decide=decide)
         except config.ConfigError as e:
             self.notify(f"study not started: {e}", severity="error")
             return
@@ -232,7 +242,12 @@ class ABPanel(Vertical):
             self.notify(f"{what} {study_id} started: {len(planned.runs)} runs of {steps} "
                         "steps, one after the other"
                         + (f", then more rounds until every interval is at most {sure:.1%} "
-                           f"wide (at most {planned.spec['max_rounds']} rounds)" if sure else "")
+                           f"wide (at most {planned.spec['max_rounds']} rounds)"
+                           if sure and not decide else "")
+                        + (", then more until each variant is faster, slower or the same "
+                           f"within ±{decide:.0%} (looks at "
+                           f"{', '.join(map(str, sequential.looks()))} rounds)"
+                           if decide else "")
                         + (f" ({'; '.join(planned.notes)})" if planned.notes else ""))
 
         self.app.write(create, started, "study not started")

@@ -85,7 +85,10 @@ class KnobSearch(Input):
 
 class LaunchPanel(Vertical):
     APP_KEYS = [Binding("f2", "start", "Start")]
-    COMMANDS = [("Start run", "Start a run with the form's config", "start")]
+    COMMANDS = [("Start run", "Start a run with the form's config", "start"),
+                ("Fit to this machine", "tui-trainer fit from the form's config: each speed "
+                 "knob priced here, the result proved and saved as the preset fastest-here",
+                 "fit")]
 
     class Notice(Message):
         """Something to tell the user (a preset loaded, a refusal)."""
@@ -122,6 +125,8 @@ class LaunchPanel(Vertical):
         self._loaded: dict[str, str] | None = None   # the fields as last loaded, not typed
         self._chosen: list[fit.Choice] = []   # what the last preset chose for this machine
         self._prices_seen: int | None = None  # the prices' file as last read (its mtime)
+        self._presets_seen: int | None = -1    # the user's presets folder (its mtime; -1:
+        #                                         not looked at yet)
 
     async def mount_form(self) -> None:
         if not self._form_asked:
@@ -359,6 +364,23 @@ class LaunchPanel(Vertical):
 
         self.app.call_from_thread(show)
 
+    def action_fit(self) -> None:
+        """The machine fit of the form's config, in the background (its studies show in the
+        A/B tab as they train; the preset appears in the list once it is written)."""
+        cfg = self.config_or_none()
+        if cfg is None or not self.app.writable("fit not started"):
+            return
+        sets = [f"{k}={'none' if v is None else v}" for k, v in cfg.to_dict().items()
+                if v != getattr(DEFAULTS, k)]
+
+        def started(proc: Any) -> None:
+            self.app.notify(f"fit started from the form's config (pid {proc.pid}): each speed "
+                            "knob priced by a study in the A/B tab, then the result proved; "
+                            "the preset fastest-here appears in the presets when it is "
+                            "written (its log: logs/fit.log)", timeout=12)
+
+        self.app.write(lambda _, sup: sup.fit(sets), started, "fit not started")
+
     def on_mount(self) -> None:
         self.set_interval(PRICES_EVERY_S, self.prices_changed)
 
@@ -366,6 +388,14 @@ class LaunchPanel(Vertical):
         """Every PRICES_EVERY_S: where the prices' file changed (a study of this dashboard or of
         another shell ended), read it again in a worker and show its prices at the knobs.
         (A stat here, on the UI thread; the file is read in the worker.)"""
+        try:
+            mine = presets.user_dir().stat().st_mtime_ns
+        except OSError:
+            mine = None
+        if mine != self._presets_seen:
+            if self._presets_seen != -1:
+                self.reload_presets()      # (a fit's preset, or one saved elsewhere)
+            self._presets_seen = mine
         try:
             stamp = prices.path().stat().st_mtime_ns
         except OSError:
