@@ -203,3 +203,30 @@ async def test_the_dashboard_fits_the_forms_config_in_the_background(tmp_path):
         assert len(jobs) == 1
         jobs[0].send_signal(signal.SIGTERM)      # a stop: its study ends, the fit with it
         await asyncio.to_thread(jobs[0].wait, 120)
+
+
+def test_an_undecided_study_beside_busy_programs_says_the_machine_was_too_busy(tmp_path):
+    """An A/A study (eval_mode changes only the evaluation) capped at its first look, beside
+    two busy loops: every round is flagged as loaded, and where it cannot decide it says the
+    machine was too busy rather than a bare "unknown"."""
+    import subprocess
+    import sys
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                             start_new_session=True) for _ in range(2)]
+    try:
+        r = tt("ab", "--session", str(tmp_path), "--vary", "eval_mode=inference_mode",
+               "--decide", "--max-rounds", "8", "--steps", "12", "--rerun-loaded", "0",
+               *sets(*QUICK, "log_every=2", "device=cpu", "fingerprint_every=0"))
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert r.rc == 0, r.err
+    with SessionStore(tmp_path, create=False, readonly=True) as store:
+        _, rows = study.table(store, 1)
+    row = rows[1]
+    assert len(row.loaded_rounds) * 2 > row.compared_rounds, row.loaded_rounds
+    assert row.decision.decided and row.verdicts["samples_per_s"] != "unknown"
+    if row.decision.verdict == "unknown":
+        assert row.verdicts["samples_per_s"] == "unknown: the machine was too busy"
+    assert "measured under load" in r.out

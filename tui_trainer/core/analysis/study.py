@@ -579,8 +579,11 @@ def table(store: SessionStore, study_id: int,
                     d = row.decision = sequential.decide(pairs, spec["decide"],
                                                          spec.get("max_rounds"))
                     row.intervals[key] = interval = d.interval
+                    busy = len(row.loaded_rounds) * 2 > max(1, row.compared_rounds)
                     if interval is not None:
-                        row.verdicts[key] = d.verdict or \
+                        row.verdicts[key] = (
+                            "unknown: the machine was too busy" if d.verdict == "unknown"
+                            and busy else d.verdict) or \
                             f"deciding: the next look at {d.next_look} rounds"
                         row.ratios[key] = interval.ratio
                     continue
