@@ -296,7 +296,11 @@ async def test_stop_then_continue(tmp_path):
         await pilot.press("f2")
         await until(pilot, lambda: db_rows(tmp_path, "SELECT 1 FROM runs WHERE step >= 12"))
         await pilot.press("f3")
-        await until(pilot, lambda: status(tmp_path, 1) == "stopped")
+        # (failed once, in a clean clone's suite beside the busy-loop test: what it saw is
+        # said, to tell a lost F3 from a stop that did not land)
+        await until(pilot, lambda: status(tmp_path, 1) == "stopped", seen=lambda: (
+            status(tmp_path, 1), db_rows(tmp_path, "SELECT step FROM runs"),
+            app.cursor_run, [n.message for n in app._notifications][-3:]))
         stopped_at = db_rows(tmp_path, "SELECT step FROM runs")[0][0]
         assert db_rows(tmp_path, "SELECT max(step) FROM checkpoints")[0][0] == stopped_at
         await until(pilot, lambda: cell(app, 1, "status") == "stopped")
