@@ -83,10 +83,14 @@ def fitted(args: argparse.Namespace, quiet: bool = False) -> tuple[Any, list[Any
     chosen (core.settings.fit), each choice said on stderr (unless `quiet`): never silent.
     The machine is asked of torch here (the command imports it to train anyway)."""
     from ..core.settings import config, fit
+    cfg = config.load(args.config, args.sets)                   # bad input stops here
+    keys = config.read_preset(args.config)[1] if args.config else []
+    sets = {kv.partition("=")[0].strip() for kv in args.sets}
+    if not [k for k in keys if k not in sets]:
+        return cfg, []                  # nothing to choose: torch is not asked
     from ..engine.knobs import machine_facts
-    values = config.load(args.config, args.sets).to_dict()     # bad input stops here
     cfg, chosen = fit.load_fitted(args.config, args.sets,
-                                  machine=machine_facts(values["device"]))
+                                  machine=machine_facts(cfg.device))
     for c in chosen:
         if not quiet:
             say(f"fit to this machine: {c.line()}")

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from ..core.analysis import prices
-from ..core.settings import config, machine
+from ..core.settings import fit, machine
 from ..core.errors import EXIT_BAD_INPUT, EXIT_OK, SessionError
 from ..core.processes import gpus
 from ..core.processes.liveness import is_live, starting
@@ -32,9 +32,14 @@ def add(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = config.load(args.config, args.sets) if args.config or args.sets else None
     from ..engine.knobs import machine_facts   # torch is imported here
     m = machine_facts()
+    # (a preset's per-machine knobs chosen for this machine, as `run` would: said)
+    cfg, chosen = fit.load_fitted(args.config, args.sets, machine=m) \
+        if args.config or args.sets else (None, [])
+    for c in chosen:
+        if not args.json:
+            print(f"fit to this machine: {c.line()}")
     found = machine.problem(cfg.to_dict(), m) if cfg else None
     here = gpus.gpu_list(m.cuda_devices)
     held, runs, why = _held(args) if here else ({}, {}, None)

@@ -8,14 +8,13 @@ import sys
 from typing import Any
 
 from .. import runner
-from ..core.settings import config
 from ..core.analysis import figures
 from ..core.settings.config import ConfigError
 from ..launcher.client import WarmLauncher
 from ..core.errors import EXIT_NOT_IDENTICAL, EXIT_OK, BadInput
 from ..core.session.store import SessionStore
 from ..core.text import shown, shown_lines
-from .common import config_args, session_dir, trust_named
+from .common import config_args, fitted, session_dir, trust_named
 
 
 def add(sub: Any) -> None:
@@ -47,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     session = session_dir(args)
     SessionStore.check(session)
     if args.run is None:
-        cfg = config.load(args.config, args.sets)    # bad input stops here, before training
+        cfg, _ = fitted(args, quiet=args.json)       # bad input stops here, before training
         trust_named(cfg)                    # named here by the user: theirs to run
     if args.repeats < 2:
         raise ConfigError("--repeats", "must be 2 or more (there is nothing to compare)")
