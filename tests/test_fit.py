@@ -226,7 +226,32 @@ def test_a_run_of_a_preset_on_a_cpu_without_bf16_trains_fp32_and_keeps_why(tmp_p
     assert run["settings"]["cpu_capability"] == "AVX2"
     log = (tmp_path / "s" / "logs" / "run-1.log").read_text()
     assert f"machine: {KINDS['epyc-avx2'][0]} (2 cores), AVX2" in log
+    assert f"on cpu ({KINDS['epyc-avx2'][0]})" in log      # device_name: the same CPU
     assert "fit to this machine: amp = off" in log
+    # a run of this machine beside it: the export names each one's machine, and Compare
+    # says they are two machines (a price across them is not a price)
+    r = tt("run", "--session", str(tmp_path / "s"), *sets(*QUICK, "max_steps=3", "epochs=1",
+                                                         "device=cpu"))
+    assert r.rc == 0, r.err
+    out = tmp_path / "out"
+    assert tt("export", "1", "2", "--session", str(tmp_path / "s"), "--out", str(out)).rc == 0
+    import csv
+    with next(out.glob("*summary.csv")).open() as f:
+        named = [row["machine"] for row in csv.DictReader(f)]
+    assert named[0].startswith(f"{KINDS['epyc-avx2'][0]} (2 cores), AVX2; bf16 emulated")
+    assert named[1].startswith(hardware.this_cpu().model) and named[0] != named[1]
+    from tui_trainer.core.session.reader import SessionReader
+    from tui_trainer.ui.panels.compare import settings_rows, speed_caveats
+    reader = SessionReader(SessionStore(tmp_path / "s", create=False, readonly=True))
+    reader.tick()
+    pair = [reader.rows[1], reader.rows[2]]
+    said = speed_caveats(pair)
+    assert said[0].startswith("⚠ the runs trained on different machines") and "AVX2" in said[0]
+    assert "machine: " in speed_caveats([reader.rows[2], reader.rows[2]])[0]
+    rows = {r[0]: r for r in settings_rows(pair)}
+    if hardware.this_cpu().capability != "AVX2":      # (on an AVX2 CPU both read AVX2)
+        assert rows["⚠ cpu_capability (effective)"][1:] == \
+            ["AVX2", hardware.this_cpu().capability]
 
 
 def test_an_ab_study_keeps_its_price_for_this_machine_and_config_and_machine_show_it(
@@ -238,7 +263,9 @@ def test_an_ab_study_keeps_its_price_for_this_machine_and_config_and_machine_sho
     kept = prices.read()
     assert len(kept) == 1, r.err
     p = kept[0]
-    here = prices.machine_of(machine.Machine(cpu=hardware.this_cpu()), "cpu")
+    # this machine as torch itself names it (the runs record torch's instruction set)
+    here = prices.machine_of(machine.Machine.from_dict(json.loads(tt("machine", "--json").out)),
+                             "cpu")
     assert (p.knob, p.value, p.base) == ("amp", "bf16", "off")
     assert p.machine == here[0] and p.low <= p.ratio <= p.high and p.rounds == 6
     assert p.verdict in ("faster", "slower", "within noise") and "study 1" in p.study

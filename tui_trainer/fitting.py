@@ -108,12 +108,11 @@ def plan_knobs(base: RunConfig, asked: list[str], device: str, m: Any = None
                               f"device is {device}")
         tried = [config.parse_value(key, v) for v in values.split(",")] if values else \
             [v for v in options if v != getattr(base, key)]
-        if values:                  # asked for by name: each must run here, or it is refused
-            for value in tried:
-                why = _refusal(base, key, value)
-                if why is not None:
-                    raise ConfigError("--knobs", f"{key}={value}: {why}")
-        tried = [v for v in tried if _refusal(base, key, v) is None]
+        refused = {v: why for v in tried if (why := _refusal(base, key, v)) is not None}
+        if values and refused:      # asked for by name: each must run here, or it is refused
+            value, why = next(iter(refused.items()))
+            raise ConfigError("--knobs", f"{key}={value}: {why}")
+        tried = [v for v in tried if v not in refused]
         if not values and m is not None:
             here = device_type(base.device, m)
             for v in list(tried):

@@ -44,8 +44,10 @@ def run(args: argparse.Namespace) -> int:
         if c.key == key:
             print(f"fit to this machine: {c.line()}")
     m = machine.here(str(cfg.device))
-    device = machine.device_type(str(cfg.device), m) if m is not None and \
-        machine.problem({"device": cfg.device}, m) is None else "cpu"
+    try:
+        device = machine.device_type(str(cfg.device), m) if m is not None else "cpu"
+    except machine.Problem:
+        device = "cpu"          # (a device this machine lacks: its CPU's prices)
     here = prices.machine_of(m, device)
     if m is not None and (lacking := fit.lacking(key, value, device, m)):
         print(f"on this machine: {lacking}")

@@ -113,21 +113,10 @@ def algorithms_of(cfg: RunConfig, cudnn_benchmark: bool | None = None) -> Iterat
         torch.utils.deterministic.fill_uninitialized_memory = was[7]
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return _cpu_name()
+    return hardware.cpu(hardware.cpu_source()).model
 
 
 def optimizer_impl(cfg: RunConfig, cuda: bool) -> str:

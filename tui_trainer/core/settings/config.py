@@ -701,9 +701,10 @@ def read_preset(path: str | Path) -> tuple[dict[str, Any], list[str]]:
     if isinstance(data.get("ab"), dict):
         del data["ab"]
     fitted = data.pop("fit", [])
-    if not isinstance(fitted, list) or not all(k in FIELDS for k in fitted):
+    if not isinstance(fitted, list) or not all(isinstance(k, str) and k in FIELDS
+                                               for k in fitted):
         raise ConfigError("fit", f"in {p} must be a list of knob names (those chosen per "
-                          f"machine: core/settings/fit.py), got {fitted!r}"[:300])
+                          f"machine: core/settings/fit.py), got {shown(fitted, 200)}")
     for key, value in data.items():
         if isinstance(value, dict):
             raise ConfigError(key, "tables are not used; keys are flat (see `tui-trainer config`)")

@@ -246,9 +246,10 @@ def notes(values: dict[str, Any], m: Machine | None, all_prices: list[Price],
             next((price_book.flipped(p) for p in mine if p.knob == k and p.base == value),
                  None)
         if price is not None:
-            said = (f"{said}; " if said else "") + \
-                f"{_text(value)}: {price.interval()} {price.verdict or ''} against " \
-                f"{_text(price.base)} here, {price.date}".replace("  ", " ")
+            verdict = f" {price.verdict}" if price.verdict else ""
+            said = (f"{said}; " if said else "") + (
+                f"{_text(value)}: {price.interval()}{verdict} against {_text(price.base)} "
+                f"here, {price.date}")
         if said:
             out[k] = said
     return out

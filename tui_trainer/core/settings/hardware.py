@@ -30,8 +30,9 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 FP16_FLAGS = ("avx512_fp16", "amx_fp16", "fphp")
 AMX_FLAGS = ("amx_tile", "amx_bf16", "amx_int8")
 # The capabilities under which torch's bf16 kernels can use those instructions (a lower
-# one, chosen by ATEN_CPU_CAPABILITY, emulates them whatever the flags say).
-WIDE = ("AVX512", "AMX", "SVE", "SVE256", "SVE128", "DEFAULT-ARM")
+# one, chosen by ATEN_CPU_CAPABILITY, emulates them whatever the flags say); on x86 torch
+# says DEFAULT, AVX2 or AVX512 (AVX512 on a CPU with AMX too).
+WIDE = ("AVX512", "SVE256")
 
 
 @dataclass(frozen=True)
@@ -105,12 +106,12 @@ class Cpu:
                 f"|{self.logical_cores}")
 
 
-def read_cpuinfo(path: Path = CPUINFO) -> tuple[str, list[dict[str, str]]]:
+def read_cpuinfo(path: Path = CPUINFO) -> list[dict[str, str]]:
     """The file's text blocks, one per logical processor, as {field: value}."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return "", []
+        return []
     blocks: list[dict[str, str]] = []
     for part in text.split("\n\n"):
         fields = {}
@@ -120,7 +121,7 @@ def read_cpuinfo(path: Path = CPUINFO) -> tuple[str, list[dict[str, str]]]:
                 fields[name.strip().lower()] = value.strip()
         if fields:
             blocks.append(fields)
-    return text, blocks
+    return blocks
 
 
 def dispatch(flags: set[str], env: str | None = None) -> str:
@@ -147,11 +148,12 @@ def cpu(path: Path = CPUINFO, capability: str | None = None,
     is torch's own answer where the caller has torch, else it is worked out from the flags
     as torch works it out."""
     env = os.environ if env is None else env
-    _, blocks = read_cpuinfo(path)
+    blocks = read_cpuinfo(path)
     first = blocks[0] if blocks else {}
     flags = set((first.get("flags") or first.get("features") or "").split())
-    model = first.get("model name") or first.get("hardware") or platform.processor() or \
-        f"unknown CPU ({platform.machine()})"
+    # (as runs before it named their CPU in device_name: a bit-relevant setting, so an
+    # older run and a newer one of one machine must read alike)
+    model = first.get("model name") or platform.processor() or platform.machine()
     logical = sum(1 for b in blocks if "processor" in b) or os.cpu_count() or 1
     pairs = {(b.get("physical id", "0"), b["core id"]) for b in blocks if "core id" in b}
     physical = len(pairs) or None
@@ -160,7 +162,7 @@ def cpu(path: Path = CPUINFO, capability: str | None = None,
             "DEFAULT"
     arm = "features" in first and "flags" not in first
     wide = arm or capability.upper() in WIDE
-    return Cpu(model=" ".join(model.split())[:200], physical_cores=physical,
+    return Cpu(model=model[:200], physical_cores=physical,
                logical_cores=logical, capability=capability,
                bf16=wide and any(f in flags for f in BF16_FLAGS),
                fp16=wide and any(f in flags for f in FP16_FLAGS),

@@ -147,7 +147,7 @@ class LaunchPanel(Vertical):
         there is nothing to show it on.)"""
         self.form.machine = machine
         for label in self.query("#machine").results(Static):
-            label.update(Text(f"machine: {machine.line()}" if machine else
+            label.update(Text(f"machine: {shown(machine.line(), 300)}" if machine else
                               f"machine: not known ({shown(error or '?', 120)})"))
         self.form.recheck()
 
@@ -312,12 +312,9 @@ class LaunchPanel(Vertical):
                                  timeout=12)
             return
         chosen = fit.still_chosen(self._chosen, config)     # a value changed since: theirs
-
-        def start(store: Any, sup: Any) -> int:
-            run_id = sup.start(config, name=name, chosen=chosen)
-            return run_id
-
-        app.call_from_thread(app.write, start, started, "not started")
+        app.call_from_thread(app.write, lambda _, sup: sup.start(config, name=name,
+                                                                 chosen=chosen),
+                             started, "not started")
 
     def _ask_trust(self, path: Path, sha: str, config: dict[str, Any], name: str | None,
                    started: Callable[[int], None]) -> None:
