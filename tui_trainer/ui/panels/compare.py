@@ -16,7 +16,6 @@ from ...core.analysis.divergence import BIT_RELEVANT_SETTINGS
 from ...core.analysis.figures import smooth
 from ...core.analysis.plotdata import Line
 from ...core.session.reader import RunRow
-from ...core.settings import hardware
 from ...core.text import shown_lines
 from ..widgets.plots import MetricPlot
 from .common import Table, Tick, label, plain
@@ -81,11 +80,9 @@ def settings_rows(runs: list[RunRow]) -> list[list[str]]:
             out.append([k, *map(str, values)])
     settings = [r.settings or {} for r in runs]
     for k in sorted(set().union(*(s.keys() for s in settings))):
-        if k == "data":
-            continue
+        if k in ("data", "cpu"):    # (the processor: in words under the tables; its model
+            continue                # and instruction set are rows of their own)
         values = [s.get(k) for s in settings]
-        if k == "cpu":          # the processor, in words
-            values = [c.describe() if (c := hardware.Cpu.from_dict(v)) else v for v in values]
         if len({repr(v) for v in values}) > 1:
             out.append([("⚠ " if k in BIT_RELEVANT_SETTINGS else "") + f"{k} (effective)",
                         *map(str, values)])
@@ -126,8 +123,11 @@ class ComparePanel(VerticalScroll):
             return
         self._key = key
         letters = LETTERS[:len(rows)]
+        two = " ⚠ different machines (below)" if prices.apart([r.settings for r in rows]) \
+            else ""
         title.update(plain("    ".join(f"{x} = {label(r.id, runs)} ({r.status})"
-                                       for x, r in zip(letters, rows, strict=False)), None))
+                                       for x, r in zip(letters, rows, strict=False)) + two,
+                           None))
         cfg = self.query_one("#compare-config", DataTable)
         cfg.clear(columns=True)
         cfg.add_columns("setting", *letters)
