@@ -235,3 +235,27 @@ def test_an_undecided_study_beside_a_cpu_hog_says_the_machine_was_too_busy(tmp_p
     if row.decision.verdict == "unknown":
         assert row.verdicts["samples_per_s"] == "unknown: the machine was too busy"
     assert "measured under load" in r.out
+
+
+async def test_the_dashboards_fit_never_runs_a_file_the_user_has_not_trusted(tmp_path):
+    """A net of a file in the form (from a session's run, say) is not run by the fit until
+    this user trusts it: one line, no process started, nothing trusted on the way."""
+    from textual.widgets import Input
+    from conftest import wait_until
+    from tui_trainer.core.settings import user_models
+    from tui_trainer.ui.app import TrainerApp
+    from tui_trainer.ui.panels.launch import LaunchPanel
+    net = tmp_path / "net.py"
+    net.write_text("import torch\nclass Net(torch.nn.Module):\n    pass\n")
+    app = TrainerApp(tmp_path / "s", poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.ready()
+        form = app.query_one(LaunchPanel).form
+        form.query_one("#field-model", Input).value = f"{net}:Net"
+        await pilot.pause()
+        app.query_one(LaunchPanel).action_fit()
+        assert await asyncio.to_thread(wait_until, lambda: any(
+            "fit not started" in n.message and "is not trusted yet" in n.message
+            for n in app._notifications), 30)
+        assert app.writer.supervisor._jobs == []
+        assert not user_models.is_trusted(user_models.read(net)[1])

@@ -376,7 +376,17 @@ class LaunchPanel(Vertical):
                             "the preset fastest-here appears in the presets when it is "
                             "written (its log: logs/fit.log)", timeout=12)
 
-        self.app.write(lambda _, sup: sup.fit(sets), started, "fit not started")
+        def fit_it(_: Any, sup: Any) -> Any:
+            # A net of a file runs only once this user trusts it (Start asks; the fit's
+            # command would take the file as named by its user): asked there first
+            if is_file_model(cfg.model):
+                path = user_models.resolve(user_models.parse(cfg.model)[0])
+                if not user_models.is_trusted(user_models.read(path)[1]):
+                    raise BadInput(f"{shown(path, 200)} is not trusted yet: Start it once "
+                                   "(F2 asks), or `tui-trainer trust FILE`")
+            return sup.fit(sets)
+
+        self.app.write(fit_it, started, "fit not started")
 
     def on_mount(self) -> None:
         self.set_interval(PRICES_EVERY_S, self.prices_changed)
