@@ -8,6 +8,7 @@ their bits, not on what their config files asked for.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import math
 import os
@@ -39,8 +40,10 @@ def machine_facts(device: str = "auto") -> Machine:
                                            for i in range(n)))
 
 
+@functools.cache
 def this_cpu() -> hardware.Cpu:
-    """This processor, with the instruction set torch itself says it dispatches to."""
+    """This processor, with the instruction set torch itself says it dispatches to (read
+    once a process: torch chose it at import)."""
     return hardware.cpu(hardware.cpu_source(), torch.backends.cpu.get_cpu_capability())
 
 
@@ -116,7 +119,7 @@ def algorithms_of(cfg: RunConfig, cudnn_benchmark: bool | None = None) -> Iterat
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return hardware.cpu(hardware.cpu_source()).model
+    return this_cpu().model
 
 
 def optimizer_impl(cfg: RunConfig, cuda: bool) -> str:
