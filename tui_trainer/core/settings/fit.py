@@ -208,20 +208,19 @@ def record(store: Any, run_id: int, choices: list[Choice]) -> None:
 # --- what the form says beside a knob --------------------------------------------------
 
 def lacking(key: str, value: Any, device: str, m: Machine) -> str | None:
-    """Why this machine emulates or lacks a knob's value on `device`, or None."""
+    """Why this machine emulates or lacks a knob's value on `device`, or None: a few words
+    (the form's note fits one line at 80 columns; the reasons with figures are the rules')."""
     kind = device.split(":")[0]
     if key != "amp" or value == "off":
         return None
     if kind == "cpu" and m.cpu is not None and value == "bf16" and not m.cpu.bf16:
-        return (f"this CPU has no bf16 hardware ({m.cpu.capability}): bf16 autocast is "
-                "emulated here (0.50x on an AMD EPYC with AVX2 only)")
+        return f"bf16 emulated here ({m.cpu.capability}, no bf16 hardware)"
     if kind == "cuda":
         index = int(device.split(":")[1]) if ":" in device else 0
         cc = m.cuda_capability(index)
         need = 8.0 if value == "bf16" else 7.0
         if cc is not None and cc < need:
-            return (f"this GPU (compute capability {cc:.1f}) has no {value} tensor cores "
-                    f"(they need {need:.1f})")
+            return f"no {value} tensor cores on this GPU ({cc:.1f}; they need {need:.1f})"
     return None
 
 
