@@ -183,3 +183,32 @@ def test_model_tab_shows_the_pair_side_by_side_with_their_difference(snap_compar
         await pilot.pause(0.3)
 
     assert snap_compare(_app(tmp_path), terminal_size=SIZES[size], run_before=drawn)
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_a_knob_added_to_a_group_out_of_sight_leaves_the_screen_as_it_was(
+        tmp_path, monkeypatch, size):
+    """The main screen with one more knob declared in the last group (out of sight: the
+    groups without a changed value are closed) is, cell for cell, the screen without it:
+    adding a knob does not change the pictures of the groups it is not in."""
+    from dataclasses import fields, make_dataclass
+
+    from tui_trainer.core.settings import config
+    from tui_trainer.ui.panels import launch
+
+    async def screen(name: str) -> str:
+        app = _app(tmp_path / name)
+        async with app.run_test(size=SIZES[size]) as pilot:
+            await _settle(pilot)
+            return app.export_screenshot(title="screen")
+
+    without = await screen("without")
+    more = make_dataclass("RunConfig", [("label_smoothing", float, config.knob(
+        0.0, "Label smoothing of the cross-entropy.", "bookkeeping", lo=0, hi=1,
+        hi_open=True, bits=True))], bases=(config.RunConfig,), frozen=True)
+    monkeypatch.setattr(config, "RunConfig", more)
+    monkeypatch.setattr(config, "FIELDS", {f.name: f for f in fields(more)})
+    monkeypatch.setattr(config, "DEFAULTS", more())
+    monkeypatch.setattr(launch, "DEFAULTS", more())
+    assert "label_smoothing" in config.DEFAULTS.to_dict()
+    assert await screen("with") == without

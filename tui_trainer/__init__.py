@@ -1,3 +1,3 @@
 """tui-trainer: controlled PyTorch training experiments, from one terminal."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -20,6 +20,7 @@ from .commands.common import say, session_dir
 from .core.processes import supervisor
 from .core.errors import (EXIT_FAILED, EXIT_OK, EXIT_SESSION, EXIT_STOPPED, EXPECTED,
                           SessionError, expected)
+from .core.session import upgrade
 from .core.session.paths import default_session_dir
 
 EXIT_CODES = """exit status: 0 ok, 1 failed (e.g. no space left), 2 bad input, 3 not identical
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             say(str(e))
             return EXIT_SESSION
     supervisor.watch_owner()
+    upgrade.listen(lambda note: say(note))    # an earlier version's session: what is assumed
     try:
         return commands.BY_NAME[args.command].run(args)
     except EXPECTED as e:

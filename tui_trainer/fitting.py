@@ -25,6 +25,7 @@ from .core.analysis import sequential, study as studies
 from .core.errors import BadInput
 from .core.session.store import SessionStore
 from .core.settings import config, presets
+from .core.settings.toml_text import to_toml
 from .core.settings.config import ConfigError, RunConfig
 from .core.text import shown
 
@@ -283,7 +284,7 @@ def preset_text(fitted: RunConfig, steps_done: list[Step], machine_words: str,
                      + "; ".join(shown(w, 200) for w in s.words)
                      + (f"; taken, {s.bits}" if s.bits else
                         "; kept as it was (the start config's bits)"))
-    return "\n".join(lines) + "\n" + fitted.to_toml(comments=False)
+    return "\n".join(lines) + "\n" + to_toml(fitted, comments=False)
 
 
 def save(name: str, text: str) -> Path:

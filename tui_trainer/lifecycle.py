@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import runner
-from .core.settings import config, fit, user_models
+from .core.settings import config, fit, recorded, user_models
 from .core.processes import supervisor
 from .core.settings.config import ConfigError
 from .core.errors import EXIT_FAILED, BadInput, CheckpointError, RunBusy
@@ -68,7 +68,7 @@ def start_created(session: Path, run_id: int, config_path: str | None, sets: lis
             raise BadInput(f"run {run_id} was started before (status {run['status']}); "
                            "use `tui-trainer resume` to continue it")
         try:
-            cfg = config.load(config_path, sets, base=config.from_dict(run["config"]))
+            cfg = config.load(config_path, sets, base=recorded.run_config(run))
             if parallel(cfg):
                 preflight(cfg)
                 store.set_config(run_id, cfg.to_dict())
@@ -107,7 +107,7 @@ def resume(session: Path, run_id: int, sets: list[str], checkpoint: str | None =
         if is_live(run):
             raise RunBusy(f"run {run_id} is being trained by process {run['pid']}; stop it "
                           "before continuing it")
-        cfg = config.from_dict({**run["config"], **overrides})
+        cfg = recorded.run_config(run, overrides)
         user_models.check_code(run)     # a net of the user's own file: its code, trusted
         from .engine.checkpoint import choose_checkpoint, load_named
         state, notes, path = None, [], None

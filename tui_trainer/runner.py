@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .core.analysis import figures
-from .core.settings import machine, user_data, user_models
+from .core.settings import machine, recorded, user_data, user_models
 from .core.settings.config import ConfigError, RunConfig, from_dict
 from .core.analysis import explain as explained
 from .core.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_SESSION, EXIT_STOPPED,
@@ -141,7 +141,7 @@ def repro(store: SessionStore, check: Check, say: Say,
         if is_live(first) or first["status"] == "created":
             raise BadInput(f"run {check.run} is {first['status']}; check it once it has "
                            "finished or stopped")
-        cfg = from_dict(first["config"])
+        cfg = recorded.run_config(first)
         user_models.check_twin(first)       # its twins train its code, or none is created
         user_data.check_in(first["config"])     # and read a folder this user named
     assert cfg is not None
@@ -214,7 +214,7 @@ def memory(store: SessionStore, run: dict[str, Any], keep: bool = True) -> dict[
     in the result by its path inside the session."""
     from .engine.checkpoint import load_checkpoint
     from .engine.probes.memory import breakdown
-    cfg = from_dict(run["config"])
+    cfg = recorded.run_config(run)
     kept = store.usable_checkpoints(run["id"])
     snapshot = store.log_path(run["id"]).with_name(
         f"run-{run['id']}-memory-{time.strftime('%Y%m%d-%H%M%S')}.pickle") if keep else None
@@ -232,7 +232,7 @@ def profile(store: SessionStore, run: dict[str, Any], steps: int, warmup: int,
     run's log and named in the result by its path inside the session."""
     from .engine.checkpoint import load_checkpoint
     from .engine.probes.profile import profile as measure
-    cfg = from_dict(run["config"])
+    cfg = recorded.run_config(run)
     kept = store.usable_checkpoints(run["id"])
     trace = store.log_path(run["id"]).with_name(
         f"run-{run['id']}-profile-{time.strftime('%Y%m%d-%H%M%S')}.json") if keep else None
@@ -270,7 +270,7 @@ def activations(store: SessionStore, runs: list[dict[str, Any]], how: str,
     from .core.analysis import activations as drawn
     from .engine.probes import activations as seen
     from .engine.checkpoint import load_checkpoint
-    cfgs = [from_dict(r["config"]) for r in runs]
+    cfgs = [recorded.run_config(r) for r in runs]
     points = [checkpoint_at(store, r, step) for r in runs]
     data = seen.EvalSet(cfgs[0])
     if len(runs) == 2:

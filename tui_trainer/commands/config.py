@@ -9,6 +9,7 @@ from typing import Any
 
 from ..core.analysis import prices
 from ..core.settings import config, fit, machine
+from ..core.settings.toml_text import to_toml, toml_value
 from ..core.errors import EXIT_OK
 from .common import config_args, say, terminal_width
 
@@ -30,15 +31,15 @@ def run(args: argparse.Namespace) -> int:
         cfg, chosen = fit.load_fitted(args.config, args.sets)
         for c in chosen:
             say(f"fit to this machine: {c.line()}")
-        sys.stdout.write(cfg.to_toml(comments=not args.plain))
+        sys.stdout.write(to_toml(cfg, comments=not args.plain))
         return EXIT_OK
     if args.key not in config.FIELDS:
         raise config.unknown_key(args.key)
     key = args.key
     cfg, chosen = fit.load_fitted(args.config, args.sets)
     value = getattr(cfg, key)
-    print(f"{key} = {config._toml_value(value)}    # {config.allowed(key)}; default "
-          f"{config._toml_value(getattr(config.DEFAULTS, key))}")
+    print(f"{key} = {toml_value(value)}    # {config.allowed(key)}; default "
+          f"{toml_value(getattr(config.DEFAULTS, key))}")
     print(textwrap.fill(config.doc(key), terminal_width() or 100))
     for c in chosen:
         if c.key == key:

@@ -58,7 +58,8 @@ def run_rows(store: SessionStore, computed: list | None = None,
 def keep_figures(session: Any, computed: list) -> None:
     """Ended runs whose figures were computed from their rows (a session from before they
     were kept): kept now where the session can be written, so that the next listing reads
-    them; a read-only session is left as it is."""
+    them; a read-only session is left as it is. The writable open also records that an
+    earlier version's session was upgraded (core/session/upgrade.py): said once."""
     try:
         with SessionStore(session, create=False, verify=False) as store:
             store.keep_figures(computed)
@@ -71,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     computed: list = []
     with SessionStore(session, create=False, readonly=True) as store:   # reads
         rows = run_rows(store, computed, say)
-    if computed:
+        told = store.upgrade_note is not None   # an earlier version's: said, to be recorded
+    if computed or told:
         keep_figures(session, computed)
     if args.json:
         print(json.dumps(json_safe(rows)))

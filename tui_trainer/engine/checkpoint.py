@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ..core.settings import config
+from ..core.settings.recorded import as_recorded
 from ..core.errors import CheckpointError, DiskFull, SessionError, is_disk_full
 from ..core.processes.liveness import process_alive
 from ..core.session.store import SessionStore
@@ -139,7 +140,9 @@ def check_fits(state: dict[str, Any], path: Path, run: dict[str, Any],
                 f"{expected[2]}) under that name: the file was replaced")
     keep = set(config.TRAINING_LENGTH_KEYS) | set(config.LAUNCH_KEYS)
     mine = {k: v for k, v in cfg.to_dict().items() if k not in keep}
-    theirs = {k: v for k, v in dict(state["config"]).items() if k not in keep}
+    # (one of an earlier version lacks the knobs added since: read as that version ran it)
+    theirs = {k: v for k, v in as_recorded(dict(state["config"]))[0].items()
+              if k not in keep}
     if mine != theirs:
         diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
         raise CheckpointError(f"checkpoint {path} was written with another config "

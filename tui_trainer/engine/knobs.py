@@ -15,15 +15,16 @@ import os
 import platform
 import random
 import re
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..core.settings import hardware, machine
+from ..core.settings import hardware, machine, recorded
 from ..core.settings.config import ConfigError, RunConfig, graph_step
 from ..core.settings.machine import Machine
+from .. import __version__
 
 
 def machine_facts(device: str = "auto") -> Machine:
@@ -72,8 +73,6 @@ def apply_knobs(cfg: RunConfig, device: torch.device, rank: int = 0) -> None:
     """Sets every process-wide knob, in the order torch needs them. Rank r of a data-parallel
     run seeds with seed + r: its dropout and augmentation draw their own numbers (rank 0's
     are those of a single-process run; DDP gives every rank rank 0's initial weights)."""
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
     workspace = machine.cublas_workspace(cfg.to_dict())   # (the launcher's rule too)
     if workspace is not None and device.type == "cuda":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", workspace)
@@ -82,38 +81,62 @@ def apply_knobs(cfg: RunConfig, device: torch.device, rank: int = 0) -> None:
         seed_everything(cfg.seed + rank)
 
 
+def _set_deterministic(value: str) -> None:
+    torch.use_deterministic_algorithms(value != "off", warn_only=value == "warn")
+
+
+def _deterministic() -> str:
+    if not torch.are_deterministic_algorithms_enabled():
+        return "off"
+    return "warn" if torch.is_deterministic_algorithms_warn_only_enabled() else "on"
+
+
+def _set_threads(n: int) -> None:
+    if n:                       # 0: PyTorch's own default, left as it is
+        torch.set_num_threads(n)
+
+
+def _flag(owner: Any, name: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:
+    return (lambda: getattr(owner, name)), (lambda v: setattr(owner, name, bool(v)))
+
+
+# Each process-wide knob (declared `process_wide` in core/settings/config.py): how torch is
+# asked for its value and given one, in the knob's own terms. set_algorithms applies them,
+# algorithms_of gives them back, explain switches them, effective_settings records them.
+TORCH_STATE: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {
+    "deterministic": (_deterministic, _set_deterministic),
+    "fill_uninitialized": _flag(torch.utils.deterministic, "fill_uninitialized_memory"),
+    "cudnn_deterministic": _flag(torch.backends.cudnn, "deterministic"),
+    "cudnn_benchmark": _flag(torch.backends.cudnn, "benchmark"),
+    "cudnn_enabled": _flag(torch.backends.cudnn, "enabled"),
+    "num_threads": (torch.get_num_threads, _set_threads),
+    "float32_matmul_precision": (torch.get_float32_matmul_precision,
+                                 torch.set_float32_matmul_precision),
+    "cudnn_allow_tf32": _flag(torch.backends.cudnn, "allow_tf32"),
+}
+
+
 def set_algorithms(cfg: RunConfig, cudnn_benchmark: bool | None = None) -> None:
-    """The knobs that choose torch's algorithms: deterministic algorithms, cuDNN's flags and
+    """Every process-wide knob: the thread count, deterministic algorithms, cuDNN's flags,
     the float32 matmul precision (cudnn_benchmark the config's unless given)."""
-    torch.use_deterministic_algorithms(cfg.deterministic != "off",
-                                       warn_only=cfg.deterministic == "warn")
-    torch.utils.deterministic.fill_uninitialized_memory = cfg.fill_uninitialized
-    torch.backends.cudnn.deterministic = cfg.cudnn_deterministic
-    torch.backends.cudnn.benchmark = cfg.cudnn_benchmark if cudnn_benchmark is None \
-        else cudnn_benchmark
-    torch.backends.cudnn.enabled = cfg.cudnn_enabled
-    torch.set_float32_matmul_precision(cfg.float32_matmul_precision)
-    torch.backends.cudnn.allow_tf32 = cfg.cudnn_allow_tf32
+    for key in recorded.PROCESS_WIDE:
+        value = getattr(cfg, key)
+        if key == "cudnn_benchmark" and cudnn_benchmark is not None:
+            value = cudnn_benchmark
+        TORCH_STATE[key][1](value)
 
 
 @contextlib.contextmanager
 def algorithms_of(cfg: RunConfig, cudnn_benchmark: bool | None = None) -> Iterator[None]:
-    """`set_algorithms` for the block, then each of those flags back as it was (the
+    """`set_algorithms` for the block, then each of those knobs back as it was (the
     launcher's spare loads a run's kernels under them: engine/cuda_start.py)."""
-    cudnn = torch.backends.cudnn
-    was = (torch.are_deterministic_algorithms_enabled(),
-           torch.is_deterministic_algorithms_warn_only_enabled(), cudnn.deterministic,
-           cudnn.benchmark, cudnn.enabled, torch.get_float32_matmul_precision(),
-           cudnn.allow_tf32, torch.utils.deterministic.fill_uninitialized_memory)
+    was = {key: TORCH_STATE[key][0]() for key in recorded.PROCESS_WIDE}
     try:
         set_algorithms(cfg, cudnn_benchmark)
         yield
     finally:
-        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
-        cudnn.deterministic, cudnn.benchmark, cudnn.enabled = was[2], was[3], was[4]
-        torch.set_float32_matmul_precision(was[5])
-        cudnn.allow_tf32 = was[6]
-        torch.utils.deterministic.fill_uninitialized_memory = was[7]
+        for key, value in was.items():
+            TORCH_STATE[key][1](value)
 
 
 def device_name(device: torch.device) -> str:
@@ -152,46 +175,34 @@ def _torchvision_version() -> str:
 
 def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any],
                        pin_memory: bool, model: nn.Module) -> dict[str, Any]:
+    """What the run really ran with: each knob that declares a `setting`
+    (core/settings/config.py) as torch or the engine applied it (its config value where
+    nothing changes it), and the facts of core/settings/recorded.py:FACTS."""
     cuda = device.type == "cuda"
+    applied = {
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        **{k: TORCH_STATE[k][0]() for k in recorded.PROCESS_WIDE if k != "deterministic"},
+        "num_workers": cfg.num_workers if cfg.loader == "torchvision" else 0,
+        "pin_memory": pin_memory,
+        "non_blocking": cfg.non_blocking and cuda,
+        "persistent_workers": cfg.persistent_workers and cfg.num_workers > 0,
+        "optimizer_impl": optimizer_impl(cfg, cuda),
+        "cuda_graph": "step" if graph_step(cfg, cuda) else "off",      # (auto: which)
+        "device": str(device),
+    }
+    knobs = {setting: applied[key] if key in applied else getattr(cfg, key)
+             for key, setting in recorded.SETTING_OF.items()}
     return {
-        "seed": cfg.seed,
-        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        **knobs,
         "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
-        "fill_uninitialized_memory": torch.utils.deterministic.fill_uninitialized_memory,
-        "cudnn_deterministic": torch.backends.cudnn.deterministic,
-        "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "cudnn_enabled": torch.backends.cudnn.enabled,
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
-        "init": cfg.init,
-        "eval_mode": cfg.eval_mode,
-        "seed_workers": cfg.seed_workers,
-        "num_threads": torch.get_num_threads(),
         "num_interop_threads": torch.get_num_interop_threads(),
         # how idle OpenMP threads wait, as libgomp read it
         # (core.processes.supervisor.THREAD_WAIT)
         "omp_wait": os.environ.get("OMP_WAIT_POLICY") or
         f"spin {os.environ.get('GOMP_SPINCOUNT', 'default')}",
-        "loader": cfg.loader,
-        "augment": cfg.augment,
-        "num_workers": cfg.num_workers if cfg.loader == "torchvision" else 0,
-        "pin_memory": pin_memory,
-        "non_blocking": cfg.non_blocking and cuda,
-        "persistent_workers": cfg.persistent_workers and cfg.num_workers > 0,
-        "optimizer": cfg.optimizer,
-        "optimizer_impl": optimizer_impl(cfg, cuda),
-        "lr_schedule": cfg.lr_schedule,
-        "amp": cfg.amp,
         "grad_scaler": cfg.amp == "fp16",
-        "channels_last": cfg.channels_last,
-        "compile": cfg.compile,
-        "cuda_graph": "step" if graph_step(cfg, cuda) else "off",      # (auto: which)
-        "activation_checkpointing": cfg.activation_checkpointing,
-        "preserve_rng_state": cfg.preserve_rng_state,
-        "model": cfg.model,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "device": str(device),
         "device_name": device_name(device),
         # the processor (core.settings.hardware): what a price measured here holds for, and
         # the instruction set torch's kernels dispatch to (another can change the bits)
@@ -210,6 +221,7 @@ def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
         "platform": platform.platform(),
         "data": data,
+        "tui_trainer": __version__,         # the version that trained it
     }
 
 

@@ -10,21 +10,7 @@ from typing import Any, Sequence
 
 from .figures import hashes, identity
 from .stats import mean_sd
-
-# Settings that can change the bits of a run when they differ between two runs.
-BIT_RELEVANT_SETTINGS = (
-    "seed", "deterministic_algorithms", "cudnn_deterministic", "cudnn_benchmark",
-    "num_threads", "loader", "augment", "num_workers", "seed_workers", "amp", "channels_last",
-    "compile", "model", "device", "device_name", "torch", "cuda", "cudnn",
-    "cublas_workspace_config", "data", "world_size", "dist_backend", "init",
-    "float32_matmul_precision", "cudnn_allow_tf32", "cudnn_enabled", "optimizer_impl",
-    "cuda_graph", "fill_uninitialized_memory", "model_sha256", "cpu_capability",
-)
-# What a setting reads as for a run recorded before it existed.
-SETTING_DEFAULTS = {"world_size": 1, "init": "default", "float32_matmul_precision": "highest",
-                    "cudnn_allow_tf32": True, "cudnn_enabled": True,
-                    "cuda_graph": "off", "fill_uninitialized_memory": True}
-
+from ..settings.recorded import BIT_RELEVANT_SETTINGS
 
 def reduce_minmax(xs: Sequence[float], ys: Sequence[float | None], width: int
                   ) -> tuple[list[float], list[float]]:

@@ -10,33 +10,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .divergence import BIT_RELEVANT_SETTINGS, SETTING_DEFAULTS, divergence
+from .divergence import divergence
 from .figures import hashes, identity
 from ..session.store import SessionStore
-from ..settings import user_models
-
-# Why a setting that differs between two runs changes their bits, where it is not obvious.
-WHY = {
-    "num_threads": " (another thread count can change the order of float sums)",
-    "world_size": (" (processes of a data-parallel run: each step's batch is split over them "
-                   "in DistributedSampler's order, their gradients are averaged by an "
-                   "all-reduce, another summation order, and each rank draws its own dropout "
-                   "and augmentation numbers)"),
-    "dist_backend": " (another all-reduce implementation sums in another order)",
-    "init": " (another initialisation: the runs start from other weights)",
-    "float32_matmul_precision": (" (high or medium let float32 matrix products run in TF32 "
-                                 "or bfloat16: other numbers)"),
-    "cudnn_allow_tf32": " (TF32 convolutions on Ampere and newer GPUs: other numbers)",
-    "cudnn_enabled": " (cuDNN's convolutions or PyTorch's own: other kernels)",
-    "optimizer_impl": (" (a for-loop, foreach or fused optimizer does the same update in "
-                       "another order of float operations)"),
-    "cpu_capability": (" (torch's CPU kernels dispatch to another instruction set: other "
-                       "vector widths sum in another order; runs of two CPU kinds)"),
-    "cuda_graph": (" (a captured step updates with the capturable optimizer, its learning "
-                   "rate a float32 tensor on the device: it may round otherwise than the "
-                   "step launched op by op)"),
-}
-
+from ..settings import recorded, user_models
 
 @dataclass
 class Verdict:
@@ -91,18 +68,7 @@ def explain(runs: list[dict[str, Any]], sources: dict[int, str] | None = None) -
                        "can change the order of floating-point operations"
                        + ("; max-autotune picks kernels by timing them, which can differ "
                           "from run to run" if "max-autotune" in compiled else ""))
-    for key in BIT_RELEVANT_SETTINGS:
-        values = [f.get(key, SETTING_DEFAULTS.get(key)) for f in fps]
-        if key == "dist_backend" and None in values:
-            continue              # a one-process run has none: world_size says it already
-        if key in ("optimizer_impl", "cpu_capability") and None in values:
-            continue              # recorded before it was: not known, not a difference
-        if key == "model_sha256":
-            continue              # said above: which code, and how it differs
-        if len({repr(v) for v in values}) > 1:
-            shown = ", ".join(repr(v) for v in values)
-            extra = WHY.get(key, "")
-            reasons.append(f"{key} differs between the runs: {shown}{extra}")
+    reasons += differing(cfgs, fps)
     for c in cfgs:
         if c.get("augment") == "numpy" and c.get("num_workers", 0) > 0 \
                 and not c.get("seed_workers"):
@@ -110,6 +76,37 @@ def explain(runs: list[dict[str, Any]], sources: dict[int, str] | None = None) -
                            "the workers' numpy seeds then come from the global torch RNG")
             break
     return reasons
+
+
+_UNKNOWN = object()
+
+
+def differing(cfgs: list[dict[str, Any]], fps: list[dict[str, Any]]) -> list[str]:
+    """Each knob and recorded fact declared able to change the bits (core/settings/
+    recorded.py) whose values differ between the runs: a knob as its settings record what
+    was applied, else as its config says; a value recorded before it was, where not known,
+    is no difference."""
+    out = []
+    keys = [(recorded.SETTING_OF.get(k), k) for k in recorded.BIT_KNOBS] + \
+        [(f, None) for f, fact in recorded.FACTS.items() if fact.bits]
+    for setting, knob in keys:
+        if setting is not None:
+            values = [f[setting] if setting in f else
+                      recorded.SETTING_DEFAULTS.get(setting, _UNKNOWN) for f in fps]
+        else:
+            values = [c.get(knob, recorded.before(knob)) for c in cfgs]
+        name = setting or knob
+        if any(v is _UNKNOWN for v in values):
+            continue              # recorded before it was: not known, not a difference
+        if name == "dist_backend" and None in values:
+            continue              # a one-process run has none: world_size says it already
+        if name == "model_sha256":
+            continue              # said above: which code, and how it differs
+        if len({repr(v) for v in values}) > 1:
+            why = recorded.WHY.get(name)
+            out.append(f"{name} differs between the runs: {', '.join(repr(v) for v in values)}"
+                       + (f" ({why})" if why else ""))
+    return out
 
 
 def verdict(store: SessionStore, run_ids: list[int], since_step: int = -1) -> Verdict:

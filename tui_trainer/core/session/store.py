@@ -27,10 +27,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from ... import __version__
 from ..analysis import figures
+from ..settings import recorded
 from ..errors import DiskFull, NotFound, RunBusy, SessionError, is_disk_full
 from ..processes.liveness import (dead_reason, is_live, process_alive, process_start_time,
                                   stalled_for, starting)
+from . import upgrade
 from .kept import KeptFigures
 from .schema import (APP_ID, CHECKED, DB_NAME, ENDED, EVAL_COLUMNS, FINGERPRINT_COLUMNS,
                      INDEXES, OPTIONAL_COLUMNS, OPTIONAL_TABLES, SCHEMA, SCHEMA_VERSION,
@@ -94,7 +97,8 @@ class SessionStore(KeptFigures, StudyRecords):
                             conn.execute(stmt)
                     conn.executemany("INSERT INTO meta VALUES (?, ?)",
                                      [("app", APP_ID), ("schema", str(SCHEMA_VERSION)),
-                                      ("created", str(time.time()))])
+                                      ("created", str(time.time())),
+                                      ("version", __version__)])
             finally:
                 conn.close()
             try:
@@ -162,6 +166,8 @@ class SessionStore(KeptFigures, StudyRecords):
                 conn.execute("PRAGMA foreign_keys = ON")
             else:
                 conn.execute("PRAGMA query_only = ON")
+            # an earlier version's session: what is assumed of its runs, said once
+            self.upgrade_note = upgrade.check(conn, writable=not self.readonly)
             self._tables = OPTIONAL_TABLES - (missing if self.readonly else set())
             self._has_studies = "studies" in self._tables
             return conn
@@ -449,7 +455,9 @@ class SessionStore(KeptFigures, StudyRecords):
         except (TypeError, ValueError):
             gpus = None
         run["gpus"] = gpus if isinstance(gpus, list) else None
-        run["settings"] = run.pop("fingerprint")
+        # as the version that stored it ran it (knobs added since: core/settings/recorded.py)
+        run["config"], run["assumed"], run["newer_knobs"] = recorded.as_recorded(run["config"])
+        run["settings"] = recorded.settings_as_recorded(run.pop("fingerprint"))
         run["stored_status"] = run["status"]
         dead = dead_reason(run)
         if dead is not None:

@@ -13,7 +13,6 @@ import dataclasses
 import math
 import os
 import re
-import textwrap
 import tomllib
 import unicodedata
 from dataclasses import dataclass, field
@@ -51,12 +50,28 @@ class ConfigError(ValueError):
         super().__init__(f"{key}: {message}")
 
 
+# A declaration's `before` when it is not given: the same as the default.
+SAME = object()
+
+
 def knob(default: Any, doc: str, group: str, *, choices: tuple[str, ...] | None = None,
          lo: float | None = None, hi: float | None = None, lo_open: bool = False,
-         hi_open: bool = False) -> Any:
+         hi_open: bool = False, bits: bool = False, process_wide: bool = False,
+         setting: str | None = None, before: Any = SAME, setting_before: Any = None,
+         why: str = "") -> Any:
+    """A knob's one declaration (core/settings/recorded.py builds the tables from it). bits:
+    it can change the bits (the verdict names it); process_wide: engine/knobs.py's
+    set_algorithms applies it to torch (explain switches it); setting: the name its applied
+    value is recorded under in a run's effective settings (None: not recorded); before: its
+    value for runs recorded before it existed, what they did (the default unless said);
+    setting_before: what its setting reads for them (None: not known); why: the verdict's
+    words on how it changes the bits."""
     return field(default=default, metadata={
         "doc": doc, "group": group, "choices": choices,
         "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open,
+        "bits": bits, "process_wide": process_wide, "setting": setting,
+        "before": default if before is SAME else before, "why": why,
+        "setting_before": setting_before,
     })
 
 
@@ -79,47 +94,61 @@ class RunConfig:
     # --- reproducibility -------------------------------------------------------------------
     seed: int | None = knob(
         1, "Seed for torch, numpy and Python's random (an integer), or \"none\" to seed nothing: "
-        "then no two runs are alike.", "reproducibility", lo=0, hi=2**63 - 1)
+        "then no two runs are alike.", "reproducibility",
+        bits=True, setting="seed", lo=0, hi=2**63 - 1)
     deterministic: str = knob(
         "on", "torch.use_deterministic_algorithms: on makes ops that have no deterministic "
         "implementation raise, warn only warns about them, off allows them (some CUDA "
         "kernels, e.g. scatter_add and index_add, use atomics and differ run to run).",
-        "reproducibility", choices=("off", "on", "warn"))
+        "reproducibility",
+        choices=("off", "on", "warn"), bits=True, process_wide=True,
+        setting="deterministic_algorithms")
     fill_uninitialized: bool = knob(
         True, "torch.utils.deterministic.fill_uninitialized_memory: while deterministic "
         "algorithms are on (or warn), every tensor made without values (torch.empty and "
         "the like) is filled with NaN or the largest integer first, so a kernel that reads "
         "memory nobody wrote gives the same wrong answer every time. It costs a write of "
         "each such tensor (Megatron-LM measured about 15% of throughput); off skips it. No "
-        "effect while deterministic = off.", "reproducibility")
+        "effect while deterministic = off.", "reproducibility",
+        bits=True, process_wide=True, setting="fill_uninitialized_memory", setting_before=True)
     cudnn_deterministic: bool = knob(
         True, "torch.backends.cudnn.deterministic: cuDNN picks only deterministic convolution "
-        "algorithms. Matters on CUDA only.", "reproducibility")
+        "algorithms. Matters on CUDA only.", "reproducibility",
+        bits=True, process_wide=True, setting="cudnn_deterministic")
     cudnn_benchmark: bool = knob(
         False, "torch.backends.cudnn.benchmark: cuDNN times several convolution algorithms per "
         "new input shape and keeps the fastest. Faster with fixed shapes, but the choice can "
-        "differ run to run and so break bit-for-bit determinism. CUDA only.", "reproducibility")
+        "differ run to run and so break bit-for-bit determinism. CUDA only.", "reproducibility",
+        bits=True, process_wide=True, setting="cudnn_benchmark")
     cudnn_enabled: bool = knob(
         True, "Use cuDNN at all (torch.backends.cudnn.enabled). The notes: cuDNN uses "
         "nondeterministic algorithms, and it can be disabled with enabled = False; then "
         "PyTorch's own (slower) CUDA convolutions run. No effect on the CPU.",
-        "reproducibility")
+        "reproducibility",
+        bits=True, process_wide=True, setting="cudnn_enabled", setting_before=True,
+        why="cuDNN's convolutions or PyTorch's own: other kernels")
     init: str = knob(
         "default", "The model's initial weights: default (each layer's own, as PyTorch "
         "makes them), or as the notes' init_weights for every convolution and linear layer: "
         "normal (N(0, 0.02), bias 0), xavier (Xavier uniform, bias 0.01), kaiming (Kaiming "
         "normal for ReLU, bias 0). Another init is another start: the runs differ from step "
-        "0.", "reproducibility", choices=("default", "normal", "xavier", "kaiming"))
+        "0.", "reproducibility",
+        bits=True, setting="init", setting_before="default",
+        why="another initialisation: the runs start from other weights",
+        choices=("default", "normal", "xavier", "kaiming"))
     seed_workers: bool = knob(
         True, "Give the DataLoader its own seeded generator, so the shuffle and the workers' "
         "seeds no longer follow the global RNG (then, e.g., another model's initialisation "
         "cannot change the data order), and a worker_init_fn seeding numpy and random from "
         "each worker's torch seed (the documented recipe; PyTorch >= 1.9 also seeds numpy "
-        "per worker by itself).", "reproducibility")
+        "per worker by itself).", "reproducibility",
+        bits=True, setting="seed_workers")
     num_threads: int = knob(
         0, "torch.set_num_threads for CPU ops; 0 keeps PyTorch's default (one per core). A "
         "different thread count can change the order of float sums, hence the bits.",
-        "reproducibility", lo=0, hi=1024)
+        "reproducibility",
+        bits=True, process_wide=True, setting="num_threads", lo=0, hi=1024,
+        why="another thread count can change the order of float sums")
 
     # --- data ------------------------------------------------------------------------------
     dataset: str = knob(
@@ -131,17 +160,20 @@ class RunConfig:
         "folder:PATH: your own images, one folder of images per class (an ImageFolder tree; "
         "grayscale or colour); evaluation on its val/ folder where it has one, else on a "
         "fifth of the images split off by the run's seed.",
-        "data", choices=("auto", "mnist", "fashion-mnist", "mnist-sample", "synthetic",
+        "data",
+        bits=True, choices=("auto", "mnist", "fashion-mnist", "mnist-sample", "synthetic",
                          "kmnist", "emnist", "cifar10"))
     image_size: int = knob(
         0, "dataset = folder:PATH: the square size (pixels) every image is resized to; 0 "
-        "keeps them as they are (then they must all have one size).", "data", lo=0, hi=1024)
+        "keeps them as they are (then they must all have one size).", "data",
+        bits=True, lo=0, hi=1024)
     data_dir: str = knob(
         "", "Where datasets live and are downloaded to; empty means the user's cache directory "
         "(tui-trainer/datasets).", "data")
     train_samples: int = knob(
         0, "Train on the first N training samples only (0 = all): short epochs for quick "
-        "experiments.", "data", lo=0, hi=10**9)
+        "experiments.", "data",
+        bits=True, lo=0, hi=10**9)
     eval_samples: int = knob(
         0, "Evaluate on the first N evaluation samples only (0 = all).", "data", lo=0, hi=10**9)
     loader: str = knob(
@@ -150,36 +182,44 @@ class RunConfig:
         "device, each epoch gathered once in its shuffled order and its batches sliced from "
         "that copy (no per-sample Python work, no index op per step; the split's memory "
         "twice while an epoch trains).", "data",
+        bits=True, setting="loader",
         choices=("torchvision", "resident"))
     augment: str = knob(
         "off", "Random shifts of up to 2 pixels, drawn from torch's or numpy's RNG (inside the "
         "DataLoader workers when num_workers > 0, each with its own seed).", "data",
+        bits=True, setting="augment",
         choices=("off", "torch", "numpy"))
     batch_size: int = knob(
         64, "Training samples per micro-batch, across all processes: with nproc x nnodes "
         "processes each takes batch_size / (nproc x nnodes), so changing nproc alone keeps the "
         "global batch (and the meaning of lr) and runs stay comparable.", "data",
+        bits=True,
         lo=1, hi=65536)
     drop_last: bool = knob(
         False, "Drop each epoch's last batch when it is smaller than batch_size (8,000 samples "
         "in batches of 256 leave one of 64): every step then has one shape, as static graphs "
         "want (compile: no second compilation for the smaller batch; reduce-overhead: no "
         "second CUDA graph; cudnn_benchmark: no other shape to time). Those samples are not "
-        "trained on in that epoch (with shuffling, other ones each epoch).", "data")
+        "trained on in that epoch (with shuffling, other ones each epoch).", "data",
+        bits=True)
     eval_batch_size: int = knob(1000, "Samples per evaluation batch.", "data", lo=1, hi=65536)
     num_workers: int = knob(
         0, "DataLoader worker processes (torchvision loader). 0 loads in the training process; "
         "more overlaps loading with compute but each worker costs memory and start-up time.",
-        "data", lo=0, hi=64)
+        "data",
+        bits=True, setting="num_workers", lo=0, hi=64)
     pin_memory: bool = knob(
         False, "Put batches in page-locked host memory. Only speeds host-to-GPU copies, and only "
-        "then can non_blocking copies overlap compute. No effect on the CPU.", "data")
+        "then can non_blocking copies overlap compute. No effect on the CPU.", "data",
+        setting="pin_memory")
     non_blocking: bool = knob(
         False, "Copy batches to the GPU with non_blocking=True: asynchronous only from pinned "
-        "memory. No effect on the CPU.", "data")
+        "memory. No effect on the CPU.", "data",
+        setting="non_blocking")
     persistent_workers: bool = knob(
         False, "Keep DataLoader workers alive between epochs instead of starting them anew each "
-        "epoch (needs num_workers > 0).", "data")
+        "epoch (needs num_workers > 0).", "data",
+        setting="persistent_workers")
 
     # --- model and speed -------------------------------------------------------------------
     model: str = knob(
@@ -194,15 +234,18 @@ class RunConfig:
         "own net: PATH.py:Name, an nn.Module subclass (or a function returning one) built "
         "with no arguments, returning one score per class (logits); it runs only once you "
         "trust the file (naming it yourself does; `tui-trainer trust FILE`).", "speed",
+        bits=True, setting="model",
         choices=("grokking", "examples", "fast", "resnet"))
     amp: str = knob(
         "off", "Automatic mixed precision: fp16 (CUDA only, with a GradScaler against underflow) "
         "or bf16 (CUDA or CPU, no scaler needed). Faster on tensor-core GPUs; changes the "
-        "numbers.", "speed", choices=("off", "fp16", "bf16"))
+        "numbers.", "speed",
+        bits=True, setting="amp", choices=("off", "fp16", "bf16"))
     channels_last: bool = knob(
         False, "Store the model and inputs in channels_last (NHWC) memory format: faster "
         "convolutions on tensor-core GPUs, and on some CPUs too (oneDNN); measure it.",
-        "speed")
+        "speed",
+        bits=True, setting="channels_last")
     compile: str = knob(
         "off", "torch.compile the model: a slow first step while it compiles, then often faster "
         "steps. Needs a C++ compiler on the CPU. on: its default mode. reduce-overhead (CUDA "
@@ -211,6 +254,7 @@ class RunConfig:
         "graphs' memory is held while the run lives; captured again after a resume). "
         "max-autotune: also times kernel choices while compiling (a much slower first step; "
         "on CUDA with CUDA graphs too).", "speed",
+        bits=True, setting="compile",
         choices=("off", "on", "reduce-overhead", "max-autotune"))
     cuda_graph: str = knob(
         "off", "step (CUDA only): the speed records' static graph without torch.compile. "
@@ -224,84 +268,110 @@ class RunConfig:
         "step's phases are still timed apart (three graphs: forward, backward, optimizer). "
         "auto: step where the run's device is CUDA, off where it is not (a preset that also "
         "runs on a CPU); the run's settings record which.", "speed",
+        bits=True, setting="cuda_graph", setting_before="off",
+        why="a captured step updates with the capturable optimizer, its learning rate a float32 "
+        "tensor on the device: it may round otherwise than the step launched op by op",
         choices=("off", "step", "auto"))
     float32_matmul_precision: str = knob(
         "highest", "torch.set_float32_matmul_precision: highest computes float32 matrix "
         "products in float32; high lets them use TF32 (CUDA Ampere and newer; oneDNN on "
         "CPUs that have it), medium even bfloat16. Faster, and other numbers.", "speed",
+        bits=True, process_wide=True, setting="float32_matmul_precision",
+        setting_before="highest", why="high or medium let float32 matrix products run in "
+        "TF32 or bfloat16: other numbers",
         choices=("highest", "high", "medium"))
     cudnn_allow_tf32: bool = knob(
         True, "Let cuDNN convolutions use TF32 on Ampere and newer GPUs "
         "(torch.backends.cudnn.allow_tf32; on by default in PyTorch, unlike matrix "
         "products): faster float32 convolutions with a 10-bit mantissa. No effect on the "
-        "CPU.", "speed")
+        "CPU.", "speed",
+        bits=True, process_wide=True, setting="cudnn_allow_tf32", setting_before=True,
+        why="TF32 convolutions on Ampere and newer GPUs: other numbers")
     eval_mode: str = knob(
         "no_grad", "How evaluation runs without autograd: torch.no_grad, or "
         "torch.inference_mode (no version counters or views tracking: a little faster; its "
         "tensors cannot be used in autograd later). The notes show both.", "speed",
+        setting="eval_mode",
         choices=("no_grad", "inference_mode"))
     activation_checkpointing: str = knob(
         "off", "Trade compute for memory (torch.utils.checkpoint, non-reentrant): full keeps "
         "only each block's input and recomputes the block in backward; selective keeps the "
         "convolution and linear outputs and recomputes the cheap ops (ReLU, pooling, dropout). "
         "Changes memory and time, not the bits (with preserve_rng_state on).", "speed",
+        setting="activation_checkpointing",
         choices=("off", "full", "selective"))
     preserve_rng_state: bool = knob(
         True, "With activation checkpointing: a recomputed block draws the same dropout masks "
         "as its forward did (the RNG state is saved and restored around it). Off, backward "
         "uses other masks than forward: other gradients (PyTorch checks only shapes).",
-        "speed")
+        "speed",
+        setting="preserve_rng_state")
 
     # --- optimisation ----------------------------------------------------------------------
     optimizer: str = knob(
         "sgd", "sgd (with momentum), adadelta (pytorch/examples' choice, lr 1.0), adam or "
         "adamw (decoupled weight decay).", "optimisation",
+        bits=True, setting="optimizer",
         choices=("sgd", "adadelta", "adam", "adamw"))
-    lr: float = knob(0.03, "Learning rate at the start.", "optimisation", lo=0, hi=100,
+    lr: float = knob(0.03, "Learning rate at the start.", "optimisation",
+        bits=True, lo=0, hi=100,
                      lo_open=True)
-    momentum: float = knob(0.9, "SGD momentum (sgd only).", "optimisation", lo=0, hi=1,
+    momentum: float = knob(0.9, "SGD momentum (sgd only).", "optimisation",
+        bits=True, lo=0, hi=1,
                            hi_open=True)
     weight_decay: float = knob(0.0, "Weight decay (L2 penalty; decoupled for adamw).",
-                               "optimisation", lo=0, hi=1)
+                               "optimisation",
+        bits=True, lo=0, hi=1)
     no_decay_bias: bool = knob(
         False, "Keep biases and normalisation parameters out of weight decay (the common "
-        "practice: decaying them only hurts).", "optimisation")
+        "practice: decaying them only hurts).", "optimisation",
+        bits=True)
     lr_step_gamma: float = knob(
         0.7, "Multiply the learning rate by this after every epoch (StepLR, as in "
         "pytorch/examples); 1 keeps it constant. With lr_schedule = step only.",
-        "optimisation", lo=0, hi=1, lo_open=True)
+        "optimisation",
+        bits=True, lo=0, hi=1, lo_open=True)
     lr_schedule: str = knob(
         "step", "How the learning rate moves. step: times lr_step_gamma after every epoch "
         "(StepLR). onecycle: up from lr/25 to lr over the first 30% of the run's steps, then "
         "down to lr/25e4 (OneCycleLR, the speed records' choice). cosine: from lr down to 0 "
         "along a half cosine (CosineAnnealingLR), after warmup_steps. onecycle and cosine "
         "move every step, over the run's steps (epochs x steps an epoch, or max_steps).",
-        "optimisation", choices=("step", "onecycle", "cosine"))
+        "optimisation",
+        bits=True, setting="lr_schedule", choices=("step", "onecycle", "cosine"))
     warmup_steps: int = knob(
         0, "With lr_schedule = cosine: the learning rate rises linearly to lr over the first "
         "N steps, then the cosine follows over the rest (onecycle warms up by itself).",
-        "optimisation", lo=0, hi=10**9)
+        "optimisation",
+        bits=True, lo=0, hi=10**9)
     adam_beta1: float = knob(
         0.9, "Adam's and AdamW's beta1: how long the running mean of the gradients remembers "
-        "(PyTorch's 0.9; the fastest MNIST recipe uses 0.7).", "optimisation", lo=0, hi=1,
+        "(PyTorch's 0.9; the fastest MNIST recipe uses 0.7).", "optimisation",
+        bits=True, lo=0, hi=1,
         hi_open=True)
     adam_beta2: float = knob(
         0.999, "Adam's and AdamW's beta2: how long the running mean of the squared gradients "
         "remembers (PyTorch's 0.999; the fastest MNIST recipe uses 0.9).", "optimisation",
+        bits=True,
         lo=0, hi=1, hi_open=True)
     optimizer_impl: str = knob(
         "auto", "How the optimizer updates the parameters: for-loop (one small kernel per "
         "tensor and operation), foreach (each operation over all tensors at once), fused (the "
         "whole update in one kernel; sgd, adam and adamw), auto (PyTorch's choice: foreach "
         "on CUDA, for-loop on the CPU). The same maths in another order: other bits.",
-        "optimisation", choices=("auto", "for-loop", "foreach", "fused"))
+        "optimisation",
+        bits=True, setting="optimizer_impl",
+        why="a for-loop, foreach or fused optimizer does the same update in another order of "
+        "float operations", choices=("auto", "for-loop", "foreach", "fused"))
     grad_accum_steps: int = knob(
         1, "Micro-batches whose gradients are summed before one optimizer step: an effective "
         "batch of batch_size x grad_accum_steps in the memory of one micro-batch.",
-        "optimisation", lo=1, hi=4096)
+        "optimisation",
+        bits=True, lo=1, hi=4096)
     clip_grad_norm: float = knob(
         0.0, "Clip the gradients' total L2 norm to this before each step; 0 = no clipping.",
-        "optimisation", lo=0, hi=1e9)
+        "optimisation",
+        bits=True, lo=0, hi=1e9)
     epochs: int = knob(2, "Passes over the training set.", "optimisation", lo=1, hi=100000)
     max_steps: int = knob(
         0, "Stop after this many optimizer steps in all, even inside an epoch; 0 = no limit.",
@@ -323,7 +393,9 @@ class RunConfig:
         "free local port is used.", "parallel")
     dist_backend: str = knob(
         "auto", "The collective backend: auto picks nccl on CUDA and gloo on the CPU; gloo "
-        "works on both, nccl needs CUDA.", "parallel", choices=("auto", "gloo", "nccl"))
+        "works on both, nccl needs CUDA.", "parallel",
+        choices=("auto", "gloo", "nccl"), bits=True, setting="dist_backend",
+        why="another all-reduce implementation sums in another order")
     dist_timeout: int = knob(
         300, "Seconds a process waits for the others in one collective (the gradients' "
         "all-reduce, a barrier) before the run fails saying so: a hung or stopped process "
@@ -334,7 +406,8 @@ class RunConfig:
     # --- bookkeeping -----------------------------------------------------------------------
     device: str = knob(
         "auto", "auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:N or mps.",
-        "bookkeeping")
+        "bookkeeping",
+        bits=True, setting="device")
     eval_every: int = knob(
         1, "Evaluate every N epochs (and when training ends); 0 = never.", "bookkeeping",
         lo=0, hi=100000)
@@ -362,9 +435,6 @@ class RunConfig:
 
     def replace(self, **changes: Any) -> RunConfig:
         return from_dict({**self.to_dict(), **changes})
-
-    def to_toml(self, comments: bool = True) -> str:
-        return to_toml(self, comments=comments)
 
 
 FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(RunConfig)}
@@ -721,38 +791,3 @@ def load(config_file: str | Path | None = None, overrides: list[str] | None = No
     values.update(parse_overrides(overrides or []))
     start = (base or DEFAULTS).to_dict()
     return from_dict({**start, **values})
-
-
-# --- writing -----------------------------------------------------------------------------
-
-def _toml_value(value: Any) -> str:
-    if value is None:
-        return '"none"'
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
-
-
-def to_toml(cfg: RunConfig, comments: bool = True) -> str:
-    lines: list[str] = []
-    if comments:
-        lines += ["# tui-trainer run config. Every key is optional; missing keys take the "
-                  "defaults shown here.", "# Set any key on the command line with "
-                  "--set KEY=VALUE.", ""]
-    values = cfg.to_dict()
-    for g, title in GROUPS.items():
-        keys = [k for k in FIELDS if group(k) == g]
-        if comments:
-            lines += [f"# === {title} " + "=" * max(3, 80 - len(title)), ""]
-        for key in keys:
-            if comments:
-                lines += textwrap.wrap(doc(key), 94, initial_indent="# ",
-                                       subsequent_indent="# ")
-                lines.append(f"# allowed: {allowed(key)}")
-            lines.append(f"{key} = {_toml_value(values[key])}")
-            if comments:
-                lines.append("")
-    return "\n".join(lines).rstrip() + "\n"

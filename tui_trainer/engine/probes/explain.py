@@ -22,6 +22,7 @@ The answer is a plain dict; core.analysis.explain puts it in words.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import hashlib
 import time
@@ -34,29 +35,20 @@ from torch.utils._pytree import tree_map
 
 from ...core.settings import config
 from ...core.errors import BadInput
-from ...core.settings import user_models
+from ...core.settings import recorded, user_models
 from ...core.session.store import SessionStore
 from ..checkpoint import load_checkpoint
 from ..distributed import Group
-from ..knobs import capture_rng, param_fingerprint, restore_rng
+from ..knobs import capture_rng, param_fingerprint, restore_rng, set_algorithms
 from ..train import Step, Trainer
 from ..step import batch_in, forward_loss
 from .trace import Op, Trace, tensors_in, tensor_hash
 
 
 # Process-wide knobs that can choose another kernel or summation order for the same op on
-# the same inputs, with how to set each while an op is run again.
-SWITCHES: dict[str, Callable[[Any], None]] = {
-    "num_threads": lambda v: torch.set_num_threads(int(v)),
-    "deterministic": lambda v: torch.use_deterministic_algorithms(bool(v)),
-    "fill_uninitialized": lambda v: setattr(torch.utils.deterministic,
-                                            "fill_uninitialized_memory", bool(v)),
-    "cudnn_benchmark": lambda v: setattr(torch.backends.cudnn, "benchmark", bool(v)),
-    "cudnn_deterministic": lambda v: setattr(torch.backends.cudnn, "deterministic", bool(v)),
-    "cudnn_enabled": lambda v: setattr(torch.backends.cudnn, "enabled", bool(v)),
-    "cudnn_allow_tf32": lambda v: setattr(torch.backends.cudnn, "allow_tf32", bool(v)),
-    "float32_matmul_precision": lambda v: torch.set_float32_matmul_precision(str(v)),
-}
+# the same inputs: each knob declared process_wide (core/settings/config.py), set as
+# engine/knobs.py sets it while an op is run again.
+SWITCHES = recorded.PROCESS_WIDE
 
 
 # --- replaying a run ------------------------------------------------------------------------
@@ -376,7 +368,7 @@ def load_side(store: SessionStore, run: dict[str, Any], start: int) -> Side:
     kept there, the run as its config starts it (a seeded, deterministic run starts the
     same every time: the replay's recorded hash says whether it did), and what is missing
     is said in case it did not."""
-    cfg = config.from_dict(run["config"])
+    cfg = recorded.run_config(run)
     kept = [c for c in store.usable_checkpoints(run["id"]) if c["step"] <= start]
     if not kept:
         steps = sorted(c["step"] for c in store.usable_checkpoints(run["id"]))
@@ -517,11 +509,10 @@ def fixes(op: Op, side: Side, tries: int = FIX_TRIES) -> dict[str, Any]:
     for key, value, device in FIXES:
         if device and not op.device.startswith(device):
             continue
-        setting = value == "on" if key == "deterministic" else value
-        if _knob(side, key) == setting:
+        if _knob(side, key) == value:
             out["already"].append(key)
             continue
-        _apply(side, (key, setting))
+        _apply(side, (key, value))
         try:
             # an op that agrees with itself alone cannot show what a setting changes
             result = ("agrees" if distinct() == 1 else "differs") if alone else "untold"
@@ -537,15 +528,15 @@ def fixes(op: Op, side: Side, tries: int = FIX_TRIES) -> dict[str, Any]:
 
 def _apply(side: Side, switched: tuple[str, Any] | None = None) -> None:
     """The side's process-wide knobs (one of them switched to another value)."""
-    for key, setter in SWITCHES.items():
-        setter(switched[1] if switched and switched[0] == key else _knob(side, key))
+    changes: dict[str, Any] = {"num_threads": side.threads}
+    if switched:
+        changes[switched[0]] = switched[1]
+    set_algorithms(dataclasses.replace(side.cfg, **changes))
 
 
 def _knob(side: Side, key: str) -> Any:
     if key == "num_threads":
         return side.threads
-    if key == "deterministic":
-        return side.cfg.deterministic != "off"
     return getattr(side.cfg, key)
 
 

@@ -12,7 +12,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Static
 
 from ...core.analysis import figures, prices
-from ...core.analysis.divergence import BIT_RELEVANT_SETTINGS
+from ...core.settings.recorded import BIT_RELEVANT_SETTINGS
 from ...core.analysis.figures import smooth
 from ...core.analysis.plotdata import Line
 from ...core.session.reader import RunRow

@@ -31,6 +31,7 @@ from ...core.settings import user_data, user_models
 from ...core.settings.config import absolute_paths, is_file_model
 from ...core.settings.machine import Machine
 from ...core.settings import presets
+from ...core.settings.toml_text import to_toml
 from ...core.text import name_problem, shown
 from ..screens import ConfirmScreen, NameScreen
 from ..widgets.config_form import ConfigForm
@@ -438,7 +439,7 @@ class LaunchPanel(Vertical):
                                               "error"))
                 return
             # (its relative paths made absolute: a preset's are relative to its folder)
-            target = presets.save(name, absolute_paths(cfg).to_toml())
+            target = presets.save(name, to_toml(absolute_paths(cfg)))
             self.reload_presets()
             self.post_message(self.Notice(f"preset saved: {target}"))
 

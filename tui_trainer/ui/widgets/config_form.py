@@ -67,11 +67,18 @@ class ConfigForm(VerticalScroll):
         self.ready = False      # its fields are mounted (it may be mounted after first paint)
 
     def compose(self) -> ComposeResult:
+        # Reproducibility open, and each group holding a value off its default; the others
+        # closed until asked for (a search, a knob's focus, a value set there, a click): the
+        # form's height, and so what a screen of it shows, does not change with the knobs of
+        # groups out of sight.
+        first = next(iter(config.GROUPS))
         for group, title in config.GROUPS.items():
-            with Collapsible(title=title, collapsed=False, id=f"group-{group}"):
-                for key in config.FIELDS:
-                    if config.group(key) == group:
-                        yield self._field(key, self._initial[key])
+            keys = [k for k in config.FIELDS if config.group(k) == group]
+            shut = group != first and all(self._initial[k] == config.DEFAULTS.to_dict()[k]
+                                          for k in keys)
+            with Collapsible(title=title, collapsed=shut, id=f"group-{group}"):
+                for key in keys:
+                    yield self._field(key, self._initial[key])
 
     def _field(self, key: str, value: Any) -> Horizontal:
         """One line: the name and the value's widget. The line under it with the reason a
@@ -156,9 +163,12 @@ class ConfigForm(VerticalScroll):
             self.scroll_to_widget(self._boxes[keys[0]], animate=False)
         return keys
 
+    def _open(self, key: str) -> None:
+        self.query_one(f"#group-{config.group(key)}", Collapsible).collapsed = False
+
     def focus_knob(self, key: str) -> None:
         """Moves the focus to a knob's value (its group opened): the user asked for it."""
-        self.query_one(f"#group-{config.group(key)}", Collapsible).collapsed = False
+        self._open(key)
         # now, not after the keys already queued (Widget.focus defers it): those typed next
         # reach this knob (KnobSearch)
         self.screen.set_focus(self._widgets[key])
@@ -253,6 +263,9 @@ class ConfigForm(VerticalScroll):
             box = self._boxes[key]
             box.set_class(key in problems, "-invalid")
             changed = key in values and values[key] != defaults[key]
+            if (changed and not box.has_class("-changed")) or \
+                    (key in problems and key not in self._errors):
+                self._open(key)            # a value set there (a preset's), or refused: shown
             if box.has_class("-changed") != changed:
                 box.set_class(changed, "-changed")
                 self._names[key].update(("• " if changed else "") + key)
