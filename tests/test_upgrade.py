@@ -138,6 +138,9 @@ def test_a_session_of_a_newer_version_is_refused_and_left_as_it_was(tmp_path):
     (text,) = db.execute("SELECT config FROM runs WHERE id = 1").fetchone()
     db.execute("UPDATE runs SET config = ? WHERE id = 1",
                (json.dumps({**json.loads(text), "label_smoothing": 0.1}),))
+    (knobs,) = db.execute("SELECT value FROM meta WHERE key = 'knobs'").fetchone()
+    db.execute("UPDATE meta SET value = ? WHERE key = 'knobs'",     # as that version
+               (",".join(sorted(knobs.split(",") + ["label_smoothing"])),))  # records them
     db.commit()
     db.close()
     before = tree_digest(s)
@@ -147,3 +150,106 @@ def test_a_session_of_a_newer_version_is_refused_and_left_as_it_was(tmp_path):
     assert len(lines) == 1 and "newer tui-trainer" in lines[0] \
         and "label_smoothing" in lines[0], r.err
     assert tree_digest(s) == before
+
+
+ROOT = Path(__file__).parent.parent
+# What docs/architecture.md's "to add a knob" says, and nothing more: its declaration in
+# RunConfig, and its use in the one engine place (what a step computes: engine/step.py).
+KNOB = '''    label_smoothing: float = knob(
+        0.0, "Cross-entropy label smoothing: each label's target spread over the other "
+        "classes by this much.", "optimisation", lo=0, hi=1, hi_open=True, bits=True)
+'''
+STEP_BEFORE = "        return loss(forward(x), y, logits=is_file_model(cfg.model))\n"
+STEP_AFTER = '''        out = forward(x)
+        if cfg.label_smoothing:         # (log-probabilities: log_softmax leaves them as they are)
+            return F.cross_entropy(out, y, label_smoothing=cfg.label_smoothing)
+        return loss(out, y, logits=is_file_model(cfg.model))
+'''
+SEEN_BY_THE_FORM = '''
+import asyncio, sys
+from tui_trainer.ui.app import TrainerApp
+from tui_trainer.ui.widgets.config_form import ConfigForm
+from tui_trainer.core.settings import config, recorded
+from tui_trainer.core.analysis import verdicts
+from tui_trainer.core.session.store import SessionStore
+
+async def main():
+    app = TrainerApp(sys.argv[1], poll=False)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await app.ready()
+        await pilot.pause(1.0)
+        form = app.query_one(ConfigForm)
+        form.focus_knob("label_smoothing")
+        await pilot.pause(0.5)
+        assert app.focused is form.query_one("#field-label_smoothing"), app.focused
+        assert config.doc("label_smoothing") in str(app.query_one("#knob-help").render())
+        form.query_one("#field-label_smoothing").value = "2"
+        await pilot.pause(0.5)
+        assert "label_smoothing" in form.problems, form.problems
+    with SessionStore(sys.argv[1], create=False, readonly=True) as store:
+        runs = [store.run(1), store.run(3)]
+    assert runs[0]["assumed"] == {"label_smoothing": 0.0}, runs[0]["assumed"]
+    reasons = verdicts.explain(runs)
+    assert any(r.startswith("label_smoothing differs between the runs: 0.0, 0.1")
+               for r in reasons), reasons
+    print("form and verdict saw it")
+
+asyncio.run(main())
+'''
+
+
+def test_a_knob_declared_once_is_seen_by_the_form_config_set_the_verdict_explain_and_resume(
+        tmp_path):
+    """device=cpu. label_smoothing added to a copy of the tree by its declaration and one
+    engine line: `config` documents it, `--set` takes and refuses it, the form shows and
+    checks it, the verdict and explain name it when runs differ in it, and a run saved
+    before it existed resumes (read with label_smoothing = 0.0, said) to its old bits."""
+    import os
+    import subprocess
+    import sys
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "tui_trainer", tree / "tui_trainer",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    cfg_py = tree / "tui_trainer" / "core" / "settings" / "config.py"
+    text = cfg_py.read_text()
+    anchor = "    grad_accum_steps: int = knob("
+    cfg_py.write_text(text.replace(anchor, KNOB + anchor, 1))
+    step_py = tree / "tui_trainer" / "engine" / "step.py"
+    assert STEP_BEFORE in step_py.read_text()
+    step_py.write_text(step_py.read_text().replace(STEP_BEFORE, STEP_AFTER, 1))
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tui_trainer", *args], cwd=tree, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    r = run("config", "label_smoothing")
+    assert r.returncode == 0 and r.stdout.startswith("label_smoothing = 0.0"), r
+    assert "Cross-entropy label smoothing" in r.stdout
+    r = run("run", "--session", str(tmp_path / "bad"), "--set", "label_smoothing=2")
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "label_smoothing" in lines[0] \
+        and "< 1" in lines[0], r.stderr
+    assert not (tmp_path / "bad" / "session.sqlite").exists() or not \
+        sqlite3.connect(tmp_path / "bad" / "session.sqlite").execute(
+            "SELECT count(*) FROM runs").fetchone()[0]
+    # a session saved by this version before the knob: resumed to its old bits
+    name = KEPT[-1]
+    s = copy(name, tmp_path)
+    r = run("resume", "1", "--session", str(s), "--set", "max_steps=16")
+    assert r.returncode == 0, r.stderr
+    assert "label_smoothing = 0.0" in r.stderr, r.stderr
+    if same_machine(name):
+        straight = fingerprints(s, 2)
+        assert {k: v for k, v in fingerprints(s, 1).items() if k in straight} == straight
+    # a run with it on: explain names the difference, the verdict too, and the form has it
+    r = run("run", "--session", str(s), "--config", str(FIXTURES / "fixture.toml"),
+            "--set", "max_steps=8", "--set", "label_smoothing=0.1")
+    assert r.returncode == 0, r.stderr
+    r = run("explain", "1", "3", "--session", str(s), "--json")
+    assert r.returncode == 3, r.stderr
+    differ = [d for d in json.loads(r.stdout)["settings"] if d["key"] == "label_smoothing"]
+    assert differ == [{"key": "label_smoothing", "a": 0.0, "b": 0.1, "of": "config"}], differ
+    p = subprocess.run([sys.executable, "-c", SEEN_BY_THE_FORM, str(s)], cwd=tree, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "form and verdict saw it" in p.stdout, p.stderr[-3000:]

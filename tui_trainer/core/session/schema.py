@@ -150,6 +150,30 @@ def refuse_as_new(d: Path) -> None:
             "use another directory for a new session")
 
 
+def newer_schema(db_path: Path, version: int) -> str:
+    return (f"{db_path} was written by a newer tui-trainer (schema {version}; this one reads "
+            f"{SCHEMA_VERSION}): nothing was changed; open it with that version or newer")
+
+
+def refuse_newer(db_path: Path) -> None:
+    """A session of a newer schema, refused before SQLite makes its -wal and -shm files
+    beside it (an open does): read as it is on disk (immutable: no file made), where no
+    -wal file holds writes the disk's copy lacks (then the open's own check reads them)."""
+    if Path(f"{db_path}-wal").exists():
+        return
+    try:
+        conn = sqlite3.connect(f"file:{db_path}?mode=ro&immutable=1", uri=True)
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        finally:
+            conn.close()
+        version = int(row[0]) if row else 0
+    except (sqlite3.Error, TypeError, ValueError):
+        return                      # not a session, or damaged: the open's check says which
+    if version > SCHEMA_VERSION:
+        raise SessionError(newer_schema(db_path, version))
+
+
 def refuse_read_only(d: Path) -> None:
     if not os.access(d, os.W_OK) or not os.access(d / DB_NAME, os.W_OK):
         raise ReadOnlySession(

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 from ... import __version__
 from ..analysis import figures
-from ..settings import recorded
+from ..settings import config, recorded
 from ..errors import DiskFull, NotFound, RunBusy, SessionError, is_disk_full
 from ..processes.liveness import (dead_reason, is_live, process_alive, process_start_time,
                                   stalled_for, starting)
@@ -37,8 +37,8 @@ from . import upgrade
 from .kept import KeptFigures
 from .schema import (APP_ID, CHECKED, DB_NAME, ENDED, EVAL_COLUMNS, FINGERPRINT_COLUMNS,
                      INDEXES, OPTIONAL_COLUMNS, OPTIONAL_TABLES, SCHEMA, SCHEMA_VERSION,
-                     STEP_COLUMNS, decode, encode, expected_columns, refuse_as_new,
-                     refuse_read_only, session_error, tx)
+                     STEP_COLUMNS, decode, encode, expected_columns, newer_schema,
+                     refuse_as_new, refuse_newer, refuse_read_only, session_error, tx)
 from .studies import StudyRecords
 
 
@@ -98,7 +98,8 @@ class SessionStore(KeptFigures, StudyRecords):
                     conn.executemany("INSERT INTO meta VALUES (?, ?)",
                                      [("app", APP_ID), ("schema", str(SCHEMA_VERSION)),
                                       ("created", str(time.time())),
-                                      ("version", __version__)])
+                                      ("version", __version__),
+                                      ("knobs", ",".join(sorted(config.FIELDS)))])
             finally:
                 conn.close()
             try:
@@ -127,6 +128,7 @@ class SessionStore(KeptFigures, StudyRecords):
                                f"in {self.dir}")
         if not self.readonly:
             refuse_read_only(self.dir)
+        refuse_newer(self.db_path)        # before SQLite makes any file beside it
         try:
             if self.readonly:
                 immutable = not os.access(self.dir, os.W_OK) and \
@@ -218,8 +220,7 @@ class SessionStore(KeptFigures, StudyRecords):
             raise SessionError(f"{where} is damaged: its schema version (meta.schema) is "
                                f"{str(meta.get('schema'))[:40]!r}, not a number") from None
         if version > SCHEMA_VERSION:
-            raise SessionError(f"{where} was written by a newer tui-trainer "
-                               f"(schema {version}; this one reads {SCHEMA_VERSION})")
+            raise SessionError(newer_schema(where, version))
         optional = OPTIONAL_TABLES
         missing_columns: set[tuple[str, str]] = set()
         for table, columns in expected_columns().items():

@@ -1,12 +1,13 @@
 """A session written by an earlier version, opened by this one.
 
 The session records the schema (meta.schema: its tables' shape; a newer one is refused when
-the session is opened, core/session/schema.py) and the newest tui-trainer version that
-wrote it (meta.version). When a version newer than meta.version opens it to write, it
-reads every run as core/settings/recorded.py says (each knob a run lacks as the version that
-stored it ran it), says once what it assumed (to whoever listens in this process, and as a
-session event, kind "upgrade", for the Log), and records its own version. A read-only open
-says it too, each time, as it cannot record that it did.
+the session is opened, core/session/schema.py), the newest tui-trainer version that wrote
+it (meta.version) and every knob its writers knew (meta.knobs). When a version that knows a
+knob the session has not seen opens it to write, it reads every run as
+core/settings/recorded.py says (each knob a run lacks as the version that stored it ran
+it), says once what it assumed (to whoever listens in this process, and as a session
+event, kind "upgrade", for the Log), and records the knobs it knows and its version. A
+read-only open says it too, each time, as it cannot record that it did.
 
 Core layer: imports neither torch nor textual.
 """
@@ -19,7 +20,7 @@ import time
 from typing import Any, Callable
 
 from ... import __version__
-from ..settings import recorded
+from ..settings import config, recorded
 
 # Who hears the line in this process (the CLI prints it to stderr, the dashboard shows it),
 # and what they heard: each line once a process, however often the session is opened.
@@ -46,21 +47,28 @@ def assumed_of(conn: sqlite3.Connection) -> dict[int, dict[str, Any]]:
 
 
 def check(conn: sqlite3.Connection, writable: bool) -> str | None:
-    """On open: what this version assumes about an earlier version's runs, said once."""
+    """On open: what this version assumes about an earlier version's runs, said once. The
+    session records the knobs its writers knew (meta.knobs): one this version has and the
+    session has not seen is new to it, even where the version number did not move."""
     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
     was = meta.get("version")
-    if recorded.version_key(was) >= recorded.version_key(__version__):
+    seen = set(filter(None, (meta.get("knobs") or "").split(",")))
+    if set(config.FIELDS) <= seen:
         return None                    # written by this version or a newer one
     assumed = assumed_of(conn)
     note = recorded.upgrade_note(assumed, was) if assumed else None
     if writable:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            again = conn.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
-            if again is not None and again[0] != was:
+            again = conn.execute("SELECT value FROM meta WHERE key = 'knobs'").fetchone()
+            if (again[0] if again else None) != meta.get("knobs"):
                 conn.execute("ROLLBACK")
                 return None            # another process upgraded it meanwhile, and said so
-            conn.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (__version__,))
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('knobs', ?)",
+                         (",".join(sorted(seen | set(config.FIELDS))),))
+            if recorded.version_key(was) < recorded.version_key(__version__):
+                conn.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)",
+                             (__version__,))
             if note:
                 conn.execute("INSERT INTO events (run_id, t, step, kind, message, data) "
                              "VALUES (NULL, ?, NULL, 'upgrade', ?, ?)",
