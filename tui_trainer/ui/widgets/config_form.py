@@ -163,15 +163,22 @@ class ConfigForm(VerticalScroll):
             self.scroll_to_widget(self._boxes[keys[0]], animate=False)
         return keys
 
-    def _open(self, key: str) -> None:
-        self.query_one(f"#group-{config.group(key)}", Collapsible).collapsed = False
+    def _open(self, key: str) -> bool:
+        """Opens the knob's group; whether it was closed."""
+        section = self.query_one(f"#group-{config.group(key)}", Collapsible)
+        was = section.collapsed
+        section.collapsed = False
+        return was
 
     def focus_knob(self, key: str) -> None:
         """Moves the focus to a knob's value (its group opened): the user asked for it."""
-        self._open(key)
-        # now, not after the keys already queued (Widget.focus defers it): those typed next
-        # reach this knob (KnobSearch)
-        self.screen.set_focus(self._widgets[key])
+        if self._open(key):
+            # its field is shown once the group is laid out again: focused then
+            self.call_after_refresh(self.screen.set_focus, self._widgets[key])
+        else:
+            # now, not after the keys already queued (Widget.focus defers it): those typed
+            # next reach this knob (KnobSearch)
+            self.screen.set_focus(self._widgets[key])
         self.call_after_refresh(self.scroll_to_widget, self._boxes[key], animate=False)
 
     # --- values ----------------------------------------------------------------------------
