@@ -34,6 +34,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ..core.processes import contention, supervisor
 from ..core.analysis import figures
 from ..core.analysis.figures import PHASES
+from ..core.settings import recorded
 from ..core.settings.config import ConfigError, RunConfig, graph_step
 from ..core.errors import CheckpointError
 from ..core.session.store import SessionStore
@@ -465,6 +466,10 @@ class Trainer(Bookkeeping):
         if self.resume_state is not None:
             self.log(f"resuming run {self.run_id} from step {self.pos.step} "
                      f"(epoch {self.pos.epoch}, batch {self.pos.batch})")
+            assumed = recorded.as_recorded(dict(self.resume_state.get("config") or {}))[1]
+            if assumed:     # written before those knobs: read as that version ran it
+                self.log("its checkpoint was written by an earlier version: read with "
+                         f"{recorded.words(assumed)} (what that version did)")
         self.bar = self._progress_bar()
         self.clock.lap(self.pos.samples)
         self.meter.start()

@@ -264,8 +264,8 @@ class TrainerApp(App[None]):
                                       timeout=15)
             return
         self.call_from_thread(self._opened, writer, *opened)
-        if opened_note:
-            self.call_from_thread(self.notify, opened_note)
+        for note in filter(None, (opened_note, writer.store.upgrade_note)):  # (upgrade.py)
+            self.call_from_thread(self.notify, note, timeout=15)
 
     def _opened(self, writer: Writer, raw: str | None, ids: set[int],
                 studies: list[int]) -> None:

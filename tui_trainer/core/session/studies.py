@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import NotFound
 from ..processes.liveness import process_alive, process_start_time
+from ..settings.recorded import as_recorded
 from .schema import STATUSES
 
 _STUDY_GONE = "the study process is gone; run it again to continue"
@@ -63,7 +64,8 @@ class StudyRecords:
                          (study["id"],)):
             v = dict(r)
             v["value"] = json.loads(v["value"]) if v["value"] is not None else None
-            v["config"] = json.loads(v["config"])
+            # an arm stored by an earlier version: as it ran (core/settings/recorded.py)
+            v["config"] = as_recorded(json.loads(v["config"]))[0]
             study["variants"].append(v)
         return study
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from ... import __version__
 from ..errors import BadInput
+from ..text import shown
 from . import config
 from .toml_text import toml_value
 
@@ -140,7 +141,7 @@ def upgrade_note(runs_assumed: dict[int, dict[str, Any]], written_by: str | None
     keys: dict[str, Any] = {}
     for assumed in runs_assumed.values():
         keys.update(assumed)
-    by = f"tui-trainer {written_by}" if written_by else "an earlier tui-trainer"
+    by = f"tui-trainer {shown(written_by, 40)}" if written_by else "an earlier tui-trainer"
     n = len(runs_assumed)
     return (f"this session was written by {by}: {n} run{'s' if n != 1 else ''} recorded "
             f"before some knobs existed {'are' if n != 1 else 'is'} read with {words(keys)} "
