@@ -3,6 +3,7 @@ against today's fixed-round study, in one run on one machine; and how often a de
 study of two equal arms says "faster" or "slower".
 
     python benchmarks/ab_decide.py [--price amp=bf16] [--aa 40] [--steps 60] [--fixed]
+                                   [--windows] [--hog]
 
 Each study is `tui-trainer ab` on the shipped sample, the default config, timed from the
 command to its last line (what a person waits for: the launcher's start, every run, the
@@ -30,12 +31,19 @@ from tui_trainer.core.processes import contention
 from tui_trainer.core.settings import hardware
 
 AA = "eval_mode=inference_mode"
+# A windowed A/A: the base's own seed (the variant is the base's config to the letter; the
+# windows time training steps, where the evaluation mode never runs)
+AA_WINDOWS = "seed=1"
 
 
-def study(session: Path, vary: str, decide: bool, steps: int) -> dict:
+def study(session: Path, vary: str, decide: bool | str, steps: int) -> dict:
+    """One study, timed from the command to its last line; decide: True (whole runs),
+    "windows" (tui_trainer/pricing.py) or False (the fixed 6 rounds)."""
     args = [sys.executable, "-m", "tui_trainer", "ab", "--session", str(session), "--json",
             "--set", "dataset=mnist-sample", "--vary", vary, "--steps", str(steps)]
     args += ["--decide"] if decide else ["--repeats", "6"]
+    if decide == "windows":
+        args += ["--windows"]
     before = contention.snapshot()
     t0 = time.monotonic()
     p = subprocess.run(args, capture_output=True, text=True, timeout=1800,
@@ -45,6 +53,11 @@ def study(session: Path, vary: str, decide: bool, steps: int) -> dict:
     if p.returncode not in (0, 3):
         raise SystemExit(f"ab failed ({p.returncode}): {p.stderr[-2000:]}")
     out = json.loads(p.stdout.strip().splitlines()[-1])
+    if decide == "windows":
+        w = out[0]
+        return {"wall": wall, "rounds": w["pairs"], "verdict": w["verdict"],
+                "ratio": w["ratio"], "low": w["low"], "high": w["high"], "load": load,
+                "loaded_rounds": w["loaded_pairs"], "startup": w["startup"]}
     row = out["rows"][1]
     iv = (row.get("intervals") or {}).get("samples_per_s") or {}
     return {"wall": wall, "rounds": out["repeats"], "verdict":
@@ -67,6 +80,9 @@ def main() -> None:
     ap.add_argument("--aa", type=int, default=0, help="deciding A/A studies to count")
     ap.add_argument("--steps", type=int, default=60, help="steps a run of a deciding study")
     ap.add_argument("--fixed", action="store_true", help="also the fixed 6 x 200 studies")
+    ap.add_argument("--windows", action="store_true",
+                    help="also (and with --aa: only) the windowed prices (--decide "
+                         "--windows): two long-lived processes timed in alternating windows")
     ap.add_argument("--hog", action="store_true",
                     help="every study beside one CPU hog (a busy loop in another process)")
     args = ap.parse_args()
@@ -87,6 +103,9 @@ def measure(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         runs = [(f"{args.price}, --decide", args.price, True, args.steps),
                 (f"A/A ({AA}), --decide", AA, True, args.steps)]
+        if args.windows:
+            runs += [(f"{args.price}, --decide --windows", args.price, "windows", 0),
+                     (f"A/A ({AA_WINDOWS}), --decide --windows", AA_WINDOWS, "windows", 0)]
         if args.fixed:
             runs += [(f"{args.price}, 6 rounds x 200 steps", args.price, False, 200),
                      (f"A/A ({AA}), 6 rounds x 200 steps", AA, False, 200)]
@@ -96,7 +115,8 @@ def measure(args: argparse.Namespace) -> None:
             counts: dict[str, int] = {}
             walls = []
             for i in range(args.aa):
-                r = study(Path(tmp) / f"aa{i}", AA, True, args.steps)
+                r = study(Path(tmp) / f"aa{i}", AA_WINDOWS if args.windows else AA,
+                          "windows" if args.windows else True, args.steps)
                 counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
                 walls.append(r["wall"])
                 print(line(f"A/A {i + 1} of {args.aa}", r), flush=True)

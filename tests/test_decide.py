@@ -161,7 +161,9 @@ def test_fit_prices_a_knob_proves_the_result_and_writes_the_preset(tmp_path, iso
     assert r.rc in (0, 1), r.err
     out = json.loads(r.out)
     knob = out["knobs"][0]
-    assert knob["knob"] == "num_threads" and knob["tried"] == [1] and knob["study"] == 1
+    # (num_threads is paid in every step: priced in windows, no study stored)
+    assert knob["knob"] == "num_threads" and knob["tried"] == [1] and knob["study"] is None
+    assert "steady state" in knob["decisions"][0] and "start-up" in knob["decisions"][0]
     faster = "faster" in knob["decisions"][0].split("(")[0]
     assert knob["taken"] == (1 if faster else 0) and out["config"]["num_threads"] == knob["taken"]
     start, fitted = out["proofs"]
@@ -170,7 +172,7 @@ def test_fit_prices_a_knob_proves_the_result_and_writes_the_preset(tmp_path, iso
     if out["same_accuracy"]:
         text = (isolated_home / "presets" / "fastest-here.toml").read_text()
         assert "# Fastest here: `tui-trainer fit` on " in text and "num_threads = " in text
-        assert "(study 1" in text and ("bits" in text)
+        assert "(windows" in text and ("bits" in text)
         assert out["preset"].endswith("fastest-here.toml") and r.rc == 0
     else:
         assert out["preset"] is None and r.rc == 1
@@ -178,8 +180,9 @@ def test_fit_prices_a_knob_proves_the_result_and_writes_the_preset(tmp_path, iso
 
 async def test_the_dashboard_fits_the_forms_config_in_the_background(tmp_path):
     """The palette's "Fit to this machine": `tui-trainer fit` of the form's config, started
-    by the supervisor, its studies landing in the session (the A/B tab lists them), and it
-    ends with the dashboard's supervisor when asked to stop."""
+    by the supervisor, its prices said in its log as they are decided (a knob paid in every
+    step is priced in windows: pricing.py), and it ends, arms and all, when asked to
+    stop."""
     import signal
     from textual.widgets import Input
     from conftest import wait_until
@@ -201,13 +204,12 @@ async def test_the_dashboard_fits_the_forms_config_in_the_background(tmp_path):
         assert await asyncio.to_thread(
             wait_until, lambda: log.is_file() and "fit: pricing" in log.read_text(), 120), \
             log.read_text() if log.is_file() else "no log"
-        with SessionStore(tmp_path, create=False, readonly=True) as store:
-            assert store.studies()[0]["name"].startswith("fit-")
-            assert store.studies()[0]["variants"][0]["config"]["dataset"] == "mnist-sample"
+        assert "in windows" in log.read_text(), log.read_text()
         jobs = list(app.writer.supervisor._jobs)
         assert len(jobs) == 1
-        jobs[0].send_signal(signal.SIGTERM)      # a stop: its study ends, the fit with it
+        jobs[0].send_signal(signal.SIGTERM)      # a stop: the fit ends, its arms with it
         await asyncio.to_thread(jobs[0].wait, 120)
+        assert await asyncio.to_thread(wait_until, lambda: not price_arms(), 30), price_arms()
 
 
 def test_an_undecided_study_beside_a_cpu_hog_says_the_machine_was_too_busy(tmp_path):
@@ -259,3 +261,70 @@ async def test_the_dashboards_fit_never_runs_a_file_the_user_has_not_trusted(tmp
             for n in app._notifications), 30)
         assert app.writer.supervisor._jobs == []
         assert not user_models.is_trusted(user_models.read(net)[1])
+
+
+# --- windowed prices (tui_trainer/pricing.py) -------------------------------------------------
+
+def price_arms() -> list[int]:
+    """Processes of windowed prices' arms still alive on this machine."""
+    import os
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"price-arm" in cmd:
+            out.append(int(pid))
+    return out
+
+
+def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isolated_home):
+    """device=cpu. Batches of 8 against 64 (a price every CPU pays: per-step overhead) in
+    alternating windows of two long-lived processes: slower, decided at an early look,
+    the window and each arm's start-up said, the price kept for this machine, and no arm
+    left behind."""
+    r = tt("ab", "--session", str(tmp_path), "--vary", "batch_size=8", "--decide",
+           "--windows", "--json", *sets("dataset=mnist-sample", "device=cpu"))
+    assert r.rc == 0, r.err
+    (out,) = json.loads(r.out)
+    assert out["key"] == "batch_size" and out["value"] == 8
+    assert out["verdict"] == "slower" and out["high"] < 1, out
+    assert out["pairs"] in (8, 12, 16), out          # an early look, not the cap (32)
+    assert out["steps_a_window"] >= 5 and "steady state" in out["window"]
+    for arm in ("base", "variant"):
+        s = out["startup"][arm]
+        assert s["ready_s"] > 0 and s["setup_s"] > 0 and s["first_steps_extra_s"] >= 0
+    kept = [json.loads(line) for line in (isolated_home / "prices.jsonl").read_text()
+            .splitlines()]
+    assert kept[-1]["knob"] == "batch_size" and kept[-1]["value"] == 8 and \
+        kept[-1]["verdict"] == "slower" and "steady state" in kept[-1]["study"]
+    assert not price_arms()
+    r = tt("ab", "--session", str(tmp_path), "--vary", "batch_size=8", "--decide",
+           "--windows", *sets("dataset=mnist-sample", "device=cpu"))
+    assert r.rc == 0 and "batch_size = 8: " in r.out and "start-up, not in the price" in r.out
+
+
+def test_windows_refuse_what_they_cannot_price_in_one_line(tmp_path):
+    for args, said in ((["--vary", "compile=on", "--decide"], "mostly at start-up"),
+                       (["--vary", "checkpoint_every=10", "--decide"], "outside training"),
+                       (["--vary", "amp=bf16"], "give --decide"),
+                       (["--decide"], "give at least one KEY=V1,V2 to vary")):
+        r = tt("ab", "--session", str(tmp_path), "--windows", *args)
+        assert r.rc == 2 and said in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert not (tmp_path / "session.sqlite").exists()
+
+
+def test_windows_that_never_settle_give_up_at_the_cap():
+    """The windows' looks (8, 12, 16, 24, 32): pairs that wander around the margin decide
+    nothing, and the cap says unknown; the same pairs tight around 1 say the same."""
+    from tui_trainer import pricing
+    rng = random.Random(3)
+    wide = [(1.0, math.exp(rng.gauss(0.0, 0.2))) for _ in range(32)]
+    for n in pricing.LOOKS[:-1]:
+        d = sequential.decide(wide[:n], 0.05, looks_at=pricing.LOOKS, unit="window pairs")
+        assert not d.decided and d.next_look is not None, d
+    d = sequential.decide(wide, 0.05, looks_at=pricing.LOOKS, unit="window pairs")
+    assert d.verdict == "unknown" and "32 window pairs" in d.words
+    tight = [(1.0, math.exp(rng.gauss(0.0, 0.01))) for _ in range(8)]
+    assert sequential.decide(tight, 0.05, looks_at=pricing.LOOKS).verdict == "the same"

@@ -31,7 +31,7 @@ it)"""
 
 
 # Commands the tool starts itself: not listed in help or in an unknown command's choices.
-INTERNAL_COMMANDS = ("worker",)
+INTERNAL_COMMANDS = ("worker", "price-arm")
 
 
 class Parser(argparse.ArgumentParser):

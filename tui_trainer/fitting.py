@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import runner
+from . import pricing, runner
 from .core.analysis import sequential, study as studies
 from .core.errors import BadInput
 from .core.session.store import SessionStore
@@ -163,6 +163,13 @@ def fit(session: Path, base: RunConfig, knobs: list[tuple[str, list[Any]]], step
             step.skipped, step.taken = "nothing else runs on top of the choices so far", \
                 getattr(current, key)
             continue
+        if pricing.windowable(key) is None:
+            # its price in steady-state windows of two long-lived processes: seconds
+            t0 = time.monotonic()
+            current = _by_windows(step, current, key, tried, say)
+            step.seconds = spent[f"price {key}"] = time.monotonic() - t0
+            step.taken = getattr(current, key)
+            continue
         # (logged often enough for a steady samples/s in a short run: a price does not
         # depend on its bookkeeping, core.analysis.study.PRICE_IGNORES)
         priced = current.replace(log_every=max(1, min(current.log_every, steps // 6)))
@@ -206,6 +213,36 @@ def fit(session: Path, base: RunConfig, knobs: list[tuple[str, list[Any]]], step
         proofs.append(prove(session, label, cfg, seeds, say))
         spent[f"prove {label}"] = time.monotonic() - t0
     return current, steps_done, proofs, spent
+
+
+def _by_windows(step: Step, current: RunConfig, key: str, tried: list[Any],
+                say: Callable[[str], None]) -> RunConfig:
+    """A knob's values against the config so far in alternating windows (pricing.py), each
+    price kept for this machine; the fastest that is faster taken."""
+    from .core.analysis import prices
+    best: tuple[float, Any] | None = None
+    warm = runner.WarmLauncher.shared()
+    try:
+        warm.wait_ready(timeout=120)
+        for value in tried:
+            say(f"fit: pricing {key} = {value} against {getattr(current, key)} in windows")
+            p = pricing.price(current, current.replace(**{key: value}), say=say, warm=warm)
+            kept = pricing.kept(key, value, current, p)
+            if kept is not None:
+                prices.add([kept])
+            step.words.append(f"{key} = {value}: {p.decision.words} (steady state; "
+                              f"{p.startup_text()})")
+            step.loaded |= p.loaded_pairs > 0
+            iv = p.decision.interval
+            if p.decision.verdict == "faster" and iv is not None and \
+                    (best is None or iv.ratio > best[0]):
+                best = (iv.ratio, value)
+    finally:
+        warm.close()
+    if best is None:
+        return current
+    step.bits = "bits not compared (priced in windows; the proof compares accuracy)"
+    return current.replace(**{key: best[1]})
 
 
 def prove(session: Path, label: str, cfg: RunConfig, seeds: int,
@@ -279,7 +316,8 @@ def preset_text(fitted: RunConfig, steps_done: list[Step], machine_words: str,
         if s.skipped:
             lines.append(f"#   {s.knob} = {shown(s.taken, 40)}: not priced ({s.skipped})")
             continue
-        lines.append(f"#   {s.knob} = {shown(s.taken, 40)} (study {s.study}"
+        how = f"study {s.study}" if s.study is not None else "windows"
+        lines.append(f"#   {s.knob} = {shown(s.taken, 40)} ({how}"
                      + ("; measured under load" if s.loaded else "") + "): "
                      + "; ".join(shown(w, 200) for w in s.words)
                      + (f"; taken, {s.bits}" if s.bits else

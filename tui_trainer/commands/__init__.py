@@ -13,6 +13,6 @@ from .group import join, worker
 ORDER: tuple[ModuleType, ...] = (config, run, resume, repro, ab, fit, export, machine, join,
                                  worker, profile, runs, memory, explain, activations, trust)
 BY_NAME = {"config": config, "run": run, "resume": resume, "repro": repro, "ab": ab,
-           "sweep": ab, "export": export, "machine": machine, "join": join, "worker": worker,
+           "sweep": ab, "price-arm": ab, "export": export, "machine": machine, "join": join, "worker": worker,
            "profile": profile, "runs": runs, "memory": memory, "explain": explain,
            "activations": activations, "trust": trust, "fit": fit}

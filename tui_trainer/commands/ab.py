@@ -61,6 +61,14 @@ def add(sub: Any) -> None:
                          f"{', '.join(map(str, sequential.LOOKS))} rounds with the error "
                          "rate corrected for the looks; unknown at the cap (--max-rounds, "
                          f"default {sequential.LOOKS[-1]})")
+    sp.add_argument("--windows", action="store_true",
+                    help="with --decide: time the arms in two long-lived processes, in "
+                         "alternating windows of steady-state steps (ABBA), until the "
+                         "windows decide; each arm's start-up is measured and given "
+                         "beside the price (tui_trainer/pricing.py). Seconds, not minutes; "
+                         "knobs paid at start-up or outside training steps (compile, "
+                         "cudnn_benchmark, cuda_graph, bookkeeping) are refused: price "
+                         "those as whole runs")
     sp.add_argument("--max-rounds", type=int, metavar="N", default=None,
                     help="--until-sure's bound on rounds, or --decide's cap")
     sp.add_argument("--max-time", type=float, metavar="S", default=None,
@@ -82,6 +90,10 @@ def add(sub: Any) -> None:
                          "runs in all) and which arms this machine cannot run, and train "
                          "nothing (no session is written)")
     study_args(sp)
+
+    # one arm of a windowed price (tui_trainer/pricing.py); not listed
+    sp = sub.add_parser("price-arm")
+    sp.add_argument("--config-json", required=True)
 
     sp = sub.add_parser("sweep", help="seed noise: one config trained with N seeds",
                         description="Train one config N times, seed, seed+1, ..., and show "
@@ -126,6 +138,11 @@ def _print_plan(planned: study.Planned, as_json: bool) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """`ab` and `sweep`: plan a study (or take one planned), train it, print its table."""
+    if args.command == "price-arm":
+        from ..engine.probes.price import serve
+        return serve(config.from_dict(json.loads(args.config_json)))
+    if getattr(args, "windows", False):
+        return windows(args)
     session = session_dir(args)
     check_name(args.name)
     SessionStore.check(session)
@@ -220,3 +237,50 @@ def run(args: argparse.Namespace) -> int:
     if failed or status == "crashed":
         return EXIT_FAILED
     return EXIT_STOPPED if status == "stopped" else EXIT_OK
+
+
+def windows(args: argparse.Namespace) -> int:
+    """`ab --decide --windows`: each variant against the base in alternating windows of
+    two long-lived processes (tui_trainer/pricing.py); the price kept for this machine."""
+    from .. import pricing
+    from ..core.analysis import prices
+    if args.decide is None:
+        raise BadInput("--windows decides: give --decide [MARGIN] with it")
+    if args.study is not None or args.repeats or args.until_sure is not None:
+        raise BadInput("--windows prices as it goes: it takes no --study, --repeats or "
+                       "--until-sure")
+    file_values, spec = ({}, {}) if not args.config else study.read_study_file(args.config)
+    vary = study.parse_vary(list(spec.get("vary", [])) + args.vary)
+    if not vary:
+        raise BadInput("--windows needs --vary KEY=VALUE")
+    base = config.from_dict({**config.DEFAULTS.to_dict(), **file_values,
+                             **config.parse_overrides(args.sets)})
+    for key, _ in vary:
+        why = pricing.windowable(key)
+        if why:
+            raise ConfigError("--vary", why)
+    trust_named(base.to_dict())
+    say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    warm = runner.WarmLauncher.shared()
+    out = []
+    try:
+        warm.wait_ready(timeout=120)
+        for key, values in vary:
+            for value in values:
+                variant = base.replace(**{key: value})
+                say(f"price: {key}={value} against the base, in windows ...")
+                p = pricing.price(base, variant, args.decide, args.max_rounds, say, warm)
+                out.append((key, value, p))
+                keep = pricing.kept(key, value, base, p)
+                if keep is not None:
+                    prices.add([keep])
+    finally:
+        warm.close()
+    if args.json:
+        print(json.dumps(json_safe([{"key": k, "value": v, **pricing.as_dict(p)}
+                                    for k, v, p in out])))
+    else:
+        for key, value, p in out:
+            for line in pricing.lines(key, value, p):
+                print(line)
+    return EXIT_OK

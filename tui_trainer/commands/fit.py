@@ -95,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
         for s in steps_done:
             print(f"  {s.knob} = {shown(s.taken, 40)}" + (
                 f": not priced ({s.skipped})" if s.skipped else
-                f" (study {s.study}, {s.seconds:.0f} s): " + "; ".join(s.words)
+                f" ({f'study {s.study}' if s.study is not None else 'windows'}, "
+                f"{s.seconds:.0f} s): " + "; ".join(s.words)
                 + (f"; taken, {s.bits}" if s.bits else "; kept")))
         for p in proofs:
             print(f"  {p.text()}")

@@ -63,10 +63,15 @@ def looks(cap: int | None = None) -> tuple[int, ...]:
 
 def decide(pairs: Iterable[tuple[float | None, float | None]], margin: float = DEFAULT_MARGIN,
            cap: int | None = None, alpha: float = ALPHA,
-           up: str = "faster", down: str = "slower") -> Decision:
-    """The answer so far for (base, variant) samples/s pairs in round order."""
+           up: str = "faster", down: str = "slower",
+           looks_at: tuple[int, ...] | None = None, unit: str = "rounds",
+           noise: float = 0.0) -> Decision:
+    """The answer so far for (base, variant) samples/s pairs in round order (`looks_at`:
+    the looks, the last the cap, where not LOOKS: a windowed price's, tui_trainer/pricing.py,
+    whose pairs are cheap; `noise`: a difference no larger is no difference, criterion.rs's
+    noise threshold: "faster" and "slower" need the interval clear of 1 ± noise)."""
     pairs = list(pairs)
-    seen = looks(cap)
+    seen = looks_at or looks(cap)
     n = len(stats._logs(pairs))
     each = alpha / len(seen)
     at = max((x for x in seen if x <= n), default=None)
@@ -75,28 +80,29 @@ def decide(pairs: Iterable[tuple[float | None, float | None]], margin: float = D
         # between looks: nothing is judged (an answer here would be one more look)
         iv = stats.ratio_interval(pairs, 1 - each)
         return Decision("", n, iv, 1 - each, next_look,
-                        f"{n} of {next_look} rounds before the next look")
+                        f"{n} of {next_look} {unit} before the next look")
     diff = stats.ratio_interval(pairs, 1 - each)
     same = stats.ratio_interval(pairs, 1 - 2 * each)
     hi_margin, lo_margin = 1 + margin, 1 / (1 + margin)
-    if diff is not None and diff.low is not None and diff.low > 1:
+    if diff is not None and diff.low is not None and diff.low > 1 + noise:
         return Decision(up, n, diff, 1 - each, None,
-                        f"{diff.text()} {up} ({diff.level:.1%} interval, {n} rounds)")
-    if diff is not None and diff.high is not None and diff.high < 1:
+                        f"{diff.text()} {up} ({diff.level:.1%} interval, {n} {unit})")
+    if diff is not None and diff.high is not None and diff.high < 1 / (1 + noise):
         return Decision(down, n, diff, 1 - each, None,
-                        f"{diff.text()} {down} ({diff.level:.1%} interval, {n} rounds)")
+                        f"{diff.text()} {down} ({diff.level:.1%} interval, {n} {unit})")
     if same is not None and same.low is not None and same.high is not None and \
             same.low >= lo_margin and same.high <= hi_margin:
         return Decision("the same", n, same, 1 - 2 * each, None,
                         f"{same.text()} the same within ±{margin:.0%} ({same.level:.1%} "
-                        f"interval, {n} rounds)")
+                        f"interval, {n} {unit})")
     if next_look is None:
         iv = same or diff
+        clear = f"1 ± {noise:.0%}" if noise else "1"
         return Decision("unknown", n, iv, 1 - 2 * each, None,
-                        f"unknown after {n} rounds: {iv.text() if iv else 'no ratio'} is "
-                        f"neither clear of 1 nor within ±{margin:.0%}")
+                        f"unknown after {n} {unit}: {iv.text() if iv else 'no ratio'} is "
+                        f"neither clear of {clear} nor within ±{margin:.0%}")
     return Decision("", n, diff, 1 - each, next_look,
-                    f"{diff.text() if diff else 'no ratio yet'} after {n} rounds: "
+                    f"{diff.text() if diff else 'no ratio yet'} after {n} {unit}: "
                     f"the next look at {next_look}")
 
 

@@ -1,0 +1,265 @@
+"""A knob's price in seconds: two long-lived processes, one per arm, timed in alternating
+windows of steady-state steps until the windows decide (core/analysis/sequential.py).
+
+Each arm is its own process (engine/probes/price.py, forked by the warm launcher where it
+is ready), built exactly as a run is built: a knob that changes what a process loads
+(determinism flags, num_workers, the data loader) is priced in processes that loaded it,
+and nothing is swapped inside a running process. The arms take turns, never side by side:
+pair i times A then B, pair i+1 B then A (ABBA: a drift of the machine falls on both
+alike), each window the same number of steps, about WINDOW_S long. Each pair's ratio of
+samples/s is one observation; the study looks at LOOKS pairs with the error rate corrected
+for the looks, and ends faster, slower, the same within the margin, or unknown at the cap.
+
+What the price leaves out, it says: it is the steady state (the windows after each arm's
+warm-up), and each arm's start-up (its process's set-up: imports already made by the
+launcher, data, model; and its first steps beyond the steady pace) is measured and given
+beside it. Knobs whose price is mostly start-up or bookkeeping (START_UP_KNOBS, and the
+bookkeeping and data-parallel groups) are not priced this way: `ab --decide` trains them
+as whole runs. A window in which other processes took CPU the arms could have used is
+marked loaded (core.processes.contention); a verdict resting on loaded windows says so.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .core.analysis import prices, sequential
+from .core.errors import BadInput
+from .core.processes import contention, supervisor
+from .core.settings import config
+from .core.settings.config import RunConfig
+from .core.text import shown
+from .launcher.client import WarmLauncher
+
+# Knobs whose price is mostly paid at start-up (compiling, timing algorithms, capturing
+# graphs): priced with it, as whole runs.
+START_UP_KNOBS = ("compile", "cudnn_benchmark", "cuda_graph")
+WINDOW_S = 0.25           # a window's length, about (its steps chosen from the warm-up)
+WARMUP_STEPS = 5          # each of an arm's two warm-up windows
+LOOKS = (8, 12, 16, 24, 32)      # the pairs at which the study looks; the last: its cap
+# Two processes of one config differ a little in speed (where their memory landed, which
+# core their threads met): one process per arm cannot average that out, so a difference no
+# larger is no difference (criterion.rs's noise threshold; docs/benchmarks.md measured it
+# over A/A prices: the pairs' ratios of equal arms spread about ±2%).
+NOISE = 0.03
+READY_S = 180.0           # how long an arm may take to build (a cold start on a slow CPU)
+WINDOW_WAIT_S = 60.0      # how long one window may take before the arm counts as hung
+
+
+def windowable(key: str) -> str | None:
+    """Why a knob cannot be priced in steady-state windows, or None where it can."""
+    if key in START_UP_KNOBS:
+        return f"{key}'s price is mostly at start-up: priced with it, as whole runs"
+    if config.group(key) in ("bookkeeping", "parallel") or key.startswith("eval") or \
+            key in ("epochs", "max_steps"):
+        return f"{key} is paid outside training steps: priced as whole runs"
+    return None
+
+
+@dataclass
+class Arm:
+    """One arm's process and what it said."""
+    label: str
+    cfg: RunConfig
+    proc: Any
+    sock: socket.socket
+    stream: Any
+    spawned: float
+    machine: list[str] | None = None      # (key, words) of the machine it trains on
+    setup_s: float | None = None          # its own set-up (data, model), as it measured it
+    ready_s: float | None = None          # spawn to ready, as this process saw it
+    warm: list[float] = field(default_factory=list)   # seconds a step in the warm-up
+
+    def ask(self, steps: int) -> dict[str, Any]:
+        self.stream.write(json.dumps({"steps": steps}) + "\n")
+        self.stream.flush()
+        return self.answer(WINDOW_WAIT_S)
+
+    def answer(self, timeout: float) -> dict[str, Any]:
+        self.sock.settimeout(timeout)
+        try:
+            line = self.stream.readline()
+        except (TimeoutError, socket.timeout):
+            raise BadInput(f"{self.label}: its process said nothing for {timeout:.0f} s "
+                           "(hung or starved)") from None
+        if not line:
+            raise BadInput(f"{self.label}: its process ended before it was asked to")
+        said = json.loads(line)
+        if "error" in said:
+            raise BadInput(f"{self.label}: {said['error']}")
+        return said
+
+    def close(self) -> None:
+        try:
+            self.stream.write("\n")
+            self.stream.flush()
+        except OSError:
+            pass
+        self.sock.close()
+        try:
+            self.proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001 - then it is killed: it ends with its owner
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def arm_config(cfg: RunConfig) -> RunConfig:
+    """An arm trains for as long as it is asked, with nothing recorded and no evaluation."""
+    return cfg.replace(epochs=100000, max_steps=0, eval_every=0)
+
+
+def start_arm(label: str, cfg: RunConfig, warm: WarmLauncher | None) -> Arm:
+    mine, theirs = socket.socketpair()
+    args = ["price-arm", "--config-json", json.dumps(arm_config(cfg).to_dict())]
+    env = {**os.environ, **supervisor.owner_env(), **supervisor.thread_wait_env()}
+    t = time.monotonic()
+    proc = None
+    with open(os.devnull, "wb") as null:
+        if warm is not None:
+            proc = warm.spawn(args, stdout=theirs.fileno(), stderr=null.fileno(),
+                              detach=False, env=env)
+        if proc is None:
+            proc = subprocess.Popen([sys.executable, "-m", "tui_trainer", *args],
+                                    stdin=subprocess.DEVNULL, stdout=theirs, stderr=null,
+                                    env=env)
+    theirs.close()
+    return Arm(label, cfg, proc, mine, mine.makefile("rw", encoding="utf-8", newline="\n"), t)
+
+
+@dataclass
+class Priced:
+    """A windowed price: the decision, its windows, and the arms' start-up."""
+    decision: sequential.Decision
+    pairs: list[tuple[float, float]]       # (base, variant) samples/s, pair by pair
+    loaded: list[bool]                     # each pair: was a window loaded
+    steps: int                             # steps a window
+    startup: dict[str, dict[str, float]]   # per arm: set-up, ready, first steps' extra
+    seconds: float                         # the whole price, spawn to decision
+    machine: list[str] | None = None       # (key, words): where it was measured
+
+    @property
+    def loaded_pairs(self) -> int:
+        return sum(self.loaded)
+
+    def startup_text(self) -> str:
+        """Each arm's start-up beside the steady price: its process ready (spawn to built)
+        and its first steps' time beyond the steady pace."""
+        b, v = self.startup["base"], self.startup["variant"]
+
+        def one(s: dict[str, float]) -> float:
+            return s["ready_s"] + s["first_steps_extra_s"]
+        return (f"start-up, not in the price: base {one(b):.2f} s, variant {one(v):.2f} s "
+                f"({one(v) - one(b):+.2f} s; ready {b['ready_s']:.2f} and {v['ready_s']:.2f} "
+                f"s, first {WARMUP_STEPS} steps beyond the steady pace "
+                f"{b['first_steps_extra_s']:.2f} and {v['first_steps_extra_s']:.2f} s)")
+
+
+def as_dict(p: Priced) -> dict[str, Any]:
+    d = p.decision
+    iv = d.interval
+    return {"verdict": d.verdict, "words": verdict_words(p), "pairs": len(p.pairs),
+            "ratio": iv.ratio if iv else None, "low": iv.low if iv else None,
+            "high": iv.high if iv else None, "level": d.level,
+            "loaded_pairs": p.loaded_pairs, "steps_a_window": p.steps,
+            "startup": p.startup, "seconds": p.seconds,
+            "window": "steady state: training steps and their data, after each arm's "
+                      "warm-up; no evaluation, logging or checkpoints"}
+
+
+def verdict_words(p: Priced) -> str:
+    """The decision in words; an undecided price whose windows mostly shared the CPU says
+    the machine was too busy (more windows there would price the other load)."""
+    if p.decision.verdict == "unknown" and p.loaded_pairs * 2 > len(p.pairs):
+        return (f"unknown: the machine was too busy ({p.loaded_pairs} of {len(p.pairs)} "
+                "window pairs shared the CPU with another process)")
+    return p.decision.words
+
+
+def lines(key: str, value: Any, p: Priced) -> list[str]:
+    """What `ab --decide --windows` prints of one variant."""
+    load = (f"; {p.loaded_pairs} of {len(p.pairs)} pairs shared the CPU with another "
+            "process" if p.loaded_pairs else "")
+    return [f"{key} = {shown(value, 60)}: {verdict_words(p)}, samples/s of the variant over "
+            f"the base, in {p.seconds:.1f} s{load}",
+            f"  window: {p.steps} steady-state steps an arm, ABBA (training steps and their "
+            "data; no evaluation, logging or checkpoints)",
+            f"  {p.startup_text()}"]
+
+
+def kept(key: str, value: Any, base: RunConfig, p: Priced) -> "prices.Price | None":
+    """The price as remembered for this machine (core/analysis/prices.py); None without a
+    ratio or a machine."""
+    iv = p.decision.interval
+    if iv is None or iv.ratio is None or not p.machine:
+        return None
+    return prices.Price(
+        machine=p.machine[0], words=p.machine[1], knob=key, value=value,
+        base=getattr(base, key), ratio=iv.ratio, low=iv.low, high=iv.high,
+        verdict=p.decision.verdict or None, rounds=len(p.pairs),
+        date=datetime.date.today().isoformat(),
+        study=f"windowed price ({len(p.pairs)} window pairs, steady state; "
+              f"{p.startup_text()})",
+        context=f"model {base.model}, {base.dataset}, batch {base.batch_size}",
+        loaded=p.loaded_pairs > len(p.pairs) // 2)
+
+
+def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAULT_MARGIN,
+          cap: int | None = None, say: Callable[[str], None] = lambda m: None,
+          warm: WarmLauncher | None = None) -> Priced:
+    """Base against variant in alternating windows until the windows decide."""
+    t0 = time.monotonic()
+    looks = tuple(n for n in LOOKS if n < (cap or LOOKS[-1])) + ((cap or LOOKS[-1]),)
+    arms = [start_arm("base", base, warm), start_arm("variant", variant, warm)]
+    try:
+        for arm in arms:
+            said = arm.answer(READY_S)
+            arm.setup_s, arm.ready_s = said["setup_s"], time.monotonic() - arm.spawned
+            arm.machine = said.get("machine")
+        for arm in arms:                   # two warm-up windows each, in turn
+            for _ in range(2):
+                w = arm.ask(WARMUP_STEPS)
+                arm.warm.append(w["s"] / max(1, w["steps"]))
+        per_step = max(arm.warm[-1] for arm in arms)
+        steps = max(WARMUP_STEPS, math.ceil(WINDOW_S / max(per_step, 1e-6)))
+        pairs: list[tuple[float, float]] = []
+        loaded: list[bool] = []
+        steady = [[], []]
+        while True:
+            order = (0, 1) if len(pairs) % 2 == 0 else (1, 0)
+            rates = [0.0, 0.0]
+            busy = False
+            for i in order:
+                before = contention.snapshot(os.getpid())
+                w = arms[i].ask(steps)
+                seen = contention.between(before, contention.snapshot(os.getpid()))
+                busy = busy or contention.loaded(seen)
+                rates[i] = w["samples"] / w["s"] if w["s"] > 0 else 0.0
+                steady[i].append(w["s"] / max(1, w["steps"]))
+            pairs.append((rates[0], rates[1]))
+            loaded.append(busy)
+            decision = sequential.decide(pairs, margin, looks_at=looks, unit="window pairs",
+                                         noise=NOISE)
+            if decision.interval is not None and len(pairs) in looks:
+                say(f"price: {len(pairs)} pairs, {decision.words}")
+            if decision.decided or decision.next_look is None:
+                break
+        startup = {}
+        for arm, st in zip(arms, steady, strict=True):
+            pace = sorted(st)[len(st) // 2]
+            first = sum(arm.warm[:1]) * WARMUP_STEPS
+            startup[arm.label] = {"setup_s": arm.setup_s, "ready_s": arm.ready_s,
+                                  "first_steps_extra_s": max(0.0, first - pace * WARMUP_STEPS)}
+        return Priced(decision, pairs, loaded, steps, startup, time.monotonic() - t0,
+                      arms[0].machine)
+    finally:
+        for arm in arms:
+            arm.close()
