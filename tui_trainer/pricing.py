@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .core.analysis import prices, sequential
+from .core.analysis.study import _label
 from .core.errors import BadInput
 from .core.processes import contention, supervisor
 from .core.settings import config
@@ -170,7 +171,7 @@ def as_dict(p: Priced) -> dict[str, Any]:
             "ratio": iv.ratio if iv else None, "low": iv.low if iv else None,
             "high": iv.high if iv else None, "level": d.level,
             "loaded_pairs": p.loaded_pairs, "steps_a_window": p.steps,
-            "startup": p.startup, "seconds": p.seconds,
+            "startup": p.startup, "startup_text": p.startup_text(), "seconds": p.seconds,
             "window": "steady state: training steps and their data, after each arm's "
                       "warm-up; no evaluation, logging or checkpoints"}
 
@@ -184,15 +185,20 @@ def verdict_words(p: Priced) -> str:
     return p.decision.words
 
 
-def lines(key: str, value: Any, p: Priced) -> list[str]:
-    """What `ab --decide --windows` prints of one variant."""
-    load = (f"; {p.loaded_pairs} of {len(p.pairs)} pairs shared the CPU with another "
-            "process" if p.loaded_pairs else "")
-    return [f"{key} = {shown(value, 60)}: {verdict_words(p)}, samples/s of the variant over "
-            f"the base, in {p.seconds:.1f} s{load}",
-            f"  window: {p.steps} steady-state steps an arm, ABBA (training steps and their "
-            "data; no evaluation, logging or checkpoints)",
-            f"  {p.startup_text()}"]
+def stored_lines(label: str, d: dict[str, Any] | None) -> list[str]:
+    """What `ab --decide --windows` prints of one variant, from what its study kept (the
+    A/B tab reads the same): the price so far where it is not done."""
+    if not d:
+        return [f"{shown(label, 60)}: not priced"]
+    load = (f"; {d['loaded_pairs']} of {d['pairs']} pairs shared the CPU with another "
+            "process" if d.get("loaded_pairs") else "")
+    if not d.get("done"):
+        return [f"{shown(label, 60)}: so far {d['words']}{load}"]
+    return [f"{shown(label, 60)}: {d['words']}, samples/s of the variant over the base, in "
+            f"{d['seconds']:.1f} s{load}",
+            f"  window: {d['steps_a_window']} steady-state steps an arm, ABBA (training "
+            "steps and their data; no evaluation, logging or checkpoints)",
+            f"  {d['startup_text']}"]
 
 
 def kept(key: str, value: Any, base: RunConfig, p: Priced) -> "prices.Price | None":
@@ -214,8 +220,12 @@ def kept(key: str, value: Any, base: RunConfig, p: Priced) -> "prices.Price | No
 
 def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAULT_MARGIN,
           cap: int | None = None, say: Callable[[str], None] = lambda m: None,
-          warm: WarmLauncher | None = None) -> Priced:
-    """Base against variant in alternating windows until the windows decide."""
+          warm: WarmLauncher | None = None,
+          on_look: Callable[[dict[str, Any]], None] | None = None,
+          stop: Callable[[], bool] = lambda: False) -> Priced | None:
+    """Base against variant in alternating windows until the windows decide (None when
+    `stop` says so between two pairs). `on_look`: what the price is so far, at each look
+    (the A/B tab shows it narrowing)."""
     t0 = time.monotonic()
     looks = tuple(n for n in LOOKS if n < (cap or LOOKS[-1])) + ((cap or LOOKS[-1]),)
     arms = [start_arm("base", base, warm), start_arm("variant", variant, warm)]
@@ -234,6 +244,8 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
         loaded: list[bool] = []
         steady = [[], []]
         while True:
+            if stop():
+                return None
             order = (0, 1) if len(pairs) % 2 == 0 else (1, 0)
             rates = [0.0, 0.0]
             busy = False
@@ -250,6 +262,13 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
                                          noise=NOISE)
             if decision.interval is not None and len(pairs) in looks:
                 say(f"price: {len(pairs)} pairs, {decision.words}")
+                if on_look is not None:
+                    iv = decision.interval
+                    on_look({"pairs": len(pairs), "words": decision.words,
+                             "verdict": decision.verdict, "ratio": iv.ratio, "low": iv.low,
+                             "high": iv.high, "next_look": decision.next_look,
+                             "cap": looks[-1], "loaded_pairs": sum(loaded),
+                             "steps_a_window": steps})
             if decision.decided or decision.next_look is None:
                 break
         startup = {}
@@ -263,3 +282,47 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
     finally:
         for arm in arms:
             arm.close()
+
+
+def plan(base: RunConfig, vary: list[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
+    """A windowed price's arms as a study's variants: the base first, then one per value
+    (each knob checked: one that cannot be priced in windows is refused by name)."""
+    arms: list[dict[str, Any]] = [{"label": "base", "config": base.to_dict()}]
+    for key, values in vary:
+        why = windowable(key)
+        if why:
+            raise config.ConfigError("--vary", why)
+        for value in values:
+            arms.append({"label": _label(key, value), "key": key, "value": value,
+                         "config": base.replace(**{key: value}).to_dict()})
+    return arms
+
+
+def price_study(store: Any, study_id: int, say: Callable[[str], None],
+                stop: Callable[[], bool], warm: WarmLauncher | None) -> None:
+    """A study of kind "price" (`ab --decide --windows`, the A/B tab's "Decide a price"):
+    each variant priced against the base in windows, what it is so far kept in the study's
+    spec at each look, and the end kept as this machine's price."""
+    study = store.study(study_id)
+    base_cfg = config.from_dict(study["variants"][0]["config"])
+    margin = study["spec"].get("decide", sequential.DEFAULT_MARGIN)
+    for v in study["variants"][1:]:
+        if stop():
+            return
+        if (study["spec"].get("prices") or {}).get(v["label"], {}).get("done"):
+            continue                    # priced before the study was stopped: kept
+
+        def keep(entry: dict[str, Any], label: str = v["label"]) -> None:
+            spec = store.study(study_id)["spec"]
+            store.set_study_spec(study_id, {**spec, "prices": {
+                **(spec.get("prices") or {}), label: entry}})
+
+        say(f"price: {v['label']} against the base, in windows ...")
+        p = price(base_cfg, config.from_dict(v["config"]), margin,
+                  study["spec"].get("cap"), say, warm, on_look=keep, stop=stop)
+        if p is None:
+            return
+        keep({**as_dict(p), "done": True})
+        mine = kept(v["key"], v["value"], base_cfg, p)
+        if mine is not None:
+            prices.add([mine])

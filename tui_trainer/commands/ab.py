@@ -201,6 +201,8 @@ def run(args: argparse.Namespace) -> int:
             study_id = store.create_study(planned.kind, name, planned.spec, planned.runs)
     status = runner.run_study(session, study_id, say, jobs=args.jobs)
     with SessionStore(session, create=False) as store:
+        if store.study(study_id)["kind"] == "price":     # (started from the A/B tab)
+            return print_price(store.study(study_id), status, args.json)
         record, rows = study.table(store, study_id)
     if args.json:
         print(json.dumps(json_safe(
@@ -240,47 +242,53 @@ def run(args: argparse.Namespace) -> int:
 
 
 def windows(args: argparse.Namespace) -> int:
-    """`ab --decide --windows`: each variant against the base in alternating windows of
-    two long-lived processes (tui_trainer/pricing.py); the price kept for this machine."""
+    """`ab --decide --windows`: a study of kind "price" (tui_trainer/pricing.py): each
+    variant against the base in alternating windows of two long-lived processes, kept in
+    the session (the A/B tab shows it) and as this machine's price."""
     from .. import pricing
-    from ..core.analysis import prices
     if args.decide is None:
         raise BadInput("--windows decides: give --decide [MARGIN] with it")
     if args.study is not None or args.repeats or args.until_sure is not None:
         raise BadInput("--windows prices as it goes: it takes no --study, --repeats or "
                        "--until-sure")
+    if not 0.005 <= args.decide <= 0.5:
+        raise ConfigError("--decide", "must be the margin within which two arms are the "
+                          f"same, from 0.005 to 0.5 (0.05: ±5%), got {args.decide}")
+    if args.max_rounds is not None and not pricing.LOOKS[0] <= args.max_rounds <= 200:
+        raise ConfigError("--max-rounds", f"with --windows: the window pairs' cap, "
+                          f"{pricing.LOOKS[0]} to 200, got {args.max_rounds}")
+    session = session_dir(args)
+    check_name(args.name)
+    SessionStore.check(session)
     file_values, spec = ({}, {}) if not args.config else study.read_study_file(args.config)
     vary = study.parse_vary(list(spec.get("vary", [])) + args.vary)
-    if not vary:
-        raise BadInput("--windows needs --vary KEY=VALUE")
     base = config.from_dict({**config.DEFAULTS.to_dict(), **file_values,
                              **config.parse_overrides(args.sets)})
-    for key, _ in vary:
-        why = pricing.windowable(key)
-        if why:
-            raise ConfigError("--vary", why)
-    trust_named(base.to_dict())
+    arms = pricing.plan(base, vary)
+    trust_named(*(a["config"] for a in arms))
     say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
-    warm = runner.WarmLauncher.shared()
-    out = []
-    try:
-        warm.wait_ready(timeout=120)
-        for key, values in vary:
-            for value in values:
-                variant = base.replace(**{key: value})
-                say(f"price: {key}={value} against the base, in windows ...")
-                p = pricing.price(base, variant, args.decide, args.max_rounds, say, warm)
-                out.append((key, value, p))
-                keep = pricing.kept(key, value, base, p)
-                if keep is not None:
-                    prices.add([keep])
-    finally:
-        warm.close()
-    if args.json:
-        print(json.dumps(json_safe([{"key": k, "value": v, **pricing.as_dict(p)}
-                                    for k, v, p in out])))
+    name = args.name or spec.get("name") or "+".join(k for k, _ in vary)
+    with SessionStore(session) as store:
+        study_id = store.create_study("price", name, {
+            "windows": True, "decide": args.decide, "cap": args.max_rounds,
+            "vary": [[k, v] for k, v in vary], "steps": 0}, arms)
+    status = runner.run_study(session, study_id, say)
+    with SessionStore(session, create=False) as store:
+        return print_price(store.study(study_id), status, args.json)
+
+
+def print_price(record: dict[str, Any], status: str, as_json: bool) -> int:
+    """A price study's result (from what the study kept, as the A/B tab reads it)."""
+    from .. import pricing
+    done = record["spec"].get("prices") or {}
+    if as_json:
+        print(json.dumps(json_safe([{"key": v["key"], "value": v["value"],
+                                     **done.get(v["label"], {})}
+                                    for v in record["variants"][1:]])))
     else:
-        for key, value, p in out:
-            for line in pricing.lines(key, value, p):
+        print(f"price study {record['id']} ({shown(record['name'], 60)}), {status}:")
+        for v in record["variants"][1:]:
+            for line in pricing.stored_lines(v["label"], done.get(v["label"])):
                 print(line)
-    return EXIT_OK
+    return EXIT_STOPPED if status == "stopped" else \
+        EXIT_OK if status == "finished" else EXIT_FAILED

@@ -381,6 +381,11 @@ class SessionReader:
         if study_id not in known:
             return None
         st = known[study_id]
+        if st["kind"] == "price":       # priced in windows: what its spec keeps (pricing.py)
+            key = (study_id, st["status"], repr(st["spec"].get("prices")))
+            if key != self._study_key:
+                self._study_key, self._study = key, {**st, "rows": []}
+            return self._study
         if any(v["run_id"] is not None and v["run_id"] not in self.rows
                for v in st["variants"]):
             return self._study          # a run the table has not read yet: next tick

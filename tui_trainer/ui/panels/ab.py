@@ -125,6 +125,9 @@ class ABPanel(Vertical):
         if study is None or study is self._study:
             return
         self._study = study
+        if study["kind"] == "price":
+            self._show_price(study)
+            return
         rows = study["rows"]
         # Above the table its title alone; under it the row under the cursor (_row_lines),
         # then how to read the table: at 80x24 the table is in view as the tab opens.
@@ -153,6 +156,41 @@ class ABPanel(Vertical):
             table.move_cursor(row=cursor)
         self._row_lines(table.cursor_row)
 
+    def _show_price(self, study: dict[str, Any]) -> None:
+        """A price in windows (tui_trainer/pricing.py): each variant's interval as it
+        narrows look by look, and when it will stop."""
+        from ... import pricing
+        done = study["spec"].get("prices") or {}
+        cap = study["spec"].get("cap") or pricing.LOOKS[-1]
+        self.query_one("#ab-title", Static).update(Text(
+            f"Price {study['id']} {shown(study['name'], 40)} ({study['status']}): each "
+            "variant against the base in alternating windows of two long-lived processes, "
+            "samples/s of the variant over the base; it stops at the first look that "
+            f"decides ({', '.join(str(n) for n in pricing.LOOKS if n < cap)}, {cap} window "
+            "pairs at most)"
+            + (f". {shown(study['message'], 300)}" if study["message"] else "")))
+        table = self.query_one("#ab-table", DataTable)
+        table.clear(columns=True)
+        table.add_columns("variant", "pairs", "samples/s", "so far", "start-up")
+        for v in study["variants"][1:]:
+            d = done.get(v["label"]) or {}
+            ratio = (f"{d['ratio']:.2f}x [{d['low']:.2f}-{d['high']:.2f}]"
+                     if d.get("low") is not None else "-")
+            state = d.get("verdict") or (f"next look at {d['next_look']}" if d.get(
+                "next_look") else "waiting" if not d else "")
+            table.add_row(plain(v["label"], 40), str(d.get("pairs", "-")), ratio,
+                          plain(state, 40), plain(d.get("startup_text", "")
+                                                  .split(":", 1)[-1].split("(")[0].strip(),
+                                                  40))
+        self.query_one("#ab-row", Static).update(Text(shown_lines("\n".join(
+            line for v in study["variants"][1:]
+            for line in pricing.stored_lines(v["label"], done.get(v["label"]))))))
+        self.query_one("#ab-method", Static).update(Text(
+            "A pair: a window of each arm, A then B, then B then A (about 0.25 s each). "
+            "Faster or slower: the interval clear of 1 ± 3% at the look's level (the error "
+            "rate split over the looks); the same: within the margin. The price is the "
+            "steady state; each arm's start-up is measured and shown beside it."))
+
     @on(DataTable.RowHighlighted, "#ab-table")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
@@ -161,6 +199,8 @@ class ABPanel(Vertical):
     def _row_lines(self, index: int) -> None:
         """Under the table, what its short cells leave out of the row under the cursor: its
         whole verdict, bit-identity, note, phases against the base's."""
+        if self._study and self._study["kind"] == "price":
+            return                      # (its lines are all under its table)
         rows = self._study["rows"] if self._study else []
         text = ""
         if 0 <= index < len(rows) and self._study["kind"] != "sweep":
@@ -198,9 +238,47 @@ class ABPanel(Vertical):
         self.begin(sweep=event.button.id == "ab-sweep")
 
     def action_decide(self) -> None:
-        """The palette's "Decide a price": the vary field's study, deciding when to stop
-        (core.analysis.sequential), its rounds field left aside."""
-        self.begin(sweep=False, decide=sequential.DEFAULT_MARGIN)
+        """The palette's "Decide a price": the vary field's knobs priced in windows where
+        each is paid in every step (tui_trainer/pricing.py: seconds), else a study of
+        whole runs deciding when to stop (core.analysis.sequential); rounds left aside."""
+        from ... import pricing
+        try:
+            vary = studies.parse_vary(self.query_one("#ab-vary", Input).value.split())
+        except config.ConfigError as e:
+            self.notify(f"price not started: {e}", severity="error")
+            return
+        if vary and all(pricing.windowable(k) is None for k, _ in vary):
+            self.begin_price(vary)
+        else:
+            self.begin(sweep=False, decide=sequential.DEFAULT_MARGIN)
+
+    def begin_price(self, vary: list[tuple[str, list[Any]]]) -> None:
+        """A price study of the form's config (windows), started in the supervisor."""
+        from ... import pricing
+        if not self.app.writable("price not started"):
+            return
+        try:
+            arms = pricing.plan(self.app.query_one(LaunchPanel).form.config(), vary)
+        except config.ConfigError as e:
+            self.notify(f"price not started: {e}", severity="error")
+            return
+        name = "+".join(k for k, _ in vary)
+
+        def create(store: Any, sup: Any) -> int:
+            user_data.name_in(*(a["config"] for a in arms))
+            study_id = store.create_study("price", name, {
+                "windows": True, "decide": sequential.DEFAULT_MARGIN, "cap": None,
+                "vary": [[k, v] for k, v in vary], "steps": 0}, arms)
+            sup.study(study_id)
+            return study_id
+
+        def started(study_id: int) -> None:
+            self._shown_id = study_id
+            self.post_message(self.StudyChosen(study_id))
+            self.notify(f"price {study_id} started: {len(arms) - 1} variant(s) against the "
+                        "base in alternating windows of two processes, until each decides")
+
+        self.app.write(create, started, "price not started")
 
     def begin(self, sweep: bool, decide: float | None = None) -> None:
         """Plans the study from the form's config and these fields, then starts it (the
