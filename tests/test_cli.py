@@ -174,3 +174,18 @@ def test_drop_last_that_would_leave_an_epoch_empty_is_refused_in_one_line(tmp_pa
         "samples" in said[0] and "drop_last = false or a smaller batch_size" in said[0], r.err
     assert "Traceback" not in r.err
     assert not (tmp_path / "session.sqlite").exists()      # checked before the session opens
+
+
+@pytest.mark.parametrize("args", [["config"], ["runs"], ["machine"]])
+def test_output_into_a_closed_reader_ends_quietly_with_the_shells_status(tmp_path, args):
+    """`tui-trainer runs | head`: the reader gone before the output is written; the command
+    ends with no word on stderr and SIGPIPE's status (141), as `yes | head` does."""
+    if args == ["runs"]:
+        args = ["runs", "--session", str(tmp_path)]
+        assert tt("run", "--session", str(tmp_path), *sets(*QUICK, "max_steps=2",
+                                                           "device=cpu")).rc == 0
+    p = subprocess.Popen([sys.executable, "-m", "tui_trainer", *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()                      # the reader went away before a line was written
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and err == "", err

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Any
 
@@ -86,6 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     upgrade.listen(lambda note: say(note))    # an earlier version's session: what is assumed
     try:
         return commands.BY_NAME[args.command].run(args)
+    except BrokenPipeError:
+        # the reader of the output went away (`tui-trainer runs | head`): quietly, with the
+        # status a shell gives a command ended by SIGPIPE (`yes | head`); what is left to
+        # flush goes nowhere
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 128 + signal.SIGPIPE
     except EXPECTED as e:
         code, prefix = expected(e)
         say(f"{prefix}{e}")
