@@ -214,3 +214,48 @@ async def test_resume_check_action_shows_the_verdict_in_the_divergence_panel(tmp
         assert "bit-identical" in text and "NOT identical" not in text
         assert db_rows(tmp_path, "SELECT name, status FROM runs WHERE id = 2") == \
             [("run-1-resumed-at-5", "finished")]
+
+
+async def test_every_key_and_button_of_the_dashboard_has_a_palette_entry(tmp_path):
+    """The README: every action has a palette entry. Each of the app's keys that acts on a
+    panel is a panel command of the palette with the same action, each session key
+    (export, save as, open) and each button has an entry (a button's label, its key hint
+    left aside, begins one); "study" finds Run study, Seed sweep and Stop study."""
+    import ast
+    import re
+    from functools import partial
+    from textual.binding import Binding
+    from textual.widgets import Button
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await app.ready()
+        app.query_one("#tabs").active = "tab-ab"
+        await pilot.pause(0.5)
+        commands = list(app.get_system_commands(app.screen))
+        titles = [c.title for c in commands]
+        panel_actions = {(c.callback.args[0].__name__, c.callback.args[1]) for c in commands
+                         if isinstance(c.callback, partial)}
+        session = {getattr(c.callback, "__name__", "") for c in commands}
+        missing = []
+        for b in type(app).BINDINGS:
+            if not isinstance(b, Binding):
+                continue
+            call = ast.parse(b.action, mode="eval").body
+            if not isinstance(call, ast.Call):
+                continue
+            args = [ast.literal_eval(a) for a in call.args]
+            if call.func.id == "panel":
+                cls, act, rest = args[0], args[1], args[2:]
+                action = f"{act}({', '.join(map(repr, rest))})" if rest else act
+                if (cls, action) not in panel_actions:
+                    missing.append(f"{b.key}: {b.action}")
+            elif call.func.id == "session" and args[0] not in session:
+                missing.append(f"{b.key}: {b.action}")
+        for button in app.screen.query(Button):
+            label = re.sub(r"\s*\(.*\)$", "", str(button.label))
+            if not any(t.lower().startswith(label.lower()) for t in titles):
+                missing.append(f"button {label}")
+        assert not missing, "; ".join(missing)
+        assert {"Run study", "Seed sweep", "Stop study"} <= {t for t in titles if "study"
+                                                             in t.lower() or "sweep" in
+                                                             t.lower()}

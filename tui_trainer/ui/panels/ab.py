@@ -31,8 +31,14 @@ from .launch import LaunchPanel
 class ABPanel(Vertical):
     TAB, TITLE, PANEL_ID = "tab-ab", "A/B", "ab-panel"
     EXPORTS = "study"           # ctrl+e here: the study shown
-    COMMANDS = [("Decide a price", "A/B study of the vary field that stops as soon as each "
-                 "variant is faster, slower or the same within ±5% (ab --decide)", "decide")]
+    COMMANDS = [("Decide a price", "The vary field's knobs priced until each is faster, "
+                 "slower or the same within ±5% (in windows where each is paid in every "
+                 "step: seconds; else ab --decide)", "decide"),
+                ("Run study", "A/B study of the vary field against the form's config, its "
+                 "steps and rounds as in the A/B tab", "run_study"),
+                ("Seed sweep", "The form's config once per seed (as many as the A/B tab's "
+                 "rounds)", "seed_sweep"),
+                ("Stop study", "Stop the study shown in the A/B tab", "stop_study")]
 
     class StudyChosen(Message):
         """Show this study (chosen in the list, or just started)."""
@@ -348,6 +354,15 @@ class ABPanel(Vertical):
     @on(Button.Pressed, "#ab-stop")
     def _stop(self, event: Button.Pressed) -> None:
         event.stop()
+        self.action_stop_study()
+
+    def action_run_study(self) -> None:
+        self.begin(sweep=False)
+
+    def action_seed_sweep(self) -> None:
+        self.begin(sweep=True)
+
+    def action_stop_study(self) -> None:
         sid = self._shown_id
         if sid is None:
             self.notify("no study running", severity="warning")

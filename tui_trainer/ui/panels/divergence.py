@@ -48,7 +48,9 @@ class DivergencePanel(VerticalScroll):
     TAB_KEYS = [Binding("x", "explain", "Explain"),
                 Binding("e", "evidence", "Evidence", show=False)]
     COMMANDS = [("Explain the pair", "Where the pair's runs part and why: the step, the input "
-                 "or op, the setting (replays them)", "explain")]
+                 "or op, the setting (replays them)", "explain"),
+                ("Explain's evidence", "What the explanation shown rests on, one fact a line",
+                 "evidence")]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -89,7 +89,8 @@ class LaunchPanel(Vertical):
     COMMANDS = [("Start run", "Start a run with the form's config", "start"),
                 ("Fit to this machine", "tui-trainer fit from the form's config: each speed "
                  "knob priced here, the result proved and saved as the preset fastest-here",
-                 "fit")]
+                 "fit"),
+                ("Save preset", "Save the form's config as a preset of your own", "save")]
 
     class Notice(Message):
         """Something to tell the user (a preset loaded, a refusal)."""
@@ -422,6 +423,9 @@ class LaunchPanel(Vertical):
                 self.form.recheck()
 
         self.app.call_from_thread(show)
+
+    def action_save(self) -> None:
+        self.save_preset()
 
     @on(Button.Pressed, "#save-preset")
     def save_preset(self) -> None:

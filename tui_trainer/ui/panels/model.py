@@ -69,6 +69,15 @@ class ModelPanel(VerticalScroll):
                 Binding("plus", "model('bigger')", "Bigger", show=False),
                 Binding("minus", "model('smaller')", "Smaller", show=False),
                 Binding("v", "model('layer')", "Layer", show=False)]
+    # Each key in the palette too: "Model: " and what it does.
+    COMMANDS = [(f"Model: {b.description.lower()}", f"The Model tab's {b.key} key: "
+                 + {"show": "what the net sees in a digit, for the run or the pair",
+                    "digit": "a digit by its index", "random": "a digit at random",
+                    "worst": "the digit the net gets most wrong",
+                    "earlier": "the checkpoint before", "later": "the checkpoint after",
+                    "bigger": "bigger maps", "smaller": "smaller maps",
+                    "layer": "one layer, or all"}[b.action[7:-2]], b.action)
+                for b in TAB_KEYS]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -51,7 +51,10 @@ class PlotsPanel(Vertical):
     TAB_KEYS = [Binding("b", "memory", "Memory", show=False),
                 *[Binding(str(i + 1), f"solo({i})", show=False) for i in range(len(PANELS))]]
     COMMANDS = [("Memory breakdown", "Where the memory of the run under the cursor goes: one "
-                 "step of a copy of it, by category and module", "memory")]
+                 "step of a copy of it, by category and module", "memory"),
+                *((f"Plot alone: {title.split(' (')[0]}", f"The Plots tab's {i + 1} key: this "
+                   "chart alone over the tab (the key again: all of them)", f"solo({i})")
+                  for i, (_, title, _) in enumerate(PANELS))]
 
     class OptionsChanged(Message):
         def __init__(self, options: PlotOptions) -> None:

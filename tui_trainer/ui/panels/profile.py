@@ -29,6 +29,9 @@ HINT = (f"p: profile the run under the cursor ({STEPS} steps of a copy of it und
 class ProfilePanel(VerticalScroll):
     TAB, TITLE, PANEL_ID = "tab-profile", "Profile", "profile-panel"
     TAB_KEYS = [Binding("p", "profile", "Profile", show=False)]    # the app's, while it shows
+    COMMANDS = [("Profile the run", "K steps of a copy of the run under the cursor (or of the "
+                 "pair's runs) under torch.profiler: where a step's time goes, op by op",
+                 "profile")]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
