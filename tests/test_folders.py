@@ -114,7 +114,10 @@ def test_a_val_folder_is_the_evaluation_and_colour_needs_a_net_of_your_own(tmp_p
     (lambda r: [(r / c).mkdir(parents=True) for c in "ab"], "dataset",
      "has class folders but no images"),
     (lambda r: [Image.new("L", (s, s)).save(_mk(r / c) / "1.png") for c, s in
-                (("a", 28), ("b", 20))], "image_size", "have 2 sizes")])
+                (("a", 28), ("b", 20))], "image_size", "have 2 sizes"),
+    # a split folder among the classes, where it cannot be the split: said to be one
+    (lambda r: [Image.new("L", (28, 28)).save(_mk(r / "train" / c) / "1.png")
+                for c in ("a", "test")], "dataset", "has a class folder named test")])
 def test_a_bad_folder_is_one_line_naming_the_field_and_nothing_is_stored(
         tmp_path, make, key, said):
     root = tmp_path / "images"
@@ -173,3 +176,48 @@ def test_a_folder_a_session_names_is_read_only_once_you_named_it(tmp_path, monke
     r = tt("trust", str(tree), "--json")
     assert r.rc == 0 and json.loads(r.out) == {"folder": str(tree)}
     assert tt("resume", "1", "--session", str(s), "--set", "max_steps=16").rc == 0
+
+
+
+def two_classes(root: Path, splits: tuple[str, ...], per_class: int = 20) -> Path:
+    """200 PNGs in all: 28x28 grayscale digits of two classes (0 and 1) under each split
+    folder (train/, val/, test/), `per_class` a class in each."""
+    d = sample_gz_dir()
+    x = np.frombuffer(gzip.open(d / "t10k-images-idx3-ubyte.gz").read()[16:],
+                      np.uint8).reshape(-1, 28, 28)
+    y = np.frombuffer(gzip.open(d / "t10k-labels-idx1-ubyte.gz").read()[8:], np.uint8)
+    for k, split in enumerate(splits):
+        for c in (0, 1):
+            for i in np.flatnonzero(y == c)[k * per_class:(k + 1) * per_class]:
+                folder = root / split / str(c)
+                folder.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(x[i]).save(folder / f"{i}.png")
+    return root
+
+
+NET = '''import torch.nn as nn
+def Two():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 2))
+'''
+
+
+@pytest.mark.parametrize("splits, train, evaluated", [
+    (("train",), 32, 8),                      # train/ alone: a fifth held out
+    (("train", "val"), 40, 40), (("train", "test"), 40, 40)])
+def test_train_val_and_test_folders_are_the_split_not_classes(tmp_path, splits, train,
+                                                              evaluated):
+    """device=cpu. A tree of train/ (with val/, test/ or neither) and two classes in each:
+    two classes, not one called "train"; a net with two outputs trains on it; the built-in
+    net is refused without a suggestion that would not help (the images are 28x28)."""
+    root = two_classes(tmp_path / "images", splits)
+    (tmp_path / "two.py").write_text(NET)
+    s = tmp_path / "s"
+    r = tt("run", "--session", str(s), "--json", *sets(
+        *RUN, f"dataset=folder:{root}", f"model={tmp_path / 'two.py'}:Two"))
+    assert r.rc == 0, r.err
+    data = json.loads(db_rows(s, "SELECT fingerprint FROM runs")[0][0])["data"]
+    assert data["classes"] == 2 and data["train_size"] == train \
+        and data["eval_size"] == evaluated, data
+    r = tt("run", "--session", str(tmp_path / "b"), *sets(*RUN, f"dataset=folder:{root}"))
+    assert r.rc == 2 and "model: " in r.err and "in 2 classes" in r.err, r.err
+    assert "image_size" not in r.err, r.err

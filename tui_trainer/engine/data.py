@@ -185,16 +185,35 @@ def _scan(root: Path, skip: tuple[str, ...]) -> tuple[str, set[tuple[int, int]],
     return ("RGB" if colour else "L"), sizes, len(files)
 
 
-def _folder(cfg: RunConfig, root: Path) -> tuple[Dataset, Dataset, DataInfo]:
-    """The user's ImageFolder tree: train/ and val/ where both are there; the tree and its
-    val/ where val/ is; else the tree, one image in SPLIT_OFF held out for evaluation by a
-    split drawn from the run's seed (0 without one), recorded in the description."""
-    if (root / "train").is_dir() and (root / "val").is_dir():
-        train_dir, val_dir, skip = root / "train", root / "val", ()
-    elif (root / "val").is_dir():
-        train_dir, val_dir, skip = root, root / "val", ("val",)
+# Folders that hold a split of the images, never a class: PATH/train/ is what is trained on,
+# PATH/val/ (else PATH/test/) what is evaluated on.
+SPLITS = ("train", "val", "test")
+
+
+def split_of(root: Path) -> tuple[Path, Path | None, tuple[str, ...]]:
+    """(the tree trained on, the one evaluated on or None, the folders of the first that
+    are not classes): train/ with val/ or test/; train/ alone (a fifth held out); the tree
+    with val/ or test/ beside its classes; the tree alone. A class folder named train,
+    val or test where it cannot be the split is refused, naming it."""
+    held = next((root / n for n in ("val", "test") if (root / n).is_dir()), None)
+    if (root / "train").is_dir():
+        train_dir, skip = root / "train", ()
     else:
-        train_dir, val_dir, skip = root, None, ()
+        train_dir, skip = root, (held.name,) if held is not None else ()
+    named = [c for c in _classes(train_dir, skip)[0] if c in SPLITS]
+    if named:
+        raise ConfigError("dataset", f"{train_dir} has a class folder named "
+                          f"{', '.join(named)}: train/, val/ and test/ hold a split of the "
+                          "images, never a class; rename it, or put the class folders "
+                          f"under {root / 'train'}/")
+    return train_dir, held, skip
+
+
+def _folder(cfg: RunConfig, root: Path) -> tuple[Dataset, Dataset, DataInfo]:
+    """The user's ImageFolder tree, split as `split_of` says; where nothing is held for
+    evaluation, one image in SPLIT_OFF is held out by a split drawn from the run's seed (0
+    without one), recorded in the description."""
+    train_dir, val_dir, skip = split_of(root)
     mode, sizes, count = _scan(train_dir, skip)
     if val_dir is not None:
         vmode, vsizes, _ = _scan(val_dir, ())
@@ -225,7 +244,8 @@ def _folder(cfg: RunConfig, root: Path) -> tuple[Dataset, Dataset, DataInfo]:
         held = max(1, len(full) // SPLIT_OFF)
         test = Subset(full, sorted(order[:held]))
         train = Subset(full, sorted(order[held:]))
-        how = f"no val/: one in {SPLIT_OFF} held out for evaluation by a split seeded {seed}"
+        how = (f"no val/ or test/: one in {SPLIT_OFF} held out for evaluation by a split "
+               f"seeded {seed}")
     if cfg.train_samples and cfg.train_samples < len(train):
         train = Subset(train, range(cfg.train_samples))
     if cfg.eval_samples and cfg.eval_samples < len(test):

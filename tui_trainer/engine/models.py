@@ -238,10 +238,14 @@ def build_model(name: str, checkpointing: str = "off", preserve_rng_state: bool 
         return model
     else:
         if tuple(shape) != INPUT_SHAPE or classes != CLASSES:
+            # image_size only where it would help: grayscale images of another size in 10
+            # classes
+            resize = shape[0] == 1 and tuple(shape[1:]) != INPUT_SHAPE[1:] and \
+                classes == CLASSES
             raise ConfigError("model", f"{name} takes 1x28x28 images in 10 classes; this "
                               f"dataset's are {'x'.join(map(str, shape))} in {classes} "
-                              "classes: use a net of your own file (model = FILE.py:Name), "
-                              "or, for grayscale digits, image_size = 28")
+                              "classes: use a net of your own file (model = FILE.py:Name)"
+                              + (", or resize them: image_size = 28" if resize else ""))
         model = MODELS[name]()
     init_weights(model, init)
     model.checkpointing = checkpointing
