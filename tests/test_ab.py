@@ -481,6 +481,16 @@ def test_ab_with_two_rounds_gives_each_rounds_ratio_and_no_interval(tmp_path):
     assert "eval_batch_size=100: no verdict: 2 rounds, a 95% interval needs 6" in r.out
     assert "x [" not in r.out and "needs 6 rounds or more" in r.out
     assert "2 at a time" in r.out
+    # at 80 columns (a terminal's): the study's own figure kept beside its verdict, and
+    # the verdict cell's "+N" points to what the line under the table says
+    from tui_trainer.core.analysis import study as studies_, study_text as text_
+    with SessionStore(tmp_path) as store:
+        _, rows = studies_.table(store, 1)
+    lines = text_.format_table(rows, width=80)
+    assert all(len(x) <= 80 for x in lines[:len(rows) + 1]), lines
+    assert "samples/s" in lines[0] and "verdict" in lines[0], lines[0]
+    cell = text_.short_verdict(rows[1])
+    assert " +" not in cell.replace("(+", "") and ("below)" in cell or "+" not in cell), cell
     # the export: one row per arm with the interval and verdict, the points of every round
     r = tt("export", "--study", "1", "--session", str(tmp_path), "--json")
     assert r.rc == 0, r.err

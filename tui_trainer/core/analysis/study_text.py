@@ -100,7 +100,7 @@ def verdict_text(r: Row) -> str:
                  stats.DEFAULT_LEVEL)
     if not r.verdicts:
         return f"not yet: needs {stats.min_pairs(level)} finished rounds" \
-            + crowded_text(r) if r.rounds > 1 else ""
+            + load_text(r) + crowded_text(r) if r.rounds > 1 else ""
     few = [iv.n for iv in (r.intervals or {}).values() if iv is not None and iv.low is None]
     if few:
         return stats.no_interval(min(few), level) + " (per-round ratios shown)" + load_text(r) \
@@ -111,7 +111,8 @@ def verdict_text(r: Row) -> str:
 def short_verdict(r: Row) -> str:
     """The verdict cell of a table, a few words wide: the speed's ratio, interval and verdict
     ("1.75x [1.52-2.01] faster"), or "no verdict: 3 of 6 rounds" (finished rounds of those
-    an interval needs), and "+N" where verdict_text says N more things (under the table)."""
+    an interval needs), and "(+N below)" where verdict_text says N more things (the line
+    under the table)."""
     if not r.position:
         return "(base)"
     level = next((iv.level for iv in (r.intervals or {}).values() if iv is not None),
@@ -124,7 +125,7 @@ def short_verdict(r: Row) -> str:
     else:
         text = f"{speed.text()} {(r.verdicts or {}).get('samples_per_s', '')}".rstrip()
         more = len(_verdict_words(r)) - 1 + bool(load_text(r)) + bool(crowded_text(r))
-    return text + (f" +{more}" if more else "")
+    return text + (f" (+{more} below)" if more else "")
 
 
 def _verdict_words(r: Row) -> list[str]:
@@ -227,9 +228,12 @@ def display_order(n: int, rounds: int, sweep: bool = False) -> list[int]:
     shown = [2 + keys.index(k) for k in FIGURE_PRIORITY]
     if sweep:                   # the seeds column is short: it stays beside the config
         return [0, 1, *shown]
+    # the study's own figure (samples/s, FIGURE_PRIORITY's first) right after the verdict:
+    # bit-identity, free text cut to what is left, comes after it (issue 68: at 80 columns
+    # the CLI kept "runs 3/3" and dropped samples/s)
     if rounds == 1:
-        return [0, n - 1, *shown, 1]
-    return [0, n - 2, n - 1, *shown, 1]
+        return [0, shown[0], n - 1, *shown[1:], 1]
+    return [0, n - 2, shown[0], n - 1, *shown[1:], 1]
 
 
 def format_table(rows: list[Row], sweep: bool = False, width: int | None = None) -> list[str]:
