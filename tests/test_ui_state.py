@@ -51,8 +51,12 @@ def test_marking_toggles_and_the_last_two_marked_become_the_pair():
     s = s.toggled(3)
     assert s.marked == (1, 3) and s.pair == (1, 3)
     s = s.toggled(1)
-    assert s.marked == (3,) and s.pair == (1, 3)     # the pair stays until two are marked
-    assert s.cursor == 1
+    assert s.marked == (3,) and s.pair == (3,)       # an unmarked run leaves the pair
+    assert s.current_pair(runs(row(1), row(3))) is None and s.cursor == 1
+    s = Selection(marked=(1, 2), pair=(1, 2), cursor=28).toggled(1).toggled(2)
+    assert s.marked == () and s.pair == ()           # F6's pair gone with its marks:
+    assert s.compared(runs(row(1), row(2), row(28))) == []    # the cursor's run, no twin
+    assert Selection(marked=(5,), pair=(1, 2), cursor=5).cleared() == Selection(cursor=5)
 
 
 def test_a_deleted_run_leaves_every_part_of_the_selection():
@@ -122,3 +126,44 @@ def test_announcements_name_runs_that_ended_once_and_studies_instead_of_their_ru
         "run 5 (run-5) diverged at step 10: NaN/inf loss"]
     assert Announcer().news(snap(row(5, "diverged"), studies=[study])) == []
 
+
+
+async def test_the_pair_follows_the_marks_and_u_clears_it(tmp_path):
+    """F6 on runs 1 and 2, both unmarked: Compare no longer shows them; F6 with one run
+    marked says what it needs; u (and its palette entry) clears the marks and the pair."""
+    from test_snapshots import _fill
+    from tui_trainer.ui.app import TrainerApp
+    from tui_trainer.ui.panels.runs import RunTable
+    _fill(tmp_path, marked=())
+    app = TrainerApp(tmp_path, poll=False)
+    said: list[str] = []
+    notify = app.notify
+    app.notify = lambda m, **kw: (said.append(str(m)), notify(m, **kw))[1]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.ready()
+        await app.poll_now()
+        table = app.query_one(RunTable)
+        table.focus()
+        for rid in (1, 2):
+            table.post_message(RunTable.MarkToggled(rid))
+        await pilot.pause(0.3)
+        await pilot.press("f6")
+        await pilot.pause(0.3)
+        assert app.pair == [1, 2] and app.selection.compared(app.runs) == [1, 2]
+        for rid in (1, 2):
+            table.post_message(RunTable.MarkToggled(rid))
+        await pilot.pause(0.3)
+        assert app.marked == [] and app.pair == []
+        assert app.selection.compared(app.runs) != [1, 2]
+        table.post_message(RunTable.MarkToggled(2))
+        await pilot.pause(0.3)
+        table.focus()
+        await pilot.press("f6")
+        await pilot.pause(0.3)
+        assert any("only run 2 is marked" in m for m in said), said
+        await pilot.press("u")
+        await pilot.pause(0.3)
+        assert app.marked == [] and app.pair == []
+        assert any("no run marked, no pair" in m for m in said), said
+        assert "Clear marks and pair" in [c.title for c in
+                                          app.get_system_commands(app.screen)]

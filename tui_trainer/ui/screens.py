@@ -53,7 +53,8 @@ HELP_KEYS = (
     ("ctrl+p", "command palette: every action by name"),
     ("F1", "this help"),
     ("ctrl+q", "quit (asks what to do with runs still training)"),
-    ("run table", "space marks a run (plots, the pair), / filters, s sorts (S reverses), "
+    ("run table", "space marks a run (plots, the pair; unmarked, it leaves the pair), u "
+                  "clears every mark and the pair, / filters, s sorts (S reverses), "
                   "c config columns, a every column (a narrow table shows the most important "
                   "ones; ←/→ scroll), h hides (H shows hidden), r renames, n notes, t tags, "
                   "delete deletes, T on a crowded run puts the thread count that fits the "

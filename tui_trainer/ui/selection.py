@@ -66,11 +66,19 @@ class Selection:
 
     def toggled(self, run_id: int) -> Selection:
         """Space on a run: marked or unmarked; two marked or more make the last two the
-        pair."""
-        marked = tuple(r for r in self.marked if r != run_id) if run_id in self.marked \
-            else (*self.marked, run_id)
-        return replace(self, marked=marked, pair=marked[-2:] if len(marked) >= 2
-                       else self.pair)
+        pair; a run unmarked leaves the pair too (the pair follows the user: Compare,
+        Divergence and Model then show the run under the cursor, or the marks)."""
+        if run_id in self.marked:
+            marked = tuple(r for r in self.marked if r != run_id)
+            pair = tuple(r for r in self.pair if r != run_id)
+        else:
+            marked, pair = (*self.marked, run_id), self.pair
+        return replace(self, marked=marked, pair=marked[-2:] if len(marked) >= 2 else pair)
+
+    def cleared(self) -> Selection:
+        """No mark and no pair (u, the palette's "Clear marks and pair"): the tabs follow
+        the cursor."""
+        return Selection((), (), self.cursor)
 
     def without(self, run_id: int) -> Selection:
         """A deleted run leaves every part of the selection."""

@@ -46,7 +46,9 @@ class RunKeys:
         ("Resume check", "Kill a twin of the run under the cursor at a step, resume it, and "
          "say whether it matches the run", "resume_check"),
         ("New run from this run's config", "Load the config of the run under the cursor into "
-         "the form", "config_from_run")]
+         "the form", "config_from_run"),
+        ("Clear marks and pair", "Unmark every run and forget the pair (u in the run "
+         "table): the tabs follow the run under the cursor", "clear_marks")]
 
     # A continued run reads "continuing" from F4 until its status or step moves (its process
     # marks it running as it starts), its process ends, or this long has passed.
@@ -149,8 +151,21 @@ class RunKeys:
 
         app.write(lambda _, sup: sup.repeat(run.id), started, "not repeated")
 
+    def action_clear_marks(self) -> None:
+        """u: no mark, no pair (Selection.cleared); the tabs follow the cursor."""
+        app = self.app
+        app._select(app.selection.cleared())
+        if app.snapshot is not None:
+            self.draw(app._tick())
+        app.notify("no run marked, no pair: the tabs show the run under the cursor")
+        app.refresh_all()
+
     def action_compare(self) -> None:
         app = self.app
+        if len(app.marked) == 1:
+            app.notify(f"only run {app.marked[0]} is marked: mark a second one with space to "
+                       "compare the two (u clears the marks and the pair)", severity="warning")
+            return
         ids = app.selection.compared(app.runs)
         if len(ids) < 2:
             app.notify("mark two runs or more with space (or repeat one) to compare them",

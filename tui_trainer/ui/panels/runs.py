@@ -127,6 +127,7 @@ class RunTable(RunKeys, Table):
 
     BINDINGS = [
         Binding("space", "mark", "Mark", show=False),
+        Binding("u", "clear_marks", "Clear marks and pair", show=False),
         Binding("slash", "filter", "Filter", show=False),
         Binding("s", "sort", "Sort", show=False),
         Binding("S", "sort_reverse", "Sort reversed", show=False),
