@@ -302,7 +302,7 @@ def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isola
     assert not price_arms()
     r = tt("ab", "--session", str(tmp_path), "--vary", "batch_size=8", "--decide",
            "--windows", *sets("dataset=mnist-sample", "device=cpu"))
-    assert r.rc == 0 and "batch_size = 8: " in r.out and "start-up, not in the price" in r.out
+    assert r.rc == 0 and "batch_size=8: " in r.out and "start-up, not in the price" in r.out
 
 
 def test_windows_refuse_what_they_cannot_price_in_one_line(tmp_path):

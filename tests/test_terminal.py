@@ -175,3 +175,33 @@ def test_every_tab_is_usable_in_an_80x24_terminal(tmp_path, isolated_home):
         term.wait_for(lambda t: "ctrl+p finds every action" not in t and "seed-2" in t, 120)
     finally:
         term.kill()
+
+
+def test_at_80x24_the_plots_tab_scrolls_by_its_keys_from_where_the_focus_starts(
+        tmp_path, isolated_home):
+    """Plots at 80x24 with two runs: from the run table (where the focus lands), PageDown
+    shows the next chart and End the last one; from the tab strip too; and the options'
+    hint fits the 80 columns whole."""
+    import shutil as sh
+    from pathlib import Path
+    fixture = Path(__file__).parent / "fixtures" / "sessions" / "3-version-0.2.0"
+    session = tmp_path / "session"
+    sh.copytree(fixture, session)
+    term = Terminal(isolated_home, session)
+    try:
+        term.start_app((80, 24))
+        first = term.wait_for(lambda t: "train loss (raw" in t and "1 stopped" in t, 120)
+        assert "1-8 one chart alone" in first, first
+        assert "gradient norm" not in first
+        term.tmux("send-keys", "PageDown")
+        term.wait_for(lambda t: "train loss (raw" not in t, 20)     # the first chart left
+        term.tmux("send-keys", "End")
+        term.wait_for(lambda t: "gradient norm" in t, 20)           # the last chart
+        term.tmux("send-keys", "Home")
+        term.wait_for(lambda t: "train loss (raw" in t, 20)
+        term.tmux("send-keys", "Tab")                               # the tab strip
+        time.sleep(0.5)
+        term.tmux("send-keys", "PageDown")
+        term.wait_for(lambda t: "train loss (raw" not in t, 20)
+    finally:
+        term.kill()

@@ -250,6 +250,9 @@ async def test_presets_load_into_the_form_and_the_form_saves_as_one(tmp_path, is
         saved = isolated_home / "presets" / "mine.toml"
         assert "batch_size = 200" in saved.read_text()
         assert any(v == str(saved) for _, v in preset._options)
+        chosen = preset.value               # the list read again (every 2 s where the
+        app.query_one(LaunchPanel).reload_presets()    # presets change): the choice stays
+        assert preset.value == chosen and isinstance(chosen, str)
         # Loading a preset over edits names what it replaced (issue 55: they went silently).
         await fill(pilot, {"lr": "0.07"})
         preset.value = next(v for _, v in preset._options

@@ -47,7 +47,7 @@ from .driver import driver_for
 from .announce import Announcer
 from .panels import TAB_PANELS
 from .panels.ab import ABPanel
-from .panels.common import Tick
+from .panels.common import PANE_KEYS, Tick, active_scroller
 from .panels.launch import LaunchPanel
 from .panels.log import LogPanel
 from .panels.plots import PlotsPanel
@@ -96,17 +96,14 @@ class TrainerApp(App[None]):
     BINDINGS = [
         Binding("f1", "help", "Help"),
         Binding("f9", "toggle_form", "Form"),
-        # F2 Start (the form's), F3-F8 (the run table's), then the tabs' own keys while each
-        # tab shows, from the run table too (x Explain, the one the footer shows).
-        *panel_keys(),
+        *panel_keys(),  # F2, F3-F8 (the run table's), the tabs' own keys while each shows
         Binding("ctrl+e", "session('export')", "Export"),       # the session's keys
         Binding("ctrl+s", "session('save_as')", "Save as"),     # (ui/session_keys.py)
         Binding("ctrl+o", "session('open_session')", "Open"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
-        # The next tab from anywhere (no text box uses ctrl+t; alt+digits do not arrive as
-        # such from every terminal); the palette names each tab too.
-        Binding("ctrl+t", "next_tab", "Next tab", show=False),
-    ]
+        # The next tab from anywhere (no text box uses ctrl+t; alt+digits do not arrive
+        # from every terminal); the tab's pane scrolls where the focus does not (PANE_KEYS)
+        Binding("ctrl+t", "next_tab", "Next tab", show=False), *PANE_KEYS]
 
     marked: var[list[int]] = var(list)
     pair: var[list[int]] = var(list)
@@ -120,9 +117,8 @@ class TrainerApp(App[None]):
     def __init__(self, session_dir: Path | None = None, poll: bool = True) -> None:
         super().__init__()
         self.session_dir = Path(session_dir or default_session_dir()).expanduser().resolve()
-        # Runs are forked from a process that has imported torch already (started after the
-        # first screen): a run's first step comes within a second of Start.
-        # They train in the dashboard's scheduling group, below it (supervisor.py says why).
+        # Runs forked from a process that imported torch (started after the first screen),
+        # in the dashboard's scheduling group, below it (supervisor.py says why).
         self.warm = WarmLauncher.from_env(nice=dashboard_nice())
         self.writer: Writer | None = None       # opened in a worker (_open)
         self.refused: SessionError | None = None  # why the session given could not open
@@ -147,8 +143,7 @@ class TrainerApp(App[None]):
         """The session's path (and whether it is read-only), set when either changes."""
         if self._titled != (self.session_dir, readonly):
             self._titled = (self.session_dir, readonly)
-            self.sub_title = shown(self.session_dir, 120) + (" (read-only)" if readonly
-                                                              else "")
+            self.sub_title = shown(self.session_dir, 120) + " (read-only)" * readonly
 
     @property
     def store(self) -> SessionStore:
@@ -614,6 +609,11 @@ class TrainerApp(App[None]):
         panel = self.panel(KEYED[name])
         if panel is not None:
             await panel.run_action(f"{action}({', '.join(map(repr, args))})")
+
+    def action_scroll_pane(self, how: str) -> None:
+        """PANE_KEYS: the tab's pane scrolls where the focus takes no such key."""
+        if (pane := active_scroller(self)) is not None:
+            getattr(pane, f"scroll_{how}")(animate=False)
 
     def action_session(self, what: str) -> None:
         """ctrl+e, ctrl+s, ctrl+o (ui/session_keys.py)."""

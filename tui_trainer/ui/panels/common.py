@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import DataTable, TabbedContent
 
@@ -59,6 +60,26 @@ def label(rid: int, runs: dict[int, Any]) -> str:
     """A run as `id name`, safe to show (the name from data is escaped and cut)."""
     run = runs.get(rid)
     return f"{rid} {shown(run.name, 30)}" if run else str(rid)
+
+
+def active_scroller(app: Any) -> Widget | None:
+    """The part of the tab shown that scrolls (the Plots tab's charts, Compare, ...): where
+    PageDown, End and the arrows go when the focus cannot use them (the tab strip, the run
+    table past its last row). None where nothing in it scrolls."""
+    tabs = app.query_one("#tabs", TabbedContent)
+    pane = tabs.active_pane
+    if pane is None:
+        return None
+    return next((w for w in (pane, *pane.walk_children(Widget))
+                 if w.display and w.allow_vertical_scroll and w.max_scroll_y > 0), None)
+
+
+# Keys the app takes where the focus does not (the tab strip, a button): the tab's pane
+# scrolls (issue 68: from where the focus landed, PageDown, Down and End did nothing).
+PANE_KEYS = [Binding(key, f"scroll_pane('{how}')", show=False)
+             for key, how in (("pagedown", "page_down"), ("pageup", "page_up"),
+                              ("down", "down"), ("up", "up"), ("end", "end"),
+                              ("home", "home"))]
 
 
 class Table(DataTable):

@@ -165,7 +165,14 @@ class LaunchPanel(Vertical):
         return machines.Machine(cpu=this_cpu()) if device == "cpu" else None
 
     def reload_presets(self) -> None:
-        self.query_one("#preset", Select).set_options(preset_options())
+        """The preset list read again, the one chosen still chosen (without loading it again:
+        a list re-read after a save showed no preset, and a test's choice was lost)."""
+        select = self.query_one("#preset", Select)
+        chosen, options = select.value, preset_options()
+        with self.prevent(Select.Changed):
+            select.set_options(options)
+            if any(v == chosen for _, v in options):
+                select.value = chosen
 
     def set_config(self, config: dict[str, Any]) -> None:
         self.form.set_config(config)

@@ -65,7 +65,6 @@ class PlotsPanel(Vertical):
         super().__init__(**kwargs)
         self.options = PlotOptions()
         self.solo: int | None = None
-        self.can_focus = True
         self._lines: dict | None = None
         self.measuring = TabJob(self)       # a memory breakdown under way (b)
 
@@ -161,10 +160,10 @@ class PlotsPanel(Vertical):
     def _say(self) -> None:
         o = self.options
         self.query_one("#plot-options", Static).update(Text(
-            f"smoothing {o.smoothing or 'off'} (m) · x: {o.x} (x) · "
-            f"{'log' if o.log_y else 'linear'} scale (l) · "
-            f"{'last ' + str(o.last) + ' steps' if o.last else 'all steps'} (w) · "
-            "1-8 one panel alone"))
+            f"m smoothing {o.smoothing or 'off'} · x {o.x} · "
+            f"l {'log' if o.log_y else 'linear'} · "
+            f"w {'last ' + str(o.last) + ' steps' if o.last else 'all steps'} · "
+            "1-8 one chart alone"))
 
     def _change(self, **kw: Any) -> None:
         self.options = replace(self.options, **kw)

@@ -25,7 +25,7 @@ from ...core.columns import cut, fit
 from ...core.session.reader import RunRow, shown_status
 from ...core.text import name_problem
 from ..screens import ConfirmScreen, NameScreen
-from .common import Table, Tick, plain
+from .common import Table, Tick, active_scroller, plain
 from .launch import LaunchPanel
 from .run_keys import RunKeys
 
@@ -292,6 +292,20 @@ class RunTable(RunKeys, Table):
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.row_key is not None and event.row_key.value is not None:
             self.post_message(self.CursorMoved(int(event.row_key.value)))
+
+    # Where the table cannot use a key (all its runs in view; Down on the last one), the
+    # tab shown scrolls (issue 68: at 80x24 the Plots tab did not, from where the focus
+    # starts). Up, Down, PageUp and PageDown: Table's rule, with this pane.
+    def _pane(self) -> Any:
+        return None if self.max_scroll_y > 0 else active_scroller(self.app)
+
+    def action_scroll_end(self) -> None:
+        pane = self._pane()
+        pane.scroll_end(animate=False) if pane else super().action_scroll_end()
+
+    def action_scroll_home(self) -> None:
+        pane = self._pane()
+        pane.scroll_home(animate=False) if pane else super().action_scroll_home()
 
     def action_mark(self) -> None:
         rid = self.current()
