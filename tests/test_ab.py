@@ -126,9 +126,10 @@ def test_ab_prints_a_table_with_ratios(tmp_path):
     base = next(line for line in lines if line.startswith("base "))
     variant = next(line for line in lines if line.startswith("seed=2 "))
     assert "(base)" in base and "x)" not in base
-    # the name, then bit-identity and the figures by importance, the run last
-    assert variant.count("x)") == 6 and variant.split()[1:5] == ["no,", "from", "step", "0"]
-    assert header.split()[:4] == ["variant", "bit-identical", "to", "base"]
+    # the name, the study's own figure (samples/s), bit-identity, the other figures by
+    # importance, the run last
+    assert variant.count("x)") == 6 and variant.split()[3:7] == ["no,", "from", "step", "0"]
+    assert header.split()[:5] == ["variant", "samples/s", "bit-identical", "to", "base"]
 
 
 @pytest.mark.parametrize("args, key", [

@@ -66,6 +66,7 @@ class PlotsPanel(Vertical):
         self.options = PlotOptions()
         self.solo: int | None = None
         self._lines: dict | None = None
+        self._drawn_for: tuple | None = None     # (any runs, the runs plotted) when drawn
         self.measuring = TabJob(self)       # a memory breakdown under way (b)
 
     def action_memory(self) -> None:
@@ -138,10 +139,13 @@ class PlotsPanel(Vertical):
     def draw(self, tick: Tick) -> None:
         """The lines the polling thread built for the plotted runs (the same object while
         nothing changed: drawn once)."""
-        if tick.lines is None or tick.lines is self._lines:
-            return
-        self._lines = tick.lines
         plotted = tick.selection.plotted()
+        # the same lines, but runs or the runs plotted changed: what an empty chart says did
+        # (issue 68: "no runs yet" stayed a second while the table showed run 1 at step 86)
+        key = (bool(tick.runs), tuple(plotted))
+        if tick.lines is None or (tick.lines is self._lines and key == self._drawn_for):
+            return
+        self._lines, self._drawn_for = tick.lines, key
         names = ", ".join(label(r, tick.runs) for r in plotted)
         stuck = [r for r in plotted if r in tick.runs and tick.runs[r].not_learning]
         warn = f" · not learning: {', '.join(map(str, stuck))} (its row says why)" \

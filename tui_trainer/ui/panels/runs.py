@@ -41,7 +41,9 @@ SORTABLE = ("id", "name", "status", "step", "loss", "eval", "acc", "sps", "mem",
 # What a narrow table keeps, most important first (core.columns.fit); "note" (why it ended,
 # else not learning, else crowded, else busy machine) takes what is left, cut; `a` shows
 # every column (←/→ scroll).
-PRIORITY = ("mark", "id", "name", "status", "step", "loss", "acc", "reason", "sps", "tags",
+# (samples/s before the note: at 80 columns the note pushed it out, issue 68; the note's
+# whole text is in the Log)
+PRIORITY = ("mark", "id", "name", "status", "step", "loss", "acc", "sps", "reason", "tags",
             "eval", "elapsed", "mem", "progress", "split", "epoch")
 BAR = 8
 
