@@ -211,6 +211,11 @@ class WarmLauncher:
         return self._proc is not None and self._proc.poll() is None and \
             self.path is not None and self.path.exists()
 
+    def starting(self) -> bool:
+        """Started here and still importing torch: ready soon (not failed, not off)."""
+        return self._attached is None and self._proc is not None and \
+            self._proc.poll() is None and not self.ready()
+
     def wait_ready(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while not self.ready():
