@@ -685,3 +685,24 @@ async def test_at_80x24_the_help_reaches_its_end_and_its_close_button_shows(tmp_
         assert box.content_region.contains_region(text.region)
         assert box.content_region.contains_region(close.region)
         assert box.region.bottom <= 24 and text.scroll_y == text.max_scroll_y > 0
+
+
+async def test_a_start_before_the_launcher_is_ready_waits_for_it_and_says_so(
+        tmp_path, monkeypatch):
+    """device=cpu. The dashboard's own launcher still importing torch: F2 says what it
+    waits for, and the run is forked by that launcher once it is ready (its log says so),
+    not started cold beside its imports."""
+    from tui_trainer.launcher.client import WARM_LINE, WarmLauncher
+    monkeypatch.delenv(WarmLauncher.ENV, raising=False)     # not the suite's shared one
+    app = TrainerApp(tmp_path, poll=False)
+    said = notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.ready()
+        await fill(pilot, {**QUICK_FORM, "device": "cpu", "max_steps": "4"})
+        await until(pilot, lambda: app.warm is not None and app.warm.starting(), 30)
+        await pilot.press("f2")
+        await until(pilot, lambda: any("as soon as the launcher" in m for m in said), 30)
+        await until(pilot, lambda: status(tmp_path, 1) == "finished", 300)
+        assert app.warm.ready()
+    log = (tmp_path / "logs" / "run-1.log").read_text()
+    assert WARM_LINE in log, log[:2000]
