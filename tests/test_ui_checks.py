@@ -259,3 +259,39 @@ async def test_every_key_and_button_of_the_dashboard_has_a_palette_entry(tmp_pat
         assert {"Run study", "Seed sweep", "Stop study"} <= {t for t in titles if "study"
                                                              in t.lower() or "sweep" in
                                                              t.lower()}
+
+
+
+async def test_at_80x24_compare_has_one_scrollbar_and_reaches_its_chart(tmp_path):
+    """Compare at 80x24, two runs that differ in many settings: its tables grow with their
+    rows (no scrollbar of their own), the tab scrolls as a whole, and End from the run
+    table shows the loss chart whole (issue 68: a table's own scrollbar, the chart cut)."""
+    import json as json_
+    import sqlite3
+    from test_snapshots import _fill
+    _fill(tmp_path, tab="tab-compare")
+    db = sqlite3.connect(tmp_path / "session.sqlite")
+    (text,) = db.execute("SELECT config FROM runs WHERE id = 2").fetchone()
+    other = {**json_.loads(text), "lr": 0.05, "momentum": 0.8, "batch_size": 32, "epochs": 3,
+             "weight_decay": 0.01, "warmup_steps": 5, "log_every": 5, "eval_every": 2,
+             "fingerprint_every": 25, "checkpoint_every": 100, "keep_checkpoints": 2,
+             "train_samples": 4000, "eval_samples": 500, "clip_grad_norm": 1.0,
+             "adam_beta1": 0.8, "adam_beta2": 0.99, "lr_step_gamma": 0.5, "max_steps": 300}
+    db.execute("UPDATE runs SET config = ? WHERE id = 2", (json_.dumps(other),))
+    db.commit()
+    db.close()
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.ready()
+        await app.poll_now()
+        await pilot.pause(0.5)
+        panel = app.query_one("#compare-panel")
+        config_rows = app.query_one("#compare-config", DataTable)
+        assert config_rows.row_count > 16
+        assert config_rows.max_scroll_y == 0, config_rows.max_scroll_y
+        app.query_one("#runs", DataTable).focus()
+        await pilot.press("end")
+        await pilot.pause(0.3)
+        chart = app.query_one("#plot-compare")
+        assert panel.region.contains(chart.region.x, chart.region.bottom - 1), \
+            (panel.region, chart.region)
