@@ -103,6 +103,21 @@ def one(session: Path, run_id: int) -> dict[str, float]:
     return {"first step": first - t0, "table": table - t0, "chart": chart - t0}
 
 
+def dashboard(home: Path, session: Path, size: str) -> None:
+    """A new session whose form is the sample's (60 epochs: the run trains until stopped),
+    and the dashboard on it in tmux at `size`."""
+    from tui_trainer.core.settings import config
+    from tui_trainer.core.session.store import SessionStore
+    width, height = size.split("x")
+    form = {**config.DEFAULTS.to_dict(), "dataset": "mnist-sample", "epochs": 60}
+    with SessionStore(session) as s:
+        s.set_meta("ui_state", json.dumps({"form": form, "tab": "tab-plots"}))
+    env = f"TUI_TRAINER_HOME={home} TUI_TRAINER_OFFLINE=1"
+    tmux("kill-session", "-t", SESSION)
+    tmux("new-session", "-d", "-s", SESSION, "-x", width, "-y", height,
+         f"{env} {sys.executable} -m tui_trainer --session {session}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
@@ -117,20 +132,11 @@ def main() -> int:
     if shutil.which("tmux") is None:
         print("tmux is needed (apt-get install tmux)")
         return 2
-    width, height = args.size.split("x")
     home = Path(tempfile.mkdtemp(prefix="tui-trainer-first-point-"))
     session = home / "session"
     results: dict[str, list[dict[str, float]]] = {"idle": [], "beside two runs": []}
     try:
-        from tui_trainer.core.settings import config
-        from tui_trainer.core.session.store import SessionStore
-        form = {**config.DEFAULTS.to_dict(), "dataset": "mnist-sample", "epochs": 60}
-        with SessionStore(session) as s:
-            s.set_meta("ui_state", json.dumps({"form": form, "tab": "tab-plots"}))
-        env = f"TUI_TRAINER_HOME={home} TUI_TRAINER_OFFLINE=1"
-        tmux("kill-session", "-t", SESSION)
-        tmux("new-session", "-d", "-s", SESSION, "-x", width, "-y", height,
-             f"{env} {sys.executable} -m tui_trainer --session {session}")
+        dashboard(home, session, args.size)
         wait_for(lambda s: "find a knob" in s and "checking" not in s, 60, "the dashboard")
         time.sleep(5)                      # the warm launcher's imports, as a user waits
         for _ in range(args.repeats):
@@ -167,21 +173,12 @@ def early(args: argparse.Namespace) -> int:
     """F2 pressed `args.early` seconds after the first screen of a fresh dashboard (its
     launcher still importing torch): seconds from F2 to the first point, each repeat a new
     dashboard on a new session."""
-    width, height = args.size.split("x")
     out = []
     for _ in range(args.repeats):
         home = Path(tempfile.mkdtemp(prefix="tui-trainer-first-point-"))
         session = home / "session"
         try:
-            from tui_trainer.core.settings import config
-            from tui_trainer.core.session.store import SessionStore
-            form = {**config.DEFAULTS.to_dict(), "dataset": "mnist-sample", "epochs": 60}
-            with SessionStore(session) as s:
-                s.set_meta("ui_state", json.dumps({"form": form, "tab": "tab-plots"}))
-            env = f"TUI_TRAINER_HOME={home} TUI_TRAINER_OFFLINE=1"
-            tmux("kill-session", "-t", SESSION)
-            tmux("new-session", "-d", "-s", SESSION, "-x", width, "-y", height,
-                 f"{env} {sys.executable} -m tui_trainer --session {session}")
+            dashboard(home, session, args.size)
             wait_for(lambda s: "find a knob" in s, 60, "the dashboard")
             time.sleep(args.early)
             said = []
