@@ -328,3 +328,17 @@ def test_windows_that_never_settle_give_up_at_the_cap():
     assert d.verdict == "unknown" and "32 window pairs" in d.words
     tight = [(1.0, math.exp(rng.gauss(0.0, 0.01))) for _ in range(8)]
     assert sequential.decide(tight, 0.05, looks_at=pricing.LOOKS).verdict == "the same"
+
+
+def test_a_price_study_read_from_a_hostile_session_is_shown_as_text():
+    """What a price study kept is session data: words with markup and control characters
+    come out escaped, a figure that is not a number is left out, nothing raises."""
+    from tui_trainer import pricing
+    kept = {"done": True, "words": "[bold]x\x1b[2J", "seconds": "oops", "ratio": 1,
+            "low": None, "high": 2, "startup_text": "\x07bell", "loaded_pairs": 3,
+            "pairs": 8, "steps_a_window": 9}
+    lines = pricing.stored_lines("amp=bf16", kept)
+    assert not any(c in "".join(lines) for c in "\x1b\x07"), lines
+    assert "[bold]x\\x1b[2J" in lines[0] and " in " not in lines[0].split(",")[1]
+    assert pricing.interval_text(kept) == "-" and pricing.stored_lines("x", "junk") == \
+        ["x: not priced"]

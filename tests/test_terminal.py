@@ -199,9 +199,8 @@ def test_at_80x24_the_plots_tab_scrolls_by_its_keys_from_where_the_focus_starts(
         term.wait_for(lambda t: "gradient norm" in t, 20)           # the last chart
         term.tmux("send-keys", "Home")
         term.wait_for(lambda t: "train loss (raw" in t, 20)
-        term.tmux("send-keys", "Tab")                               # the tab strip
-        time.sleep(0.5)
-        term.tmux("send-keys", "PageDown")
+        # the tab strip, then PageDown (the app takes keys in the order they came)
+        term.tmux("send-keys", "Tab", "PageDown")
         term.wait_for(lambda t: "train loss (raw" not in t, 20)
     finally:
         term.kill()

@@ -185,20 +185,36 @@ def verdict_words(p: Priced) -> str:
     return p.decision.words
 
 
-def stored_lines(label: str, d: dict[str, Any] | None) -> list[str]:
+def figure(d: dict[str, Any], key: str) -> float | None:
+    """A number a price study kept (its spec is session data: read, never trusted)."""
+    x = d.get(key)
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) \
+        and math.isfinite(x) else None
+
+
+def interval_text(d: dict[str, Any]) -> str:
+    """`0.88x [0.86-0.91]` of what a price study kept, `-` where it holds none."""
+    r, lo, hi = (figure(d, k) for k in ("ratio", "low", "high"))
+    return f"{r:.2f}x [{lo:.2f}-{hi:.2f}]" if None not in (r, lo, hi) else "-"
+
+
+def stored_lines(label: str, d: Any) -> list[str]:
     """What `ab --decide --windows` prints of one variant, from what its study kept (the
-    A/B tab reads the same): the price so far where it is not done."""
-    if not d:
+    A/B tab reads the same): the price so far where it is not done. Its words come from
+    the session: shown as text, cut."""
+    if not isinstance(d, dict) or not d:
         return [f"{shown(label, 60)}: not priced"]
-    load = (f"; {d['loaded_pairs']} of {d['pairs']} pairs shared the CPU with another "
-            "process" if d.get("loaded_pairs") else "")
+    loaded, pairs, seconds = (figure(d, k) for k in ("loaded_pairs", "pairs", "seconds"))
+    load = (f"; {loaded:.0f} of {pairs or 0:.0f} pairs shared the CPU with another process"
+            if loaded else "")
+    words = shown(d.get("words"), 300)
     if not d.get("done"):
-        return [f"{shown(label, 60)}: so far {d['words']}{load}"]
-    return [f"{shown(label, 60)}: {d['words']}, samples/s of the variant over the base, in "
-            f"{d['seconds']:.1f} s{load}",
-            f"  window: {d['steps_a_window']} steady-state steps an arm, ABBA (training "
-            "steps and their data; no evaluation, logging or checkpoints)",
-            f"  {d['startup_text']}"]
+        return [f"{shown(label, 60)}: so far {words}{load}"]
+    return [f"{shown(label, 60)}: {words}, samples/s of the variant over the base"
+            + (f", in {seconds:.1f} s" if seconds is not None else "") + load,
+            f"  window: {shown(d.get('steps_a_window'), 10)} steady-state steps an arm, ABBA "
+            "(training steps and their data; no evaluation, logging or checkpoints)",
+            f"  {shown(d.get('startup_text'), 300)}"]
 
 
 def kept(key: str, value: Any, base: RunConfig, p: Priced) -> "prices.Price | None":

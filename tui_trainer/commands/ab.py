@@ -251,9 +251,7 @@ def windows(args: argparse.Namespace) -> int:
     if args.study is not None or args.repeats or args.until_sure is not None:
         raise BadInput("--windows prices as it goes: it takes no --study, --repeats or "
                        "--until-sure")
-    if not 0.005 <= args.decide <= 0.5:
-        raise ConfigError("--decide", "must be the margin within which two arms are the "
-                          f"same, from 0.005 to 0.5 (0.05: ±5%), got {args.decide}")
+    study.check_margin(args.decide)
     if args.max_rounds is not None and not pricing.LOOKS[0] <= args.max_rounds <= 200:
         raise ConfigError("--max-rounds", f"with --windows: the window pairs' cap, "
                           f"{pricing.LOOKS[0]} to 200, got {args.max_rounds}")
@@ -280,7 +278,8 @@ def windows(args: argparse.Namespace) -> int:
 def print_price(record: dict[str, Any], status: str, as_json: bool) -> int:
     """A price study's result (from what the study kept, as the A/B tab reads it)."""
     from .. import pricing
-    done = record["spec"].get("prices") or {}
+    done = record["spec"].get("prices")
+    done = done if isinstance(done, dict) else {}      # (session data: read, not trusted)
     if as_json:
         print(json.dumps(json_safe([{"key": v["key"], "value": v["value"],
                                      **done.get(v["label"], {})}

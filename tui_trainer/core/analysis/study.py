@@ -233,6 +233,13 @@ DEFAULT_MAX_ROUNDS = 30    # --until-sure's bound on rounds unless given
 QUIET_WAIT_S = 60.0        # how long a study waits for a quiet machine before a re-run
 
 
+def check_margin(decide: float) -> None:
+    """A deciding study's margin (whole runs or windows) is checked here alone."""
+    if not 0.005 <= decide <= 0.5:
+        raise ConfigError("--decide", "must be the margin within which two arms are the "
+                          f"same, from 0.005 to 0.5 (0.05: ±5%), got {decide}")
+
+
 def prepare(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: int, *,
             repeats: int, name: str, level: float | None = None, jobs: int = 1,
             file: str | None = None, rerun_loaded: int | None = None,
@@ -250,9 +257,7 @@ def prepare(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: in
     look's rounds trained, then more up to `max_rounds` (the cap, 20 unless given) until
     every variant's samples/s is faster, slower or the same within ±margin."""
     if decide is not None:
-        if not 0.005 <= decide <= 0.5:
-            raise ConfigError("--decide", "must be the margin within which two arms are the "
-                              f"same, from 0.005 to 0.5 (0.05: ±5%), got {decide}")
+        check_margin(decide)
         if until_sure is not None:
             raise ConfigError("--decide", "decides when to stop by itself; give it or "
                               "--until-sure, not both")

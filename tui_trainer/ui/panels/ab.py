@@ -179,15 +179,15 @@ class ABPanel(Vertical):
         table.clear(columns=True)
         table.add_columns("variant", "pairs", "samples/s", "so far", "start-up")
         for v in study["variants"][1:]:
-            d = done.get(v["label"]) or {}
-            ratio = (f"{d['ratio']:.2f}x [{d['low']:.2f}-{d['high']:.2f}]"
-                     if d.get("low") is not None else "-")
-            state = d.get("verdict") or (f"next look at {d['next_look']}" if d.get(
-                "next_look") else "waiting" if not d else "")
-            table.add_row(plain(v["label"], 40), str(d.get("pairs", "-")), ratio,
-                          plain(state, 40), plain(d.get("startup_text", "")
-                                                  .split(":", 1)[-1].split("(")[0].strip(),
-                                                  40))
+            d = done.get(v["label"]) if isinstance(done, dict) else None
+            d = d if isinstance(d, dict) else {}
+            nxt = pricing.figure(d, "next_look")
+            state = d.get("verdict") or (f"next look at {nxt:.0f}" if nxt else
+                                         "waiting" if not d else "")
+            startup = str(d.get("startup_text", "")).split(":", 1)[-1].split("(")[0]
+            table.add_row(plain(v["label"], 40), plain(d.get("pairs", "-"), 6),
+                          pricing.interval_text(d), plain(state, 40),
+                          plain(startup.strip(), 40))
         self.query_one("#ab-row", Static).update(Text(shown_lines("\n".join(
             line for v in study["variants"][1:]
             for line in pricing.stored_lines(v["label"], done.get(v["label"]))))))
