@@ -293,6 +293,7 @@ async def test_start_a_run_and_watch_its_row_and_plots_fill(tmp_path):
 
 async def test_stop_then_continue(tmp_path):
     app = TrainerApp(tmp_path, poll=False)
+    said = notifications(app)       # every one, kept (the app's own list drops old ones)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.app.ready()
         await fill(pilot, {**QUICK_FORM, "epochs": "200"})
@@ -303,7 +304,7 @@ async def test_stop_then_continue(tmp_path):
         # said, to tell a lost F3 from a stop that did not land)
         await until(pilot, lambda: status(tmp_path, 1) == "stopped", seen=lambda: (
             status(tmp_path, 1), db_rows(tmp_path, "SELECT step FROM runs"),
-            app.cursor_run, [n.message for n in app._notifications][-3:]))
+            app.cursor_run, said[-3:]))
         stopped_at = db_rows(tmp_path, "SELECT step FROM runs")[0][0]
         assert db_rows(tmp_path, "SELECT max(step) FROM checkpoints")[0][0] == stopped_at
         await until(pilot, lambda: cell(app, 1, "status") == "stopped")
