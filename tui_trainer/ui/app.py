@@ -445,8 +445,8 @@ class TrainerApp(App[None]):
         for cls in TAB_PANELS:      # the tabs' background commands: answered, or failed
             if (panel := self.panel(cls)) is not None and hasattr(panel, "settle"):
                 panel.settle(snap)
-        if self.cursor_run is not None and self.cursor_run not in self.runs:
-            self.cursor_run = None
+        if self.cursor_run not in self.runs and not self.ours(self.cursor_run):
+            self.cursor_run = None      # (a run just started stays: a snapshot lags it)
         table.draw(self._tick())
         if self.cursor_run is None and table.row_count:
             self.cursor_run = table.current()
@@ -589,10 +589,11 @@ class TrainerApp(App[None]):
             return None
         return self.runs[self.cursor_run]
 
-    def training(self, run: Any) -> bool:
-        """Training now, or about to (a child this dashboard started for it)."""
-        return run.status == "running" or (run.status == "created" and
-                                           self.writer.supervisor.starting_cached(run.id))
+    def ours(self, run_id: int | None) -> bool:     # its child, started here, is alive
+        return run_id is not None and self.writer.supervisor.starting_cached(run_id)
+
+    def training(self, run: Any) -> bool:   # training now, or about to (ours, still created)
+        return run.status == "running" or (run.status == "created" and self.ours(run.id))
 
     def activate_tab(self, tab: str) -> None:
         self._tabs().active = tab

@@ -64,16 +64,21 @@ class RunKeys:
 
     def action_stop(self) -> None:
         app = self.app
-        run = app.selected() if app.writable("not stopped") else None
-        if run is None:
+        if not app.writable("not stopped"):
+            return
+        # A run this dashboard has just started is stopped before the table shows it (F2
+        # then F3 stops it, whatever a loaded machine's snapshots lag).
+        run_id = app.cursor_run if app.ours(app.cursor_run) else getattr(app.selected(), "id",
+                                                                          None)
+        if run_id is None:
             return
 
         def done(ok: bool) -> None:
-            app.notify(f"stopping run {run.id} after its current step" if ok else
-                       f"run {run.id} is not training", severity="information" if ok
+            app.notify(f"stopping run {run_id} after its current step" if ok else
+                       f"run {run_id} is not training", severity="information" if ok
                        else "warning")
 
-        app.write(lambda _, sup: sup.stop(run.id), done)
+        app.write(lambda _, sup: sup.stop(run_id), done)
 
     def action_continue_run(self) -> None:
         app = self.app
