@@ -584,10 +584,9 @@ class TrainerApp(App[None]):
     # --- keys: the panels', the session's, the tabs', the form's, help ---------------------
     def selected(self) -> Any:
         """The run under the cursor (said when there is none)."""
-        if self.cursor_run is None or self.cursor_run not in self.runs:
-            self.notify("no run selected", severity="warning")
-            return None
-        return self.runs[self.cursor_run]
+        if self.cursor_run in self.runs:
+            return self.runs[self.cursor_run]
+        self.notify("no run selected", severity="warning")
 
     def ours(self, run_id: int | None) -> bool:     # its child, started here, is alive
         return run_id is not None and self.writer.supervisor.starting_cached(run_id)
