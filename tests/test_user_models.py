@@ -285,6 +285,48 @@ async def test_the_dashboard_asks_before_a_file_runs_and_never_imports_it(tmp_pa
     assert not [m for m in sys.modules if m.startswith("tui_trainer_model_")]
 
 
+async def test_the_dashboard_refuses_a_net_that_cannot_take_the_images_and_stores_nothing(
+        tmp_path):
+    """A net of 3-channel images started on 1-channel digits from the dashboard (issue 68,
+    point 4): as `run` does, nothing is stored (no run, no log), the line `run` says is said,
+    and the field shows it until its value changes. device=cpu: the refusal is the model's
+    first forward, here on the CPU."""
+    from test_ui import notifications, until
+    from tui_trainer.core.settings import config
+    from tui_trainer.ui.app import TrainerApp
+    from tui_trainer.ui.panels.launch import LaunchPanel
+    net = _file(tmp_path, "from torch import nn\n\n\ndef rgb():\n    return nn.Sequential("
+                "nn.Conv2d(3, 4, 3), nn.Flatten(), nn.LazyLinear(10))\n", "rgb.py")
+    s = tmp_path / "s"
+    values = {k: config.parse_value(k, v) for k, v in (p.split("=") for p in RUN)}
+    cli = tt("run", "--session", str(tmp_path / "cli"), *sets(*RUN, f"model={net}:rgb"))
+    assert cli.rc == 2 and cli.err.startswith("tui-trainer: model: "), cli.err
+    app = TrainerApp(s, poll=True)
+    said = notifications(app)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await app.ready()
+        launch = app.query_one(LaunchPanel)
+        launch.form.set_config({**values, "model": f"{net}:rgb"})
+        await pilot.pause()
+        launch.action_start()           # (no question: naming it to `run` trusted it)
+        await until(pilot, lambda: any("not started" in m for m in said), timeout=120,
+                    seen=lambda: said)
+        line = cli.err.strip().removeprefix("tui-trainer: ")
+        assert [m for m in said if "not started" in m] == [
+            f"not started (run 1 removed, nothing stored): {line}"], said
+        await until(pilot, lambda: 1 not in app.runs, timeout=30)
+        assert db_rows(s, "SELECT count(*) FROM runs") == [(0,)]
+        assert not (s / "logs" / "run-1.log").exists()
+        assert not any("crashed" in m for m in said), said
+        # at the field, until its value changes; Start is refused meanwhile, as for any field
+        assert launch.form.problems["model"] == line.removeprefix("model: ")
+        assert app.query_one("#start").disabled
+        launch.form.set_config({**values, "model": "fast"})
+        launch.form.recheck()
+        await pilot.pause()
+        assert "model" not in launch.form.problems and not app.query_one("#start").disabled
+
+
 def test_what_a_run_of_your_net_shows_activations_memory_and_profile(tmp_path):
     """The Model tab's pictures (its Conv2d layers by their names in your module, or a
     clear word that it has none), memory by module and the profile, on a net of yours."""

@@ -59,9 +59,12 @@ def start(session: Path, cfg: config.RunConfig, name: str | None = None,
 
 
 def start_created(session: Path, run_id: int, config_path: str | None, sets: list[str],
-                  kill_at_step: int | None = None, progress: bool = False) -> Ended:
-    """A run the dashboard created. Its row exists already, so a refusal is recorded on it
-    (crashed, the reason as a failure event) for the dashboard to show."""
+                  kill_at_step: int | None = None, progress: bool = False,
+                  new: bool = False) -> Ended:
+    """A run created before its process (by the dashboard, or a study). A refusal is
+    recorded on it (crashed, the reason as a failure event), or, `new` (the dashboard's
+    Start), the run is removed: refused before anything is stored, as `run` is, the
+    refusal this process's last line (which the dashboard reads from its log)."""
     with SessionStore(session, create=False) as store:
         run = store.run(run_id)
         if run["stored_status"] != "created":
@@ -77,7 +80,7 @@ def start_created(session: Path, run_id: int, config_path: str | None, sets: lis
                 return _train_here(cfg, session, run_id=run_id, kill_at_step=kill_at_step,
                                    progress=progress)
         except (ConfigError, CheckpointError, BadInput) as e:
-            store.refused_to_start(run_id, str(e))
+            store.refused_to_start(run_id, str(e), new=new)
             raise
     return _train_group(session, run_id, cfg, supervisor.worker_args(
         session, run_id, kill_at_step=kill_at_step))

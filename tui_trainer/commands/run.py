@@ -28,6 +28,9 @@ def add(sub: Any) -> None:
     sp.add_argument("--run-id", type=int, metavar="ID",
                     help="train a run already created in the session, with its stored config "
                          "(how the dashboard starts runs)")
+    sp.add_argument("--new", action="store_true", help="with --run-id: a run the dashboard "
+                    "has just made, removed if refused before its first step (its log's "
+                    "last line says why)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     progress = sys.stderr.isatty()
     if args.run_id is not None:
         return ended(lifecycle.start_created(session, args.run_id, args.config, args.sets,
-                                              args.kill_at_step, progress), args.json)
+                                              args.kill_at_step, progress, args.new),
+                     args.json)
     cfg, chosen = fitted(args)
     trust_named(cfg)                    # named here by the user: theirs to run
     return ended(lifecycle.start(session, cfg, args.name, args.kill_at_step, progress,

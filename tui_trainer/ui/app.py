@@ -442,7 +442,7 @@ class TrainerApp(App[None]):
         for said in self.announcer.news(snap):
             self.notify(said.text, severity=said.severity, timeout=said.timeout)
         table.settle(snap)          # a check's twin, once started, paired with its run
-        for cls in TAB_PANELS:      # the tabs' background commands: answered, or failed
+        for cls in (LaunchPanel, *TAB_PANELS):     # background work: answered, or failed
             if (panel := self.panel(cls)) is not None and hasattr(panel, "settle"):
                 panel.settle(snap)
         if self.cursor_run not in self.runs and not self.ours(self.cursor_run):

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from ..settings import fit, machine, user_data, user_models
 from . import gpus, trust
+from ..errors import EXIT_BAD_INPUT, NotFound
 from ..settings.config import world_size
 from .liveness import is_live, process_alive, starting
 from ..session.store import SessionStore
@@ -185,9 +186,10 @@ def exit_text(code: int) -> str:
 # --- child commands: built here and nowhere else
 # -----------------------------------------------
 
-def train_args(run_id: int, kill_at_step: int | None = None) -> list[str]:
-    """Trains run `run_id` (created in the session already) from step 0."""
-    args = ["run", "--run-id", str(run_id)]
+def train_args(run_id: int, kill_at_step: int | None = None, new: bool = False) -> list[str]:
+    """Trains run `run_id` (created in the session already) from step 0 (`new`: a refusal
+    before its first step removes it, lifecycle.start_created)."""
+    args = ["run", "--run-id", str(run_id)] + (["--new"] if new else [])
     return args + (["--kill-at-step", str(kill_at_step)] if kill_at_step is not None else [])
 
 
@@ -371,6 +373,10 @@ class Supervisor:
         self._jobs: list[Process] = []
         self._studies: dict[int, Process] = {}
         self._stopped_studies: set[int] = set()
+        self._new: dict[int, Any] = {}      # runs started new (start): their config
+        # (run, line, config): a new run refused by its process before its first step
+        # (removed, as `run` stores nothing), for the dashboard to say; it takes them
+        self.refused: list[tuple[int, str, Any]] = []
 
     def _spawn(self, args: list[str], log_path: Path) -> Process:
         return launch(self.store.dir, args, log_path, warm=self.warm)
@@ -477,7 +483,8 @@ class Supervisor:
         `chosen`: what its preset chose for this machine (core.settings.fit), kept on it."""
         run_id = self.store.create_run(config, name=name, twin_of=twin_of)
         fit.record(self.store, run_id, list(chosen))
-        self._spawn_run(run_id, train_args(run_id), config)
+        self._new[run_id] = config
+        self._spawn_run(run_id, train_args(run_id, new=True), config)
         return run_id
 
     def _code_of(self, *run_ids: int) -> None:
@@ -542,8 +549,11 @@ class Supervisor:
             if code is not None:
                 ended[run_id] = code
                 self._children.pop(run_id, None)
+                if run_id in self._new and code == EXIT_BAD_INPUT and self._withdrawn(run_id):
+                    continue
                 if not self.store.readonly:
                     self.store.reconcile(run_id, reason=exit_text(code))
+        self._new = {r: c for r, c in self._new.items() if r in self._children}
         self._jobs = [p for p in self._jobs if p.poll() is None]
         for study_id, proc in list(self._studies.items()):
             code = proc.poll()
@@ -560,6 +570,27 @@ class Supervisor:
                     f"ended before its first run: {exit_text(code)}")
             self._stopped_studies.discard(study_id)
         return ended
+
+    def _withdrawn(self, run_id: int) -> bool:
+        """A new run its process refused and removed: its refusal (the log's last line, a
+        file this supervisor made) kept for the dashboard, and the log removed."""
+        try:
+            self.store.run(run_id)
+            return False
+        except NotFound:
+            pass
+        log = self.store.log_path(run_id)
+        try:
+            with open(log, "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+                tail = f.read().decode("utf-8", "replace")
+        except OSError:
+            tail = ""
+        said = [line for line in tail.splitlines() if line.strip()]
+        line = said[-1].removeprefix("tui-trainer: ") if said else "refused by its process"
+        self.refused.append((run_id, line, self._new.get(run_id)))
+        log.unlink(missing_ok=True)
+        return True
 
     def children(self) -> list[int]:
         """Runs whose process this supervisor started and that still run (no SQLite)."""

@@ -425,9 +425,11 @@ class SessionStore(KeptFigures, StudyRecords):
         with self.transaction() as c:
             c.execute("UPDATE runs SET config = ? WHERE id = ?", (json.dumps(config), run_id))
 
-    def refused_to_start(self, run_id: int, reason: str) -> None:
-        """A run that was to train refused to (a bad config for this machine, a checkpoint
-        that does not fit): crashed, the reason as a failure event, for the dashboard."""
+    def refused_to_start(self, run_id: int, reason: str, new: bool = False) -> None:
+        """A run refused to train (a bad config here, a checkpoint that does not fit): crashed,
+        the reason as a failure event; a `new` one (the dashboard's) removed, as by the CLI."""
+        if new and self.run(run_id)["stored_status"] == "created":
+            return self.delete_run(run_id, refused=True)
         self.add_event(run_id, "failure", f"refused to start: {reason}")
         self.end_run(run_id, "crashed", {"error": reason})
 
@@ -566,12 +568,12 @@ class SessionStore(KeptFigures, StudyRecords):
             c.execute("INSERT OR REPLACE INTO run_labels (run_id, notes, tags, hidden) "
                       "VALUES (?, ?, ?, ?)", (run_id, notes, ",".join(tags), int(hidden)))
 
-    def delete_run(self, run_id: int) -> None:
+    def delete_run(self, run_id: int, refused: bool = False) -> None:
         """Removes a run: its rows, then its checkpoints and log (only files inside the
-        session). A run training now is refused (stop it first); a run that an A/B study
-        used leaves its study row without a run."""
+        session). A run training now is refused (stop it first; `refused`: by its own
+        process); a run that an A/B study used leaves its study row without a run."""
         run = self.run(run_id)
-        if is_live(run) or starting(run):
+        if not refused and (is_live(run) or starting(run)):
             raise RunBusy(f"run {run_id} is training; stop it before deleting it")
         files = [c["path"] for c in self.checkpoints(run_id) if c["path"]]
         with self.transaction() as c:
@@ -591,7 +593,8 @@ class SessionStore(KeptFigures, StudyRecords):
         if folder.is_dir() and not folder.is_symlink() and \
                 folder.resolve().is_relative_to(self.dir):
             shutil.rmtree(folder, ignore_errors=True)
-        self.log_path(run_id).unlink(missing_ok=True)
+        if not refused:                 # (its dashboard reads the refusal there, then it)
+            self.log_path(run_id).unlink(missing_ok=True)
 
     # --- metrics -------------------------------------------------------------------------
     def add_rows(self, steps: list[dict] = (), evals: list[dict] = (),

@@ -260,6 +260,21 @@ class LaunchPanel(Vertical):
         values, _ = self.form.raw_values()
         self.post_message(self.FormChanged(values))
 
+    def settle(self, snap: Any) -> None:
+        """A run Start made that its process refused before its first step (the model
+        cannot take the data's images, say): removed by it, as `run` stores nothing, and
+        said here at the field it names, in the line `run` says (the field stays marked
+        until its value changes)."""
+        sup = self.app.writer.supervisor if self.app.writer is not None else None
+        while sup is not None and sup.refused:
+            run_id, line, config = sup.refused.pop(0)
+            key, _, why = line.partition(": ")
+            if isinstance(config, dict) and key in config and why:
+                self.form.refuse(key, config[key], why)
+            self.app.notify(f"not started (run {run_id} removed, nothing stored): {line}",
+                            severity="error", timeout=15)
+            self.app.poller.reread()        # its row is gone: the table reads it whole
+
     @on(Button.Pressed, "#start")
     def ask_start(self) -> None:
         problems = self.form.validate()

@@ -51,6 +51,8 @@ class ConfigForm(VerticalScroll):
         super().__init__(**kwargs)
         self._initial = (initial or config.DEFAULTS).to_dict()
         self.problems: dict[str, str] = {}
+        # {key: (value, why)}: refused by a run's own process (`refuse`), while it holds
+        self.refused: dict[str, tuple[Any, str]] = {}
         self.machine: machine.Machine | None = None     # known once probed: its rules apply too
         # What the last preset chose for this machine (core.settings.fit), and the prices
         # measured here (core.analysis.prices, read in a worker): said under their knobs.
@@ -216,10 +218,21 @@ class ConfigForm(VerticalScroll):
             found = machine.problem(good, self.machine)
             if found is not None:
                 problems[found.key.split(" ")[0]] = f"this machine: {found.reason}"
+        for key, (value, why) in list(self.refused.items()):
+            if values.get(key) == value:
+                problems.setdefault(key, why)
+            else:
+                del self.refused[key]       # changed since: checked again by the next Start
         if self.ready:
             self._mark(problems)
         self.problems = problems
         return problems
+
+    def refuse(self, key: str, value: Any, why: str) -> None:
+        """A value of this field that a run's process refused (what only building the
+        model and the data can tell): said under it while the field holds that value."""
+        self.refused[key] = (value, why)
+        self.recheck()
 
     def recheck(self) -> None:
         self.post_message(self.Changed(self.validate()))
