@@ -352,12 +352,23 @@ async def test_compare_says_whose_speed_is_the_machines_load(tmp_path):
     assert busy[0].startswith("the machine was busy while it trained") and busy[1] == ""
 
 
-async def test_the_log_wraps_a_long_line_at_the_tabs_width_and_again_when_it_changes(tmp_path):
+async def test_the_log_wraps_a_long_line_at_the_tabs_width_and_again_when_it_changes(
+        tmp_path, monkeypatch):
     """A line wider than the Log tab is wrapped at its width (its continuation indented), so
     at 80x24 it is read without scrolling sideways (a run's last line was 264 columns:
     186 presses of →); a wider terminal wraps it again, at the new width. A blank line
-    stays (Textual's Log dropped it)."""
+    stays (Textual's Log dropped it). No line is ever written wider than the tab: the
+    tab's first lines came before it was laid out, shown cut for a moment (issue 68)."""
     from textual.widgets import Log
+    from tui_trainer.ui.panels.log import LogPanel
+    written: list[tuple[int, int]] = []         # (widest line written, the tab's width)
+    write_lines = LogPanel.write_lines
+
+    def recorded(self, lines, *a, **kw):
+        lines = list(lines)
+        written.append((max(map(len, lines), default=0), self.scrollable_content_region.width))
+        return write_lines(self, lines, *a, **kw)
+    monkeypatch.setattr(LogPanel, "write_lines", recorded)
     _session(tmp_path, 1)
     words = " ".join(f"word{i}" for i in range(60))               # about 400 columns
     with SessionStore(tmp_path) as store:
@@ -386,6 +397,7 @@ async def test_the_log_wraps_a_long_line_at_the_tabs_width_and_again_when_it_cha
         assert wrapped[0].startswith("    word0") and all(x.startswith("      word")
                                                          for x in wrapped[1:])
         assert " ".join(x.strip() for x in wrapped) == words and log.max_scroll_x == 0
+        assert written and all(0 < widest < width for widest, width in written), written
         await pilot.resize_terminal(160, 40)
         await pilot.pause(0.3)
         wide = list(log.lines)

@@ -66,7 +66,10 @@ class LogPanel(Log):
             self.clear()
             self._written.clear()
         self._written.extend(lines)
-        if lines:
+        # A tab not laid out yet (its first lines, as it mounts) writes them once it is
+        # (on_resize), wrapped at its width: written now they showed cut at the edge for a
+        # moment, then wrapped.
+        if lines and self._wrap_width() > 0:
             self.write_lines(self._wrapped(lines))
 
     def on_resize(self) -> None:
@@ -78,9 +81,9 @@ class LogPanel(Log):
         return self.scrollable_content_region.width - 1     # (a cell for the scrollbar)
 
     def _wrapped(self, lines: Iterable[str]) -> list[str]:
-        """The lines as the tab shows them: one wider than the tab wrapped (a tab not laid out
-        yet wraps nothing: it is wrapped when it is); a blank line as a space (Textual's Log
-        drops an empty one, and a traceback's blank lines part its chained exceptions)."""
+        """The lines as the tab shows them: one wider than the tab wrapped (a tab narrower
+        than 20 cells wraps nothing); a blank line as a space (Textual's Log drops an empty
+        one, and a traceback's blank lines part its chained exceptions)."""
         self._wrapped_at = width = self._wrap_width()
         out = []
         for line in lines:
