@@ -204,6 +204,32 @@ def test_a_charts_axes_step_evenly_and_its_labels_sit_on_their_rows(height, lo, 
     assert _round_steps(values[::-1]), labels
 
 
+@pytest.mark.parametrize("height, runs, below", [(11, 2, True), (11, 1, False),
+                                                  (20, 2, False)])
+def test_a_legend_that_would_cover_the_curves_is_one_row_under_the_chart(height, runs, below):
+    """plotext draws its legend inside the chart, a row a line, over the curves' start: at
+    80x24 two runs' raw and smoothed lines took 4 of the 6 rows (issue 68). Where it would
+    take more than a third of the rows it is one row under the chart, each label in its
+    line's colour, cut with "+N" to the width; elsewhere it stays inside."""
+    from tui_trainer.core.analysis.plotdata import Line
+    from tui_trainer.ui.widgets.plots import chart
+    xs = list(range(100))
+    lines = [Line(f"{r} {what}", xs, [(r + 1) / (x + 1) for x in xs], r, what == "raw")
+             for r in range(1, runs + 1) for what in ("raw", "smoothed")]
+    text = chart(lines, "t", "step", "loss", 70, height, "dark")
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines()
+    assert len(plain) == height
+    inside = [row for row in plain if "┤" in row or "│" in row]
+    labels = [line.label for line in lines]
+    assert any(label in row for row in inside for label in labels) is not below
+    if below:
+        assert plain[-1].split("  ") == [f"{'·' if ln.faint else '━'} {ln.label}" for ln in lines]
+        assert "\x1b[38;5;" in text.splitlines()[-1]       # in the lines' colours
+        narrow = re.sub(r"\x1b\[[0-9;]*m", "", chart(lines, "t", "step", "loss", 30, height,
+                                                      "dark")).splitlines()[-1]
+        assert len(narrow) <= 30 and narrow.endswith(f"+{len(lines) - narrow.count('  ')}")
+
+
 def _round_steps(values: list[float]) -> bool:
     """Two values or more, rising in one step of 1, 2 or 5 times a power of ten."""
     step = values[1] - values[0] if len(values) > 1 else 0

@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Sequence
 
+import plotext
 from rich.text import Text
 from textual import work
 from textual.app import RenderResult
@@ -241,10 +242,35 @@ def fitted(text: str, width: int) -> str:
     return text
 
 
+LEGEND_SHARE = 3    # a legend inside a chart takes at most a third of its rows, else below
+
+
+def legend_row(lines: Sequence[Line], width: int) -> str:
+    """The legend as one row under the chart (ANSI, at most `width` columns): each line's
+    label in its colour, · for a faint line and ━ for a bold one; "+N" for those left out."""
+    out, used = [], 0
+    for i, line in enumerate(lines):
+        entry = f"{'·' if line.faint else '━'} {line.label}"
+        more = f"+{len(lines) - i}"
+        if used + len(entry) + (len(more) + 2 if i < len(lines) - 1 else 0) > width:
+            out.append(more if used + len(more) <= width else "")
+            break
+        out.append(plotext.colorize(entry, COLOURS[line.colour % len(COLOURS)]))
+        used += len(entry) + 2
+    return "  ".join(x for x in out if x)
+
+
 def chart(lines: Sequence[Line], note: str, xlabel: str, ylabel: str, width: int,
           height: int, theme: str, log_y: bool = False, empty: str = "") -> str:
     """The plotext chart of `lines` at width x height, as ANSI text (any thread). With log_y
-    the lines hold log10 values and the ticks are labelled in the data's units."""
+    the lines hold log10 values and the ticks are labelled in the data's units. Where
+    plotext's legend (a row a line, over the curves' start) would take more than a third
+    of the rows (at 80x24: 4 of 6), it is one row under the chart instead."""
+    shown = [(line, pts) for line in lines
+             if (pts := [(x, y) for x, y in zip(line.xs, line.ys, strict=True)
+                         if isinstance(y, (int, float)) and math.isfinite(y)])]
+    below = len(shown) * LEGEND_SHARE > height - 5
+    height -= 1 if below else 0
     plt = Plot()
     plt.plotsize(width, height)
     plt._set_size(width, height)
@@ -252,16 +278,13 @@ def chart(lines: Sequence[Line], note: str, xlabel: str, ylabel: str, width: int
     drawn = 0
     xs: list[float] = []
     ys: list[float] = []
-    for line in lines:
-        pts = [(x, y) for x, y in zip(line.xs, line.ys, strict=True)
-               if isinstance(y, (int, float)) and math.isfinite(y)]
-        if pts:
-            colour = COLOURS[line.colour % len(COLOURS)]
-            plt.plot([p[0] for p in pts], [p[1] for p in pts], label=line.label,
-                     color=colour, marker="dot" if line.faint else "braille")
-            drawn += 1
-            xs += [p[0] for p in pts]
-            ys += [p[1] for p in pts]
+    for line, pts in shown:
+        colour = COLOURS[line.colour % len(COLOURS)]
+        plt.plot([p[0] for p in pts], [p[1] for p in pts], label=None if below else line.label,
+                 color=colour, marker="dot" if line.faint else "braille")
+        drawn += 1
+        xs += [p[0] for p in pts]
+        ys += [p[1] for p in pts]
     if xs and min(xs) < max(xs):
         plt.xticks(*x_ticks(min(xs), max(xs), width - 8))
     if ys and min(ys) == max(ys):
@@ -277,4 +300,6 @@ def chart(lines: Sequence[Line], note: str, xlabel: str, ylabel: str, width: int
     plt.xlabel(xlabel)
     plt.ylabel(ylabel)
     plt.title(note if drawn else fitted(empty or NO_DATA, width - 4))
-    return plt.build()
+    built = plt.build()
+    return built.rstrip("\n") + "\n" + legend_row([line for line, _ in shown], width) \
+        if below else built
