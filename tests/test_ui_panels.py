@@ -604,3 +604,35 @@ async def test_a_write_that_fails_unexpectedly_is_said_with_its_type(tmp_path):
     assert said[1] == "a change to the session failed: ZeroDivisionError: division by zero"
     assert said[2].startswith("run 99 not shown: ") and "99" in said[2][18:]    # as it is
     assert "NotFound" not in said[2]
+
+
+async def test_a_path_longer_than_its_field_is_shown_whole_under_it(tmp_path):
+    """At 130x42 a folder dataset's path was cut after its first directories, whole nowhere
+    in the form (issue 68, point 8): a model's file or a dataset's folder longer than its
+    field is shown whole under it, folded at the form's width, in the muted colour of a
+    value (not a warning's); one that fits has no such line."""
+    from textual.widgets import Static
+    from tui_trainer.ui.panels.launch import LaunchPanel
+    _session(tmp_path, 1)
+    folder = "folder:" + "/".join(["a-rather-long-folder-name"] * 6)
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=(130, 42)) as pilot:
+        await _table(pilot)
+        form = app.query_one(LaunchPanel).form
+        if not app.query_one("#left").display:
+            await pilot.press("f9")
+        form.set_config({**config.DEFAULTS.to_dict(), "dataset": folder})
+        form.recheck()
+        await pilot.pause(0.3)
+        field = app.query_one("#field-dataset")
+        assert 0 < field.content_region.width < len(folder)
+        note = app.query_one("#note-dataset", Static)
+        width = note.content_region.width
+        assert str(note.render()) == "⤷" + folder and note.has_class("-whole")
+        assert note.size.height == -(-len("⤷" + folder) // width)      # folded, all of it
+        assert not app.query("#note-model")               # "examples" fits its field
+        fits = "folder:" + "/".join(["d"] * ((field.content_region.width - 7) // 2))
+        form.set_config({**config.DEFAULTS.to_dict(), "dataset": fits})
+        form.recheck()
+        await pilot.pause(0.3)
+        assert len(fits) <= field.content_region.width and not app.query("#note-dataset")

@@ -115,6 +115,12 @@ class ConfigForm(VerticalScroll):
         self.ready = True           # the fields were composed from self._initial
         self.recheck()
 
+    def on_resize(self) -> None:
+        self.recheck()              # (a path that fits its field now, or no longer does)
+
+    def on_collapsible_expanded(self) -> None:
+        self.call_after_refresh(self.recheck)   # its fields laid out: a long path said whole
+
     def on_descendant_focus(self, event: Any) -> None:
         wid = getattr(event.widget, "id", "") or ""
         if wid.startswith("field-"):
@@ -307,21 +313,31 @@ class ConfigForm(VerticalScroll):
 
     def _mark_notes(self, values: dict[str, Any]) -> None:
         """Under a knob: what the preset chose for this machine while its value holds, a
-        value this machine emulates or lacks, and its price measured here."""
+        value this machine emulates or lacks, and its price measured here; and a path
+        (model's file, dataset's folder) too long for its field, whole."""
         said = fit.notes(values, self.machine, self.prices)
         for key, choice in self.chosen.items():
             if values.get(key) == choice.value:
                 said[key] = f"chosen for this machine: {choice.reason}" + (
                     f"; {said[key]}" if key in said else "")
+        whole = {}
+        for key in ("model", "dataset"):
+            field = self._widgets[key]
+            text = str(field.value)
+            if 0 < field.content_region.width < len(text):
+                whole[key] = f"⤷{shown(text, 1000)}"     # (no space: a path folds whole)
         for key in config.FIELDS:
             note = self._notes.get(key)
-            if key in said:
-                text = Text(f"⚠ {shown(said[key], 300)}")
+            if key in said or key in whole:
+                text = Text("\n".join(filter(None, (
+                    whole.get(key), key in said and f"⚠ {shown(said[key], 300)}"))))
                 if note is not None:
                     note.update(text)
+                    note.set_class(key not in said, "-whole")
                     continue
                 note = self._notes[key] = Static(text, classes="field-note",
                                                  id=f"note-{key}")
+                note.set_class(key not in said, "-whole")
                 note.display = self._boxes[key].display
                 anchor = self._errors.get(key) or self._boxes[key]
                 anchor.parent.mount(note, after=anchor)
