@@ -316,58 +316,18 @@ def test_windows_refuse_what_they_cannot_price_in_one_line(tmp_path):
 
 
 def test_windows_that_never_settle_give_up_at_the_cap():
-    """The windows' looks (8, 12, 16, 24, 32 on a quiet machine): pairs that wander around
-    the margin decide nothing, and the cap says unknown; the same pairs tight around 1 say
-    the same. Every look's level is the error rate split over all seven looks."""
+    """The windows' looks (8, 12, 16, 24, 32): pairs that wander around the margin decide
+    nothing, and the cap says unknown; the same pairs tight around 1 say the same."""
     from tui_trainer import pricing
     rng = random.Random(3)
-    wide = [(1.0, math.exp(rng.gauss(0.0, 0.2))) for _ in range(64)]
-    quiet = [False] * 64
-    for n in range(1, 32):
-        d, looks = pricing.judge(wide[:n], quiet[:n], 0.05)
-        assert not d.decided and looks == (8, 12, 16, 24, 32), (n, d)
-    d, _ = pricing.judge(wide[:32], quiet[:32], 0.05)
-    assert d.verdict == "unknown" and "32 window pairs" in d.words and d.next_look is None
-    assert math.isclose(d.level, 1 - 2 * 0.05 / len(pricing.LOOKS))
+    wide = [(1.0, math.exp(rng.gauss(0.0, 0.2))) for _ in range(32)]
+    for n in pricing.LOOKS[:-1]:
+        d = sequential.decide(wide[:n], 0.05, looks_at=pricing.LOOKS, unit="window pairs")
+        assert not d.decided and d.next_look is not None, d
+    d = sequential.decide(wide, 0.05, looks_at=pricing.LOOKS, unit="window pairs")
+    assert d.verdict == "unknown" and "32 window pairs" in d.words
     tight = [(1.0, math.exp(rng.gauss(0.0, 0.01))) for _ in range(8)]
-    assert pricing.judge(tight, quiet[:8])[0].verdict == "the same"
-
-
-def test_a_busy_machines_price_goes_on_to_64_pairs_and_keeps_its_error_rate():
-    """Where most windows shared the CPU, a price undecided at 32 pairs goes on (looks at 48
-    and 64): beside a hog a 2-core machine's bf16 price sat at 1.05x [1.01-1.08] at 32 pairs
-    and was decided at 64. Whether it goes on depends on the load, never on the arms, and
-    the level at every look is the one split over all seven, so over many A/A series on a
-    busy machine "faster" or "slower" stays under the 5% of the rule (simulated: heavy-
-    tailed pairs, every look taken)."""
-    from tui_trainer import pricing
-    rng = random.Random(5)
-    price = [(1.0, math.exp(math.log(1.055) + rng.gauss(0.0, 0.06))) for _ in range(64)]
-    busy = [True] * 64
-    d, looks = pricing.judge(price[:32], busy[:32], 0.05)
-    assert looks == pricing.LOOKS and not d.decided and d.next_look == 48, d
-    d, _ = pricing.judge(price[:32], [False] * 32, 0.05)
-    assert d.verdict == "unknown"                       # the same pairs, quiet: capped
-    for n in range(33, 65):                             # past 32 it stays on, load or not
-        d, looks = pricing.judge(price[:n], busy[:32] + [False] * (n - 32), 0.05)
-        assert looks == pricing.LOOKS and (d.decided or d.next_look in (48, 64)), (n, d)
-        if d.decided:
-            break
-    assert d.verdict == "faster" and d.rounds in (48, 64), d
-    wrong = 0
-    trials = 400
-    for t in range(trials):
-        pairs: list[tuple[float, float]] = []
-        while True:
-            x = rng.gauss(0.0, 0.06)
-            if rng.random() < 0.1:
-                x += rng.choice((-1, 1)) * math.log(1 + rng.uniform(0.1, 0.3))
-            pairs.append((1.0, math.exp(x)))
-            d, _ = pricing.judge(pairs, [True] * len(pairs), 0.05)
-            if d.decided:
-                break
-        wrong += d.verdict in ("faster", "slower")
-    assert wrong / trials <= 0.05, wrong
+    assert sequential.decide(tight, 0.05, looks_at=pricing.LOOKS).verdict == "the same"
 
 
 def test_a_price_study_read_from_a_hostile_session_is_shown_as_text():

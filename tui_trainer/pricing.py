@@ -8,8 +8,7 @@ and nothing is swapped inside a running process. The arms take turns, never side
 pair i times A then B, pair i+1 B then A (ABBA: a drift of the machine falls on both
 alike), each window the same number of steps, about WINDOW_S long. Each pair's ratio of
 samples/s is one observation; the study looks at LOOKS pairs with the error rate corrected
-for the looks, and ends faster, slower, the same within the margin, or unknown at the cap
-(32 pairs; 64 where most windows shared the CPU with another process: `judge`).
+for the looks, and ends faster, slower, the same within the margin, or unknown at the cap.
 
 What the price leaves out, it says: it is the steady state (the windows after each arm's
 warm-up), and each arm's start-up (its process's set-up: imports already made by the
@@ -47,13 +46,7 @@ from .launcher.client import WarmLauncher
 START_UP_KNOBS = ("compile", "cudnn_benchmark", "cuda_graph")
 WINDOW_S = 0.25           # a window's length, about (its steps chosen from the warm-up)
 WARMUP_STEPS = 5          # each of an arm's two warm-up windows
-# The pairs at which the study looks. It stops at QUIET_CAP, unless most of its windows
-# shared the CPU with another process: then it goes on to the last (a busy machine's pairs
-# spread wider, and its price may sit nearer the noise threshold). The error rate is split
-# over all seven looks either way (whether it goes on depends on the machine's load, never
-# on which arm is faster), so stopping at 32 only lowers it.
-LOOKS = (8, 12, 16, 24, 32, 48, 64)
-QUIET_CAP = 32
+LOOKS = (8, 12, 16, 24, 32)      # the pairs at which the study looks; the last: its cap
 # Two processes of one config differ a little in speed (where their memory landed, which
 # core their threads met): one process per arm cannot average that out, so a difference no
 # larger is no difference (criterion.rs's noise threshold; docs/benchmarks.md measured it
@@ -186,14 +179,9 @@ def as_dict(p: Priced) -> dict[str, Any]:
 def verdict_words(p: Priced) -> str:
     """The decision in words; an undecided price whose windows mostly shared the CPU says
     the machine was too busy (more windows there would price the other load)."""
-    busy = p.loaded_pairs * 2 > len(p.pairs)
-    if p.decision.verdict == "unknown" and busy:
+    if p.decision.verdict == "unknown" and p.loaded_pairs * 2 > len(p.pairs):
         return (f"unknown: the machine was too busy ({p.loaded_pairs} of {len(p.pairs)} "
                 "window pairs shared the CPU with another process)")
-    if busy:
-        return (f"{p.decision.words}, beside other load ({p.loaded_pairs} of {len(p.pairs)} "
-                "window pairs shared the CPU with another process: the price on a busy "
-                "machine, which quiet may differ)")
     return p.decision.words
 
 
@@ -246,21 +234,6 @@ def kept(key: str, value: Any, base: RunConfig, p: Priced) -> "prices.Price | No
         loaded=p.loaded_pairs > len(p.pairs) // 2)
 
 
-def judge(pairs: list[tuple[float, float]], loaded: list[bool],
-          margin: float = sequential.DEFAULT_MARGIN, cap: int | None = None
-          ) -> tuple[sequential.Decision, tuple[int, ...]]:
-    """The price so far, and the looks it takes: to QUIET_CAP, or to the last of LOOKS
-    where most windows so far shared the CPU (once past QUIET_CAP, it stays there); `cap`,
-    where given, is the last look whatever the load. The error rate is split over every
-    look it could take."""
-    looks = tuple(n for n in LOOKS if n < (cap or LOOKS[-1])) + ((cap or LOOKS[-1]),)
-    quiet = looks if cap else tuple(n for n in looks if n <= QUIET_CAP)
-    busy = len(pairs) > quiet[-1] or sum(loaded) * 2 > len(pairs)
-    schedule = looks if busy else quiet
-    return sequential.decide(pairs, margin, looks_at=schedule, unit="window pairs",
-                             noise=NOISE, split=len(looks)), schedule
-
-
 def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAULT_MARGIN,
           cap: int | None = None, say: Callable[[str], None] = lambda m: None,
           warm: WarmLauncher | None = None,
@@ -270,6 +243,7 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
     `stop` says so between two pairs). `on_look`: what the price is so far, at each look
     (the A/B tab shows it narrowing)."""
     t0 = time.monotonic()
+    looks = tuple(n for n in LOOKS if n < (cap or LOOKS[-1])) + ((cap or LOOKS[-1]),)
     arms = [start_arm("base", base, warm), start_arm("variant", variant, warm)]
     try:
         for arm in arms:
@@ -300,15 +274,16 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
                 steady[i].append(w["s"] / max(1, w["steps"]))
             pairs.append((rates[0], rates[1]))
             loaded.append(busy)
-            decision, schedule = judge(pairs, loaded, margin, cap)
-            if decision.interval is not None and len(pairs) in schedule:
+            decision = sequential.decide(pairs, margin, looks_at=looks, unit="window pairs",
+                                         noise=NOISE)
+            if decision.interval is not None and len(pairs) in looks:
                 say(f"price: {len(pairs)} pairs, {decision.words}")
                 if on_look is not None:
                     iv = decision.interval
                     on_look({"pairs": len(pairs), "words": decision.words,
                              "verdict": decision.verdict, "ratio": iv.ratio, "low": iv.low,
                              "high": iv.high, "next_look": decision.next_look,
-                             "cap": schedule[-1], "loaded_pairs": sum(loaded),
+                             "cap": looks[-1], "loaded_pairs": sum(loaded),
                              "steps_a_window": steps})
             if decision.decided or decision.next_look is None:
                 break

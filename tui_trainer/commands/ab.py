@@ -64,9 +64,7 @@ def add(sub: Any) -> None:
     sp.add_argument("--windows", action="store_true",
                     help="with --decide: time the arms in two long-lived processes, in "
                          "alternating windows of steady-state steps (ABBA), until the "
-                         "windows decide (at most 32 window pairs, 64 where most windows "
-                         "shared the CPU; --max-rounds: another cap); each arm's start-up "
-                         "is measured and given "
+                         "windows decide; each arm's start-up is measured and given "
                          "beside the price (tui_trainer/pricing.py). Seconds, not minutes; "
                          "knobs paid at start-up or outside training steps (compile, "
                          "cudnn_benchmark, cuda_graph, bookkeeping) are refused: price "

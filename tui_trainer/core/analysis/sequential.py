@@ -65,17 +65,15 @@ def decide(pairs: Iterable[tuple[float | None, float | None]], margin: float = D
            cap: int | None = None, alpha: float = ALPHA,
            up: str = "faster", down: str = "slower",
            looks_at: tuple[int, ...] | None = None, unit: str = "rounds",
-           noise: float = 0.0, split: int | None = None) -> Decision:
+           noise: float = 0.0) -> Decision:
     """The answer so far for (base, variant) samples/s pairs in round order (`looks_at`:
     the looks, the last the cap, where not LOOKS: a windowed price's, tui_trainer/pricing.py,
     whose pairs are cheap; `noise`: a difference no larger is no difference, criterion.rs's
-    noise threshold: "faster" and "slower" need the interval clear of 1 ± noise; `split`:
-    the looks the error rate is split over, where more than `looks_at` may be taken: a
-    study that stops at an earlier cap keeps the rate of the longest schedule)."""
+    noise threshold: "faster" and "slower" need the interval clear of 1 ± noise)."""
     pairs = list(pairs)
     seen = looks_at or looks(cap)
     n = len(stats._logs(pairs))
-    each = alpha / max(len(seen), split or 0)
+    each = alpha / len(seen)
     at = max((x for x in seen if x <= n), default=None)
     next_look = next((x for x in seen if x > n), None)
     if at is None or n != at and next_look is not None:

@@ -167,16 +167,13 @@ class ABPanel(Vertical):
         narrows look by look, and when it will stop."""
         from ... import pricing
         done = study["spec"].get("prices") or {}
-        cap = pricing.figure(study["spec"], "cap")
-        looks = (", ".join(str(n) for n in pricing.LOOKS if n < cap) + f", {cap:.0f} window "
-                 "pairs at most") if cap else (
-            ", ".join(str(n) for n in pricing.LOOKS if n <= pricing.QUIET_CAP) +
-            f" window pairs; to {pricing.LOOKS[-1]} where most windows shared the CPU")
+        cap = study["spec"].get("cap") or pricing.LOOKS[-1]
         self.query_one("#ab-title", Static).update(Text(
             f"Price {study['id']} {shown(study['name'], 40)} ({study['status']}): each "
             "variant against the base in alternating windows of two long-lived processes, "
             "samples/s of the variant over the base; it stops at the first look that "
-            f"decides ({looks})"
+            f"decides ({', '.join(str(n) for n in pricing.LOOKS if n < cap)}, {cap} window "
+            "pairs at most)"
             + (f". {shown(study['message'], 300)}" if study["message"] else "")))
         table = self.query_one("#ab-table", DataTable)
         table.clear(columns=True)
