@@ -342,3 +342,25 @@ def test_a_price_study_read_from_a_hostile_session_is_shown_as_text():
     assert "[bold]x\\x1b[2J" in lines[0] and " in " not in lines[0].split(",")[1]
     assert pricing.interval_text(kept) == "-" and pricing.stored_lines("x", "junk") == \
         ["x: not priced"]
+
+
+def test_a_price_from_a_busy_machine_says_so_in_its_words():
+    """Beside a hog this machine's bf16 price read 1.02-1.08x faster, quiet 0.88x slower: a
+    price whose window pairs mostly shared the CPU says it is a busy machine's, decided or
+    not; one from a quiet machine is the rule's words alone."""
+    from tui_trainer import pricing
+    rng = random.Random(7)
+    pairs = [(1.0, math.exp(math.log(1.2) + rng.gauss(0.0, 0.02))) for _ in range(8)]
+    decision = sequential.decide(pairs, 0.05, looks_at=pricing.LOOKS, noise=pricing.NOISE)
+    assert decision.verdict == "faster"
+
+    def words(loaded: int) -> str:
+        return pricing.verdict_words(pricing.Priced(
+            decision, pairs, [True] * loaded + [False] * (8 - loaded), 10, {}, 5.0))
+    assert words(0) == words(4) == decision.words
+    assert words(5).startswith(decision.words + ", on a busy machine (5 of 8 window pairs")
+    wide = [(1.0, math.exp(rng.gauss(0.0, 0.2))) for _ in range(32)]
+    undecided = sequential.decide(wide, 0.05, looks_at=pricing.LOOKS, noise=pricing.NOISE)
+    assert undecided.verdict == "unknown"
+    assert pricing.verdict_words(pricing.Priced(undecided, wide, [True] * 32, 10, {}, 5.0)
+                                 ).startswith("unknown: the machine was too busy (32 of 32 ")
