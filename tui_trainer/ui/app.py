@@ -432,11 +432,8 @@ class TrainerApp(App[None]):
             return                      # the app is closing: nothing to draw on
         if self._restoring:
             return      # drawn once the saved state (cursor, marks) is applied: a tick then
-        if self.snapshot is None:       # the first screen is drawn: then the form, and
+        if self.snapshot is None:       # the first screen is drawn: then the form
             self.call_after_refresh(self._mount_form)
-            self.query_one(LaunchPanel).probe_machine()     # what this machine can run
-            if self.warm is not None:
-                self.warm.start()       # a Popen: the imports happen in that process
         snap = self.snapshot = message.snap
         self.runs = {r.id: r for r in snap.runs}
         for said in self.announcer.news(snap):
@@ -673,9 +670,10 @@ class TrainerApp(App[None]):
 
     async def _mount_form(self) -> None:
         await self.query_one(LaunchPanel).mount_form()
-        # The whole screen is built: from now on the cycle collector's full walks happen
-        # here (ui/heap), between keys.
+        # The whole screen is built: the cycle collector's full walks happen here from now
+        # on (ui/heap), between keys; once it is painted, the form's background work starts.
         self.call_after_refresh(self._tidy_heap)
+        self.call_after_refresh(self.query_one(LaunchPanel).start_background)
         self.set_interval(heap.QUIET_S, self._tidy_heap)
 
     async def on_unmount(self) -> None:
