@@ -587,7 +587,9 @@ class Supervisor:
         except OSError:
             tail = ""
         said = [line for line in tail.splitlines() if line.strip()]
-        line = said[-1].removeprefix("tui-trainer: ") if said else "refused by its process"
+        # its refusal is the CLI's one line (a warning printed as it exited may follow it)
+        line = next((x for x in reversed(said) if x.startswith("tui-trainer: ")),
+                    said[-1] if said else "refused by its process").removeprefix("tui-trainer: ")
         self.refused.append((run_id, line, self._new.get(run_id)))
         log.unlink(missing_ok=True)
         return True
