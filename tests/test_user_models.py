@@ -287,10 +287,12 @@ async def test_the_dashboard_asks_before_a_file_runs_and_never_imports_it(tmp_pa
 
 async def test_the_dashboard_refuses_a_net_that_cannot_take_the_images_and_stores_nothing(
         tmp_path):
-    """A net of 3-channel images started on 1-channel digits from the dashboard (issue 68,
-    point 4): as `run` does, nothing is stored (no run, no log), the line `run` says is said,
-    and the field shows it until its value changes. device=cpu: the refusal is the model's
-    first forward, here on the CPU."""
+    """A net of 3-channel images started on 1-channel digits from the dashboard, and a
+    built-in net on a folder of 2 classes (issue 68, point 4): as `run` does, nothing is
+    stored (no run, no log), the line `run` says is said, and the field it names shows it
+    until its value changes. device=cpu: the refusal is the model's first forward, here on
+    the CPU."""
+    from PIL import Image
     from test_ui import notifications, until
     from tui_trainer.core.settings import config
     from tui_trainer.ui.app import TrainerApp
@@ -325,6 +327,26 @@ async def test_the_dashboard_refuses_a_net_that_cannot_take_the_images_and_store
         launch.form.recheck()
         await pilot.pause()
         assert "model" not in launch.form.problems and not app.query_one("#start").disabled
+        # a built-in net on a folder of 2 classes: `run`'s "bad config: model: ..." line
+        folder = tmp_path / "pictures"
+        for c in ("cat", "dog"):
+            (folder / "train" / c).mkdir(parents=True)
+            for i in range(4):
+                Image.new("L", (28, 28), 40 * i).save(folder / "train" / c / f"{i}.png")
+        two = {**values, "model": "grokking", "dataset": f"folder:{folder}"}
+        cli = tt("run", "--session", str(tmp_path / "cli"), *sets(*RUN, "model=grokking",
+                                                                 f"dataset=folder:{folder}"))
+        assert cli.rc == 2 and cli.err.startswith("tui-trainer: bad config: model: ")
+        launch.form.set_config(two)
+        await pilot.pause()
+        said.clear()
+        launch.action_start()
+        await until(pilot, lambda: any("not started" in m for m in said), timeout=120,
+                    seen=lambda: said)
+        line = cli.err.strip().removeprefix("tui-trainer: ")
+        assert said[-1] == f"not started (run 1 removed, nothing stored): {line}", said
+        assert launch.form.problems["model"] == line.removeprefix("bad config: model: ")
+        assert db_rows(s, "SELECT count(*) FROM runs") == [(0,)]
 
 
 def test_what_a_run_of_your_net_shows_activations_memory_and_profile(tmp_path):

@@ -268,7 +268,7 @@ class LaunchPanel(Vertical):
         sup = self.app.writer.supervisor if self.app.writer is not None else None
         while sup is not None and sup.refused:
             run_id, line, config = sup.refused.pop(0)
-            key, _, why = line.partition(": ")
+            key, _, why = line.removeprefix("bad config: ").partition(": ")
             if isinstance(config, dict) and key in config and why:
                 self.form.refuse(key, config[key], why)
             self.app.notify(f"not started (run {run_id} removed, nothing stored): {line}",
