@@ -135,6 +135,7 @@ def main() -> int:
         dashboard_side(args.as_dashboard)
         return 0
     home = Path(tempfile.mkdtemp(prefix="tui-trainer-busy-"))
+    os.environ["TMUX_TMPDIR"] = str(home)    # its tmux socket, removed with it
     os.environ["TUI_TRAINER_HOME"] = str(home)
     session = home / "session"
     cfg = {**config.DEFAULTS.to_dict(), "dataset": "mnist-sample", "max_steps": args.steps,

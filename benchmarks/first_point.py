@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -133,6 +134,7 @@ def main() -> int:
         print("tmux is needed (apt-get install tmux)")
         return 2
     home = Path(tempfile.mkdtemp(prefix="tui-trainer-first-point-"))
+    os.environ["TMUX_TMPDIR"] = str(home)    # its tmux socket, removed with it
     session = home / "session"
     results: dict[str, list[dict[str, float]]] = {"idle": [], "beside two runs": []}
     try:
@@ -176,6 +178,7 @@ def early(args: argparse.Namespace) -> int:
     out = []
     for _ in range(args.repeats):
         home = Path(tempfile.mkdtemp(prefix="tui-trainer-first-point-"))
+        os.environ["TMUX_TMPDIR"] = str(home)    # its tmux socket, removed with it
         session = home / "session"
         try:
             dashboard(home, session, args.size)

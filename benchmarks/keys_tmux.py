@@ -164,6 +164,7 @@ def main() -> int:
         return 2
     width, height = args.size.split("x")
     home = Path(tempfile.mkdtemp(prefix="tui-trainer-keys-"))
+    os.environ["TMUX_TMPDIR"] = str(home)    # its tmux socket, removed with it
     session = home / "session"
     try:
         # The form starts with long runs (its saved state), so that they train throughout.

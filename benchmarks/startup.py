@@ -12,6 +12,7 @@ pay. Goal: first screen under 1 second.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import statistics
 import subprocess
@@ -48,6 +49,7 @@ def main() -> int:
     args = ap.parse_args()
     py = shlex.quote(sys.executable)
     with tempfile.TemporaryDirectory() as tmp:
+        os.environ["TMUX_TMPDIR"] = tmp     # its tmux servers' sockets, removed with it
         session = Path(tmp) / "session"
         for _ in range(args.runs):
             subprocess.run([sys.executable, "-m", "tui_trainer", "run", "--session",
