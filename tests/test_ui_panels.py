@@ -228,6 +228,10 @@ def test_a_legend_that_would_cover_the_curves_is_one_row_under_the_chart(height,
         narrow = re.sub(r"\x1b\[[0-9;]*m", "", chart(lines, "t", "step", "loss", 30, height,
                                                       "dark")).splitlines()[-1]
         assert len(narrow) <= 30 and narrow.endswith(f"+{len(lines) - narrow.count('  ')}")
+        # a label from data (a sweep's name) is text there: its escapes shown, never sent
+        hostile = [Line("\x1b[2Jx", xs, [1.0] * 100, 0)] + lines
+        row = chart(hostile, "t", "step", "loss", 70, height, "dark").splitlines()[-1]
+        assert "\x1b[2J" not in row and "\\x1b[2Jx" in re.sub(r"\x1b\[[0-9;]*m", "", row)
 
 
 def _round_steps(values: list[float]) -> bool:

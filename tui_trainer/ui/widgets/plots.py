@@ -30,6 +30,7 @@ from textual_plotext import PlotextPlot
 from textual_plotext.plot import Plot
 
 from ...core.analysis.plotdata import Line
+from ...core.text import shown
 from ..panels.common import COLOURS
 
 Series = Line           # the name the panels and tests knew
@@ -250,7 +251,7 @@ def legend_row(lines: Sequence[Line], width: int) -> str:
     label in its colour, · for a faint line and ━ for a bold one; "+N" for those left out."""
     out, used = [], 0
     for i, line in enumerate(lines):
-        entry = f"{'·' if line.faint else '━'} {line.label}"
+        entry = f"{'·' if line.faint else '━'} {shown(line.label, 60)}"    # (data: text)
         more = f"+{len(lines) - i}"
         if used + len(entry) + (len(more) + 2 if i < len(lines) - 1 else 0) > width:
             out.append(more if used + len(more) <= width else "")
@@ -266,10 +267,10 @@ def chart(lines: Sequence[Line], note: str, xlabel: str, ylabel: str, width: int
     the lines hold log10 values and the ticks are labelled in the data's units. Where
     plotext's legend (a row a line, over the curves' start) would take more than a third
     of the rows (at 80x24: 4 of 6), it is one row under the chart instead."""
-    shown = [(line, pts) for line in lines
-             if (pts := [(x, y) for x, y in zip(line.xs, line.ys, strict=True)
-                         if isinstance(y, (int, float)) and math.isfinite(y)])]
-    below = len(shown) * LEGEND_SHARE > height - 5
+    drawable = [(line, pts) for line in lines
+                if (pts := [(x, y) for x, y in zip(line.xs, line.ys, strict=True)
+                            if isinstance(y, (int, float)) and math.isfinite(y)])]
+    below = len(drawable) * LEGEND_SHARE > height - 5
     height -= 1 if below else 0
     plt = Plot()
     plt.plotsize(width, height)
@@ -278,7 +279,7 @@ def chart(lines: Sequence[Line], note: str, xlabel: str, ylabel: str, width: int
     drawn = 0
     xs: list[float] = []
     ys: list[float] = []
-    for line, pts in shown:
+    for line, pts in drawable:
         colour = COLOURS[line.colour % len(COLOURS)]
         plt.plot([p[0] for p in pts], [p[1] for p in pts], label=None if below else line.label,
                  color=colour, marker="dot" if line.faint else "braille")
@@ -301,5 +302,5 @@ def chart(lines: Sequence[Line], note: str, xlabel: str, ylabel: str, width: int
     plt.ylabel(ylabel)
     plt.title(note if drawn else fitted(empty or NO_DATA, width - 4))
     built = plt.build()
-    return built.rstrip("\n") + "\n" + legend_row([line for line, _ in shown], width) \
+    return built.rstrip("\n") + "\n" + legend_row([line for line, _ in drawable], width) \
         if below else built
