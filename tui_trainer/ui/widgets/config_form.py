@@ -301,7 +301,7 @@ class ConfigForm(VerticalScroll):
             error = self._errors.get(key)
             if key in problems:
                 # The reason quotes what was typed: plain text, never markup.
-                text = Text(f"✗ {shown(problems[key], 200)}")
+                text = Text(f"✗ {shown(problems[key], 400)}")   # (a run's refusal: ~250)
                 if error is not None:
                     error.update(text)
                 else:
