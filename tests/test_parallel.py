@@ -465,3 +465,31 @@ def test_a_torchrun_without_shutdown_timeout_is_given_none(tmp_path):
                                         "PYTHONPATH": f"{old.parent}{os.pathsep}{root}"})
     assert p.stdout.split() == ["False", "True", str(TORCHRUN_GRACE_S), "False",
                                 "[default1]:"], p.stderr
+
+
+def test_a_data_parallel_run_whose_ranks_refuse_the_model_stores_nothing(tmp_path):
+    """A net that cannot take the data's images, in a 2-process run: every rank refuses
+    (rank 1 with rank 0's reason: it said "RuntimeError: rank 0 could not set up" and the
+    run was stored crashed, exit 1), so `run` exits 2 and stores nothing, as one process
+    does; the dashboard's Start (the supervisor, `--new`) removes its run and its logs and
+    keeps the refusal, read from a rank's line, for the form (issue 68, point 4)."""
+    net = tmp_path / "rgb.py"
+    net.write_text("from torch import nn\n\n\ndef rgb():\n    return nn.Sequential("
+                   "nn.Conv2d(3, 4, 3), nn.Flatten(), nn.LazyLinear(10))\n")
+    bad = [*PARALLEL, f"model={net}:rgb"]
+    s = tmp_path / "cli"
+    r = tt("run", "--session", str(s), *sets(*bad))
+    assert r.rc == 2 and "model: rgb in" in r.err and "cannot take a batch" in r.err, r.err
+    assert "training failed" not in r.err and db_rows(s, "SELECT count(*) FROM runs") == [(0,)]
+    assert not any((s / "logs").iterdir())
+    d = tmp_path / "dashboard"
+    with SessionStore(d) as store:
+        sup = Supervisor(store)
+        run_id = sup.start(config.load(overrides=bad).to_dict())
+        deadline = time.time() + 120
+        while sup.children() and time.time() < deadline:
+            time.sleep(0.2)
+        sup.reap()
+        assert [(rid, line.split(": ")[0]) for rid, line, _ in sup.refused] == [(run_id, "model")]
+        assert "cannot take a batch" in sup.refused[0][1]
+        assert store.runs() == [] and not any(store.logs_dir.iterdir())

@@ -9,6 +9,7 @@ ended (`Ended`). One rank of a group runs engine.rank.run_rank; the group's laun
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from . import runner
 from .core.settings import config, fit, recorded, user_models
 from .core.processes import supervisor
 from .core.settings.config import ConfigError
-from .core.errors import EXIT_FAILED, BadInput, CheckpointError, RunBusy
+from .core.errors import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, CheckpointError, RunBusy
 from .core.processes.proctitle import set_title, title
 from .core.processes.liveness import is_live
 from .core.session.store import SessionStore
@@ -54,8 +55,8 @@ def start(session: Path, cfg: config.RunConfig, name: str | None = None,
         run_id = store.create_run(cfg.to_dict(), name=name)
         fit.record(store, run_id, chosen)
         store.set_launcher(run_id, os.getpid())
-    return _train_group(session, run_id, cfg, supervisor.worker_args(
-        session, run_id, kill_at_step=kill_at_step))
+    return _unless_refused(session, run_id, _train_group(session, run_id, cfg,
+                           supervisor.worker_args(session, run_id, kill_at_step=kill_at_step)))
 
 
 def start_created(session: Path, run_id: int, config_path: str | None, sets: list[str],
@@ -82,8 +83,24 @@ def start_created(session: Path, run_id: int, config_path: str | None, sets: lis
         except (ConfigError, CheckpointError, BadInput) as e:
             store.refused_to_start(run_id, str(e), new=new)
             raise
-    return _train_group(session, run_id, cfg, supervisor.worker_args(
+    ended = _train_group(session, run_id, cfg, supervisor.worker_args(
         session, run_id, kill_at_step=kill_at_step))
+    return _unless_refused(session, run_id, ended, keep_log=True) if new else ended
+
+
+def _unless_refused(session: Path, run_id: int, ended: Ended, keep_log: bool = False) -> Ended:
+    """A data-parallel run whose ranks all refused before its first step (the model, the
+    data: what only building them tells) is removed, as one process's refusal stores
+    nothing; `keep_log`: the dashboard reads the refusal there (then removes it)."""
+    if ended.code != EXIT_BAD_INPUT:
+        return ended
+    with SessionStore(session, create=False) as store:
+        if store.run(run_id)["step"] == 0 and not store.checkpoints(run_id):
+            store.delete_run(run_id, refused=True)
+            shutil.rmtree(store.logs_dir / f"run-{run_id}-ranks", ignore_errors=True)
+            if not keep_log:
+                store.log_path(run_id).unlink(missing_ok=True)
+    return ended
 
 
 def resume(session: Path, run_id: int, sets: list[str], checkpoint: str | None = None,

@@ -747,8 +747,11 @@ def train_group(session: Path | None, run_id: int | None, cfg: RunConfig,
         if session is None:                  # `join`: the ranks' streams were shown already
             import shutil
             shutil.rmtree(log_dir, ignore_errors=True)
-    refused = bool(failures) and all(f.exitcode in (EXIT_BAD_INPUT, EXIT_SESSION)
-                                        for f in failures)
+    # Every rank refused (bad input), or was stopped by torchrun (SIGTERM) as another did:
+    # the first to refuse ends the group, and the one about to refuse too may be killed.
+    codes = [f.exitcode for f in failures]
+    refused = any(c in (EXIT_BAD_INPUT, EXIT_SESSION) for c in codes) and all(
+        c in (EXIT_BAD_INPUT, EXIT_SESSION, -signal.SIGTERM) for c in codes)
     run = None
     if session is not None and run_id is not None:
         with SessionStore(session, create=False) as store:

@@ -36,7 +36,7 @@ from ..core.analysis import figures
 from ..core.analysis.figures import PHASES
 from ..core.settings import recorded
 from ..core.settings.config import ConfigError, RunConfig, graph_step
-from ..core.errors import CheckpointError
+from ..core.errors import BadInput, CheckpointError
 from ..core.session.store import SessionStore
 from .bookkeeping import Bookkeeping, Position, Summary
 from .cuda_start import CudaStart
@@ -224,6 +224,8 @@ class Trainer(Bookkeeping):
                 raise ConfigError(key, reason + where)
             if kind == "CheckpointError":
                 raise CheckpointError(reason + where)
+            if kind == "BadInput":              # (a net that cannot take the data's images)
+                raise BadInput(reason + where)
             raise RuntimeError(f"rank {rank} could not set up: {kind}: {reason}")
         # DDP broadcasts rank 0's parameters now and averages the gradients in backward.
         use_backend(g, self.cfg.dist_backend, self.device)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -365,6 +366,9 @@ def launch(session: Path, args: list[str], log_path: Path, *, detach: bool = Tru
             process_group=0 if detach else None, env=env)
 
 
+REFUSAL = re.compile(r"^(?:\[rank \d+\] )?tui-trainer: (.*)$")    # a process's refusal
+
+
 class Supervisor:
     def __init__(self, store: SessionStore, warm: Forker | None = None):
         self.store = store
@@ -587,9 +591,10 @@ class Supervisor:
         except OSError:
             tail = ""
         said = [line for line in tail.splitlines() if line.strip()]
-        # its refusal is the CLI's one line (a warning printed as it exited may follow it)
-        line = next((x for x in reversed(said) if x.startswith("tui-trainer: ")),
-                    said[-1] if said else "refused by its process").removeprefix("tui-trainer: ")
+        # its refusal is the CLI's one line (a warning printed as it exited may follow it),
+        # a data-parallel run's by a rank ("[rank 1] tui-trainer: ...")
+        found = [m.group(1) for x in said if (m := REFUSAL.match(x))]
+        line = found[-1] if found else said[-1] if said else "refused by its process"
         self.refused.append((run_id, line, self._new.get(run_id)))
         log.unlink(missing_ok=True)
         return True
