@@ -480,14 +480,15 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
                         for f in done:
                             f.result()
 
+            priced = study["kind"] == "price"     # in windows of two processes (pricing.py)
             try:
-                if study["kind"] == "price":     # in windows of two processes (pricing.py)
+                if priced:
                     from .pricing import price_study
                     price_study(store, study_id, say, lambda: stop["asked"], warm)
                 else:
                     train_positions(list(range(len(study["variants"]))))
-                if not stop["asked"] and study["kind"] != "price":
-                    _after_plan(store, study_id, train_positions, stop, say, started)
+                    if not stop["asked"]:
+                        _after_plan(store, study_id, train_positions, stop, say, started)
                 if stop["asked"]:
                     status, message = "stopped", "stopped on request; run it again to continue"
             except BaseException as e:
@@ -495,7 +496,7 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
                 raise
             finally:
                 store.set_study_status(study_id, status, message)
-            if status == "finished" and not ended_before and study["kind"] != "price":
+            if status == "finished" and not ended_before and not priced:
                 _remember_prices(store, study_id, session, say)      # (a price study: its own)
     finally:
         warm.close()
