@@ -194,7 +194,7 @@ async def test_the_dashboard_fits_the_forms_config_in_the_background(tmp_path):
         form = app.query_one(LaunchPanel).form
         for key, value in (("dataset", "mnist-sample"), ("max_steps", "30"),
                            ("device", "cpu")):
-            form.query_one(f"#field-{key}", Input).value = value
+            (await form.field(key)).value = value
         await pilot.pause()
         app.query_one(LaunchPanel).action_fit()
         assert await asyncio.wait_for(asyncio.to_thread(
@@ -253,7 +253,7 @@ async def test_the_dashboards_fit_never_runs_a_file_the_user_has_not_trusted(tmp
     async with app.run_test(size=(120, 40)) as pilot:
         await app.ready()
         form = app.query_one(LaunchPanel).form
-        form.query_one("#field-model", Input).value = f"{net}:Net"
+        (await form.field("model")).value = f"{net}:Net"
         await pilot.pause()
         app.query_one(LaunchPanel).action_fit()
         assert await asyncio.to_thread(wait_until, lambda: any(
@@ -306,12 +306,26 @@ def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isola
 
 
 def test_windows_refuse_what_they_cannot_price_in_one_line(tmp_path):
-    for args, said in ((["--vary", "compile=on", "--decide"], "mostly at start-up"),
-                       (["--vary", "checkpoint_every=10", "--decide"], "outside training"),
-                       (["--vary", "amp=bf16"], "give --decide"),
+    for args, said in ((["--vary", "amp=bf16"], "give --decide"),
                        (["--decide"], "give at least one KEY=V1,V2 to vary")):
         r = tt("ab", "--session", str(tmp_path), "--windows", *args)
         assert r.rc == 2 and said in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert not (tmp_path / "session.sqlite").exists()
+
+
+def test_a_knob_paid_at_start_up_is_priced_with_it_as_whole_runs(tmp_path):
+    """Issue 67, point 3: `--windows` for compile or a bookkeeping knob (priced outside the
+    steps' windows) prices it as whole runs, deciding when to stop, and says so; it no
+    longer refuses. Shown by its plan (a study of rounds, not windows), nothing written."""
+    for knob, said in (("compile=on", "mostly at start-up"),
+                       ("checkpoint_every=10", "outside training")):
+        r = tt("ab", "--session", str(tmp_path), "--windows", "--decide", "--vary", knob,
+               "--plan")
+        assert r.rc == 0 and said in r.err and "the rounds of --decide, not --windows" in r.err, r.err
+        assert "(plan):" in r.out and "rounds" in r.out and "windows" not in r.out, r.out
+    r = tt("ab", "--session", str(tmp_path), "--windows", "--decide", "--vary", "amp=bf16",
+           "--plan")
+    assert r.rc == 0 and "price (plan): 1 variant(s)" in r.out and "amp = bf16" in r.out
     assert not (tmp_path / "session.sqlite").exists()
 
 

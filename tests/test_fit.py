@@ -321,15 +321,15 @@ async def test_the_dashboard_chooses_a_presets_knobs_for_its_machine_and_marks_t
         note = str(app.query_one("#note-amp").render())
         assert "chosen for this machine" in note and "off: 2.00x" in note
         assert fit.still_chosen(launch._chosen, form.config().to_dict())[0].key == "amp"
-        form.query_one("#field-amp", Select).value = "bf16"
+        (await form.field("amp")).value = "bf16"
         await pilot.pause()
         note = str(app.query_one("#note-amp").render())
         assert "emulated" in note and "bf16: 0.50x [0.41-0.57] slower against off here" \
             in note and "chosen" not in note
         assert [c.key for c in fit.still_chosen(launch._chosen, form.config().to_dict())] \
             == ["channels_last"]
-        form.query_one("#field-amp", Select).value = "off"
-        form.query_one("#field-device", Input).value = "auto"   # (still the CPU here)
+        (await form.field("amp")).value = "off"
+        (await form.field("device")).value = "auto"   # (still the CPU here)
         await pilot.pause()
         assert "off: 2.00x" in str(app.query_one("#note-amp").render())
         # a study that ends while the dashboard is open: its price shows at the knob

@@ -43,7 +43,7 @@ async def until(pilot, predicate, timeout: float = 300.0, seen=None) -> None:
 async def fill(pilot, values: dict[str, str]) -> None:
     form = pilot.app.query_one(ConfigForm)
     for key, value in values.items():
-        widget = form.query_one(f"#field-{key}")
+        widget = await form.field(key)
         if isinstance(widget, Input):
             widget.value = value
         elif isinstance(widget, Checkbox):
@@ -116,7 +116,7 @@ async def test_every_knob_is_in_the_form_with_its_explanation(tmp_path):
         await pilot.app.ready()
         form = app.query_one(ConfigForm)
         for key in config.FIELDS:        # the focused knob is explained under the form
-            form.query_one(f"#field-{key}").focus()
+            (await form.field(key)).focus()
             await pilot.pause()
             assert config.doc(key) in str(app.query_one("#knob-help").render()), key
         assert isinstance(form.query_one("#field-pin_memory"), Checkbox)
@@ -129,6 +129,39 @@ async def test_every_knob_is_in_the_form_with_its_explanation(tmp_path):
         await pilot.pause()
         assert form.query_one("#box-seed").has_class("-changed")
         assert not form.query_one("#box-lr").has_class("-changed")
+
+
+async def test_a_closed_group_builds_its_fields_when_first_opened(tmp_path):
+    """The first screen mounts the open group's fields only (a closed group's were a third
+    of its time): a closed group's knobs keep their values (read, set, checked) until it
+    opens, by a click, a search, a value set there or a refusal; its fields then show them."""
+    from tui_trainer.core.settings import config
+    app = TrainerApp(tmp_path, poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.ready()
+        form = app.query_one(ConfigForm)
+        rows = lambda: {b.id.removeprefix("box-") for b in form.query(".field-row")}  # noqa
+        of = lambda group: {k for k in config.FIELDS if config.group(k) == group}  # noqa
+        assert rows() == of("reproducibility")
+        assert form.config() == config.DEFAULTS and form.problems == {}
+        # set while closed: its group opens, built from the value, marked as changed
+        form.set_value("amp", "bf16")
+        assert form.config().amp == "bf16"
+        await pilot.pause(0.2)
+        assert of("speed") <= rows() and form.query_one("#field-amp", Select).value == "bf16"
+        assert form.query_one("#box-amp").has_class("-changed")
+        assert not form.query_one("#group-speed").collapsed
+        # opened by a click: its Selects read their values while they mount (not blank)
+        await click(pilot, "#group-parallel CollapsibleTitle")
+        assert form.validate() == {}, form.problems
+        await pilot.pause(0.2)
+        assert of("parallel") <= rows() and form.problems == {}
+        assert form.config() == config.from_dict({**config.DEFAULTS.to_dict(), "amp": "bf16"})
+        # a bad value refused in a closed group: opened, the field marked with the reason
+        form.set_value("log_every", 0)
+        await pilot.pause(0.2)
+        assert "log_every" in form.problems and of("bookkeeping") <= rows()
+        assert form.query_one("#box-log_every").has_class("-invalid")
 
 
 async def test_the_cycle_collector_walks_the_heap_only_between_keys(tmp_path):
@@ -186,7 +219,8 @@ async def test_the_knob_search_typed_at_human_speed_never_moves_the_focus_or_a_v
             await pilot.pause(0.1)
 
         def shown_knobs() -> list[str]:
-            return [k for k in config.FIELDS if form.query_one(f"#box-{k}").display]
+            return [k for k in config.FIELDS      # (a group never opened has no boxes yet)
+                    if (box := form.query(f"#box-{k}")) and box.first().display]
 
         async def search_for(text: str, first: str) -> None:
             await clear()
@@ -610,8 +644,8 @@ async def test_keys_typed_in_a_burst_while_runs_train_all_reach_the_knob(tmp_pat
                 for key in [*"max_steps", "enter", *value]:
                     app.post_message(events.Key(key, "\r" if key == "enter" else key))
                 await until(pilot, lambda: search.value == "max_steps"
-                            and app.query_one("#field-max_steps", Input).value == value, 10,
-                            lambda: (search.value, app.query_one("#field-max_steps").value))
+                            and app.query_one(ConfigForm).texts()["max_steps"] == value, 10,
+                            lambda: (search.value, app.query_one(ConfigForm).texts()["max_steps"]))
                 assert app.query_one(ConfigForm).config().max_steps == int(value)
     finally:
         for p in live:

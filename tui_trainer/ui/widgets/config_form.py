@@ -12,6 +12,7 @@ dataset not on disk) is marked the same way, at its key.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from rich.text import Text
@@ -31,6 +32,31 @@ from .inputs import Input
 
 def _text(value: Any) -> str:
     return "none" if value is None else str(value)
+
+
+def _typed(key: str) -> bool:
+    """Whether a knob's widget holds its value typed (a Checkbox, a Select), not as text."""
+    kind = config.kind(key)
+    return kind == "bool" or (kind == "choice" and key not in ("model", "dataset"))
+
+
+def _shown(key: str, value: Any) -> Any:
+    """A value as its knob's widget holds it: typed, or the text shown."""
+    return value if _typed(key) else _text(value)
+
+
+class _Group(Collapsible):
+    """A group of knobs whose fields are built when it first opens (a closed group's 50
+    fields were a third of the first screen's time); `build` is the form's."""
+
+    def __init__(self, *, build: Any, **kwargs: Any) -> None:
+        self._build = build
+        super().__init__(**kwargs)
+
+    def _watch_collapsed(self, collapsed: bool) -> None:
+        if not collapsed and self.is_mounted:
+            self._build()               # before it is shown: never an empty group
+        super()._watch_collapsed(collapsed)
 
 
 class ConfigForm(VerticalScroll):
@@ -61,6 +87,10 @@ class ConfigForm(VerticalScroll):
         self._notes: dict[str, Static] = {}
         # The widgets of each knob, kept here: no query walks the form per knob per change.
         self._widgets: dict[str, Any] = {}
+        # The values of knobs without a mounted widget (their group never opened, or its
+        # fields being mounted: a Select reads blank until then), as the widget holds them.
+        self._held: dict[str, Any] = {}
+        self._built: dict[str, asyncio.Event] = {}     # a group's fields are mounted
         self._boxes: dict[str, Horizontal] = {}
         self._names: dict[str, Label] = {}
         self._errors: dict[str, Static] = {}
@@ -73,17 +103,68 @@ class ConfigForm(VerticalScroll):
         # closed until asked for (a search, a knob's focus, a value set there, a click): the
         # form's height, and so what a screen of it shows, does not change with the knobs of
         # groups out of sight.
+        # A closed group's fields are built when it first opens (_build).
         first = next(iter(config.GROUPS))
         for group, title in config.GROUPS.items():
-            keys = [k for k in config.FIELDS if config.group(k) == group]
+            keys = self._keys(group)
             shut = group != first and all(self._initial[k] == config.DEFAULTS.to_dict()[k]
                                           for k in keys)
             # (born with its class: Collapsible adds it on mount otherwise, restyling each
             # closed group's fields, 0.22 s of the form's 0.62 s mount, profiled)
-            with Collapsible(title=title, collapsed=shut, id=f"group-{group}",
-                             classes="-collapsed" if shut else None):
+            with _Group(title=title, collapsed=shut, id=f"group-{group}",
+                        classes="-collapsed" if shut else None,
+                        build=lambda group=group: self._build(group)):
                 for key in keys:
-                    yield self._field(key, self._initial[key])
+                    if shut:
+                        self._held[key] = _shown(key, self._initial[key])
+                    else:
+                        yield self._field(key, self._initial[key])
+
+    @staticmethod
+    def _keys(group: str) -> list[str]:
+        return [k for k in config.FIELDS if config.group(k) == group]
+
+    def _build(self, group: str) -> None:
+        """A group's fields, from the values its knobs hold, the first time it opens (the
+        search's filter applied to them); its notes and errors follow (recheck)."""
+        unbuilt = [k for k in self._keys(group) if k not in self._widgets]
+        if not unbuilt:
+            return
+        built = self._built[group] = asyncio.Event()
+        born = {key: self._held[key] for key in unbuilt}
+        boxes = [self._field(key, born[key]) for key in unbuilt]
+        shown = set(self.matches)
+        for key, box in zip(unbuilt, boxes):
+            box.display = key in shown
+        mounting = self.query_one(f"#group-{group}", Collapsible).query_one(
+            Collapsible.Contents).mount_all(boxes)
+
+        async def mounted() -> None:
+            await mounting
+            with self.prevent(Input.Changed, Checkbox.Changed, Select.Changed):
+                for key in unbuilt:     # a value set meanwhile (keys typed there are kept)
+                    if (value := self._held.pop(key)) != born[key]:
+                        self._widgets[key].value = value
+            built.set()
+            self.recheck()
+        self.call_later(mounted)
+
+    async def field(self, key: str) -> Any:
+        """A knob's widget, its group opened (and its fields mounted) first: as a user
+        gets to it."""
+        self._open(key)
+        if (built := self._built.get(config.group(key))) is not None:
+            await built.wait()
+        return self._widgets[key]
+
+    def _get(self, key: str) -> Any:
+        return self._held[key] if key in self._held else self._widgets[key].value
+
+    def _put(self, key: str, value: Any) -> None:
+        if key in self._held:
+            self._held[key] = _shown(key, value)
+        else:
+            self._widgets[key].value = _shown(key, value)
 
     def _field(self, key: str, value: Any) -> Horizontal:
         """One line: the name and the value's widget. The line under it with the reason a
@@ -156,8 +237,14 @@ class ConfigForm(VerticalScroll):
             return []
         keys = self.matching(text)
         found = set(keys)
+        self.matches = keys
+        if text.strip():            # the groups it finds are opened: their fields built
+            for group in {config.group(k) for k in found}:
+                self._build(group)
         for key in config.FIELDS:
-            box = self._boxes[key]
+            box = self._boxes.get(key)
+            if box is None:
+                continue
             box.display = key in found
             box.set_class(bool(text.strip()) and bool(keys) and key == keys[0], "-match")
             if key in self._errors:
@@ -169,7 +256,6 @@ class ConfigForm(VerticalScroll):
             section.display = any(config.group(k) == group for k in found)
             if text.strip() and section.display:
                 section.collapsed = False
-        self.matches = keys
         if keys and text.strip():
             self.scroll_to_widget(self._boxes[keys[0]], animate=False)
         return keys
@@ -200,14 +286,11 @@ class ConfigForm(VerticalScroll):
         if not self.ready:
             return dict(self._initial), problems
         for key in config.FIELDS:
-            widget = self._widgets[key]
-            if isinstance(widget, Checkbox):
-                values[key] = widget.value
-            elif isinstance(widget, Select):
-                values[key] = widget.value
+            if _typed(key):
+                values[key] = self._get(key)
             else:
                 try:
-                    values[key] = config.parse_value(key, widget.value)
+                    values[key] = config.parse_value(key, self._get(key))
                 except config.ConfigError as e:
                     problems[key] = e.reason
         return values, problems
@@ -216,7 +299,7 @@ class ConfigForm(VerticalScroll):
         """What each field shows, as text (an edit that does not parse included)."""
         if not self.ready:
             return {k: str(v) for k, v in self._initial.items()}
-        return {key: str(self._widgets[key].value) for key in config.FIELDS}
+        return {key: str(self._get(key)) for key in config.FIELDS}
 
     def validate(self) -> dict[str, str]:
         values, problems = self.raw_values()
@@ -263,11 +346,7 @@ class ConfigForm(VerticalScroll):
             for key, value in {**config.DEFAULTS.to_dict(), **values}.items():
                 if key not in config.FIELDS:
                     continue
-                widget = self._widgets[key]
-                if isinstance(widget, (Checkbox, Select)):
-                    widget.value = value
-                else:
-                    widget.value = _text(value)
+                self._put(key, value)
         self.post_message(self.Changed(self.validate()))
 
     def set_value(self, key: str, value: Any) -> None:
@@ -276,25 +355,27 @@ class ConfigForm(VerticalScroll):
         if not self.ready:
             self._initial = {**self._initial, key: value}
             return
-        widget = self._widgets[key]
         with self.prevent(Input.Changed, Checkbox.Changed, Select.Changed):
-            widget.value = value if isinstance(widget, (Checkbox, Select)) else _text(value)
+            self._put(key, value)
         self.post_message(self.Changed(self.validate()))
 
     def _mark(self, problems: dict[str, str]) -> None:
         values, _ = self.raw_values()
         defaults = config.DEFAULTS.to_dict()
         for key in config.FIELDS:
-            widget = self._widgets[key]
-            if isinstance(widget, Checkbox) and str(widget.label) != ("on" if widget.value
-                                                                      else "off"):
-                widget.label = "on" if widget.value else "off"
-            box = self._boxes[key]
-            box.set_class(key in problems, "-invalid")
             changed = key in values and values[key] != defaults[key]
-            if (changed and not box.has_class("-changed")) or \
+            box = self._boxes.get(key)
+            if (changed and (box is None or not box.has_class("-changed"))) or \
                     (key in problems and key not in self._errors):
                 self._open(key)            # a value set there (a preset's), or refused: shown
+                box = self._boxes.get(key)
+            if box is None:
+                continue        # in a group never opened, at its default and valid
+            widget = self._widgets[key]
+            if key not in self._held and isinstance(widget, Checkbox) and str(widget.label) != ("on" if widget.value
+                                                                      else "off"):
+                widget.label = "on" if widget.value else "off"
+            box.set_class(key in problems, "-invalid")
             if box.has_class("-changed") != changed:
                 box.set_class(changed, "-changed")
                 self._names[key].update(("• " if changed else "") + key)
@@ -325,12 +406,13 @@ class ConfigForm(VerticalScroll):
                     f"; {said[key]}" if key in said else "")
         whole = {}
         for key in ("model", "dataset"):
-            field = self._widgets[key]
-            text = str(field.value)
-            if 0 < field.content_region.width < len(text):
+            text = str(self._get(key))
+            if key in self._boxes and 0 < self._widgets[key].content_region.width < len(text):
                 whole[key] = f"⤷{shown(text, 1000)}"     # (no space: a path folds whole)
         for key in config.FIELDS:
             note = self._notes.get(key)
+            if key not in self._boxes:
+                continue        # said once its group is built
             if key in said or key in whole:
                 text = Text("\n".join(filter(None, (
                     whole.get(key), key in said and f"⚠ {shown(said[key], 300)}"))))
