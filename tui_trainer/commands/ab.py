@@ -67,8 +67,8 @@ def add(sub: Any) -> None:
                          "windows decide; each arm's start-up is measured and given "
                          "beside the price (tui_trainer/pricing.py). Seconds, not minutes; "
                          "knobs paid at start-up or outside training steps (compile, "
-                         "cudnn_benchmark, cuda_graph, bookkeeping) are refused: price "
-                         "those as whole runs")
+                         "cudnn_benchmark, cuda_graph, bookkeeping) are priced with what "
+                         "they cost, as whole runs (the rounds of --decide), said in a line")
     sp.add_argument("--max-rounds", type=int, metavar="N", default=None,
                     help="--until-sure's bound on rounds, or --decide's cap")
     sp.add_argument("--max-time", type=float, metavar="S", default=None,
@@ -262,7 +262,34 @@ def windows(args: argparse.Namespace) -> int:
     vary = study.parse_vary(list(spec.get("vary", [])) + args.vary)
     base = config.from_dict({**config.DEFAULTS.to_dict(), **file_values,
                              **config.parse_overrides(args.sets)})
+    whole = [why for k, _ in vary if (why := pricing.windowable(k))]
+    if whole:
+        # priced with what it costs, as the A/B tab's "Decide a price" does: whole runs
+        # deciding when to stop (--decide), the windows' cap left aside
+        if not args.json:
+            print(f"ab: {'; '.join(dict.fromkeys(whole))} (the rounds of --decide, not "
+                  f"--windows" + ("; --max-rounds counted window pairs: the rounds' own cap "
+                                  "applies" if args.max_rounds is not None else "") + ")",
+                  file=sys.stderr, flush=True)
+        args.windows, args.max_rounds = False, None
+        return run(args)
     arms = pricing.plan(base, vary)
+    if args.plan:           # what it would price, and how; nothing trained or written
+        cap = args.max_rounds or pricing.LOOKS[-1]
+        plan = {"name": args.name, "windows": True, "cap": cap, "arms": [
+            {"label": a["label"], "changes": {a["key"]: a["value"]} if "key" in a else {},
+             "not_possible": runner.device_refusal(a["config"])} for a in arms]}
+        if args.json:
+            print(json.dumps(json_safe(plan)))
+            return 0
+        print(f"price (plan): {len(arms) - 1} variant(s), each against the base in two "
+              f"processes taking turns in windows of about {pricing.WINDOW_S} s, until the "
+              f"window pairs decide (at most {cap})")
+        for arm in plan["arms"]:
+            what = ", ".join(f"{k} = {v}" for k, v in arm["changes"].items()) or "-"
+            why = f"  NOT POSSIBLE HERE: {arm['not_possible']}" if arm["not_possible"] else ""
+            print(f"  {shown(arm['label'], 60):<52} {shown(what, 80)}{shown(why, 200)}")
+        return 0
     trust_named(*(a["config"] for a in arms))
     say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
     name = args.name or spec.get("name") or "+".join(k for k, _ in vary)
