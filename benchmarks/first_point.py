@@ -89,7 +89,9 @@ def stop_runs(session: Path) -> None:
 
 def one(session: Path, run_id: int) -> dict[str, float]:
     """F2, then the three moments, as seconds after it; F3 stops the run again."""
-    row = re.compile(rf"\b{run_id}\s+run-{run_id}\s+\w+\s+\d+\s+\d+\.\d{{4}}")
+    # id, name, status, step, the epoch where the table shows one, then the train loss
+    row = re.compile(rf"\b{run_id}\s+run-{run_id}\s+\w+\s+\d+\s+(?:\d+\.\d\d\s+)?"
+                     rf"\d+\.\d{{4}}")
     t0 = time.time()
     tmux("send-keys", "-t", SESSION, "F2")
     table = wait_for(lambda s: bool(row.search(s)), 60, f"run {run_id}'s loss in the table")

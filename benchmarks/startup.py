@@ -6,7 +6,11 @@ the same run against a bare `python -c pass` launched the same way (the floor: i
 start-up plus tmux), and against `python -c "import torch"`, which the dashboard must never
 pay. Goal: first screen under 1 second.
 
-    python benchmarks/startup.py [--repeats 5] [--runs 0]
+    python benchmarks/startup.py [--repeats 5] [--runs 0] [--peer DIR]
+
+--peer DIR: also the first screen of another checkout of tui-trainer (`git worktree add DIR
+REV`), launched the same way, in turns with this tree's: the same machine in the same run,
+so a figure measured on another CPU for REV scales to this tree there.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--runs", type=int, default=0,
                     help="fill the session with this many finished runs first")
+    ap.add_argument("--peer", type=Path, default=None,
+                    help="another checkout whose first screen is timed in the same run")
     args = ap.parse_args()
     py = shlex.quote(sys.executable)
     with tempfile.TemporaryDirectory() as tmp:
@@ -64,6 +70,12 @@ def main() -> int:
                 (app, lambda s: "Start (F2)" in s and "samples/s" in s
                  and "Reproducibility" in s),
         }
+        if args.peer is not None:
+            peer = shlex.quote(str(args.peer.resolve()))
+            other = shlex.quote(str(Path(tmp) / "peer-session"))   # (its own schema)
+            cases["peer first screen"] = (
+                f"env -C {peer} PYTHONPATH={peer} {py} -m tui_trainer --session {other}",
+                cases["tui-trainer first screen"][1])
         results = {name: [] for name in cases}
         for _ in range(args.repeats):
             for name, (cmd, ready) in cases.items():
@@ -73,6 +85,9 @@ def main() -> int:
     for name, xs in results.items():
         print(f"  {name:<38} {statistics.median(xs):6.3f}  {min(xs):6.3f}  {max(xs):6.3f}")
     first = statistics.median(results["tui-trainer first screen"])
+    if args.peer is not None:
+        peer = statistics.median(results["peer first screen"])
+        print(f"this tree / the peer ({args.peer}): {first / peer:.3f}")
     print(f"first screen: {first:.3f} s (goal < 1 s) -> {'MET' if first < 1 else 'NOT MET'}")
     return 0
 
