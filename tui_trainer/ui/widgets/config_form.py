@@ -13,7 +13,7 @@ dataset not on disk) is marked the same way, at its key.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Callable
 
 from rich.text import Text
 from textual import on
@@ -148,6 +148,20 @@ class ConfigForm(VerticalScroll):
             built.set()
             self.recheck()
         self.call_later(mounted)
+
+    def build_closed(self, quiet: Callable[[], float]) -> None:
+        """After the first screen: the groups never opened are built one at a time, each
+        once no key has come for a moment (`quiet`: how long still to wait), and stay
+        closed. A first search then finds every field there (building them on its first
+        key made the filtered form show 70 ms later, 186 ms at 80x24)."""
+        left = [g for g in config.GROUPS if any(k not in self._widgets for k in self._keys(g))]
+        if not left or not self.is_attached:
+            return
+        if (wait := quiet()) > 0:
+            self.set_timer(wait, lambda: self.build_closed(quiet))
+            return
+        self._build(left[0])
+        self.set_timer(0.05, lambda: self.build_closed(quiet))
 
     async def field(self, key: str) -> Any:
         """A knob's widget, its group opened (and its fields mounted) first: as a user
