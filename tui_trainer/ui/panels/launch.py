@@ -43,7 +43,6 @@ from .common import plain
 PRICES_EVERY_S = 2.0
 # How long a Start waits for the launcher still importing torch (then it starts cold)
 LAUNCHER_WAIT_S = 60.0
-BUILD_CLOSED_S = 1.0    # after the first screen: the form's closed groups built (build_closed)
 
 
 def preset_options() -> list[tuple[Any, str]]:
@@ -383,9 +382,6 @@ class LaunchPanel(Vertical):
         self.probe_machine()
         if self.app.warm is not None:
             self.app.warm.start()       # a Popen: the imports happen in that process
-        # the closed groups' fields, a moment later: their first one's build (Python,
-        # the GIL) held the first screen's writing back by 0.12 s
-        self.set_timer(BUILD_CLOSED_S, lambda: self.form.build_closed(self.app.input_quiet))
 
     @work(thread=True, group="machine")
     def probe_machine(self) -> None:

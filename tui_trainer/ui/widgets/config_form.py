@@ -13,7 +13,7 @@ dataset not on disk) is marked the same way, at its key.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from typing import Any
 
 from rich.text import Text
 from textual import on
@@ -141,6 +141,8 @@ class ConfigForm(VerticalScroll):
 
         async def mounted() -> None:
             await mounting
+            if not all(self._widgets[key].is_mounted for key in unbuilt):
+                return          # the app closed meanwhile: its values stay held
             with self.prevent(Input.Changed, Checkbox.Changed, Select.Changed):
                 for key in unbuilt:     # a value set meanwhile (keys typed there are kept)
                     if (value := self._held.pop(key)) != born[key]:
@@ -148,20 +150,6 @@ class ConfigForm(VerticalScroll):
             built.set()
             self.recheck()
         self.call_later(mounted)
-
-    def build_closed(self, quiet: Callable[[], float]) -> None:
-        """After the first screen: the groups never opened are built one at a time, each
-        once no key has come for a moment (`quiet`: how long still to wait), and stay
-        closed. A first search then finds every field there (building them on its first
-        key made the filtered form show 70 ms later, 186 ms at 80x24)."""
-        left = [g for g in config.GROUPS if any(k not in self._widgets for k in self._keys(g))]
-        if not left or not self.is_attached:
-            return
-        if (wait := quiet()) > 0:
-            self.set_timer(wait, lambda: self.build_closed(quiet))
-            return
-        self._build(left[0])
-        self.set_timer(0.05, lambda: self.build_closed(quiet))
 
     async def field(self, key: str) -> Any:
         """A knob's widget, its group opened (and its fields mounted) first: as a user
@@ -386,9 +374,10 @@ class ConfigForm(VerticalScroll):
             if box is None:
                 continue        # in a group never opened, at its default and valid
             widget = self._widgets[key]
-            if key not in self._held and isinstance(widget, Checkbox) and str(widget.label) != ("on" if widget.value
-                                                                      else "off"):
-                widget.label = "on" if widget.value else "off"
+            label = "on" if widget.value else "off"
+            if key not in self._held and isinstance(widget, Checkbox) and \
+                    str(widget.label) != label:
+                widget.label = label
             box.set_class(key in problems, "-invalid")
             if box.has_class("-changed") != changed:
                 box.set_class(changed, "-changed")
@@ -403,7 +392,8 @@ class ConfigForm(VerticalScroll):
                     error = self._errors[key] = Static(text, classes="field-error",
                                                        id=f"error-{key}")
                     error.display = box.display        # hidden with its knob by a search
-                    box.parent.mount(error, after=box)
+                    if box.parent is not None:          # (not while the app closes)
+                        box.parent.mount(error, after=box)
             elif error is not None:
                 del self._errors[key]
                 error.remove()
@@ -439,7 +429,8 @@ class ConfigForm(VerticalScroll):
                 note.set_class(key not in said, "-whole")
                 note.display = self._boxes[key].display
                 anchor = self._errors.get(key) or self._boxes[key]
-                anchor.parent.mount(note, after=anchor)
+                if anchor.parent is not None:           # (not while the app closes)
+                    anchor.parent.mount(note, after=anchor)
             elif note is not None:
                 del self._notes[key]
                 note.remove()
