@@ -194,25 +194,6 @@ async def test_a_search_builds_its_first_matchs_group_first(tmp_path):
         assert form.config() == config.DEFAULTS and form.problems == {}
 
 
-async def test_a_searchs_first_match_is_in_view_at_80x24(tmp_path):
-    """The form scrolls to a search's first match once it is laid out as filtered: at 80x24
-    a second search's match was off the screen (scrolled by the layout before), and a match
-    below groups a search had just built was pushed out of view."""
-    app = TrainerApp(tmp_path, poll=False)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await app.ready()
-        await pilot.press("f9")
-        await pilot.pause(0.3)
-        form = app.query_one(ConfigForm)
-        for text in ("o", "", "a", "", "ra", "", "dist"):
-            keys = form.filter(text)
-            await pilot.pause(0.1)
-            if text:
-                box = lambda: form.query_one(f"#box-{keys[0]}")  # noqa: E731
-                await until(pilot, lambda: form.region.contains_region(box().region), 10,
-                            lambda: (text, keys[0], box().region, form.region))
-
-
 async def test_a_group_being_built_as_the_app_closes_ends_quietly(tmp_path):
     """A group whose fields are removed before their mount is awaited (the dashboard quit
     as a search opened it): its knobs keep their held values and nothing

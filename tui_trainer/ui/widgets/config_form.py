@@ -269,10 +269,7 @@ class ConfigForm(VerticalScroll):
         if later:
             self.call_after_refresh(self._open_found)
         if keys and self._searching:
-            # once laid out as filtered (scrolled before, it went by the last layout: at
-            # 80x24 the first match of a second search was off the screen)
-            self.call_after_refresh(self.scroll_to_widget, self._boxes[keys[0]],
-                                    animate=False)
+            self.scroll_to_widget(self._boxes[keys[0]], animate=False)
         return keys
 
     def _is_built(self, group: str) -> bool:
@@ -290,14 +287,6 @@ class ConfigForm(VerticalScroll):
                 self.query_one(f"#group-{group}", Collapsible).collapsed = False
                 self.call_after_refresh(self._open_found)
                 return
-
-    def watch_virtual_size(self) -> None:
-        """While a search is typed (the focus outside the form), its first match is kept in
-        view as the form's height changes: a group opened above it, knobs hidden (at 80x24
-        the first match of a second search was off the screen)."""
-        if self._searching and self.matches and not self.has_focus_within and \
-                (box := self._boxes.get(self.matches[0])) is not None:
-            self.call_after_refresh(self.scroll_to_widget, box, animate=False)
 
     def _open(self, key: str) -> bool:
         """Opens the knob's group; whether it was closed."""
