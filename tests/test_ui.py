@@ -164,36 +164,6 @@ async def test_a_closed_group_builds_its_fields_when_first_opened(tmp_path):
         assert form.query_one("#box-log_every").has_class("-invalid")
 
 
-async def test_a_search_builds_its_first_matchs_group_first(tmp_path):
-    """A search's first match is on the screen in the frame of its key: its group is built
-    and opened at once, the other groups it finds a frame at a time after (building all
-    six on the first key held the filtered form back by 70 ms at 80x24); cleared before
-    then, it builds nothing more."""
-    from tui_trainer.core.settings import config
-    app = TrainerApp(tmp_path, poll=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await app.ready()
-        form = app.query_one(ConfigForm)
-        rows = lambda: {b.id.removeprefix("box-") for b in form.query(".field-row")}  # noqa
-        of = lambda group: {k for k in config.FIELDS if config.group(k) == group}  # noqa
-        # a search cleared before its next frame: only its first match's group is built
-        keys = form.filter("r")             # rdzv_endpoint first; found in all six groups
-        form.filter("")
-        await pilot.pause(0.3)
-        assert rows() == of("reproducibility") | of(config.group(keys[0]))
-        keys = form.filter("o")             # optimizer first; found in all six groups
-        first = config.group(keys[0])
-        assert rows() == of("reproducibility") | of("parallel") | of(first)
-        assert form.query_one(f"#box-{keys[0]}").has_class("-match")
-        found = {config.group(k) for k in keys}
-        assert len(found) == 6
-        await until(pilot, lambda: all(of(g) <= rows() for g in found), 10, rows)
-        assert all(not form.query_one(f"#group-{g}").collapsed for g in found)
-        assert [k for k in config.FIELDS if form.query_one(f"#box-{k}").display] == \
-            [k for k in config.FIELDS if k in keys]
-        assert form.config() == config.DEFAULTS and form.problems == {}
-
-
 async def test_a_group_being_built_as_the_app_closes_ends_quietly(tmp_path):
     """A group whose fields are removed before their mount is awaited (the dashboard quit
     as a search opened it): its knobs keep their held values and nothing
