@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from .. import runner
 from ..core.settings import config
@@ -127,13 +127,18 @@ def _print_plan(planned: study.Planned, as_json: bool) -> int:
         return 0
     print(f"A/B study {shown(planned.name, 60)} (plan): {len(arms)} arms x "
           f"{plan['repeats']} rounds of {plan['steps']} steps = {plan['runs']} runs")
-    for arm in arms.values():
-        what = ", ".join(f"{k} = {v}" for k, v in arm["changes"].items()) or "-"
-        why = f"  NOT POSSIBLE HERE: {arm['not_possible']}" if arm["not_possible"] else ""
-        print(f"  {shown(arm['label'], 60):<52} {shown(what, 80)}{shown(why, 200)}")
+    _print_arms(arms.values())
     for note in planned.notes:
         print(f"note: {shown(note, 300)}")
     return 0
+
+
+def _print_arms(arms: Iterable[dict[str, Any]]) -> None:
+    """A plan's arms, a line each: its label, what it changes, why this machine cannot."""
+    for arm in arms:
+        what = ", ".join(f"{k} = {v}" for k, v in arm["changes"].items()) or "-"
+        why = f"  NOT POSSIBLE HERE: {arm['not_possible']}" if arm["not_possible"] else ""
+        print(f"  {shown(arm['label'], 60):<52} {shown(what, 80)}{shown(why, 200)}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -285,10 +290,7 @@ def windows(args: argparse.Namespace) -> int:
         print(f"price (plan): {len(arms) - 1} variant(s), each against the base in two "
               f"processes taking turns in windows of about {pricing.WINDOW_S} s, until the "
               f"window pairs decide (at most {cap})")
-        for arm in plan["arms"]:
-            what = ", ".join(f"{k} = {v}" for k, v in arm["changes"].items()) or "-"
-            why = f"  NOT POSSIBLE HERE: {arm['not_possible']}" if arm["not_possible"] else ""
-            print(f"  {shown(arm['label'], 60):<52} {shown(what, 80)}{shown(why, 200)}")
+        _print_arms(plan["arms"])
         return 0
     trust_named(*(a["config"] for a in arms))
     say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))

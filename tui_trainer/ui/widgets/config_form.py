@@ -13,7 +13,7 @@ dataset not on disk) is marked the same way, at its key.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Callable
 
 from rich.text import Text
 from textual import on
@@ -49,7 +49,7 @@ class _Group(Collapsible):
     """A group of knobs whose fields are built when it first opens (a closed group's 50
     fields were a third of the first screen's time); `build` is the form's."""
 
-    def __init__(self, *, build: Any, **kwargs: Any) -> None:
+    def __init__(self, *, build: Callable[[], None], **kwargs: Any) -> None:
         self._build = build
         super().__init__(**kwargs)
 
@@ -374,9 +374,8 @@ class ConfigForm(VerticalScroll):
             if box is None:
                 continue        # in a group never opened, at its default and valid
             widget = self._widgets[key]
-            label = "on" if widget.value else "off"
             if key not in self._held and isinstance(widget, Checkbox) and \
-                    str(widget.label) != label:
+                    str(widget.label) != (label := "on" if widget.value else "off"):
                 widget.label = label
             box.set_class(key in problems, "-invalid")
             if box.has_class("-changed") != changed:
