@@ -8,11 +8,12 @@ import asyncio
 import json
 import math
 import random
+import statistics
 
 import pytest
 
 from conftest import QUICK, sets, tt
-from tui_trainer.core.analysis import sequential, stats, study
+from tui_trainer.core.analysis import figures, sequential, stats, study
 from tui_trainer.core.session.store import SessionStore
 from tui_trainer.core.settings.config import ConfigError
 
@@ -378,3 +379,93 @@ def test_a_price_from_a_busy_machine_says_so_in_its_words():
     assert undecided.verdict == "unknown"
     assert pricing.verdict_words(pricing.Priced(undecided, wide, [True] * 32, 10, {}, 5.0)
                                  ).startswith("unknown: the machine was too busy (32 of 32 ")
+
+
+# --- a seed sweep that decides (`sweep --decide`): the same looks and corrected level -------
+
+def seed_accuracies(sd: float, n: int, seed: int) -> list[float]:
+    """n seeds' accuracies (fractions) drawn normal around 97% with this sd."""
+    rng = random.Random(seed)
+    return [0.97 + rng.gauss(0.0, sd) for _ in range(n)]
+
+
+def test_a_sweeps_seed_noise_waits_for_its_looks_then_is_under_or_over_the_margin():
+    noisy = seed_accuracies(0.02, 20, seed=1)            # 2 points: over 0.5 at the first look
+    for n in range(1, sequential.SEED_LOOKS[0]):
+        d = sequential.decide_spread(noisy[:n])
+        assert not d.decided and d.next_look == sequential.SEED_LOOKS[0], n
+    d = sequential.decide_spread(noisy[:5])
+    assert d.verdict == "over" and d.rounds == 5 and d.interval.low > 0.005
+    assert "over 0.50 points" in d.words and "5 seeds" in d.words
+    # the corrected level: 1 - 2 x 5% / 5 looks, and its interval wider than a plain 95% one
+    assert math.isclose(d.level, 0.98) and d.interval.method == "chi-square"
+    plain = stats.sd_interval(noisy[:5], 0.95)
+    assert d.interval.low < plain.low and plain.high < d.interval.high
+    # the interval is the chi-square one: (n - 1) s^2 / sigma^2 at its bounds' quantiles
+    s = statistics.stdev(noisy[:5])
+    assert math.isclose(4 * s * s / d.interval.low ** 2, stats.chi2_quantile(0.99, 4))
+    assert math.isclose(4 * s * s / d.interval.high ** 2, stats.chi2_quantile(0.01, 4))
+    quiet = seed_accuracies(0.0015, 20, seed=2)          # 0.15 points
+    d = sequential.decide_spread(quiet[:5])
+    assert not d.decided and d.next_look == 8 and d.interval.high > 0.005   # not sure yet
+    assert not sequential.decide_spread(quiet[:7]).decided      # between looks
+    d = sequential.decide_spread(quiet[:8])
+    assert d.verdict == "under" and d.interval.high <= 0.005 and "under 0.50 points" in d.words
+    # seeds that did not finish (no accuracy) do not count
+    assert sequential.decide_spread([*quiet[:7], None, math.nan]).rounds == 7
+
+
+def test_a_sweep_that_stays_undecided_says_unknown_at_its_cap():
+    edge = seed_accuracies(0.005, 20, seed=3)            # the margin itself
+    for n in sequential.SEED_LOOKS[:-1]:
+        d = sequential.decide_spread(edge[:n])
+        assert not d.decided and d.next_look > n, n
+    d = sequential.decide_spread(edge)
+    assert d.verdict == "unknown" and d.next_look is None and "after 20 seeds" in d.words
+    assert sequential.looks(6, sequential.SEED_LOOKS) == (5, 6)
+    d = sequential.decide_spread(edge[:6], cap=6)
+    assert d.verdict == "unknown" and math.isclose(d.level, 1 - 0.1 / 2)
+
+
+def test_the_sweeps_error_rate_over_all_looks_stays_at_the_level():
+    """Simulated sweeps whose seeds' sd is the margin itself: "under" and "over" (each
+    wrong there) at most 5% of the time each, however many looks each took; half the
+    margin is "under" nearly always, twice it "over"."""
+    assert [round(stats.chi2_quantile(p, df), 3) for p, df in
+            ((0.025, 4), (0.975, 4), (0.005, 7), (0.995, 19))] == \
+        [0.484, 11.143, 0.989, 38.582]          # the chi-square table's values
+    r = sequential.spread_error_rate(1500, 0.005, seed=4)
+    assert r["under"] <= 0.05 and r["over"] <= 0.05, r
+    assert sequential.spread_error_rate(300, 0.0025, seed=5)["under"] >= 0.9
+    assert sequential.spread_error_rate(300, 0.01, seed=6)["over"] >= 0.95
+
+
+def test_a_sweep_that_decides_stops_at_its_look_and_is_refused_in_one_line(tmp_path):
+    """Real sweeps of a few steps (their accuracies several points apart): against half a
+    point they are "over" at the first look, 5 seeds; against a margin near their own
+    spread they train to the next look, 6 seeds here, and say what the stored accuracies
+    say. Bad values are refused in one line before anything is stored."""
+    quick = [*sets(*QUICK, "device=cpu", "fingerprint_every=0"), "--steps", "10"]
+    r = tt("sweep", "--session", str(tmp_path / "a"), *quick, "--decide", "--json")
+    assert r.rc == 0, r.err
+    out = json.loads(r.out)
+    assert out["kind"] == "sweep" and out["decide"] == 0.005 and out["repeats"] == 5
+    assert out["rows"][0]["decision"]["verdict"] == "over"
+    assert out["ended_by"].startswith("decided after 5 seeds")
+    with SessionStore(tmp_path / "a", create=False, readonly=True) as store:
+        assert len(store.runs()) == 5
+    r = tt("sweep", "--session", str(tmp_path / "b"), *quick, "--decide", "7", "--seeds", "6")
+    assert r.rc == 0, r.err
+    assert "It decides: at 5, 6 seeds" in r.out and "--decide ended: " in r.out
+    with SessionStore(tmp_path / "b", create=False, readonly=True) as store:
+        record, rows = study.table(store, 1)
+        accs = [figures.run_figures(store, v["run_id"])["accuracy"]
+                for v in record["variants"]]
+    first = sequential.decide_spread(accs[:5], 0.07, cap=6)
+    assert len(accs) == (5 if first.decided else 6)
+    assert rows[0].decision == sequential.decide_spread(accs, 0.07, cap=6)
+    for args, key in ((["--decide", "0"], "--decide"), (["--decide", "--seeds", "2"], "--seeds"),
+                      (["--decide", "--set", "eval_every=0"], "--decide")):
+        r = tt("sweep", "--session", str(tmp_path / "c"), *args)
+        assert r.rc == 2 and key in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert not (tmp_path / "c").exists()

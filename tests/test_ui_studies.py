@@ -217,3 +217,33 @@ async def test_a_price_decided_from_the_ab_tab_shows_its_looks_and_when_it_stops
         assert row[2].endswith("]") and row[3] == "slower", row
         assert "variant" in row[4] and "base" in row[4], row        # start-up beside it
         assert "start-up, not in the price" in str(app.query_one("#ab-row").render())
+
+
+async def test_seed_noise_decided_from_the_ab_tab_says_its_looks_and_its_answer(tmp_path):
+    """The palette's "Decide seed noise": a seed sweep of the form's config that adds seeds
+    until the sd of their accuracy is decided (`sweep --decide`), started in the
+    supervisor; the tab says the looks it stops at and, under its table, the answer as the
+    stored accuracies give it."""
+    import json
+    from tui_trainer.core.analysis import sequential
+    from tui_trainer.ui.panels.ab import ABPanel
+    app = TrainerApp(tmp_path, poll=False)
+    said = notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await ab_tab_with_a_quick_form(pilot)
+        app.query_one("#ab-steps", Input).value = "6"
+        app.query_one(ABPanel).action_decide_seed_noise()
+        await until(pilot, lambda: db_rows(tmp_path, "SELECT kind, status FROM studies") ==
+                    [("sweep", "finished")], timeout=600)
+        assert any("until the sd of their accuracy is under or over 0.50 points" in s
+                   for s in said), said
+        spec = json.loads(db_rows(tmp_path, "SELECT spec FROM studies")[0][0])
+        assert spec["decide"] == sequential.DEFAULT_SPREAD and spec["max_rounds"] == 20
+        accs = [a for (a,) in db_rows(tmp_path, "SELECT accuracy FROM evals e WHERE step = "
+                                      "(SELECT MAX(step) FROM evals WHERE run_id = e.run_id) "
+                                      "ORDER BY run_id")]
+        d = sequential.decide_spread(accs, spec["decide"])
+        assert d.decided and spec["repeats"] == d.rounds == len(accs)
+        await until(pilot, lambda: str(app.query_one("#ab-row").render()) == d.words)
+        assert "It decides: at 5, 8, 12, 16, 20 seeds" in \
+            str(app.query_one("#ab-method").render())

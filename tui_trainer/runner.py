@@ -540,6 +540,9 @@ def _after_plan(store: SessionStore, study_id: int, train_positions: Callable[[l
     from .core.analysis.study import QUIET_WAIT_S, add_round, rerun_round, round_load, table
     study = store.study(study_id)
     spec = study["spec"]
+    if study["kind"] == "sweep" and spec.get("decide") is not None:
+        _decide(store, study_id, train_positions, lambda: None, stop, say, started)
+        return
     if study["kind"] != "ab" or (spec.get("repeats", 1) < 2 and spec.get("until_sure") is None):
         return
 
@@ -630,30 +633,35 @@ def _decide(store: SessionStore, study_id: int, train_positions: Callable[[list[
             started: float) -> None:
     """A deciding study (core.analysis.sequential): after each look, the rounds to its next
     look where a variant is undecided, until every variant is faster, slower, the same or
-    unknown at the cap (or --max-time). What ended it is kept and said."""
+    unknown at the cap (or --max-time); a deciding seed sweep, the seeds to its next look
+    until its seed noise is under or over its margin, or unknown at the cap. What ended it
+    is kept and said."""
     from .core.analysis import sequential
     from .core.analysis.study import add_round, table
     while not stop["asked"]:
-        _, rows = table(store, study_id)
-        spec = store.study(study_id)["spec"]
-        decisions = [r.decision for r in rows[1:] if r.status != "skipped" and r.decision]
-        left = sequential.rounds_left(decisions)
+        study, rows = table(store, study_id)
+        spec = study["spec"]
+        what, unit = ("sweep", "seed") if study["kind"] == "sweep" else ("ab", "round")
+        decided = [r for r in rows if r.status != "skipped" and r.decision]
+        left = sequential.rounds_left(r.decision for r in decided)
         elapsed = time.monotonic() - started
-        said = "; ".join(f"{r.label}: {r.decision.words}" for r in rows[1:] if r.decision)
+        said = "; ".join(f"{r.label}: {r.decision.words}" for r in decided)
         if left is None:
-            ended = f"decided after {spec['repeats']} rounds in {elapsed:.0f} s: {said}"
+            how = "ended" if any(r.decision.verdict == "unknown" for r in decided) \
+                else "decided"
+            ended = f"{how} after {spec['repeats']} {unit}s in {elapsed:.0f} s: {said}"
         elif spec.get("max_time_s") is not None and elapsed >= spec["max_time_s"]:
-            ended = (f"bound: {elapsed:.0f} s (--max-time) after {spec['repeats']} rounds, "
+            ended = (f"bound: {elapsed:.0f} s (--max-time) after {spec['repeats']} {unit}s, "
                      f"undecided: {said}")
         else:
-            say(f"ab: {said}; {left} more round{'s' if left > 1 else ''}")
+            say(f"{what}: {said}; {left} more {unit}{'s' if left > 1 else ''}")
             for _ in range(left):
                 if stop["asked"]:
                     return
                 train_positions(add_round(store, study_id))
             rerun_loaded()
             continue
-        say(f"ab: {ended}")
+        say(f"{what}: {ended}")
         store.set_study_spec(study_id, {**store.study(study_id)["spec"], "ended_by": ended})
         return
 

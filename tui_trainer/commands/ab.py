@@ -103,8 +103,17 @@ def add(sub: Any) -> None:
                                     "its Divergence tab shows how the spread grows over "
                                     "steps.")
     config_args(sp)
-    sp.add_argument("--seeds", type=int, metavar="N", default=study.DEFAULT_SEEDS,
-                    help=f"how many seeds (default {study.DEFAULT_SEEDS})")
+    sp.add_argument("--seeds", type=int, metavar="N", default=None,
+                    help=f"how many seeds (default {study.DEFAULT_SEEDS}); with --decide, "
+                         f"the most (default {sequential.SEED_LOOKS[-1]})")
+    sp.add_argument("--decide", type=float, nargs="?", const=sequential.DEFAULT_SPREAD * 100,
+                    default=None, metavar="POINTS",
+                    help="add seeds until the seed noise is decided: the sd of the seeds' "
+                         "accuracy under POINTS (default "
+                         f"{sequential.DEFAULT_SPREAD * 100:g}), over it, or unknown at the "
+                         "most seeds, looking at "
+                         f"{', '.join(map(str, sequential.SEED_LOOKS))} seeds with the error "
+                         "rate corrected for the looks, as `ab --decide` does")
     study_args(sp)
 
 
@@ -162,10 +171,11 @@ def run(args: argparse.Namespace) -> int:
                            or args.max_rounds is not None or args.max_time is not None
                            or args.rerun_loaded is not None or args.quiet_wait is not None
                            or args.plan)) \
+                or (sweep and (args.seeds is not None or args.decide is not None)) \
                 or args.config or args.sets or args.steps or args.level:
             raise BadInput("--study runs a study as planned; it takes no --vary, --repeats, "
                            "--until-sure, --max-rounds, --max-time, --rerun-loaded, --plan, "
-                           "--config, --set, --steps or --level")
+                           "--seeds, --decide, --config, --set, --steps or --level")
         with SessionStore(session, create=False) as store:
             record = store.study(args.study)
             study_id = record["id"]
@@ -176,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         if sweep:
             file_values = config.read_toml(args.config) if args.config else {}
             spec: dict[str, Any] = {}
-            vary, repeats = [], args.seeds
+            vary, repeats = [], args.seeds or study.DEFAULT_SEEDS
         else:
             file_values, spec = ({}, {}) if not args.config else study.read_study_file(args.config)
             vary = study.parse_vary(list(spec.get("vary", [])) + args.vary)
@@ -188,9 +198,10 @@ def run(args: argparse.Namespace) -> int:
             (Path(args.config).stem if args.config else args.command)
         check_name(name, "ab.name")
         steps = args.steps if args.steps is not None else \
-            spec.get("steps") or (DECIDE_STEPS if getattr(args, "decide", None) is not None
+            spec.get("steps") or (DECIDE_STEPS if not sweep and args.decide is not None
                                   else DEFAULT_AB_STEPS)
-        more = {} if sweep else {
+        more = {"spread": None if args.decide is None else args.decide / 100,
+                "max_rounds": args.seeds if args.decide is not None else None} if sweep else {
             "rerun_loaded": args.rerun_loaded, "until_sure": args.until_sure,
             "max_rounds": args.max_rounds, "max_time_s": args.max_time,
             "quiet_wait_s": args.quiet_wait, "decide": args.decide}

@@ -24,6 +24,12 @@ process are re-run as in every study (runner's rerun_loaded); a verdict reached 
 rounds says so. Pinpoint's (Chromium) three answers and tachometer's stop-when-clear rule,
 with the error rate of a fixed design (docs/benchmarks.md measures it over A/A studies).
 
+A seed sweep that decides (`sweep --decide`) is the same rule on one arm: its looks are
+SEED_LOOKS seeds, and what it judges is the sd of the seeds' accuracy, under or over a
+margin in points, or unknown at its cap (decide_spread). One engine answers the A/B tab,
+`ab`, `sweep` and the machine fit; a price in windows (tui_trainer/pricing.py) calls
+decide() with its own looks.
+
 Core layer: standard library only.
 """
 
@@ -31,13 +37,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from . import stats
 
 LOOKS = (8, 10, 12, 15, 20)      # the rounds at which a deciding study looks; the last: its cap
 DEFAULT_MARGIN = 0.05            # "the same" means within ±5%
 ALPHA = 0.05                     # the error rate over all looks, of each kind
+# A seed sweep that decides (`sweep --decide`) looks at its accuracies' spread at these
+# seed counts (the last: its cap unless given): is the seed noise under the margin?
+SEED_LOOKS = (5, 8, 12, 16, 20)
+DEFAULT_SPREAD = 0.005           # accuracy's sd over seeds: 0.5 points
 
 
 @dataclass(frozen=True)
@@ -54,11 +64,17 @@ class Decision:
         return bool(self.verdict)
 
 
-def looks(cap: int | None = None) -> tuple[int, ...]:
+def looks(cap: int | None = None, planned: tuple[int, ...] = LOOKS) -> tuple[int, ...]:
     """The looks of a study capped at `cap` rounds (the cap is always a look)."""
     if cap is None:
-        return LOOKS
-    return tuple(n for n in LOOKS if n < cap) + (cap,)
+        return planned
+    return tuple(n for n in planned if n < cap) + (cap,)
+
+
+def _where(seen: tuple[int, ...], n: int) -> tuple[int | None, int | None]:
+    """(the look reached with n rounds or None, the next look or None past the cap)."""
+    return (max((x for x in seen if x <= n), default=None),
+            next((x for x in seen if x > n), None))
 
 
 def decide(pairs: Iterable[tuple[float | None, float | None]], margin: float = DEFAULT_MARGIN,
@@ -74,8 +90,7 @@ def decide(pairs: Iterable[tuple[float | None, float | None]], margin: float = D
     seen = looks_at or looks(cap)
     n = len(stats._logs(pairs))
     each = alpha / len(seen)
-    at = max((x for x in seen if x <= n), default=None)
-    next_look = next((x for x in seen if x > n), None)
+    at, next_look = _where(seen, n)
     if at is None or n != at and next_look is not None:
         # between looks: nothing is judged (an answer here would be one more look)
         iv = stats.ratio_interval(pairs, 1 - each)
@@ -106,6 +121,71 @@ def decide(pairs: Iterable[tuple[float | None, float | None]], margin: float = D
                     f"the next look at {next_look}")
 
 
+def decide_spread(values: Iterable[float | None], margin: float = DEFAULT_SPREAD,
+                  cap: int | None = None, alpha: float = ALPHA) -> Decision:
+    """A deciding seed sweep's answer so far, for its seeds' accuracies (fractions) in seed
+    order: whether the seed moves accuracy by less than `margin` (its sd over seeds), by
+    more, or unknown at the cap. Looks at SEED_LOOKS seeds with the error rate split over
+    the looks, as decide() does; at each, the sd's chi-square interval at 1 - 2 alpha/L:
+    "under" when wholly at or below the margin, "over" when wholly above (one-sided tests
+    at alpha/L each, so each wrong answer comes at most alpha of the time over all the
+    looks, where the seeds' accuracies are normal; spread_error_rate checks it)."""
+    xs = [v for v in values if v is not None and math.isfinite(v)]
+    seen = looks(cap, SEED_LOOKS)
+    n = len(xs)
+    level = 1 - 2 * alpha / len(seen)
+    at, next_look = _where(seen, n)
+    iv = stats.sd_interval(xs, level)
+    if at is None or n != at and next_look is not None:
+        return Decision("", n, iv, level, next_look,
+                        f"{n} of {next_look} seeds before the next look")
+    assert iv is not None                # (every look is at 2 seeds or more)
+    def pts(x: float | None) -> str:
+        return f"{x * 100:.2f}" if x is not None else "?"
+
+    said = (f"seed noise {pts(iv.ratio)} points sd [{pts(iv.low)}-{pts(iv.high)}] of "
+            f"accuracy ({level:.1%} interval, {n} seeds)")
+    if iv.high is not None and iv.high <= margin:
+        return Decision("under", n, iv, level, None, f"{said}: under {pts(margin)} points")
+    if iv.low is not None and iv.low > margin:
+        return Decision("over", n, iv, level, None, f"{said}: over {pts(margin)} points")
+    if next_look is None:
+        return Decision("unknown", n, iv, level, None, f"unknown after {n} seeds: {said}, "
+                        f"neither under nor over {pts(margin)} points")
+    return Decision("", n, iv, level, next_look, f"{said}: the next look at {next_look}")
+
+
+def spread_error_rate(trials: int, sd: float, margin: float = DEFAULT_SPREAD,
+                      cap: int | None = None, seed: int = 1) -> dict[str, float]:
+    """How often each answer of decide_spread comes out for seeds whose accuracies are
+    normal with standard deviation `sd`, over `trials` simulated sweeps (its own check, for
+    the tests and docs/benchmarks.md)."""
+    import random
+    rng = random.Random(seed)
+    shares, mean = _simulate(trials, lambda: 0.97 + rng.gauss(0.0, sd),
+                             lambda xs: decide_spread(xs, margin, cap),
+                             ("under", "over", "unknown"))
+    return {**shares, "mean_seeds": mean}
+
+
+def _simulate(trials: int, draw: Callable[[], Any], judge: Callable[[list[Any]], Decision],
+              answers: tuple[str, ...]) -> tuple[dict[str, float], float]:
+    """Simulated studies, each drawn until `judge` decides: each answer's share and the
+    mean count of draws it took."""
+    out = dict.fromkeys(answers, 0)
+    used = 0
+    for _ in range(trials):
+        seen: list[Any] = []
+        while True:
+            seen.append(draw())
+            d = judge(seen)
+            if d.decided:
+                out[d.verdict] += 1
+                used += d.rounds
+                break
+    return {k: v / trials for k, v in out.items()}, used / trials
+
+
 def rounds_left(decisions: Iterable[Decision]) -> int | None:
     """How many more rounds the undecided variants need before their next look."""
     waits = [d.next_look - d.rounds for d in decisions
@@ -122,18 +202,13 @@ def error_rate(trials: int, rounds_noise: float, seed: int = 1, margin: float = 
     check, for the tests and docs/benchmarks.md."""
     import random
     rng = random.Random(seed)
-    out = {"faster": 0, "slower": 0, "the same": 0, "unknown": 0}
-    rounds = 0
-    for _ in range(trials):
-        pairs: list[tuple[float, float]] = []
-        while True:
-            x = math.log(effect) + rng.gauss(0.0, rounds_noise)
-            if rng.random() < heavy:
-                x += rng.choice((-1, 1)) * math.log(1 + rng.uniform(0.1, 0.3))
-            pairs.append((1.0, math.exp(x)))
-            d = decide(pairs, margin, cap)
-            if d.decided:
-                out[d.verdict] += 1
-                rounds += d.rounds
-                break
-    return {**{k: v / trials for k, v in out.items()}, "mean_rounds": rounds / trials}
+
+    def draw() -> tuple[float, float]:
+        x = math.log(effect) + rng.gauss(0.0, rounds_noise)
+        if rng.random() < heavy:
+            x += rng.choice((-1, 1)) * math.log(1 + rng.uniform(0.1, 0.3))
+        return 1.0, math.exp(x)
+
+    shares, mean = _simulate(trials, draw, lambda pairs: decide(pairs, margin, cap),
+                             ("faster", "slower", "the same", "unknown"))
+    return {**shares, "mean_rounds": mean}

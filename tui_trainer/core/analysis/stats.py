@@ -36,7 +36,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 DEFAULT_LEVEL = 0.95
 EXACT_UP_TO = 60    # rounds up to which the signed-rank distribution is counted exactly
@@ -93,18 +93,61 @@ def t_quantile(p: float, df: float) -> float:
         raise ValueError(f"p must be in (0, 1), got {p}")
     if p < 0.5:
         return -t_quantile(1.0 - p, df)
+    return _invert(lambda t: t_cdf(t, df), p)
+
+
+def _invert(cdf: Callable[[float], float], p: float) -> float:
+    """The x >= 0 at which an increasing `cdf` reaches p (bisection)."""
     lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
+    while cdf(hi) < p:
         hi *= 2.0
     for _ in range(200):
         mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < p:
+        if cdf(mid) < p:
             lo = mid
         else:
             hi = mid
         if hi - lo < 1e-12 * max(1.0, hi):
             break
     return 0.5 * (lo + hi)
+
+
+def _gammainc(a: float, x: float) -> float:
+    """The regularized lower incomplete gamma function P(a, x) (a series below a + 1, a
+    continued fraction above it, as the incomplete beta's)."""
+    if x <= 0.0:
+        return 0.0
+    front = math.exp(-x + a * math.log(x) - math.lgamma(a))
+    if x < a + 1.0:
+        term = total = 1.0 / a
+        for n in range(1, 500):
+            term *= x / (a + n)
+            total += term
+            if abs(term) < abs(total) * 1e-15:
+                break
+        return front * total
+    tiny = 1e-300
+    b, c, d = x + 1.0 - a, 1.0 / tiny, 1.0 / (x + 1.0 - a)
+    h = d
+    for i in range(1, 500):
+        an = -i * (i - a)
+        b += 2.0
+        d = an * d + b
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = b + an / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return 1.0 - front * h
+
+
+@functools.lru_cache(maxsize=1024)
+def chi2_quantile(p: float, df: float) -> float:
+    """The chi-square value (df degrees of freedom) below which a fraction p lies."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    return _invert(lambda x: _gammainc(df / 2.0, x / 2.0), p)
 
 
 def signed_rank_cdf(n: int) -> list[float]:
@@ -247,6 +290,21 @@ def mean_sd(values: Sequence[float | None]) -> tuple[float | None, float | None,
     if len(xs) < 2:
         return mean, None, len(xs)
     return mean, math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)), len(xs)
+
+
+def sd_interval(values: Sequence[float | None], level: float = DEFAULT_LEVEL
+                ) -> Interval | None:
+    """The standard deviation of the finite values (`ratio`: the sample sd) with its
+    chi-square interval at `level`: (n - 1) s^2 / sigma^2 is chi-square with n - 1 degrees
+    of freedom where the values are normal (a seed sweep's accuracies). None below 2."""
+    _, sd, n = mean_sd(values)
+    if sd is None:
+        return None
+    tail = (1.0 - level) / 2.0
+    df = n - 1
+    return Interval(sd, sd * math.sqrt(df / chi2_quantile(1.0 - tail, df)),
+                    sd * math.sqrt(df / chi2_quantile(tail, df)), n, level,
+                    method="chi-square")
 
 
 def pairs_needed(sd_log: float, effect: float, level: float = DEFAULT_LEVEL,

@@ -245,7 +245,7 @@ def prepare(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: in
             file: str | None = None, rerun_loaded: int | None = None,
             until_sure: float | None = None, max_rounds: int | None = None,
             max_time_s: float | None = None, quiet_wait_s: float | None = None,
-            decide: float | None = None) -> Planned:
+            decide: float | None = None, spread: float | None = None) -> Planned:
     """An A/B study (or, with no vary, a seed sweep of `repeats` seeds), planned and
     checked; the one place the CLI and the dashboard build a study's spec.
 
@@ -255,7 +255,25 @@ def prepare(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: in
     (high / low - 1, e.g. 0.05), or `max_rounds` / `max_time_s` is reached.
     `decide`: the margin of a study that decides (core.analysis.sequential): its first
     look's rounds trained, then more up to `max_rounds` (the cap, 20 unless given) until
-    every variant's samples/s is faster, slower or the same within ±margin."""
+    every variant's samples/s is faster, slower or the same within ±margin.
+    `spread`: a seed sweep that decides (no vary): its first look's seeds, then more up to
+    `max_rounds` (20 unless given) until its accuracies' sd over the seeds is under or over
+    `spread` (a fraction: 0.005 is 0.5 points), kept in its spec as `decide`."""
+    if spread is not None:
+        if vary or decide is not None or until_sure is not None:
+            raise ConfigError("--decide", "a seed sweep decides on its seeds' spread alone")
+        if not 0.0001 <= spread <= 0.5:
+            raise ConfigError("--decide", "must be the accuracy's sd over seeds to decide "
+                              "on, in points from 0.01 to 50 (0.5: half a point), got "
+                              f"{spread * 100:g}")
+        if base.eval_every == 0:
+            raise ConfigError("--decide", "decides on the seeds' accuracy, and eval_every = "
+                              "0 never evaluates: set eval_every to 1 or more")
+        cap = max_rounds if max_rounds is not None else sequential.SEED_LOOKS[-1]
+        if not 3 <= cap <= MAX_ROUNDS:
+            raise ConfigError("--seeds", f"with --decide is the most seeds, 3 to "
+                              f"{MAX_ROUNDS}, got {cap}")
+        repeats, max_rounds = sequential.looks(cap, sequential.SEED_LOOKS)[0], None
     if decide is not None:
         check_margin(decide)
         if until_sure is not None:
@@ -282,7 +300,7 @@ def prepare(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: in
     if max_time_s is not None and not max_time_s > 0:
         raise ConfigError("--max-time", f"must be seconds > 0, got {max_time_s}")
     if (max_rounds is not None or max_time_s is not None) and until_sure is None \
-            and decide is None:
+            and decide is None and spread is None:
         raise ConfigError("--max-rounds" if max_rounds is not None else "--max-time",
                           "bounds --until-sure; give --until-sure WIDTH with it")
     if until_sure is not None and not vary:
@@ -309,8 +327,9 @@ def prepare(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: in
     if until_sure is not None:
         spec.update(until_sure=until_sure, max_time_s=max_time_s,
                     max_rounds=max(repeats, max_rounds or DEFAULT_MAX_ROUNDS))
-    if decide is not None:
-        spec.update(decide=decide, max_rounds=cap, max_time_s=max_time_s)
+    if decide is not None or spread is not None:
+        spec.update(decide=decide if spread is None else spread, max_rounds=cap,
+                    max_time_s=max_time_s)
     return Planned(kind, name, spec, runs, notes)
 
 
@@ -537,6 +556,12 @@ def table(store: SessionStore, study_id: int,
                 row.phase_ms = {k: stats.mean_sd([p[k] for p in phased])[0]
                                 for k in figures.PHASES}
         rows.append(row)
+    if study["kind"] == "sweep" and spec.get("decide") is not None and rows:
+        # a deciding sweep: its finished seeds' accuracies, their spread judged at the
+        # looks (core.analysis.sequential)
+        rows[0].decision = sequential.decide_spread(
+            [c[1]["accuracy"] for c in grid[0] if _finished(c)],  # type: ignore[index]
+            spec["decide"], spec.get("max_rounds"))
     base = rows[0] if rows and rows[0].run_id is not None else None
     for arm, row in enumerate(rows):
         if base is None or row.run_id is None:

@@ -320,8 +320,19 @@ def method_text(study: dict[str, Any], rows: list[Row]) -> str:
     """How to read a table of rounds, in one paragraph."""
     level = study["spec"].get("level", stats.DEFAULT_LEVEL)
     if study["kind"] == "sweep" and rows:
-        return (f"{rows[0].rounds} seeds (seed, seed+1, ...): each figure is the mean ±sd "
+        text = (f"{rows[0].rounds} seeds (seed, seed+1, ...): each figure is the mean ±sd "
                 "over the seeds.")
+        margin = study["spec"].get("decide")
+        if margin is None:
+            return text
+        seen = sequential.looks(study["spec"].get("max_rounds"), sequential.SEED_LOOKS)
+        return text + (
+            f" It decides: at {', '.join(map(str, seen))} seeds it looks at the sd of the "
+            f"seeds' accuracy with its chi-square interval at {1 - 0.1 / len(seen):.1%} "
+            f"(corrected for the {len(seen)} looks): under {margin * 100:.2f} points when "
+            f"the interval lies at or below that, over when it lies above, unknown when "
+            f"neither holds at {seen[-1]} seeds; each wrong answer at most 5% of the time "
+            "over all its looks where the seeds' accuracies are normal (docs/benchmarks.md).")
     if not rows or rows[0].rounds == 1:
         return "(N.NNx) = ratio to the base, from one run each: within noise of each other " \
             "unless far from 1 (use --repeats for an interval)."

@@ -38,6 +38,9 @@ class ABPanel(Vertical):
                  "steps and rounds as in the A/B tab", "run_study"),
                 ("Seed sweep", "The form's config once per seed (as many as the A/B tab's "
                  "rounds)", "seed_sweep"),
+                ("Decide seed noise", "The form's config seed after seed until the sd of "
+                 "their accuracy is under or over 0.5 points (sweep --decide)",
+                 "decide_seed_noise"),
                 ("Stop study", "Stop the study shown in the A/B tab", "stop_study")]
 
     class StudyChosen(Message):
@@ -211,6 +214,9 @@ class ABPanel(Vertical):
         text = ""
         if 0 <= index < len(rows) and self._study["kind"] != "sweep":
             text = "\n".join(study_text.row_lines(rows[index], rows[0]))
+        elif rows and rows[0].decision is not None:        # a sweep that decides
+            d = rows[0].decision
+            text = d.words if d.decided else f"deciding: {d.words}"
         self.query_one("#ab-row", Static).update(Text(shown_lines(text)))
 
     # --- what the user asks ------------------------------------------------------------------
@@ -307,7 +313,8 @@ class ABPanel(Vertical):
                 Path(file).stem if file else "+".join(k for k, _ in vary)
             planned = studies.prepare(base, vary, int(steps), repeats=int(repeats), name=name,
                                       file=file, until_sure=None if decide else sure,
-                                      decide=decide)
+                                      decide=None if sweep else decide,
+                                      spread=decide if sweep else None)
         except config.ConfigError as e:
             self.notify(f"study not started: {e}", severity="error")
             return
@@ -331,7 +338,11 @@ class ABPanel(Vertical):
                         + (", then more until each variant is faster, slower or the same "
                            f"within ±{decide:.0%} (looks at "
                            f"{', '.join(map(str, sequential.looks()))} rounds)"
-                           if decide else "")
+                           if decide and not sweep else "")
+                        + (", then more until the sd of their accuracy is under or over "
+                           f"{decide * 100:.2f} points (looks at "
+                           f"{', '.join(map(str, sequential.SEED_LOOKS))} seeds)"
+                           if decide and sweep else "")
                         + (f" ({'; '.join(planned.notes)})" if planned.notes else ""))
 
         self.app.write(create, started, "study not started")
@@ -361,6 +372,9 @@ class ABPanel(Vertical):
 
     def action_seed_sweep(self) -> None:
         self.begin(sweep=True)
+
+    def action_decide_seed_noise(self) -> None:
+        self.begin(sweep=True, decide=sequential.DEFAULT_SPREAD)
 
     def action_stop_study(self) -> None:
         sid = self._shown_id
