@@ -34,7 +34,9 @@ def test_profile_of_a_pair_by_operator_phase_module_and_memory_with_its_trace_an
         # and the emulated bf16 arithmetic lead, and the casts are what it spends most on
         top = [o["op"] for o in profiling.ranked(profiling.read(p))[:10]]
         emulated = p is b and p["device"] == "cpu" and not hardware.this_cpu().bf16
-        assert any(("to_copy" if emulated else "convolution") in op for op in top), top
+        # (a convolution by any kernel's name: aten::convolution, mkldnn_convolution, or
+        # _slow_conv2d_forward where oneDNN has no kernel for the dtype at the CPU's ISA)
+        assert any(("to_copy" if emulated else "conv") in op for op in top), top
         if p["device"].startswith("cuda"):
             assert p["device_ms"] > 0 and p["kernels"][0]["device_ms"] > 0
             # the operators' own kernel time partitions the kernels' (on the H100 it summed
