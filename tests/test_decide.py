@@ -282,7 +282,7 @@ def price_arms() -> list[int]:
 
 def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isolated_home):
     """device=cpu. Batches of 8 against 64 (a price every CPU pays: per-step overhead) in
-    alternating windows of two long-lived processes: slower, decided at an early look,
+    alternating windows, each pair in two processes of its own: slower, decided at an early look,
     the window and each arm's start-up said, the price kept for this machine, and no arm
     left behind."""
     r = tt("ab", "--session", str(tmp_path), "--vary", "batch_size=8", "--decide",
@@ -293,6 +293,9 @@ def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isola
     assert out["verdict"] == "slower" and out["high"] < 1, out
     assert out["pairs"] in (8, 12, 16), out          # an early look, not the cap (32)
     assert out["steps_a_window"] >= 5 and "steady state" in out["window"]
+    # every pair in two processes of its own (a process's own pace falls on pairs at
+    # random, inside the interval: with one process an arm, two of one config read ±6%)
+    assert out["processes"] == 2 * out["pairs"], out
     for arm in ("base", "variant"):
         s = out["startup"][arm]
         assert s["ready_s"] > 0 and s["setup_s"] > 0 and s["first_steps_extra_s"] >= 0

@@ -164,7 +164,7 @@ def fit(session: Path, base: RunConfig, knobs: list[tuple[str, list[Any]]], step
                 getattr(current, key)
             continue
         if pricing.windowable(key) is None:
-            # its price in steady-state windows of two long-lived processes: seconds
+            # its price in steady-state windows (two new processes a pair): seconds
             t0 = time.monotonic()
             current = _by_windows(step, current, key, tried, say)
             step.seconds = spent[f"price {key}"] = time.monotonic() - t0

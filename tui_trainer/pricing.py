@@ -1,14 +1,20 @@
-"""A knob's price in seconds: two long-lived processes, one per arm, timed in alternating
-windows of steady-state steps until the windows decide (core/analysis/sequential.py).
+"""A knob's price in seconds: the two arms timed in alternating windows of steady-state
+steps until the windows decide (core/analysis/sequential.py).
 
-Each arm is its own process (engine/probes/price.py, forked by the warm launcher where it
-is ready), built exactly as a run is built: a knob that changes what a process loads
+Each arm is a process of its own (engine/probes/price.py, forked by the warm launcher where
+it is ready), built exactly as a run is built: a knob that changes what a process loads
 (determinism flags, num_workers, the data loader) is priced in processes that loaded it,
 and nothing is swapped inside a running process. The arms take turns, never side by side:
 pair i times A then B, pair i+1 B then A (ABBA: a drift of the machine falls on both
-alike), each window the same number of steps, about WINDOW_S long. Each pair's ratio of
-samples/s is one observation; the study looks at LOOKS pairs with the error rate corrected
-for the looks, and ends faster, slower, the same within the margin, or unknown at the cap.
+alike), each window the same number of steps, about WINDOW_S long. Every pair has two new
+processes (built while nothing is timed, then a few steps of warm-up each): two processes
+of one config differ in pace by themselves (where their memory landed, which core their
+threads met; up to ±6% with pytorch/examples' net here), and with one process an arm that
+difference fell on every pair alike and A/A prices read "faster" or "slower"; a process
+a pair puts it inside the pairs' spread, where the interval counts it. Each pair's ratio
+of samples/s is one observation; the study looks at LOOKS pairs with the error rate
+corrected for the looks, and ends faster, slower, the same within the margin, or unknown
+at the cap.
 
 What the price leaves out, it says: it is the steady state (the windows after each arm's
 warm-up), and each arm's start-up (its process's set-up: imports already made by the
@@ -46,11 +52,11 @@ from .launcher.client import WarmLauncher
 START_UP_KNOBS = ("compile", "cudnn_benchmark", "cuda_graph")
 WINDOW_S = 0.25           # a window's length, about (its steps chosen from the warm-up)
 WARMUP_STEPS = 5          # each of an arm's two warm-up windows
+FRESH_WARMUP_STEPS = 3    # a later pair's processes: their first step pays the lazy set-up
 LOOKS = (8, 12, 16, 24, 32)      # the pairs at which the study looks; the last: its cap
-# Two processes of one config differ a little in speed (where their memory landed, which
-# core their threads met): one process per arm cannot average that out, so a difference no
-# larger is no difference (criterion.rs's noise threshold; docs/benchmarks.md measured it
-# over A/A prices: the pairs' ratios of equal arms spread about ±2%).
+# A difference no larger is no difference (criterion.rs's noise threshold): two processes
+# of one config differ by about this much with the default net (docs/benchmarks.md, over
+# A/A prices), and a price this small is not what a user changes a knob for.
 NOISE = 0.03
 READY_S = 180.0           # how long an arm may take to build (a cold start on a slow CPU)
 WINDOW_WAIT_S = 60.0      # how long one window may take before the arm counts as hung
@@ -77,13 +83,17 @@ class Arm:
     spawned: float
     machine: list[str] | None = None      # (key, words) of the machine it trains on
     setup_s: float | None = None          # its own set-up (data, model), as it measured it
+    pid: int | None = None                # as it said
     ready_s: float | None = None          # spawn to ready, as this process saw it
     warm: list[float] = field(default_factory=list)   # seconds a step in the warm-up
 
     def ask(self, steps: int) -> dict[str, Any]:
+        self.send(steps)
+        return self.answer(WINDOW_WAIT_S)
+
+    def send(self, steps: int) -> None:
         self.stream.write(json.dumps({"steps": steps}) + "\n")
         self.stream.flush()
-        return self.answer(WINDOW_WAIT_S)
 
     def answer(self, timeout: float) -> dict[str, Any]:
         self.sock.settimeout(timeout)
@@ -99,13 +109,18 @@ class Arm:
             raise BadInput(f"{self.label}: {said['error']}")
         return said
 
-    def close(self) -> None:
+    def end(self) -> None:
+        """Tells it to end (it exits as soon as it reads the empty line)."""
         try:
             self.stream.write("\n")
             self.stream.flush()
-        except OSError:
+        except (OSError, ValueError):       # (gone, or ended already)
             pass
         self.sock.close()
+
+    def close(self) -> None:
+        """Ends it and waits for it (killed where it does not end within 10 s)."""
+        self.end()
         try:
             self.proc.wait(timeout=10)
         except Exception:  # noqa: BLE001 - then it is killed: it ends with its owner
@@ -146,6 +161,7 @@ class Priced:
     startup: dict[str, dict[str, float]]   # per arm: set-up, ready, first steps' extra
     seconds: float                         # the whole price, spawn to decision
     machine: list[str] | None = None       # (key, words): where it was measured
+    processes: int = 0                     # arm processes it started (two a pair)
 
     @property
     def loaded_pairs(self) -> int:
@@ -172,6 +188,7 @@ def as_dict(p: Priced) -> dict[str, Any]:
             "high": iv.high if iv else None, "level": d.level,
             "loaded_pairs": p.loaded_pairs, "steps_a_window": p.steps,
             "startup": p.startup, "startup_text": p.startup_text(), "seconds": p.seconds,
+            "processes": p.processes,
             "window": "steady state: training steps and their data, after each arm's "
                       "warm-up; no evaluation, logging or checkpoints"}
 
@@ -219,8 +236,9 @@ def stored_lines(label: str, d: Any) -> list[str]:
         return [f"{shown(label, 60)}: so far {words}{load}"]
     return [f"{shown(label, 60)}: {words}, samples/s of the variant over the base"
             + (f", in {seconds:.1f} s" if seconds is not None else "") + load,
-            f"  window: {shown(d.get('steps_a_window'), 10)} steady-state steps an arm, ABBA "
-            "(training steps and their data; no evaluation, logging or checkpoints)",
+            f"  window: {shown(d.get('steps_a_window'), 10)} steady-state steps an arm, ABBA, "
+            "each pair in two processes of its own (training steps and their data; no "
+            "evaluation, logging or checkpoints)",
             f"  {shown(d.get('startup_text'), 300)}"]
 
 
@@ -251,12 +269,10 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
     (the A/B tab shows it narrowing)."""
     t0 = time.monotonic()
     looks = tuple(n for n in LOOKS if n < (cap or LOOKS[-1])) + ((cap or LOOKS[-1]),)
-    arms = [start_arm("base", base, warm), start_arm("variant", variant, warm)]
+    arms: list[Arm] = []
     try:
-        for arm in arms:
-            said = arm.answer(READY_S)
-            arm.setup_s, arm.ready_s = said["setup_s"], time.monotonic() - arm.spawned
-            arm.machine = said.get("machine")
+        arms = first = _ready_pair(base, variant, warm)     # its start-up is the one given
+        pids = {arm.pid for arm in arms}
         for arm in arms:                   # two warm-up windows each, in turn
             for _ in range(2):
                 w = arm.ask(WARMUP_STEPS)
@@ -269,6 +285,17 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
         while True:
             if stop():
                 return None
+            if pairs:
+                # every pair in processes of its own: a process's own pace (where its
+                # memory landed, which core its threads met: up to ±6% between two of one
+                # config with a larger net) falls on the pairs at random, inside the
+                # interval, not on a whole arm
+                arms = _ready_pair(base, variant, warm, ending=arms)
+                pids.update(arm.pid for arm in arms)
+                for arm in arms:            # warmed up side by side: not timed
+                    arm.send(FRESH_WARMUP_STEPS)
+                for arm in arms:
+                    arm.answer(WINDOW_WAIT_S)
             order = (0, 1) if len(pairs) % 2 == 0 else (1, 0)
             rates = [0.0, 0.0]
             busy = False
@@ -295,16 +322,38 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
             if decision.decided or decision.next_look is None:
                 break
         startup = {}
-        for arm, st in zip(arms, steady, strict=True):
+        for arm, st in zip(first, steady, strict=True):
             pace = sorted(st)[len(st) // 2]
-            first = sum(arm.warm[:1]) * WARMUP_STEPS
+            warmup = sum(arm.warm[:1]) * WARMUP_STEPS
             startup[arm.label] = {"setup_s": arm.setup_s, "ready_s": arm.ready_s,
-                                  "first_steps_extra_s": max(0.0, first - pace * WARMUP_STEPS)}
+                                  "first_steps_extra_s": max(0.0, warmup - pace * WARMUP_STEPS)}
         return Priced(decision, pairs, loaded, steps, startup, time.monotonic() - t0,
-                      arms[0].machine)
+                      first[0].machine, len(pids))
     finally:
         for arm in arms:
             arm.close()
+
+
+def _ready_pair(base: RunConfig, variant: RunConfig, warm: WarmLauncher | None,
+                ending: list[Arm] | None = None) -> list[Arm]:
+    """The two arms' processes, started together and built (each waited for at most
+    READY_S); one that fails is said in one line, and both end. `ending`: the pair before,
+    told to end first and waited for while these build (never while a window is timed)."""
+    for arm in ending or []:
+        arm.end()
+    arms = [start_arm("base", base, warm), start_arm("variant", variant, warm)]
+    for arm in ending or []:
+        arm.close()
+    try:
+        for arm in arms:
+            said = arm.answer(READY_S)
+            arm.setup_s, arm.ready_s = said["setup_s"], time.monotonic() - arm.spawned
+            arm.machine, arm.pid = said.get("machine"), said.get("pid")
+    except BaseException:
+        for arm in arms:
+            arm.close()
+        raise
+    return arms
 
 
 def plan(base: RunConfig, vary: list[tuple[str, list[Any]]]) -> list[dict[str, Any]]:

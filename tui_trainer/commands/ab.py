@@ -62,8 +62,8 @@ def add(sub: Any) -> None:
                          "rate corrected for the looks; unknown at the cap (--max-rounds, "
                          f"default {sequential.LOOKS[-1]})")
     sp.add_argument("--windows", action="store_true",
-                    help="with --decide: time the arms in two long-lived processes, in "
-                         "alternating windows of steady-state steps (ABBA), until the "
+                    help="with --decide: time the arms in processes of their own (two new ones "
+                         "a pair), in alternating windows of steady-state steps (ABBA), until the "
                          "windows decide; each arm's start-up is measured and given "
                          "beside the price (tui_trainer/pricing.py). Seconds, not minutes; "
                          "knobs paid at start-up or outside training steps (compile, "
@@ -259,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
 
 def windows(args: argparse.Namespace) -> int:
     """`ab --decide --windows`: a study of kind "price" (tui_trainer/pricing.py): each
-    variant against the base in alternating windows of two long-lived processes, kept in
+    variant against the base in alternating windows (two new processes a pair), kept in
     the session (the A/B tab shows it) and as this machine's price."""
     from .. import pricing
     if args.decide is None:

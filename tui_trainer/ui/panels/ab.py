@@ -173,7 +173,7 @@ class ABPanel(Vertical):
         cap = study["spec"].get("cap") or pricing.LOOKS[-1]
         self.query_one("#ab-title", Static).update(Text(
             f"Price {study['id']} {shown(study['name'], 40)} ({study['status']}): each "
-            "variant against the base in alternating windows of two long-lived processes, "
+            "variant against the base in alternating windows (two new processes a pair), "
             "samples/s of the variant over the base; it stops at the first look that "
             f"decides ({', '.join(str(n) for n in pricing.LOOKS if n < cap)}, {cap} window "
             "pairs at most)"
