@@ -290,7 +290,11 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
                 # memory landed, which core its threads met: up to ±6% between two of one
                 # config with a larger net) falls on the pairs at random, inside the
                 # interval, not on a whole arm
-                arms = _ready_pair(base, variant, warm, ending=arms)
+                # (the variant forked first in pairs 2-3 of every 4: the launcher's first
+                # and second forks of a pair can differ by themselves, as the windows' order
+                # can; over 4 pairs each arm has every place)
+                arms = _ready_pair(base, variant, warm, ending=arms,
+                                   variant_first=len(pairs) // 2 % 2 == 1)
                 pids.update(arm.pid for arm in arms)
                 for arm in arms:            # warmed up side by side: not timed
                     arm.send(FRESH_WARMUP_STEPS)
@@ -335,13 +339,16 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
 
 
 def _ready_pair(base: RunConfig, variant: RunConfig, warm: WarmLauncher | None,
-                ending: list[Arm] | None = None) -> list[Arm]:
+                ending: list[Arm] | None = None, variant_first: bool = False) -> list[Arm]:
     """The two arms' processes, started together and built (each waited for at most
     READY_S); one that fails is said in one line, and both end. `ending`: the pair before,
     told to end first and waited for while these build (never while a window is timed)."""
     for arm in ending or []:
         arm.end()
-    arms = [start_arm("base", base, warm), start_arm("variant", variant, warm)]
+    if variant_first:
+        arms = [start_arm("variant", variant, warm), start_arm("base", base, warm)][::-1]
+    else:
+        arms = [start_arm("base", base, warm), start_arm("variant", variant, warm)]
     for arm in ending or []:
         arm.close()
     try:
