@@ -751,7 +751,11 @@ async def test_a_start_before_the_launcher_is_ready_waits_for_it_and_says_so(
     waits for, and the run is forked by that launcher once it is ready (its log says so),
     not started cold beside its imports."""
     from tui_trainer.launcher.client import WARM_LINE, WarmLauncher
+    from tui_trainer.ui.panels import launch
     monkeypatch.delenv(WarmLauncher.ENV, raising=False)     # not the suite's shared one
+    # (the wait's bound, 60 s, is not this claim: beside a busy loop and the suite's other
+    # processes the launcher's imports took longer, and the run started cold, as it should)
+    monkeypatch.setattr(launch, "LAUNCHER_WAIT_S", 600.0)
     app = TrainerApp(tmp_path, poll=False)
     said = notifications(app)
     async with app.run_test(size=SIZE) as pilot:
