@@ -468,7 +468,8 @@ def test_a_sweep_that_decides_stops_at_its_look_and_is_refused_in_one_line(tmp_p
     assert len(accs) == (5 if first.decided else 6)
     assert rows[0].decision == sequential.decide_spread(accs, 0.07, cap=6)
     for args, key in ((["--decide", "0"], "--decide"), (["--decide", "--seeds", "2"], "--seeds"),
-                      (["--decide", "--set", "eval_every=0"], "--decide")):
+                      (["--decide", "--set", "eval_every=0"], "--decide"),
+                      (["--seeds", "0"], "--seeds")):
         r = tt("sweep", "--session", str(tmp_path / "c"), *args)
         assert r.rc == 2 and key in r.err and len(r.err.strip().splitlines()) == 1, r.err
     assert not (tmp_path / "c").exists()

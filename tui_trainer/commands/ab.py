@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         if sweep:
             file_values = config.read_toml(args.config) if args.config else {}
             spec: dict[str, Any] = {}
-            vary, repeats = [], args.seeds or study.DEFAULT_SEEDS
+            vary, repeats = [], study.DEFAULT_SEEDS if args.seeds is None else args.seeds
         else:
             file_values, spec = ({}, {}) if not args.config else study.read_study_file(args.config)
             vary = study.parse_vary(list(spec.get("vary", [])) + args.vary)
