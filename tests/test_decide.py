@@ -293,6 +293,9 @@ def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isola
     assert out["verdict"] == "slower" and out["high"] < 1, out
     assert out["pairs"] in (8, 12, 16), out          # an early look, not the cap (32)
     assert out["steps_a_window"] >= 5 and "steady state" in out["window"]
+    # an arm's steps a pair in slices taken in turns, each slice the same steps
+    assert 2 <= out["slices"] <= 8 and out["slices"] % 2 == 0 and \
+        out["steps_a_window"] % out["slices"] == 0, out
     # every pair in two processes of its own (a process's own pace falls on pairs at
     # random, inside the interval: with one process an arm, two of one config read ±6%)
     assert out["processes"] == 2 * out["pairs"], out
@@ -307,6 +310,33 @@ def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isola
     r = tt("ab", "--session", str(tmp_path), "--vary", "batch_size=8", "--decide",
            "--windows", *sets("dataset=mnist-sample", "device=cpu"))
     assert r.rc == 0 and "batch_size=8: " in r.out and "start-up, not in the price" in r.out
+
+
+def test_a_pairs_slices_cancel_a_drift_of_the_machine():
+    """The machine's pace drifts over tenths of a second (docs/benchmarks.md): a pair's
+    slices are taken ABBA ABBA ..., so a drift linear over the pair slows both arms alike
+    and two equal arms read exactly 1 (one window an arm, A then B, read the drift); the
+    next pair starts on the other arm; slices are even, each about WINDOW_S / SLICES, an
+    arm's share of a pair about WINDOW_S, and a step slower than that is one slice."""
+    from tui_trainer import pricing
+    for slices in (2, 4, 6, 8):
+        for flip in (False, True):
+            order = pricing.turns(slices, flip)
+            assert order.count(0) == order.count(1) == slices and order[0] == int(flip)
+            # each slice one step; the pace falls by 2% a slice over the pair
+            took = [[0.0, 0], [0.0, 0]]
+            for k, arm in enumerate(order):
+                took[arm][0] += 1.0 + 0.02 * k
+                took[arm][1] += 1
+            rate = [n / s for s, n in took]
+            assert math.isclose(rate[0], rate[1], rel_tol=1e-12), (slices, flip, rate)
+    ab = [[1.0, 1], [1.02, 1]]                       # A then B, one window each
+    assert ab[0][1] / ab[0][0] != ab[1][1] / ab[1][0]
+    for per_step in (0.0005, 0.006, 0.02, 0.045):
+        size, slices = pricing.slicing(per_step)
+        assert slices % 2 == 0 and 2 <= slices <= pricing.SLICES, (per_step, size, slices)
+        assert 0.6 * pricing.WINDOW_S <= size * slices * per_step <= 1.5 * pricing.WINDOW_S
+    assert pricing.slicing(0.2) == (1, 2) and pricing.slicing(0.0)[1] == pricing.SLICES
 
 
 def test_windows_refuse_what_they_cannot_price_in_one_line(tmp_path):

@@ -5,8 +5,12 @@ Each arm is a process of its own (engine/probes/price.py, forked by the warm lau
 it is ready), built exactly as a run is built: a knob that changes what a process loads
 (determinism flags, num_workers, the data loader) is priced in processes that loaded it,
 and nothing is swapped inside a running process. The arms take turns, never side by side:
-pair i times A then B, pair i+1 B then A (ABBA: a drift of the machine falls on both
-alike), each window the same number of steps, about WINDOW_S long. Every pair has two new
+a pair gives each arm about WINDOW_S of steps, cut in short slices taken in turns, ABBA
+ABBA ... (pair i+1 BAAB ...: its first slice on the other arm). The machine's pace drifts
+by 5-15% over tenths of a second here (a quiet VM: one arm's back-to-back 40-step windows
+spread 3.8%), and one window an arm a pair laid that drift on the ratio; slices of about
+WINDOW_S / SLICES in turns cancel it, and halve the pairs' spread at the same cost
+(docs/benchmarks.md: log sd 0.024-0.035 against 0.054-0.075, one process pair). Every pair has two new
 processes (built while nothing is timed, then a few steps of warm-up each): two processes
 of one config differ in pace by themselves (where their memory landed, which core their
 threads met; up to ±6% with pytorch/examples' net here), and with one process an arm that
@@ -50,7 +54,8 @@ from .launcher.client import WarmLauncher
 # Knobs whose price is mostly paid at start-up (compiling, timing algorithms, capturing
 # graphs): priced with it, as whole runs.
 START_UP_KNOBS = ("compile", "cudnn_benchmark", "cuda_graph")
-WINDOW_S = 0.25           # a window's length, about (its steps chosen from the warm-up)
+WINDOW_S = 0.25           # an arm's time a pair, about (its steps chosen from the warm-up)
+SLICES = 8                # ... cut in up to this many slices, taken in turns (ABBA ABBA ...)
 WARMUP_STEPS = 5          # each of an arm's two warm-up windows
 FRESH_WARMUP_STEPS = 3    # a later pair's processes: their first step pays the lazy set-up
 LOOKS = (8, 12, 16, 24, 32)      # the pairs at which the study looks; the last: its cap
@@ -157,11 +162,12 @@ class Priced:
     decision: sequential.Decision
     pairs: list[tuple[float, float]]       # (base, variant) samples/s, pair by pair
     loaded: list[bool]                     # each pair: was a window loaded
-    steps: int                             # steps a window
+    steps: int                             # an arm's steps a pair
     startup: dict[str, dict[str, float]]   # per arm: set-up, ready, first steps' extra
     seconds: float                         # the whole price, spawn to decision
     machine: list[str] | None = None       # (key, words): where it was measured
     processes: int = 0                     # arm processes it started (two a pair)
+    slices: int = 1                        # an arm's steps a pair, cut in this many turns
 
     @property
     def loaded_pairs(self) -> int:
@@ -188,7 +194,7 @@ def as_dict(p: Priced) -> dict[str, Any]:
             "high": iv.high if iv else None, "level": d.level,
             "loaded_pairs": p.loaded_pairs, "steps_a_window": p.steps,
             "startup": p.startup, "startup_text": p.startup_text(), "seconds": p.seconds,
-            "processes": p.processes,
+            "processes": p.processes, "slices": p.slices,
             "window": "steady state: training steps and their data, after each arm's "
                       "warm-up; no evaluation, logging or checkpoints"}
 
@@ -236,8 +242,10 @@ def stored_lines(label: str, d: Any) -> list[str]:
         return [f"{shown(label, 60)}: so far {words}{load}"]
     return [f"{shown(label, 60)}: {words}, samples/s of the variant over the base"
             + (f", in {seconds:.1f} s" if seconds is not None else "") + load,
-            f"  window: {shown(d.get('steps_a_window'), 10)} steady-state steps an arm, ABBA, "
-            "each pair in two processes of its own (training steps and their data; no "
+            f"  window: {shown(d.get('steps_a_window'), 10)} steady-state steps an arm a pair"
+            + (f", in {figure(d, 'slices'):.0f} slices taken in turns (ABBA ...)"
+               if figure(d, "slices") else ", ABBA")
+            + ", each pair in two processes of its own (training steps and their data; no "
             "evaluation, logging or checkpoints)",
             f"  {shown(d.get('startup_text'), 300)}"]
 
@@ -278,7 +286,8 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
                 w = arm.ask(WARMUP_STEPS)
                 arm.warm.append(w["s"] / max(1, w["steps"]))
         per_step = max(arm.warm[-1] for arm in arms)
-        steps = max(WARMUP_STEPS, math.ceil(WINDOW_S / max(per_step, 1e-6)))
+        size, slices = slicing(per_step)
+        steps = size * slices                    # an arm's steps a pair
         pairs: list[tuple[float, float]] = []
         loaded: list[bool] = []
         steady = [[], []]
@@ -300,18 +309,18 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
                     arm.send(FRESH_WARMUP_STEPS)
                 for arm in arms:
                     arm.answer(WINDOW_WAIT_S)
-            order = (0, 1) if len(pairs) % 2 == 0 else (1, 0)
-            rates = [0.0, 0.0]
-            busy = False
-            for i in order:
-                before = contention.snapshot(os.getpid())
-                w = arms[i].ask(steps)
-                seen = contention.between(before, contention.snapshot(os.getpid()))
-                busy = busy or contention.loaded(seen)
-                rates[i] = w["samples"] / w["s"] if w["s"] > 0 else 0.0
-                steady[i].append(w["s"] / max(1, w["steps"]))
+            done = [[0, 0.0, 0], [0, 0.0, 0]]     # an arm's samples, seconds, steps
+            before = contention.snapshot(os.getpid())
+            for i in turns(slices, flip=len(pairs) % 2 == 1):
+                w = arms[i].ask(size)
+                done[i] = [done[i][0] + w["samples"], done[i][1] + w["s"],
+                           done[i][2] + w["steps"]]
+            seen = contention.between(before, contention.snapshot(os.getpid()))
+            rates = [n / s if s > 0 else 0.0 for n, s, _ in done]
+            for i in (0, 1):
+                steady[i].append(done[i][1] / max(1, done[i][2]))
             pairs.append((rates[0], rates[1]))
-            loaded.append(busy)
+            loaded.append(contention.loaded(seen))
             decision = sequential.decide(pairs, margin, looks_at=looks, unit="window pairs",
                                          noise=NOISE)
             if decision.interval is not None and len(pairs) in looks:
@@ -322,7 +331,7 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
                              "verdict": decision.verdict, "ratio": iv.ratio, "low": iv.low,
                              "high": iv.high, "next_look": decision.next_look,
                              "cap": looks[-1], "loaded_pairs": sum(loaded),
-                             "steps_a_window": steps})
+                             "steps_a_window": steps, "slices": slices})
             if decision.decided or decision.next_look is None:
                 break
         startup = {}
@@ -332,10 +341,28 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
             startup[arm.label] = {"setup_s": arm.setup_s, "ready_s": arm.ready_s,
                                   "first_steps_extra_s": max(0.0, warmup - pace * WARMUP_STEPS)}
         return Priced(decision, pairs, loaded, steps, startup, time.monotonic() - t0,
-                      first[0].machine, len(pids))
+                      first[0].machine, len(pids), slices)
     finally:
         for arm in arms:
             arm.close()
+
+
+def slicing(per_step: float) -> tuple[int, int]:
+    """(steps a slice, slices an arm a pair) for steps of `per_step` seconds: an arm's
+    share of a pair about WINDOW_S in SLICES slices, an even count (ABBA), at least one step
+    a slice (steps slower than WINDOW_S / 2: two slices of one step, ABBA)."""
+    per_step = max(per_step, 1e-6)
+    size = max(1, math.ceil(WINDOW_S / SLICES / per_step))
+    slices = 2 * round(WINDOW_S / (2 * size * per_step))
+    return size, min(SLICES, max(2, slices))
+
+
+def turns(slices: int, flip: bool = False) -> list[int]:
+    """The arms' order in a pair of `slices` slices an arm: ABBA repeated (BAAB where
+    `flip`), so that each arm's slices sit, on average, at the same moment of the pair: a
+    drift of the machine that is linear over the pair falls on both alike."""
+    a, b = (1, 0) if flip else (0, 1)
+    return [a, b, b, a] * (slices // 2)
 
 
 def _ready_pair(base: RunConfig, variant: RunConfig, warm: WarmLauncher | None,
