@@ -185,7 +185,6 @@ async def test_the_dashboard_fits_the_forms_config_in_the_background(tmp_path):
     step is priced in windows: pricing.py), and it ends, arms and all, when asked to
     stop."""
     import signal
-    from textual.widgets import Input
     from conftest import wait_until
     from tui_trainer.ui.app import TrainerApp
     from tui_trainer.ui.panels.launch import LaunchPanel
@@ -243,7 +242,6 @@ def test_an_undecided_study_beside_a_cpu_hog_says_the_machine_was_too_busy(tmp_p
 async def test_the_dashboards_fit_never_runs_a_file_the_user_has_not_trusted(tmp_path):
     """A net of a file in the form (from a session's run, say) is not run by the fit until
     this user trusts it: one line, no process started, nothing trusted on the way."""
-    from textual.widgets import Input
     from conftest import wait_until
     from tui_trainer.core.settings import user_models
     from tui_trainer.ui.app import TrainerApp

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from conftest import QUICK, sets, tt
-from textual.widgets import Input
 from tui_trainer.core.analysis import prices
 from tui_trainer.core.session.store import SessionStore
 from tui_trainer.core.settings import config, fit, hardware, machine
