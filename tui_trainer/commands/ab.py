@@ -63,8 +63,9 @@ def add(sub: Any) -> None:
                          f"default {sequential.LOOKS[-1]})")
     sp.add_argument("--windows", action="store_true",
                     help="with --decide: time the arms in processes of their own (two new ones "
-                         "a pair), in alternating windows of steady-state steps (ABBA), until the "
-                         "windows decide; each arm's start-up is measured and given "
+                         "a pair), taking turns in short slices of steady-state steps (ABBA "
+                         "ABBA ...), until the pairs decide; each arm's start-up is measured "
+                         "and given "
                          "beside the price (tui_trainer/pricing.py). Seconds, not minutes; "
                          "knobs paid at start-up or outside training steps (compile, "
                          "cudnn_benchmark, cuda_graph, bookkeeping) are priced with what "
@@ -299,8 +300,8 @@ def windows(args: argparse.Namespace) -> int:
             print(json.dumps(json_safe(plan)))
             return 0
         print(f"price (plan): {len(arms) - 1} variant(s), each against the base in two "
-              f"processes taking turns in windows of about {pricing.WINDOW_S} s, until the "
-              f"window pairs decide (at most {cap})")
+              f"processes taking turns, about {pricing.WINDOW_S} s of each a pair in short "
+              f"slices (ABBA ...), until the window pairs decide (at most {cap})")
         _print_arms(plan["arms"])
         return 0
     trust_named(*(a["config"] for a in arms))

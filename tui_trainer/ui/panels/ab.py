@@ -195,8 +195,9 @@ class ABPanel(Vertical):
             line for v in study["variants"][1:]
             for line in pricing.stored_lines(v["label"], done.get(v["label"]))))))
         self.query_one("#ab-method", Static).update(Text(
-            "A pair: a window of each arm, A then B, then B then A (about 0.25 s each), "
-            "each pair in two new processes. "
+            f"A pair: about {pricing.WINDOW_S} s of each arm in short slices taken in "
+            "turns (ABBA ABBA ...: the machine's drift falls on both), each pair in two new "
+            "processes. "
             "Faster or slower: the interval clear of 1 ± 3% at the look's level (the error "
             "rate split over the looks); the same: within the margin. The price is the "
             "steady state; each arm's start-up is measured and shown beside it."))
