@@ -3,7 +3,7 @@ against today's fixed-round study, in one run on one machine; and how often a de
 study of two equal arms says "faster" or "slower".
 
     python benchmarks/ab_decide.py [--price amp=bf16] [--aa 40] [--steps 60] [--fixed]
-                                   [--windows] [--hog]
+                                   [--windows] [--hog] [--set KEY=VALUE ...]
 
 Each study is `tui-trainer ab` on the shipped sample, the default config, timed from the
 command to its last line (what a person waits for: the launcher's start, every run, the
@@ -13,8 +13,9 @@ changes the evaluation only, so the training's samples/s of both arms is one con
 `--fixed` also runs both as the fixed study of 6 rounds of 200 steps (the default before).
 `--hog` runs every study beside one CPU hog (a busy loop). `--aa N` runs N deciding A/A
 studies more and counts their verdicts (each an error where
-it says faster or slower). Every study's contention is printed: a loaded study is not a
-quiet machine's figure.
+it says faster or slower). `--set` changes the base of every study (`--set model=examples`:
+pytorch/examples' net, whose steps are 6x longer). Every study's contention is printed: a
+loaded study is not a quiet machine's figure.
 """
 
 from __future__ import annotations
@@ -36,11 +37,16 @@ AA = "eval_mode=inference_mode"
 AA_WINDOWS = "seed=1"
 
 
+SETS: list[str] = []          # --set: more of the base, for every study
+
+
 def study(session: Path, vary: str, decide: bool | str, steps: int) -> dict:
     """One study, timed from the command to its last line; decide: True (whole runs),
     "windows" (tui_trainer/pricing.py) or False (the fixed 6 rounds)."""
     args = [sys.executable, "-m", "tui_trainer", "ab", "--session", str(session), "--json",
             "--set", "dataset=mnist-sample", "--vary", vary, "--steps", str(steps)]
+    for kv in SETS:
+        args += ["--set", kv]
     args += ["--decide"] if decide else ["--repeats", "6"]
     if decide == "windows":
         args += ["--windows"]
@@ -85,7 +91,10 @@ def main() -> None:
                          "--windows): two long-lived processes timed in alternating windows")
     ap.add_argument("--hog", action="store_true",
                     help="every study beside one CPU hog (a busy loop in another process)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="the base of every study (repeatable)")
     args = ap.parse_args()
+    SETS.extend(args.set)
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.hog else None
     try:
         measure(args)
@@ -96,7 +105,8 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace) -> None:
-    print(f"machine: {hardware.this_cpu().describe()}", flush=True)
+    print(f"machine: {hardware.this_cpu().describe()}"
+          + (f"; base: {', '.join(SETS)}" if SETS else ""), flush=True)
     print("| study | wall time to its verdict | rounds | samples/s ratio and verdict | "
           "loaded rounds | contention |")
     print("| --- | ---: | ---: | --- | ---: | --- |", flush=True)
