@@ -1,5 +1,5 @@
-"""A knob's price in seconds: the two arms timed in alternating windows of steady-state
-steps until the windows decide (core/analysis/sequential.py).
+"""A knob's price in seconds: the two arms take turns in short slices of steady-state steps
+until the pairs decide (core/analysis/sequential.py).
 
 Each arm is a process of its own (engine/probes/price.py, forked by the warm launcher where
 it is ready), built exactly as a run is built: a knob that changes what a process loads
@@ -10,13 +10,15 @@ ABBA ... (pair i+1 BAAB ...: its first slice on the other arm). The machine's pa
 by 5-15% over tenths of a second here (a quiet VM: one arm's back-to-back 40-step windows
 spread 3.8%), and one window an arm a pair laid that drift on the ratio; slices of about
 WINDOW_S / SLICES in turns cancel it, and halve the pairs' spread at the same cost
-(docs/benchmarks.md: log sd 0.024-0.035 against 0.054-0.075, one process pair). Every pair has two new
-processes (built while nothing is timed, then a few steps of warm-up each): two processes
-of one config differ in pace by themselves (where their memory landed, which core their
-threads met; up to ±6% with pytorch/examples' net here), and with one process an arm that
+(docs/benchmarks.md: log sd 0.024-0.035 against 0.054-0.075, one process pair).
+
+Every pair has two new processes (built while nothing is timed, then a few steps of
+warm-up each): two processes of one config can differ in pace by themselves (where their
+memory landed, which core their threads met: 5-6% with pytorch/examples' net held to AVX2
+here, about 0.2% with the default net once in slices), and with one process an arm that
 difference fell on every pair alike and A/A prices read "faster" or "slower"; a process
-a pair puts it inside the pairs' spread, where the interval counts it. Each pair's ratio
-of samples/s is one observation; the study looks at LOOKS pairs with the error rate
+pair a pair puts it inside the pairs' spread, where the interval counts it. Each pair's
+ratio of samples/s is one observation; the study looks at LOOKS pairs with the error rate
 corrected for the looks, and ends faster, slower, the same within the margin, or unknown
 at the cap.
 

@@ -260,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
 
 def windows(args: argparse.Namespace) -> int:
     """`ab --decide --windows`: a study of kind "price" (tui_trainer/pricing.py): each
-    variant against the base in alternating windows (two new processes a pair), kept in
+    variant against the base taking turns in short slices (two new processes a pair), kept in
     the session (the A/B tab shows it) and as this machine's price."""
     from .. import pricing
     if args.decide is None:

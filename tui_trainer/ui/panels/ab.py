@@ -173,7 +173,8 @@ class ABPanel(Vertical):
         cap = study["spec"].get("cap") or pricing.LOOKS[-1]
         self.query_one("#ab-title", Static).update(Text(
             f"Price {study['id']} {shown(study['name'], 40)} ({study['status']}): each "
-            "variant against the base in alternating windows (two new processes a pair), "
+            "variant against the base, taking turns in short slices (two new processes a "
+            "pair), "
             "samples/s of the variant over the base; it stops at the first look that "
             f"decides ({', '.join(str(n) for n in pricing.LOOKS if n < cap)}, {cap} window "
             "pairs at most)"
@@ -290,7 +291,8 @@ class ABPanel(Vertical):
             self._shown_id = study_id
             self.post_message(self.StudyChosen(study_id))
             self.notify(f"price {study_id} started: {len(arms) - 1} variant(s) against the "
-                        "base in alternating windows of two processes, until each decides")
+                        "base, two processes taking turns in short slices, until each "
+                        "decides")
 
         self.app.write(create, started, "price not started")
 
