@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -63,7 +64,8 @@ def study(session: Path, vary: str, decide: bool | str, steps: int) -> dict:
         w = out[0]
         return {"wall": wall, "rounds": w["pairs"], "verdict": w["verdict"],
                 "ratio": w["ratio"], "low": w["low"], "high": w["high"], "load": load,
-                "loaded_rounds": w["loaded_pairs"], "startup": w["startup"]}
+                "loaded_rounds": w["loaded_pairs"], "startup": w["startup"],
+                "ratios": w.get("ratios") or []}
     row = out["rows"][1]
     iv = (row.get("intervals") or {}).get("samples_per_s") or {}
     return {"wall": wall, "rounds": out["repeats"], "verdict":
@@ -91,6 +93,9 @@ def main() -> None:
                          "--windows): two long-lived processes timed in alternating windows")
     ap.add_argument("--hog", action="store_true",
                     help="every study beside one CPU hog (a busy loop in another process)")
+    ap.add_argument("--record", metavar="FILE",
+                    help="with --windows --aa: each A/A's pairs' log ratios, a JSON line a "
+                         "study (benchmarks/look_levels.py --pairs reads them)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="the base of every study (repeatable)")
     args = ap.parse_args()
@@ -129,6 +134,9 @@ def measure(args: argparse.Namespace) -> None:
                           "windows" if args.windows else True, args.steps)
                 counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
                 walls.append(r["wall"])
+                if args.record and r.get("ratios"):
+                    with open(args.record, "a") as f:
+                        f.write(json.dumps([math.log(x) for x in r["ratios"] if x]) + "\n")
                 print(line(f"A/A {i + 1} of {args.aa}", r), flush=True)
             wrong = counts.get("faster", 0) + counts.get("slower", 0)
             print(f"\n{args.aa} deciding A/A studies: {counts}; faster or slower in {wrong} "

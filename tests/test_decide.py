@@ -37,8 +37,8 @@ def test_nothing_is_judged_before_the_first_look_or_between_looks():
         assert not d.decided and d.next_look == sequential.LOOKS[0], n
     d = sequential.decide(rounds(EMULATED_BF16[:8]))
     assert d.verdict == "slower" and d.rounds == 8 and d.interval.high < 1
-    # the corrected level: alpha split over the five looks, not 95% at each
-    assert math.isclose(d.level, 1 - 0.05 / len(sequential.LOOKS))
+    # the corrected level: calibrated to the five looks, not 95% at each
+    assert math.isclose(d.level, sequential.levels(sequential.LOOKS)[0]) and d.level > 0.975
     # a 95% interval (uncorrected) at 8 rounds is narrower than the one decided on
     plain = stats.ratio_interval(rounds(EMULATED_BF16[:8]), 0.95)
     assert plain.high - plain.low < d.interval.high - d.interval.low
@@ -50,11 +50,9 @@ def test_nothing_is_judged_before_the_first_look_or_between_looks():
 def test_the_same_within_the_margin_is_a_verdict_of_its_own():
     d = sequential.decide(rounds(A_A[:8]))
     assert d.verdict == "the same" and "within ±5%" in d.words
-    # it rests on the two one-sided tests' interval at 1 - 2 x 5%/5 looks, wider than the
-    # 95% one a fixed study would give: at 95% the A/A's 8 rounds read the same sooner
-    assert math.isclose(d.level, 0.98) and d.interval.level == d.level
-    plain = stats.ratio_interval(rounds(A_A[:8]), 0.95)
-    assert d.interval.low < plain.low and plain.high < d.interval.high
+    # it rests on the two one-sided tests' interval at the level calibrated to the looks
+    assert d.level == sequential.levels(sequential.LOOKS)[1] and d.interval.level == d.level
+    assert 0.95 < d.level < 0.98        # (Bonferroni's 98% would not be needed)
     # a tighter margin than the noise allows: not the same, look again
     assert not sequential.decide(rounds(A_A[:8]), margin=0.01).decided
     # a price just outside the margin is not called the same
@@ -109,6 +107,26 @@ def test_its_error_rate_over_all_looks_stays_at_the_level():
     assert wrong / 600 > 0.08
 
 
+def test_each_looks_level_is_calibrated_to_its_looks():
+    """The levels a deciding study judges at (CALIBRATED) keep each error rate over all its
+    looks: studies drawn afresh from the signed-rank statistics' law under the null (a
+    different draw from the one calibrated on) are called different at any look at most
+    alpha of the time (within the simulation's error), while a level half as large again
+    would not keep it, and Bonferroni's alpha / L keeps it with a wide margin unused."""
+    for seen, table in sequential.CALIBRATED.items():
+        drawn = sequential.null_statistics(seen, 20_000, seed=5)
+        for alpha, level in table.items():
+            slack = 3 * math.sqrt(alpha * (1 - alpha) / len(drawn))
+            assert sequential.family_error(drawn, seen, level) <= alpha + slack, (seen, alpha)
+            assert sequential.family_error(drawn, seen, 1.5 * level) > alpha + slack
+            assert sequential.family_error(drawn, seen, alpha / len(seen)) < 0.6 * alpha
+    # a study's own cap: its looks (8, 10, 12) are looks of the calibrated schedule, which
+    # rejects no less often; a cap off the schedule falls back to Bonferroni, which holds
+    assert sequential.one_sided((8, 10, 12), 0.05) == sequential.CALIBRATED[
+        sequential.LOOKS][0.05]
+    assert sequential.one_sided((8, 10, 13), 0.05) == 0.05 / 3
+
+
 def test_decide_is_checked_in_one_line():
     for args, key in ((["--decide", "0.9"], "--decide"),
                       (["--decide", "--until-sure", "0.05"], "--decide"),
@@ -137,7 +155,7 @@ def test_a_large_price_is_decided_at_the_first_look_and_kept(tmp_path):
     assert rows[1].verdicts["samples_per_s"] == "slower" and rows[1].done == 8
     assert rows[1].decision.verdict == "slower" and rows[1].decision.rounds == 8
     assert rows[1].intervals["samples_per_s"].level == rows[1].decision.level
-    assert math.isclose(rows[1].decision.level, 0.99)       # 1 - 5% / 5 looks
+    assert rows[1].decision.level == sequential.levels(sequential.LOOKS)[0]  # calibrated
 
 
 def test_fit_refuses_bad_knobs_in_one_line_and_stores_nothing(tmp_path):
@@ -297,6 +315,9 @@ def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isola
     # every pair in two processes of its own (a process's own pace falls on pairs at
     # random, inside the interval: with one process an arm, two of one config read ±6%)
     assert out["processes"] == 2 * out["pairs"], out
+    # every pair's ratio, what the interval rests on: its median within the interval
+    assert len(out["ratios"]) == out["pairs"] and \
+        out["low"] <= statistics.median(out["ratios"]) <= out["high"], out
     for arm in ("base", "variant"):
         s = out["startup"][arm]
         assert s["ready_s"] > 0 and s["setup_s"] > 0 and s["first_steps_extra_s"] >= 0
@@ -360,7 +381,7 @@ def test_a_knob_paid_at_start_up_is_priced_with_it_as_whole_runs(tmp_path):
 
 
 def test_windows_that_never_settle_give_up_at_the_cap():
-    """The windows' looks (8, 12, 16, 20, 32): pairs that wander around the margin decide
+    """The windows' looks (8, 12, 16, 20, 24, 32): pairs that wander around the margin decide
     nothing, and the cap says unknown; the same pairs tight around 1 say the same."""
     from tui_trainer import pricing
     rng = random.Random(3)

@@ -60,11 +60,12 @@ WINDOW_S = 0.25           # an arm's time a pair, about (its steps chosen from t
 SLICES = 8                # ... cut in up to this many slices, taken in turns (ABBA ABBA ...)
 WARMUP_STEPS = 5          # each of an arm's two warm-up windows
 FRESH_WARMUP_STEPS = 3    # a later pair's processes: their first step pays the lazy set-up
-# The pairs at which the study looks (the last: its cap). A look at 20, not 24: an A/A
-# study that 16 pairs leave undecided mostly decides by 20 (bootstrapped from 224 real
-# pairs: 5.8% of A/A past 20 s instead of 14%, docs/benchmarks.md), and five looks keep
-# each at alpha / 5.
-LOOKS = (8, 12, 16, 20, 32)
+# The pairs at which the study looks (the last: its cap), every 4 pairs to 24: an A/A study
+# that 16 pairs leave undecided mostly decides by 20 or 24. Their level is calibrated to
+# these six looks (core/analysis/sequential.py, CALIBRATED: 96.6% for "the same" at each,
+# where Bonferroni's alpha / 6 would ask 98.3%); bootstrapped from 240 real A/A pairs,
+# 3.7% of A/A studies past 20 s instead of 13.4% (docs/benchmarks.md).
+LOOKS = (8, 12, 16, 20, 24, 32)
 # A difference no larger is no difference (criterion.rs's noise threshold): two processes
 # of one config differ by about this much with the default net (docs/benchmarks.md, over
 # A/A prices), and a price this small is not what a user changes a knob for.
@@ -201,6 +202,8 @@ def as_dict(p: Priced) -> dict[str, Any]:
             "loaded_pairs": p.loaded_pairs, "steps_a_window": p.steps,
             "startup": p.startup, "startup_text": p.startup_text(), "seconds": p.seconds,
             "processes": p.processes, "slices": p.slices,
+            # every pair's ratio, in order: what the interval was drawn from
+            "ratios": [round(v / b, 6) if b > 0 else None for b, v in p.pairs],
             "window": "steady state: training steps and their data, after each arm's "
                       "warm-up; no evaluation, logging or checkpoints"}
 

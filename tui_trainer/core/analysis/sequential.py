@@ -6,18 +6,27 @@ A study that decides (`ab --decide`) trains rounds as usual (every arm once a ro
 interleaved, round r with seed + r) and looks at its paired ratios only at fixed round
 counts, LOOKS: 8, 10, 12, 15 and 20 (the cap). At each look every variant's samples/s is
 judged with the rank-based interval of core.analysis.stats (Hodges-Lehmann with the
-signed-rank interval) at a level corrected for the looks (Bonferroni: the error rate
-split evenly over them, alpha / 5 at each):
+signed-rank interval) at a level corrected for the looks (`one_sided`):
 
-- **faster / slower** when the corrected (1 - alpha/L) interval lies wholly above or below 1:
-  the chance that any of the L looks says so of two equal arms is at most L x alpha/L =
-  alpha, whatever the looks' correlation (the union bound), and the signed-rank interval
-  holds its level on heavy-tailed noise;
-- **the same within ±margin** when the (1 - 2 alpha/L) interval lies wholly inside
-  [1/(1+margin), 1+margin]: two one-sided tests at alpha/L each (TOST), so a price of more
-  than the margin is called "the same" at most alpha of the time over all looks;
+- **faster / slower** when the corrected interval lies wholly above or below 1: each side a
+  one-sided signed-rank test at a level c such that the chance that any of the looks says
+  so of two equal arms is at most alpha / 2 a side, alpha in all;
+- **the same within ±margin** when the interval of level 1 - 2c' lies wholly inside
+  [1/(1+margin), 1+margin]: two one-sided tests (TOST) at c' each, c' such that a price of
+  more than the margin is called "the same" at most alpha of the time over all the looks;
 - **unknown** at the cap when neither holds (the noise was too wide for the margin, or the
   price sits on the margin): more rounds or a quieter machine would tell.
+
+The levels c and c' are calibrated to the looks (CALIBRATED; a constant level at every
+look, Pocock's design): the signed-rank statistics of one study at its looks are drawn
+exactly from their joint law where the arms are equal (or the price sits on the margin),
+which is the same whatever the noise's distribution so long as it is symmetric (the ranks
+of |x| are a random order and the signs fair coins: `null_statistics`), and c is the
+largest level at which the simulated studies reject at any look at most alpha of the time
+(less two standard errors of the simulation). Where the looks are not those of a calibrated
+schedule (a cap of the user's), the level is Bonferroni's alpha / L, which holds by the
+union bound whatever the looks' correlation, but is stricter than it needs: the looks of one
+study share most of their rounds.
 
 A round counts only where both arms finished. Rounds that shared the CPU with another
 process are re-run as in every study (runner's rerun_loaded); a verdict reached with loaded
@@ -36,6 +45,7 @@ Core layer: standard library only.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -48,6 +58,14 @@ ALPHA = 0.05                     # the error rate over all looks, of each kind
 # seed counts (the last: its cap unless given): is the seed noise under the margin?
 SEED_LOOKS = (5, 8, 12, 16, 20)
 DEFAULT_SPREAD = 0.005           # accuracy's sd over seeds: 0.5 points
+# Each look's one-sided level for a schedule of looks, by the error rate it keeps over all
+# of them: calibrated by `calibrate` over 200,000 simulated studies
+# (benchmarks/look_levels.py prints them again; tests/test_decide.py checks them). Bonferroni
+# would give 0.005 and 0.01 at five looks, 0.0042 and 0.0083 at six.
+CALIBRATED: dict[tuple[int, ...], dict[float, float]] = {
+    (8, 10, 12, 15, 20): {0.025: 0.0097, 0.05: 0.0205},
+    (8, 12, 16, 20, 24, 32): {0.025: 0.0078, 0.05: 0.0170},
+}
 
 
 @dataclass(frozen=True)
@@ -89,36 +107,90 @@ def decide(pairs: Iterable[tuple[float | None, float | None]], margin: float = D
     pairs = list(pairs)
     seen = looks_at or looks(cap)
     n = len(stats._logs(pairs))
-    each = alpha / len(seen)
+    differ, alike = levels(seen, alpha)
     at, next_look = _where(seen, n)
     if at is None or n != at and next_look is not None:
         # between looks: nothing is judged (an answer here would be one more look)
-        iv = stats.ratio_interval(pairs, 1 - each)
-        return Decision("", n, iv, 1 - each, next_look,
+        iv = stats.ratio_interval(pairs, differ)
+        return Decision("", n, iv, differ, next_look,
                         f"{n} of {next_look} {unit} before the next look")
-    diff = stats.ratio_interval(pairs, 1 - each)
-    same = stats.ratio_interval(pairs, 1 - 2 * each)
+    diff = stats.ratio_interval(pairs, differ)
+    same = stats.ratio_interval(pairs, alike)
     hi_margin, lo_margin = 1 + margin, 1 / (1 + margin)
     if diff is not None and diff.low is not None and diff.low > 1 + noise:
-        return Decision(up, n, diff, 1 - each, None,
+        return Decision(up, n, diff, differ, None,
                         f"{diff.text()} {up} ({diff.level:.1%} interval, {n} {unit})")
     if diff is not None and diff.high is not None and diff.high < 1 / (1 + noise):
-        return Decision(down, n, diff, 1 - each, None,
+        return Decision(down, n, diff, differ, None,
                         f"{diff.text()} {down} ({diff.level:.1%} interval, {n} {unit})")
     if same is not None and same.low is not None and same.high is not None and \
             same.low >= lo_margin and same.high <= hi_margin:
-        return Decision("the same", n, same, 1 - 2 * each, None,
+        return Decision("the same", n, same, alike, None,
                         f"{same.text()} the same within ±{margin:.0%} ({same.level:.1%} "
                         f"interval, {n} {unit})")
     if next_look is None:
         iv = same or diff
         clear = f"1 ± {noise:.0%}" if noise else "1"
-        return Decision("unknown", n, iv, 1 - 2 * each, None,
+        return Decision("unknown", n, iv, alike, None,
                         f"unknown after {n} {unit}: {iv.text() if iv else 'no ratio'} is "
                         f"neither clear of {clear} nor within ±{margin:.0%}")
-    return Decision("", n, diff, 1 - each, next_look,
+    return Decision("", n, diff, differ, next_look,
                     f"{diff.text() if diff else 'no ratio yet'} after {n} {unit}: "
                     f"the next look at {next_look}")
+
+
+def one_sided(seen: tuple[int, ...], alpha: float) -> float:
+    """Each look's one-sided level for the looks `seen`, such that a true null is rejected
+    at any of them at most `alpha` of the time: calibrated where every look of `seen` is a
+    look of a CALIBRATED schedule (fewer looks reject no more often at the same level),
+    Bonferroni's alpha / L otherwise, whichever is larger (each holds on its own)."""
+    return max([alpha / len(seen)] + [calibrated[alpha] for full, calibrated in
+                                      CALIBRATED.items()
+                                      if alpha in calibrated and set(seen) <= set(full)])
+
+
+def levels(seen: tuple[int, ...], alpha: float = ALPHA) -> tuple[float, float]:
+    """The two intervals' levels at each look of `seen`: (faster or slower: alpha / 2 a
+    side, the same within the margin: alpha at each margin)."""
+    return 1 - 2 * one_sided(seen, alpha / 2), 1 - 2 * one_sided(seen, alpha)
+
+
+def null_statistics(seen: tuple[int, ...], trials: int, seed: int = 1
+                    ) -> list[tuple[int, ...]]:
+    """Simulated studies where the null holds (log ratios symmetric about the value
+    tested): each one's signed-rank statistic T- (the sum of the ranks of |x| of its
+    negative values) among its first n values, at each look n. The law does not depend on
+    the noise: the ranks of |x| are a random order and the signs fair coins."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(trials):
+        size = [rng.random() for _ in range(seen[-1])]
+        negative = [rng.random() < 0.5 for _ in range(seen[-1])]
+        row = []
+        for n in seen:
+            order = sorted(range(n), key=size.__getitem__)
+            row.append(sum(rank for rank, i in enumerate(order, 1) if negative[i]))
+        out.append(tuple(row))
+    return out
+
+
+def family_error(drawn: list[tuple[int, ...]], seen: tuple[int, ...], level: float) -> float:
+    """How often the one-sided signed-rank test at `level` rejects at any look, over studies
+    drawn by null_statistics (the interval's low end is above the value tested exactly
+    when T- is under the interval's cut k)."""
+    cuts = [stats._rank_cut(n, 1 - 2 * level)[0] for n in seen]
+    return sum(any(t < k for t, k in zip(row, cuts)) for row in drawn) / len(drawn)
+
+
+def calibrate(seen: tuple[int, ...], alpha: float, drawn: list[tuple[int, ...]]) -> float:
+    """The largest one-sided level (to 4 decimals) whose family_error over `drawn` is at
+    most alpha less two of the simulation's standard errors."""
+    target = alpha - 2 * math.sqrt(alpha * (1 - alpha) / len(drawn))
+    low, high = alpha / len(seen), alpha
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (mid, high) if family_error(drawn, seen, mid) <= target else (low, mid)
+    return math.floor(low * 1e4) / 1e4
 
 
 def decide_spread(values: Iterable[float | None], margin: float = DEFAULT_SPREAD,

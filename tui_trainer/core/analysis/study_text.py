@@ -343,11 +343,12 @@ def method_text(study: dict[str, Any], rows: list[Row]) -> str:
     if margin is not None:
         cap = study["spec"].get("max_rounds") or sequential.LOOKS[-1]
         seen = sequential.looks(cap)
+        differ, alike = sequential.levels(seen)
         return common + (
             f"It decides: at {', '.join(map(str, seen))} rounds it looks at each variant's "
             "samples/s ratio (Hodges-Lehmann, signed-rank interval) at a level corrected for "
-            f"the {len(seen)} looks: faster or slower when the {1 - 0.05 / len(seen):.1%} "
-            f"interval is clear of 1, the same when the {1 - 0.1 / len(seen):.1%} interval "
+            f"the {len(seen)} looks: faster or slower when the {differ:.1%} "
+            f"interval is clear of 1, the same when the {alike:.1%} interval "
             f"lies within ±{margin:.0%}, unknown when neither holds at {cap} rounds; each "
             "kind of wrong verdict at most 5% of the time over all its looks "
             "(docs/benchmarks.md). The other figures' intervals are at 95%, uncorrected. "
