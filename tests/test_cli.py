@@ -189,3 +189,16 @@ def test_output_into_a_closed_reader_ends_quietly_with_the_shells_status(tmp_pat
     p.stdout.close()                      # the reader went away before a line was written
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141 and err == "", err
+
+
+def test_a_cold_commands_end_says_nothing_more(tmp_path):
+    """device=cpu. A command started from a shell (not forked: its interpreter ends as
+    Python's do) that trained ends with its own lines only: cli._quick_end spares the end
+    from walking torch's objects once more, but not where triton is loaded (torchvision
+    brings it), whose nanobind bindings would then call every object still alive a leak."""
+    r = subprocess.run([sys.executable, "-m", "tui_trainer", "run", "--session", str(tmp_path),
+                        *sets(*QUICK, "max_steps=2", "device=cpu")], capture_output=True,
+                       text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "finished: 2 steps" in r.stderr + r.stdout
+    assert "leaked" not in r.stderr and "nanobind" not in r.stderr, r.stderr[-2000:]

@@ -70,13 +70,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _quick_end() -> None:
+    """gc.freeze, where no module built with nanobind is loaded: those (triton, which
+    torchvision's import brings) report every object still alive at the end as a leak, on
+    stderr."""
+    if "triton" not in sys.modules:
+        gc.freeze()
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.update(supervisor.thread_wait_env())     # before any command imports torch
     # Last of the exit functions (they run in reverse): what is still alive is put out of
     # the garbage collector's reach, so that the interpreter's end does not walk torch's
     # objects once more. After `import torch` the end took 0.6 s here and 0.24 s with it
-    # (docs/benchmarks.md); every command that trains or counts the GPUs paid it.
-    atexit.register(gc.freeze)
+    # (benchmarks/exit_cost.py); `ab` and `machine` paid it on every call.
+    atexit.register(_quick_end)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
