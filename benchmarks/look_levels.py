@@ -1,12 +1,14 @@
 """The levels a deciding study judges at, calibrated to its looks (issue 67): how often a
 study of equal arms would be called different at any of its looks, at Bonferroni's level and
 at the calibrated one (core/analysis/sequential.py, CALIBRATED), and the calibration done
-again.
+again; then the same for a deciding seed sweep's sd (CALIBRATED_SPREAD: how often a sweep
+whose seeds' sd sits on the margin is called under, or over, at any look).
 
     python benchmarks/look_levels.py [--trials 200000] [--seed 1]
 
-The statistics are drawn exactly from their joint law under the null (whatever the noise,
-so long as it is symmetric), so no machine is measured here: what this prints holds on
+The statistics are drawn exactly from their joint law under the null (the ranks' whatever
+the noise, so long as it is symmetric; the sweep's where the seeds' accuracies are normal),
+so no machine is measured here: what this prints holds on
 every CPU. Then each schedule's studies are bootstrapped from recorded A/A window pairs
 (`--pairs FILE`, one JSON list of log ratios a line, as `benchmarks/ab_decide.py --windows
 --aa N --record FILE` writes them) to show what the calibration saves in pairs and seconds.
@@ -40,15 +42,26 @@ def main() -> int:
         t = time.monotonic()
         drawn = sequential.null_statistics(seen, args.trials, args.seed)
         for alpha, level in table.items():
-            bonf = alpha / len(seen)
-            again = sequential.calibrate(seen, alpha, drawn)
-            print(f"| {', '.join(map(str, seen))} | {alpha} | {bonf:.4f}: "
-                  f"{sequential.family_error(drawn, seen, bonf):.4f} | {level:.4f}: "
-                  f"{sequential.family_error(drawn, seen, level):.4f} | {again:.4f} "
-                  f"({time.monotonic() - t:.0f} s) |")
+            line(seen, alpha, level, lambda c: sequential.family_error(drawn, seen, c),
+                 args.trials, t)
+    for seen, table in sequential.CALIBRATED_SPREAD.items():
+        t = time.monotonic()
+        spreads = sequential.null_spreads(seen, args.trials, args.seed)
+        for alpha, level in table.items():
+            line(seen, alpha, level,
+                 lambda c: sequential.spread_family_error(spreads, seen, c), args.trials, t,
+                 " seeds (sd)")
     if args.pairs:
         bootstrap(args)
     return 0
+
+
+def line(seen: tuple[int, ...], alpha: float, level: float, error, trials: int, t: float,
+         what: str = "") -> None:
+    bonf = alpha / len(seen)
+    again = sequential.calibrate(seen, alpha, error, trials)
+    print(f"| {', '.join(map(str, seen))}{what} | {alpha} | {bonf:.4f}: {error(bonf):.4f} | "
+          f"{level:.4f}: {error(level):.4f} | {again:.4f} ({time.monotonic() - t:.0f} s) |")
 
 
 def bootstrap(args: argparse.Namespace) -> None:

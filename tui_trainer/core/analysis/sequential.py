@@ -59,12 +59,17 @@ ALPHA = 0.05                     # the error rate over all looks, of each kind
 SEED_LOOKS = (5, 8, 12, 16, 20)
 DEFAULT_SPREAD = 0.005           # accuracy's sd over seeds: 0.5 points
 # Each look's one-sided level for a schedule of looks, by the error rate it keeps over all
-# of them: calibrated by `calibrate` over 200,000 simulated studies
+# of them: calibrated by `calibrate` over 200,000 simulated studies (null_statistics)
 # (benchmarks/look_levels.py prints them again; tests/test_decide.py checks them). Bonferroni
 # would give 0.005 and 0.01 at five looks, 0.0042 and 0.0083 at six.
 CALIBRATED: dict[tuple[int, ...], dict[float, float]] = {
     (8, 10, 12, 15, 20): {0.025: 0.0097, 0.05: 0.0205},
     (8, 12, 16, 20, 24, 32): {0.025: 0.0078, 0.05: 0.0170},
+}
+# The same for a seed sweep's sd at SEED_LOOKS (its chi-square interval, both tails at this
+# level; the "under" side is the binding one): Bonferroni would give 0.01.
+CALIBRATED_SPREAD: dict[tuple[int, ...], dict[float, float]] = {
+    (5, 8, 12, 16, 20): {0.05: 0.0147},
 }
 
 
@@ -139,13 +144,15 @@ def decide(pairs: Iterable[tuple[float | None, float | None]], margin: float = D
                     f"the next look at {next_look}")
 
 
-def one_sided(seen: tuple[int, ...], alpha: float) -> float:
+def one_sided(seen: tuple[int, ...], alpha: float,
+              table: dict[tuple[int, ...], dict[float, float]] | None = None) -> float:
     """Each look's one-sided level for the looks `seen`, such that a true null is rejected
     at any of them at most `alpha` of the time: calibrated where every look of `seen` is a
-    look of a CALIBRATED schedule (fewer looks reject no more often at the same level),
-    Bonferroni's alpha / L otherwise, whichever is larger (each holds on its own)."""
-    return max([alpha / len(seen)] + [calibrated[alpha] for full, calibrated in
-                                      CALIBRATED.items()
+    look of a schedule in `table` (CALIBRATED unless given; fewer looks reject no more often
+    at the same level), Bonferroni's alpha / L otherwise, whichever is larger (each holds on
+    its own)."""
+    table = CALIBRATED if table is None else table
+    return max([alpha / len(seen)] + [calibrated[alpha] for full, calibrated in table.items()
                                       if alpha in calibrated and set(seen) <= set(full)])
 
 
@@ -182,14 +189,44 @@ def family_error(drawn: list[tuple[int, ...]], seen: tuple[int, ...], level: flo
     return sum(any(t < k for t, k in zip(row, cuts)) for row in drawn) / len(drawn)
 
 
-def calibrate(seen: tuple[int, ...], alpha: float, drawn: list[tuple[int, ...]]) -> float:
-    """The largest one-sided level (to 4 decimals) whose family_error over `drawn` is at
-    most alpha less two of the simulation's standard errors."""
-    target = alpha - 2 * math.sqrt(alpha * (1 - alpha) / len(drawn))
+def null_spreads(seen: tuple[int, ...], trials: int, seed: int = 1
+                 ) -> list[tuple[float, ...]]:
+    """Simulated seed sweeps whose accuracies are normal with sd 1 (the margin): each one's
+    (n - 1) s^2 among its first n seeds, at each look n (chi-square with n - 1 degrees of
+    freedom at each, and nested)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(trials):
+        xs = [rng.gauss(0.0, 1.0) for _ in range(seen[-1])]
+        row = []
+        for n in seen:
+            mean = sum(xs[:n]) / n
+            row.append(sum((x - mean) ** 2 for x in xs[:n]))
+        out.append(tuple(row))
+    return out
+
+
+def spread_family_error(drawn: list[tuple[float, ...]], seen: tuple[int, ...],
+                        level: float) -> float:
+    """How often a sweep whose seeds' sd sits on the margin is called "under" at any look,
+    or "over" at any look (the larger), with both tails of the chi-square interval at
+    `level`, over sweeps drawn by null_spreads."""
+    under = [stats.chi2_quantile(level, n - 1) for n in seen]
+    over = [stats.chi2_quantile(1 - level, n - 1) for n in seen]
+    return max(sum(any(x <= q for x, q in zip(row, under)) for row in drawn),
+               sum(any(x > q for x, q in zip(row, over)) for row in drawn)) / len(drawn)
+
+
+def calibrate(seen: tuple[int, ...], alpha: float, error: Callable[[float], float],
+              trials: int) -> float:
+    """The largest one-sided level (to 4 decimals) whose error over all the looks (`error`,
+    from `trials` simulated studies: family_error or spread_family_error) is at most alpha
+    less two of the simulation's standard errors."""
+    target = alpha - 2 * math.sqrt(alpha * (1 - alpha) / trials)
     low, high = alpha / len(seen), alpha
     for _ in range(40):
         mid = (low + high) / 2
-        low, high = (mid, high) if family_error(drawn, seen, mid) <= target else (low, mid)
+        low, high = (mid, high) if error(mid) <= target else (low, mid)
     return math.floor(low * 1e4) / 1e4
 
 
@@ -197,15 +234,16 @@ def decide_spread(values: Iterable[float | None], margin: float = DEFAULT_SPREAD
                   cap: int | None = None, alpha: float = ALPHA) -> Decision:
     """A deciding seed sweep's answer so far, for its seeds' accuracies (fractions) in seed
     order: whether the seed moves accuracy by less than `margin` (its sd over seeds), by
-    more, or unknown at the cap. Looks at SEED_LOOKS seeds with the error rate split over
-    the looks, as decide() does; at each, the sd's chi-square interval at 1 - 2 alpha/L:
-    "under" when wholly at or below the margin, "over" when wholly above (one-sided tests
-    at alpha/L each, so each wrong answer comes at most alpha of the time over all the
-    looks, where the seeds' accuracies are normal; spread_error_rate checks it)."""
+    more, or unknown at the cap. Looks at SEED_LOOKS seeds at a level corrected for the
+    looks, as decide() does; at each, the sd's chi-square interval at 1 - 2c: "under" when
+    wholly at or below the margin, "over" when wholly above (one-sided tests at c each, c
+    calibrated to the looks, CALIBRATED_SPREAD, so that each wrong answer comes at most
+    alpha of the time over all the looks, where the seeds' accuracies are normal;
+    spread_error_rate checks it)."""
     xs = [v for v in values if v is not None and math.isfinite(v)]
     seen = looks(cap, SEED_LOOKS)
     n = len(xs)
-    level = 1 - 2 * alpha / len(seen)
+    level = spread_level(seen, alpha)
     at, next_look = _where(seen, n)
     iv = stats.sd_interval(xs, level)
     if at is None or n != at and next_look is not None:
@@ -225,6 +263,11 @@ def decide_spread(values: Iterable[float | None], margin: float = DEFAULT_SPREAD
         return Decision("unknown", n, iv, level, None, f"unknown after {n} seeds: {said}, "
                         f"neither under nor over {pts(margin)} points")
     return Decision("", n, iv, level, next_look, f"{said}: the next look at {next_look}")
+
+
+def spread_level(seen: tuple[int, ...], alpha: float = ALPHA) -> float:
+    """The level of a deciding sweep's sd interval at each look of `seen`."""
+    return 1 - 2 * one_sided(seen, alpha, CALIBRATED_SPREAD)
 
 
 def spread_error_rate(trials: int, sd: float, margin: float = DEFAULT_SPREAD,

@@ -329,7 +329,7 @@ def method_text(study: dict[str, Any], rows: list[Row]) -> str:
         return text + (
             f" It decides: at {', '.join(map(str, seen))} seeds it looks at the sd of the "
             f"seeds' accuracy with its chi-square interval at "
-            f"{1 - 2 * sequential.ALPHA / len(seen):.1%} "
+            f"{sequential.spread_level(seen):.1%} "
             f"(corrected for the {len(seen)} looks): under {margin * 100:.2f} points when "
             f"the interval lies at or below that, over when it lies above, unknown when "
             f"neither holds at {seen[-1]} seeds; each wrong answer at most 5% of the time "

@@ -199,8 +199,9 @@ class ABPanel(Vertical):
             f"A pair: about {pricing.WINDOW_S} s of each arm in short slices taken in "
             "turns (ABBA ABBA ...: the machine's drift falls on both), each pair in two new "
             "processes. "
-            "Faster or slower: the interval clear of 1 ± 3% at the look's level (the error "
-            "rate split over the looks); the same: within the margin. The price is the "
+            "Faster or slower: the interval clear of 1 ± 3% at the look's level (calibrated "
+            "to the looks: each wrong verdict at most 5% of the time over all of them); the "
+            "same: within the margin. The price is the "
             "steady state; each arm's start-up is measured and shown beside it."))
 
     @on(DataTable.RowHighlighted, "#ab-table")
