@@ -63,8 +63,8 @@ FRESH_WARMUP_STEPS = 3    # a later pair's processes: their first step pays the 
 # The pairs at which the study looks (the last: its cap), every 4 pairs to 24: an A/A study
 # that 16 pairs leave undecided mostly decides by 20 or 24. Their level is calibrated to
 # these six looks (core/analysis/sequential.py, CALIBRATED: 96.6% for "the same" at each,
-# where Bonferroni's alpha / 6 would ask 98.3%); bootstrapped from 240 real A/A pairs,
-# 3.7% of A/A studies past 20 s instead of 13.4% (docs/benchmarks.md).
+# where Bonferroni's alpha / 6 would ask 98.3%). Bootstrapped from 240 real A/A pairs,
+# 9.4% of A/A studies past 20 s instead of 13.4%; measured, 1 of 40 (docs/benchmarks.md).
 LOOKS = (8, 12, 16, 20, 24, 32)
 # A difference no larger is no difference (criterion.rs's noise threshold): two processes
 # of one config differ by about this much with the default net (docs/benchmarks.md, over
