@@ -387,7 +387,7 @@ def test_a_knob_paid_at_start_up_is_priced_with_it_as_whole_runs(tmp_path):
 
 
 def test_windows_that_never_settle_give_up_at_the_cap():
-    """The windows' looks (8, 12, 16, 20, 24, 32): pairs that wander around the margin decide
+    """The windows' looks (8, 12, 16, ..., 32): pairs that wander around the margin decide
     nothing, and the cap says unknown; the same pairs tight around 1 say the same."""
     from tui_trainer import pricing
     rng = random.Random(3)

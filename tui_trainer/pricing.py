@@ -60,12 +60,12 @@ WINDOW_S = 0.25           # an arm's time a pair, about (its steps chosen from t
 SLICES = 8                # ... cut in up to this many slices, taken in turns (ABBA ABBA ...)
 WARMUP_STEPS = 5          # each of an arm's two warm-up windows
 FRESH_WARMUP_STEPS = 3    # a later pair's processes: their first step pays the lazy set-up
-# The pairs at which the study looks (the last: its cap), every 4 pairs to 24: an A/A study
-# that 16 pairs leave undecided mostly decides by 20 or 24. Their level is calibrated to
-# these six looks (core/analysis/sequential.py, CALIBRATED: 96.6% for "the same" at each,
-# where Bonferroni's alpha / 6 would ask 98.3%). Bootstrapped from 240 real A/A pairs,
-# 9.4% of A/A studies past 20 s instead of 13.4%; measured, 1 of 40 (docs/benchmarks.md).
-LOOKS = (8, 12, 16, 20, 24, 32)
+# The pairs at which the study looks (the last: its cap): every 4 pairs. Their level is
+# calibrated to these seven looks (core/analysis/sequential.py, CALIBRATED: 96.7% for "the
+# same" at each, where Bonferroni's alpha / 7 would ask 98.6%), so a look costs the others
+# little: bootstrapped from 240 real A/A pairs, 3.7% of A/A studies past 20 s instead of
+# 13.4% with five looks at alpha / 5, and 1.1% past 22 s (docs/benchmarks.md).
+LOOKS = (8, 12, 16, 20, 24, 28, 32)
 # A difference no larger is no difference (criterion.rs's noise threshold): two processes
 # of one config differ by about this much with the default net (docs/benchmarks.md, over
 # A/A prices), and a price this small is not what a user changes a knob for.
