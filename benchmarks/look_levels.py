@@ -68,11 +68,12 @@ def bootstrap(args: argparse.Namespace) -> None:
     logs = [x for line in open(args.pairs) for x in json.loads(line)]
     print(f"\nA/A studies bootstrapped from {len(logs)} recorded pairs (log sd "
           f"{statistics.stdev(logs):.4f}), {args.start_s} s + {args.pair_s} s a pair:\n")
-    print("| looks | levels | the same | unknown | faster or slower | mean | past 20 s |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| looks | levels | the same | unknown | faster or slower | mean | past 20 s | "
+          "past 22 s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     from tui_trainer import pricing
     for seen, how in (((8, 12, 16, 20, 32), "Bonferroni"), ((8, 12, 16, 20, 32), "calibrated"),
-                      (pricing.LOOKS, "calibrated")):
+                      ((8, 12, 16, 20, 24, 32), "calibrated"), (pricing.LOOKS, "calibrated")):
         saved = dict(sequential.CALIBRATED)
         if how == "Bonferroni":
             sequential.CALIBRATED.clear()
@@ -94,7 +95,8 @@ def bootstrap(args: argparse.Namespace) -> None:
               f"{share.get('unknown', 0):.1%} | "
               f"{share.get('faster', 0) + share.get('slower', 0):.1%} | "
               f"{statistics.mean(seconds):.1f} s | "
-              f"{sum(s > 20 for s in seconds) / len(seconds):.1%} |")
+              f"{sum(s > 20 for s in seconds) / len(seconds):.1%} | "
+              f"{sum(s > 22 for s in seconds) / len(seconds):.1%} |")
 
 
 if __name__ == "__main__":
