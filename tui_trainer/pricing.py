@@ -63,8 +63,8 @@ FRESH_WARMUP_STEPS = 3    # a later pair's processes: their first step pays the 
 # The pairs at which the study looks (the last: its cap): every 4 pairs. Their level is
 # calibrated to these seven looks (core/analysis/sequential.py, CALIBRATED: 96.7% for "the
 # same" at each, where Bonferroni's alpha / 7 would ask 98.6%), so a look costs the others
-# little: bootstrapped from 240 real A/A pairs, 3.7% of A/A studies past 20 s instead of
-# 13.4% with five looks at alpha / 5, and 1.1% past 22 s (docs/benchmarks.md).
+# little: bootstrapped from 240 real A/A pairs, 3.9% of A/A studies past 20 s instead of
+# 13.4% with five looks at alpha / 5, and 1.2% past 22 s (docs/benchmarks.md).
 LOOKS = (8, 12, 16, 20, 24, 28, 32)
 # A difference no larger is no difference (criterion.rs's noise threshold): two processes
 # of one config differ by about this much with the default net (docs/benchmarks.md, over
