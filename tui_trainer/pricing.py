@@ -174,7 +174,7 @@ class Priced:
     seconds: float                         # the whole price, spawn to decision
     machine: list[str] | None = None       # (key, words): where it was measured
     processes: int = 0                     # arm processes it started (two a pair)
-    slices: int = 1                        # an arm's steps a pair, cut in this many turns
+    slices: int = 1                        # an arm's slices a pair (its steps in turns)
 
     @property
     def loaded_pairs(self) -> int:
