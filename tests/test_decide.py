@@ -321,6 +321,8 @@ def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isola
     # every pair in two processes of its own (a process's own pace falls on pairs at
     # random, inside the interval: with one process an arm, two of one config read ±6%)
     assert out["processes"] == 2 * out["pairs"], out
+    from tui_trainer import pricing
+    assert out["looks"] == list(pricing.LOOKS) and out["pairs"] in out["looks"], out
     # every pair's ratio, what the interval rests on: its median within the interval
     assert len(out["ratios"]) == out["pairs"] and \
         out["low"] <= statistics.median(out["ratios"]) <= out["high"], out
@@ -413,6 +415,21 @@ def test_a_price_study_read_from_a_hostile_session_is_shown_as_text():
     assert "[bold]x\\x1b[2J" in lines[0] and " in " not in lines[0].split(",")[1]
     assert pricing.interval_text(kept) == "-" and pricing.stored_lines("x", "junk") == \
         ["x: not priced"]
+
+
+def test_a_price_study_says_the_looks_it_was_priced_under():
+    """The looks a price study shows are the ones its prices kept: a study priced under
+    other looks (an earlier version's, or a cap of its own) is not shown today's; an
+    earlier version's entries, which kept none, show none; junk in the session is none."""
+    from tui_trainer import pricing
+    assert pricing.looks_kept({}, None) == pricing.LOOKS     # nothing priced yet: today's
+    assert pricing.looks_kept({}, 10) == (8, 10)              # ... under its own cap
+    assert pricing.looks_kept({"amp=bf16": {"looks": [8, 10, 12, 15, 20, 25, 30]}},
+                              None) == (8, 10, 12, 15, 20, 25, 30)
+    assert pricing.looks_kept({"amp=bf16": {"pairs": 8, "done": True}}, None) is None
+    for junk in ("8", [8, "12"], [True], [], [0], list(range(1, 100)), None):
+        assert pricing.looks_kept({"x": {"looks": junk}}, None) is None, junk
+    assert pricing.looks_kept("junk", None) == pricing.LOOKS
 
 
 def test_a_price_from_a_busy_machine_says_so_in_its_words():

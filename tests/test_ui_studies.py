@@ -210,7 +210,9 @@ async def test_a_price_decided_from_the_ab_tab_shows_its_looks_and_when_it_stops
                     [("price", "finished")], timeout=300)
         await until(pilot, lambda: "(finished)" in str(app.query_one("#ab-title").render()))
         title = str(app.query_one("#ab-title").render())
-        assert "stops at the first look that decides (8, 12, 16, 20, 24, 28, 32 window" in title
+        from tui_trainer import pricing
+        assert (f"stops at the first look that decides ({', '.join(map(str, pricing.LOOKS))} "
+                "window pairs, the last its cap)") in title
         table = app.query_one("#ab-table", DataTable)
         row = [str(c) for c in table.get_row_at(0)]
         assert row[0] == "batch_size=8" and row[1] in ("8", "12", "16"), row

@@ -175,6 +175,7 @@ class Priced:
     machine: list[str] | None = None       # (key, words): where it was measured
     processes: int = 0                     # arm processes it started (two a pair)
     slices: int = 1                        # an arm's slices a pair (its steps in turns)
+    looks: tuple[int, ...] = LOOKS         # the pairs at which it looked (the last: its cap)
 
     @property
     def loaded_pairs(self) -> int:
@@ -201,7 +202,7 @@ def as_dict(p: Priced) -> dict[str, Any]:
             "high": iv.high if iv else None, "level": d.level,
             "loaded_pairs": p.loaded_pairs, "steps_a_window": p.steps,
             "startup": p.startup, "startup_text": p.startup_text(), "seconds": p.seconds,
-            "processes": p.processes, "slices": p.slices,
+            "processes": p.processes, "slices": p.slices, "looks": list(p.looks),
             # every pair's ratio, in order: what the interval was drawn from
             "ratios": [round(v / b, 6) if b > 0 else None for b, v in p.pairs],
             "window": "steady state: training steps and their data, after each arm's "
@@ -285,7 +286,7 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
     `stop` says so between two pairs). `on_look`: what the price is so far, at each look
     (the A/B tab shows it narrowing)."""
     t0 = time.monotonic()
-    looks = tuple(n for n in LOOKS if n < (cap or LOOKS[-1])) + ((cap or LOOKS[-1]),)
+    looks = looks_for(cap)
     arms: list[Arm] = []
     try:
         arms = first = _ready_pair(base, variant, warm)     # its start-up is the one given
@@ -340,7 +341,8 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
                              "verdict": decision.verdict, "ratio": iv.ratio, "low": iv.low,
                              "high": iv.high, "next_look": decision.next_look,
                              "cap": looks[-1], "loaded_pairs": sum(loaded),
-                             "steps_a_window": steps, "slices": slices})
+                             "steps_a_window": steps, "slices": slices,
+                             "looks": list(looks)})
             if decision.decided or decision.next_look is None:
                 break
         startup = {}
@@ -350,10 +352,32 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
             startup[arm.label] = {"setup_s": arm.setup_s, "ready_s": arm.ready_s,
                                   "first_steps_extra_s": max(0.0, warmup - pace * WARMUP_STEPS)}
         return Priced(decision, pairs, loaded, steps, startup, time.monotonic() - t0,
-                      first[0].machine, len(pids), slices)
+                      first[0].machine, len(pids), slices, looks)
     finally:
         for arm in arms:
             arm.close()
+
+
+def looks_for(cap: int | None) -> tuple[int, ...]:
+    """The pairs at which a price looks under a cap of `cap` pairs (None: LOOKS')."""
+    cap = cap or LOOKS[-1]
+    return tuple(n for n in LOOKS if n < cap) + (cap,)
+
+
+def looks_kept(entries: Any, cap: int | None) -> tuple[int, ...] | None:
+    """The looks a price study was priced under, as its entries kept them (session data:
+    read, never trusted); where none is priced yet, the ones it will use (`looks_for`); None
+    where its entries, kept by an earlier version, do not say."""
+    kept = [d.get("looks") for d in (entries.values() if isinstance(entries, dict) else ())
+            if isinstance(d, dict)]
+    if not kept:
+        return looks_for(cap)
+    for looks in kept:
+        if isinstance(looks, list) and looks and len(looks) <= 64 and all(
+                isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 10_000
+                for n in looks):
+            return tuple(looks)
+    return None
 
 
 def slicing(per_step: float) -> tuple[int, int]:

@@ -170,14 +170,16 @@ class ABPanel(Vertical):
         narrows look by look, and when it will stop."""
         from ... import pricing
         done = study["spec"].get("prices") or {}
-        cap = study["spec"].get("cap") or pricing.LOOKS[-1]
+        cap = study["spec"].get("cap")
+        looks = pricing.looks_kept(done, cap if isinstance(cap, int) else None)
+        at = (f" ({', '.join(map(str, looks))} window pairs, the last its cap)"
+              if looks else "")      # (an earlier version's price: its looks not kept)
         self.query_one("#ab-title", Static).update(Text(
             f"Price {study['id']} {shown(study['name'], 40)} ({study['status']}): each "
             "variant against the base, taking turns in short slices (two new processes a "
             "pair), "
-            "samples/s of the variant over the base; it stops at the first look that "
-            f"decides ({', '.join(str(n) for n in pricing.LOOKS if n < cap)}, {cap} window "
-            "pairs at most)"
+            f"samples/s of the variant over the base; it stops at the first look that "
+            f"decides{at}"
             + (f". {shown(study['message'], 300)}" if study["message"] else "")))
         table = self.query_one("#ab-table", DataTable)
         table.clear(columns=True)
