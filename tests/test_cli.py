@@ -162,6 +162,24 @@ def test_a_misspelt_key_or_command_gets_the_nearest_one_and_internal_commands_st
     assert " repro " in help_text and " worker " not in help_text and " warm " not in help_text
 
 
+def test_every_commands_help_reads_as_written():
+    """Each command's --help as argparse prints it: a percent sign is one (argparse
+    formats argument help with %, not a description: a `%%` there is printed as typed)."""
+    import argparse
+    import contextlib
+    import io
+    from tui_trainer.cli import build_parser
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert len(sub.choices) > 10
+    for name, command in {"": parser, **sub.choices}.items():
+        text = command.format_help()
+        assert "%%" not in text and "%(" not in text, (name, text)
+    with contextlib.redirect_stdout(io.StringIO()) as out, pytest.raises(SystemExit):
+        parser.parse_args(["fit", "--help"])
+    assert "within ±5%, or unknown" in out.getvalue()
+
+
 def test_drop_last_that_would_leave_an_epoch_empty_is_refused_in_one_line(tmp_path):
     """50 training samples in batches of 64: drop_last would drop the only batch. Refused
     before anything is kept, naming the field and what would do (holds on any device)."""

@@ -25,11 +25,11 @@ def add(sub: Any) -> None:
     sp = sub.add_parser("fit", help="the fastest config for this machine, with proof",
                         description="Price the speed knobs one by one on top of each other "
                                     "(each a study that decides: faster, slower, the same "
-                                    "within ±5%%, or unknown), take each value measured "
+                                    "within ±5%, or unknown), take each value measured "
                                     "faster, then prove the result: the start config and "
                                     "the fitted one trained to their end with several seeds, "
                                     "their accuracy compared against the seeds' spread and "
-                                    "their time to 98%% measured. Writes your preset "
+                                    "their time to 98% measured. Writes your preset "
                                     "(--name, default fastest-here) naming each choice with "
                                     "its price here and what it does to the bits.")
     config_args(sp)
