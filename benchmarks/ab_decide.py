@@ -3,7 +3,8 @@ against today's fixed-round study, in one run on one machine; and how often a de
 study of two equal arms says "faster" or "slower".
 
     python benchmarks/ab_decide.py [--price amp=bf16] [--aa 40] [--steps 60] [--fixed]
-                                   [--windows] [--hog] [--set KEY=VALUE ...]
+                                   [--windows] [--hog] [--record FILE] [--aa-only]
+                                   [--set KEY=VALUE ...]
 
 Each study is `tui-trainer ab` on the shipped sample, the default config, timed from the
 command to its last line (what a person waits for: the launcher's start, every run, the
@@ -96,6 +97,9 @@ def main() -> None:
     ap.add_argument("--record", metavar="FILE",
                     help="with --windows --aa: each A/A's pairs' log ratios, a JSON line a "
                          "study (benchmarks/look_levels.py --pairs reads them)")
+    ap.add_argument("--aa-only", action="store_true",
+                    help="with --aa: only the A/A series, not the table's studies first "
+                         "(with --set model=examples its whole-run studies take minutes)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="the base of every study (repeatable)")
     args = ap.parse_args()
@@ -124,7 +128,7 @@ def measure(args: argparse.Namespace) -> None:
         if args.fixed:
             runs += [(f"{args.price}, 6 rounds x 200 steps", args.price, False, 200),
                      (f"A/A ({AA}), 6 rounds x 200 steps", AA, False, 200)]
-        for i, (name, vary, decide, steps) in enumerate(runs):
+        for i, (name, vary, decide, steps) in enumerate([] if args.aa_only else runs):
             print(line(name, study(Path(tmp) / f"s{i}", vary, decide, steps)), flush=True)
         if args.aa:
             counts: dict[str, int] = {}

@@ -323,6 +323,7 @@ def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isola
     assert out["processes"] == 2 * out["pairs"], out
     from tui_trainer import pricing
     assert out["looks"] == list(pricing.LOOKS) and out["pairs"] in out["looks"], out
+    assert 1 <= out["fresh_warmup_steps"] <= pricing.FRESH_WARMUP_STEPS, out
     # every pair's ratio, what the interval rests on: its median within the interval
     assert len(out["ratios"]) == out["pairs"] and \
         out["low"] <= statistics.median(out["ratios"]) <= out["high"], out
@@ -337,6 +338,7 @@ def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isola
     r = tt("ab", "--session", str(tmp_path), "--vary", "batch_size=8", "--decide",
            "--windows", *sets("dataset=mnist-sample", "device=cpu"))
     assert r.rc == 0 and "batch_size=8: " in r.out and "start-up, not in the price" in r.out
+    assert "steps side by side first" in r.out, r.out
 
 
 def test_a_pairs_slices_cancel_a_drift_of_the_machine():
@@ -362,6 +364,21 @@ def test_a_pairs_slices_cancel_a_drift_of_the_machine():
         assert slices % 2 == 0 and 2 <= slices <= pricing.SLICES, (per_step, size, slices)
         assert 0.6 * pricing.WINDOW_S <= size * slices * per_step <= 1.5 * pricing.WINDOW_S
     assert pricing.slicing(0.2) == (1, 2) and pricing.slicing(0.0)[1] == pricing.SLICES
+
+
+def test_a_later_pairs_warm_up_is_about_a_fixed_time_at_least_one_step():
+    """A later pair's two new processes warm up side by side, untimed: the lazy set-up's
+    first step always, and about FRESH_WARMUP_S in all, never more steps than a quick
+    step's three (slow steps: one, where three cost 0.16 s a pair and spread no less)."""
+    from tui_trainer import pricing
+    assert pricing.fresh_warmup(0.0136) == 3           # the default net here
+    assert pricing.fresh_warmup(0.02) == 2
+    assert pricing.fresh_warmup(0.061) == 1            # pytorch/examples' net held to AVX2
+    assert pricing.fresh_warmup(5.0) == 1 and pricing.fresh_warmup(0.0) == 3
+    for per_step in (0.001, 0.005, 0.01, 0.03, 0.1, 1.0):
+        n = pricing.fresh_warmup(per_step)
+        assert 1 <= n <= pricing.FRESH_WARMUP_STEPS
+        assert n == 1 or n * per_step <= 1.5 * pricing.FRESH_WARMUP_S, per_step
 
 
 def test_windows_refuse_what_they_cannot_price_in_one_line(tmp_path):

@@ -59,7 +59,15 @@ START_UP_KNOBS = ("compile", "cudnn_benchmark", "cuda_graph")
 WINDOW_S = 0.25           # an arm's time a pair, about (its steps chosen from the warm-up)
 SLICES = 8                # ... cut in up to this many slices, taken in turns (ABBA ABBA ...)
 WARMUP_STEPS = 5          # each of an arm's two warm-up windows
-FRESH_WARMUP_STEPS = 3    # a later pair's processes: their first step pays the lazy set-up
+# A later pair's two new processes are warmed up side by side, untimed: their first step
+# pays the lazy set-up (allocations, oneDNN's primitives), and a few more steps, up to
+# FRESH_WARMUP_STEPS, fill about FRESH_WARMUP_S at an arm's own pace. Recorded A/A pairs
+# (docs/benchmarks.md, "A later pair's warm-up by its time"): with the default net (14 ms
+# a step) three steps spread a pair's ratio 0.051 where one spread it 0.060; with
+# pytorch/examples' net held to AVX2 (61 ms a step) one step spread it 0.029 and three
+# 0.039, and three cost 0.16 s a pair more (a pair: 0.87 s against 0.71 s).
+FRESH_WARMUP_STEPS = 3
+FRESH_WARMUP_S = 0.04
 # The pairs at which the study looks (the last: its cap): every 4 pairs. Their level is
 # calibrated to these seven looks (core/analysis/sequential.py, CALIBRATED: 96.7% for "the
 # same" at each, where Bonferroni's alpha / 7 would ask 98.6%), so a look costs the others
@@ -176,6 +184,7 @@ class Priced:
     processes: int = 0                     # arm processes it started (two a pair)
     slices: int = 1                        # an arm's slices a pair (its steps in turns)
     looks: tuple[int, ...] = LOOKS         # the pairs at which it looked (the last: its cap)
+    fresh: int = FRESH_WARMUP_STEPS        # a later pair's warm-up steps, side by side
 
     @property
     def loaded_pairs(self) -> int:
@@ -203,6 +212,7 @@ def as_dict(p: Priced) -> dict[str, Any]:
             "loaded_pairs": p.loaded_pairs, "steps_a_window": p.steps,
             "startup": p.startup, "startup_text": p.startup_text(), "seconds": p.seconds,
             "processes": p.processes, "slices": p.slices, "looks": list(p.looks),
+            "fresh_warmup_steps": p.fresh,
             # every pair's ratio, in order: what the interval was drawn from
             "ratios": [round(v / b, 6) if b > 0 else None for b, v in p.pairs],
             "window": "steady state: training steps and their data, after each arm's "
@@ -255,8 +265,10 @@ def stored_lines(label: str, d: Any) -> list[str]:
             f"  window: {shown(d.get('steps_a_window'), 10)} steady-state steps an arm a pair"
             + (f", in {figure(d, 'slices'):.0f} slices taken in turns (ABBA ...)"
                if figure(d, "slices") else ", ABBA")
-            + ", each pair in two processes of its own (training steps and their data; no "
-            "evaluation, logging or checkpoints)",
+            + ", each pair in two processes of its own"
+            + (f", warmed up {figure(d, 'fresh_warmup_steps'):.0f} steps side by side first"
+               if figure(d, "fresh_warmup_steps") else "")
+            + " (training steps and their data; no evaluation, logging or checkpoints)",
             f"  {shown(d.get('startup_text'), 300)}"]
 
 
@@ -298,6 +310,7 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
         per_step = max(arm.warm[-1] for arm in arms)
         size, slices = slicing(per_step)
         steps = size * slices                    # an arm's steps a pair
+        fresh = fresh_warmup(per_step)
         pairs: list[tuple[float, float]] = []
         loaded: list[bool] = []
         steady = [[], []]
@@ -316,7 +329,7 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
                                    variant_first=len(pairs) // 2 % 2 == 1)
                 pids.update(arm.pid for arm in arms)
                 for arm in arms:            # warmed up side by side: not timed
-                    arm.send(FRESH_WARMUP_STEPS)
+                    arm.send(fresh)
                 for arm in arms:
                     arm.answer(WINDOW_WAIT_S)
             done = [[0, 0.0, 0], [0, 0.0, 0]]     # an arm's samples, seconds, steps
@@ -352,7 +365,7 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
             startup[arm.label] = {"setup_s": arm.setup_s, "ready_s": arm.ready_s,
                                   "first_steps_extra_s": max(0.0, warmup - pace * WARMUP_STEPS)}
         return Priced(decision, pairs, loaded, steps, startup, time.monotonic() - t0,
-                      first[0].machine, len(pids), slices, looks)
+                      first[0].machine, len(pids), slices, looks, fresh)
     finally:
         for arm in arms:
             arm.close()
@@ -378,6 +391,12 @@ def looks_kept(entries: Any, cap: int | None) -> tuple[int, ...] | None:
                 for n in looks):
             return tuple(looks)
     return None
+
+
+def fresh_warmup(per_step: float) -> int:
+    """A later pair's warm-up steps, side by side: at least one (the lazy set-up), up to
+    FRESH_WARMUP_STEPS, about FRESH_WARMUP_S at an arm's pace of `per_step` seconds."""
+    return min(FRESH_WARMUP_STEPS, max(1, round(FRESH_WARMUP_S / max(per_step, 1e-6))))
 
 
 def slicing(per_step: float) -> tuple[int, int]:
