@@ -4,7 +4,7 @@ study of two equal arms says "faster" or "slower".
 
     python benchmarks/ab_decide.py [--price amp=bf16] [--aa 40] [--steps 60] [--fixed]
                                    [--windows] [--hog] [--record FILE] [--aa-only]
-                                   [--set KEY=VALUE ...]
+                                   [--peer DIR] [--set KEY=VALUE ...]
 
 Each study is `tui-trainer ab` on the shipped sample, the default config, timed from the
 command to its last line (what a person waits for: the launcher's start, every run, the
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -42,9 +43,11 @@ AA_WINDOWS = "seed=1"
 SETS: list[str] = []          # --set: more of the base, for every study
 
 
-def study(session: Path, vary: str, decide: bool | str, steps: int) -> dict:
+def study(session: Path, vary: str, decide: bool | str, steps: int,
+          tree: str | None = None) -> dict:
     """One study, timed from the command to its last line; decide: True (whole runs),
-    "windows" (tui_trainer/pricing.py) or False (the fixed 6 rounds)."""
+    "windows" (tui_trainer/pricing.py) or False (the fixed 6 rounds). `tree`: another
+    checkout's tui_trainer runs it (its launcher and arms too), with this venv."""
     args = [sys.executable, "-m", "tui_trainer", "ab", "--session", str(session), "--json",
             "--set", "dataset=mnist-sample", "--vary", vary, "--steps", str(steps)]
     for kv in SETS:
@@ -54,8 +57,9 @@ def study(session: Path, vary: str, decide: bool | str, steps: int) -> dict:
         args += ["--windows"]
     before = contention.snapshot()
     t0 = time.monotonic()
+    env = None if tree is None else {**os.environ, "PYTHONPATH": tree}
     p = subprocess.run(args, capture_output=True, text=True, timeout=1800,
-                       stdin=subprocess.DEVNULL)
+                       stdin=subprocess.DEVNULL, cwd=tree, env=env)
     wall = time.monotonic() - t0
     load = contention.between(before, contention.snapshot())
     if p.returncode not in (0, 3):
@@ -100,6 +104,10 @@ def main() -> None:
     ap.add_argument("--aa-only", action="store_true",
                     help="with --aa: only the A/A series, not the table's studies first "
                          "(with --set model=examples its whole-run studies take minutes)")
+    ap.add_argument("--peer", metavar="DIR",
+                    help="with --aa: each A/A also run by the tree checked out in DIR (git "
+                         "worktree add DIR REV), in turns, which first alternating: its "
+                         "peer in the same run")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="the base of every study (repeatable)")
     args = ap.parse_args()
@@ -131,21 +139,31 @@ def measure(args: argparse.Namespace) -> None:
         for i, (name, vary, decide, steps) in enumerate([] if args.aa_only else runs):
             print(line(name, study(Path(tmp) / f"s{i}", vary, decide, steps)), flush=True)
         if args.aa:
-            counts: dict[str, int] = {}
-            walls = []
+            trees = {"this tree": None, **({f"peer {args.peer}": args.peer} if args.peer
+                                           else {})}
+            counts: dict[str, dict[str, int]] = {name: {} for name in trees}
+            walls: dict[str, list[float]] = {name: [] for name in trees}
             for i in range(args.aa):
-                r = study(Path(tmp) / f"aa{i}", AA_WINDOWS if args.windows else AA,
-                          "windows" if args.windows else True, args.steps)
-                counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-                walls.append(r["wall"])
-                if args.record and r.get("ratios"):
-                    with open(args.record, "a") as f:
-                        f.write(json.dumps([math.log(x) for x in r["ratios"] if x]) + "\n")
-                print(line(f"A/A {i + 1} of {args.aa}", r), flush=True)
-            wrong = counts.get("faster", 0) + counts.get("slower", 0)
-            print(f"\n{args.aa} deciding A/A studies: {counts}; faster or slower in {wrong} "
-                  f"({wrong / args.aa:.1%}); wall time mean {sum(walls) / len(walls):.1f} s, "
-                  f"max {max(walls):.1f} s")
+                order = list(trees.items())
+                for name, tree in order[::-1] if i % 2 else order:
+                    r = study(Path(tmp) / f"aa{i}-{len(walls[name])}-{tree is None}",
+                              AA_WINDOWS if args.windows else AA,
+                              "windows" if args.windows else True, args.steps, tree)
+                    counts[name][r["verdict"]] = counts[name].get(r["verdict"], 0) + 1
+                    walls[name].append(r["wall"])
+                    if args.record and r.get("ratios") and tree is None:
+                        with open(args.record, "a") as f:
+                            f.write(json.dumps([math.log(x) for x in r["ratios"] if x])
+                                    + "\n")
+                    print(line(f"A/A {i + 1} of {args.aa}"
+                               + (f", {name}" if args.peer else ""), r), flush=True)
+            for name in trees:
+                w, c = walls[name], counts[name]
+                wrong = c.get("faster", 0) + c.get("slower", 0)
+                print(f"\n{name}: {args.aa} deciding A/A studies: {c}; faster or slower in "
+                      f"{wrong} ({wrong / args.aa:.1%}); wall time mean "
+                      f"{sum(w) / len(w):.1f} s, median {sorted(w)[len(w) // 2]:.1f} s, "
+                      f"max {max(w):.1f} s, within 20 s {sum(x <= 20 for x in w)} of {len(w)}")
 
 
 if __name__ == "__main__":

@@ -62,10 +62,11 @@ WARMUP_STEPS = 5          # each of an arm's two warm-up windows
 # A later pair's two new processes are warmed up side by side, untimed: their first step
 # pays the lazy set-up (allocations, oneDNN's primitives), and a few more steps, up to
 # FRESH_WARMUP_STEPS, fill about FRESH_WARMUP_S at an arm's own pace. Recorded A/A pairs
-# (docs/benchmarks.md, "A later pair's warm-up by its time"): with the default net (14 ms
-# a step) three steps spread a pair's ratio 0.051 where one spread it 0.060; with
-# pytorch/examples' net held to AVX2 (61 ms a step) one step spread it 0.029 and three
-# 0.039, and three cost 0.16 s a pair more (a pair: 0.87 s against 0.71 s).
+# (docs/benchmarks.md, "A later pair's warm-up by its time"; benchmarks/pair_slices.py):
+# with pytorch/examples' net held to AVX2 (56 ms a step) one step spread a pair's ratio
+# less than three in both runs (0.029 against 0.039, 0.074 against 0.114), and three cost
+# 0.17 s a pair more (0.88 s against 0.71 s); with the default net (8 ms a step) neither
+# was better (0.060 against 0.051, then 0.049 against 0.064), and it keeps its three.
 FRESH_WARMUP_STEPS = 3
 FRESH_WARMUP_S = 0.04
 # The pairs at which the study looks (the last: its cap): every 4 pairs. Their level is
