@@ -447,6 +447,8 @@ def test_a_price_study_says_the_looks_it_was_priced_under():
     for junk in ("8", [8, "12"], [True], [], [0], list(range(1, 100)), None):
         assert pricing.looks_kept({"x": {"looks": junk}}, None) is None, junk
     assert pricing.looks_kept("junk", None) == pricing.LOOKS
+    for cap in (True, -5, 0, "32", 1e9, 10**9):
+        assert pricing.looks_kept({}, cap) is None, cap
 
 
 def test_a_price_from_a_busy_machine_says_so_in_its_words():

@@ -378,18 +378,19 @@ def looks_for(cap: int | None) -> tuple[int, ...]:
     return tuple(n for n in LOOKS if n < cap) + (cap,)
 
 
-def looks_kept(entries: Any, cap: int | None) -> tuple[int, ...] | None:
-    """The looks a price study was priced under, as its entries kept them (session data:
-    read, never trusted); where none is priced yet, the ones it will use (`looks_for`); None
-    where its entries, kept by an earlier version, do not say."""
+def looks_kept(entries: Any, cap: Any) -> tuple[int, ...] | None:
+    """The looks a price study was priced under, as its entries kept them; where none is
+    priced yet, the ones it will use under its cap (`looks_for`); None where its entries,
+    kept by an earlier version, do not say, or its cap is no count. Both are session data:
+    read, never trusted."""
+    def count(n: Any) -> bool:
+        return isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 10_000
     kept = [d.get("looks") for d in (entries.values() if isinstance(entries, dict) else ())
             if isinstance(d, dict)]
     if not kept:
-        return looks_for(cap)
+        return looks_for(cap) if cap is None or count(cap) else None
     for looks in kept:
-        if isinstance(looks, list) and looks and len(looks) <= 64 and all(
-                isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 10_000
-                for n in looks):
+        if isinstance(looks, list) and looks and len(looks) <= 64 and all(map(count, looks)):
             return tuple(looks)
     return None
 

@@ -170,8 +170,7 @@ class ABPanel(Vertical):
         narrows look by look, and when it will stop."""
         from ... import pricing
         done = study["spec"].get("prices") or {}
-        cap = study["spec"].get("cap")
-        looks = pricing.looks_kept(done, cap if isinstance(cap, int) else None)
+        looks = pricing.looks_kept(done, study["spec"].get("cap"))
         at = (f" ({', '.join(map(str, looks))} window pairs, the last its cap)"
               if looks else "")      # (an earlier version's price: its looks not kept)
         self.query_one("#ab-title", Static).update(Text(
