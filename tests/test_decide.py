@@ -432,6 +432,34 @@ def test_a_price_study_read_from_a_hostile_session_is_shown_as_text():
     assert "[bold]x\\x1b[2J" in lines[0] and " in " not in lines[0].split(",")[1]
     assert pricing.interval_text(kept) == "-" and pricing.stored_lines("x", "junk") == \
         ["x: not priced"]
+    bare = pricing.stored_lines("x", {"done": True, "words": {"a": 1}, "steps_a_window": "9",
+                                      "startup_text": None})
+    assert bare == ["x: no verdict kept, samples/s of the variant over the base"], bare
+
+
+def test_a_price_study_with_a_hostile_spec_is_refused_in_one_line(tmp_path):
+    """A price study's margin and cap come from its session: one that is not a margin or a
+    cap (edited, another tool's) is refused in one line naming it, before any arm starts,
+    and the study is left as it was."""
+    from tui_trainer import pricing
+    from tui_trainer.core.settings import config
+    arms = pricing.plan(config.from_dict({"dataset": "mnist-sample"}), [("amp", ["bf16"])])
+    bad = [({"decide": "y"}, "its decide is 'y'"), ({"decide": True}, "its decide is True"),
+           ({"cap": "x"}, "its cap is 'x'"), ({"cap": 1e300}, "its cap is 1e+300"),
+           ({"cap": 7}, "its cap is 7")]
+    with SessionStore(tmp_path) as store:
+        ids = [store.create_study("price", f"s{i}", {"windows": True, "decide": 0.05,
+                                                     "cap": None, **spec}, arms)
+               for i, (spec, _) in enumerate(bad)]
+    for sid, (_, said) in zip(ids, bad):
+        r = tt("ab", "--session", str(tmp_path), "--study", str(sid))
+        lines = [line for line in r.err.splitlines() if line.strip()]
+        assert r.rc == 2 and len(lines) == 1 and f"study {sid}: {said};" in lines[0], r.err
+        assert not price_arms()
+    with SessionStore(tmp_path, create=False) as store:
+        assert all(store.study(sid)["status"] == "created" for sid in ids)
+    assert pricing.spec_figures(1, {"decide": 0.1, "cap": 12.0}) == (0.1, 12)
+    assert pricing.spec_figures(1, "junk") == (0.05, None)
 
 
 def test_a_price_study_says_the_looks_it_was_priced_under():

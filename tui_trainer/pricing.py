@@ -258,19 +258,25 @@ def stored_lines(label: str, d: Any) -> list[str]:
     loaded, pairs, seconds = (figure(d, k) for k in ("loaded_pairs", "pairs", "seconds"))
     load = (f"; {loaded:.0f} of {pairs or 0:.0f} pairs shared the CPU with another process"
             if loaded else "")
-    words = shown(d.get("words"), 300)
+    words = shown(d["words"], 300) if isinstance(d.get("words"), str) else \
+        "no verdict kept"
     if not d.get("done"):
         return [f"{shown(label, 60)}: so far {words}{load}"]
-    return [f"{shown(label, 60)}: {words}, samples/s of the variant over the base"
-            + (f", in {seconds:.1f} s" if seconds is not None else "") + load,
-            f"  window: {shown(d.get('steps_a_window'), 10)} steady-state steps an arm a pair"
+    steps = figure(d, "steps_a_window")
+    lines = [f"{shown(label, 60)}: {words}, samples/s of the variant over the base"
+             + (f", in {seconds:.1f} s" if seconds is not None else "") + load]
+    if steps is not None:
+        lines.append(
+            f"  window: {steps:.0f} steady-state steps an arm a pair"
             + (f", in {figure(d, 'slices'):.0f} slices taken in turns (ABBA ...)"
                if figure(d, "slices") else ", ABBA")
             + ", each pair in two processes of its own"
             + (f", warmed up {figure(d, 'fresh_warmup_steps'):.0f} steps side by side first"
                if figure(d, "fresh_warmup_steps") else "")
-            + " (training steps and their data; no evaluation, logging or checkpoints)",
-            f"  {shown(d.get('startup_text'), 300)}"]
+            + " (training steps and their data; no evaluation, logging or checkpoints)")
+    if isinstance(d.get("startup_text"), str):
+        lines.append(f"  {shown(d['startup_text'], 300)}")
+    return lines
 
 
 def kept(key: str, value: Any, base: RunConfig, p: Priced) -> "prices.Price | None":
@@ -458,14 +464,33 @@ def plan(base: RunConfig, vary: list[tuple[str, list[Any]]]) -> list[dict[str, A
     return arms
 
 
+def spec_figures(study_id: int, spec: Any) -> tuple[float, int | None]:
+    """A price study's margin and cap as its spec keeps them (session data: a study of
+    another tool or version, or edited, is refused in one line naming the field, before
+    anything starts)."""
+    spec = spec if isinstance(spec, dict) else {}
+    margin, cap = spec.get("decide", sequential.DEFAULT_MARGIN), spec.get("cap")
+
+    def number(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    if not (number(margin) and 0.005 <= margin <= 0.5):
+        raise BadInput(f"study {study_id}: its decide is {shown(repr(margin), 40)}; a price "
+                       "study's margin is from 0.005 to 0.5 (0.05: ±5%)")
+    if cap is not None and not (number(cap) and cap == int(cap)
+                                and LOOKS[0] <= cap <= 200):
+        raise BadInput(f"study {study_id}: its cap is {shown(repr(cap), 40)}; a price "
+                       f"study's cap is {LOOKS[0]} to 200 window pairs, or none")
+    return float(margin), None if cap is None else int(cap)
+
+
 def price_study(store: Any, study_id: int, say: Callable[[str], None],
                 stop: Callable[[], bool], warm: WarmLauncher | None) -> None:
     """A study of kind "price" (`ab --decide --windows`, the A/B tab's "Decide a price"):
     each variant priced against the base in windows, what it is so far kept in the study's
     spec at each look, and the end kept as this machine's price."""
     study = store.study(study_id)
+    margin, cap = spec_figures(study_id, study["spec"])
     base_cfg = config.from_dict(study["variants"][0]["config"])
-    margin = study["spec"].get("decide", sequential.DEFAULT_MARGIN)
     for v in study["variants"][1:]:
         if stop():
             return
@@ -478,8 +503,8 @@ def price_study(store: Any, study_id: int, say: Callable[[str], None],
                 **(spec.get("prices") or {}), label: entry}})
 
         say(f"price: {v['label']} against the base, in windows ...")
-        p = price(base_cfg, config.from_dict(v["config"]), margin,
-                  study["spec"].get("cap"), say, warm, on_look=keep, stop=stop)
+        p = price(base_cfg, config.from_dict(v["config"]), margin, cap, say, warm,
+                  on_look=keep, stop=stop)
         if p is None:
             return
         keep({**as_dict(p), "done": True})

@@ -406,6 +406,9 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
             study = store.study(study_id)
             if study["status"] == "running":
                 raise BadInput(f"study {study_id} is running already (pid {study['pid']})")
+            if study["kind"] == "price":       # its margin and cap, refused before it starts
+                from .pricing import spec_figures
+                spec_figures(study_id, study["spec"])
             ended_before = study["status"] == "finished"     # its prices kept then
             jobs = jobs or study["spec"].get("jobs", 1)
             # One run per GPU: the study's runs on CUDA train side by side, each on GPUs
