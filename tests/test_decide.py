@@ -459,7 +459,8 @@ def test_a_price_study_with_a_hostile_spec_is_refused_in_one_line(tmp_path):
     with SessionStore(tmp_path, create=False) as store:
         assert all(store.study(sid)["status"] == "created" for sid in ids)
     assert pricing.spec_figures(1, {"decide": 0.1, "cap": 12.0}) == (0.1, 12)
-    assert pricing.spec_figures(1, "junk") == (0.05, None)
+    assert pricing.spec_figures(1, "junk") == pricing.spec_figures(1, {"decide": None}) == \
+        (0.05, None)
 
 
 def test_a_price_study_says_the_looks_it_was_priced_under():

@@ -469,7 +469,8 @@ def spec_figures(study_id: int, spec: Any) -> tuple[float, int | None]:
     another tool or version, or edited, is refused in one line naming the field, before
     anything starts)."""
     spec = spec if isinstance(spec, dict) else {}
-    margin, cap = spec.get("decide", sequential.DEFAULT_MARGIN), spec.get("cap")
+    margin, cap = spec.get("decide"), spec.get("cap")
+    margin = sequential.DEFAULT_MARGIN if margin is None else margin
 
     def number(x: Any) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
