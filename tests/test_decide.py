@@ -330,6 +330,7 @@ def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isola
     for arm in ("base", "variant"):
         s = out["startup"][arm]
         assert s["ready_s"] > 0 and s["setup_s"] > 0 and s["first_steps_extra_s"] >= 0
+        assert 2 <= s["first_steps"] <= pricing.WARMUP_STEPS, s
     kept = [json.loads(line) for line in (isolated_home / "prices.jsonl").read_text()
             .splitlines()]
     assert kept[-1]["knob"] == "batch_size" and kept[-1]["value"] == 8 and \
@@ -364,6 +365,25 @@ def test_a_pairs_slices_cancel_a_drift_of_the_machine():
         assert slices % 2 == 0 and 2 <= slices <= pricing.SLICES, (per_step, size, slices)
         assert 0.6 * pricing.WINDOW_S <= size * slices * per_step <= 1.5 * pricing.WINDOW_S
     assert pricing.slicing(0.2) == (1, 2) and pricing.slicing(0.0)[1] == pricing.SLICES
+
+
+def test_the_first_pairs_warm_up_windows_are_cut_short_for_slow_steps():
+    """Each arm's two warm-up windows, asked a step at a time: five steps where they are
+    quick, two where steps are slow (a window of five 350 ms steps took 1.75 s an arm,
+    twice, before a single pair was timed), never fewer than two."""
+    from tui_trainer import pricing
+
+    def window(per_step: float) -> int:
+        steps = 0
+        while pricing.warm_more(steps, steps * per_step):
+            steps += 1
+        return steps
+    assert window(0.008) == pricing.WARMUP_STEPS        # the default net here: as before
+    assert window(0.035) == 3 and window(0.056) == 2 and window(0.35) == 2 and window(9) == 2
+    for per_step in (0.001, 0.01, 0.02, 0.04, 0.1):
+        n = window(per_step)
+        assert 2 <= n <= pricing.WARMUP_STEPS
+        assert n == pricing.WARMUP_STEPS or n * per_step >= pricing.WARMUP_S, per_step
 
 
 def test_a_later_pairs_warm_up_is_about_a_fixed_time_at_least_one_step():

@@ -58,7 +58,8 @@ from .launcher.client import WarmLauncher
 START_UP_KNOBS = ("compile", "cudnn_benchmark", "cuda_graph")
 WINDOW_S = 0.25           # an arm's time a pair, about (its steps chosen from the warm-up)
 SLICES = 8                # ... cut in up to this many slices, taken in turns (ABBA ABBA ...)
-WARMUP_STEPS = 5          # each of an arm's two warm-up windows
+WARMUP_STEPS = 5          # each of an arm's two warm-up windows: at most this many steps,
+WARMUP_S = 0.1            # ... fewer (two at least) where they pass this (slow steps)
 # A later pair's two new processes are warmed up side by side, untimed: their first step
 # pays the lazy set-up (allocations, oneDNN's primitives), and a few more steps, up to
 # FRESH_WARMUP_STEPS, fill about FRESH_WARMUP_S at an arm's own pace. Recorded A/A pairs
@@ -106,11 +107,27 @@ class Arm:
     setup_s: float | None = None          # its own set-up (data, model), as it measured it
     pid: int | None = None                # as it said
     ready_s: float | None = None          # spawn to ready, as this process saw it
-    warm: list[float] = field(default_factory=list)   # seconds a step in the warm-up
+    warm: list[tuple[int, float]] = field(default_factory=list)  # warm-up windows: steps, s
 
     def ask(self, steps: int) -> dict[str, Any]:
         self.send(steps)
         return self.answer(WINDOW_WAIT_S)
+
+    def warm_up(self) -> None:
+        """One warm-up window: WARMUP_STEPS steps, asked one at a time, or fewer (two at
+        least) once they pass WARMUP_S (a step of 56 ms: two; of 8 ms: five)."""
+        steps, seconds = 0, 0.0
+        while warm_more(steps, seconds):
+            w = self.ask(1)
+            if not w["steps"]:
+                break
+            steps, seconds = steps + w["steps"], seconds + w["s"]
+        self.warm.append((steps, seconds))
+
+    def pace(self, window: int) -> float:
+        """Seconds a step in a warm-up window."""
+        steps, seconds = self.warm[window]
+        return seconds / max(1, steps)
 
     def send(self, steps: int) -> None:
         self.stream.write(json.dumps({"steps": steps}) + "\n")
@@ -198,9 +215,11 @@ class Priced:
 
         def one(s: dict[str, float]) -> float:
             return s["ready_s"] + s["first_steps_extra_s"]
+        n = [int(s.get("first_steps", WARMUP_STEPS)) for s in (b, v)]
+        firsts = str(n[0]) if n[0] == n[1] else f"{n[0]} and {n[1]}"
         return (f"start-up, not in the price: base {one(b):.2f} s, variant {one(v):.2f} s "
                 f"({one(v) - one(b):+.2f} s; ready {b['ready_s']:.2f} and {v['ready_s']:.2f} "
-                f"s, first {WARMUP_STEPS} steps beyond the steady pace "
+                f"s, first {firsts} steps beyond the steady pace "
                 f"{b['first_steps_extra_s']:.2f} and {v['first_steps_extra_s']:.2f} s)")
 
 
@@ -312,9 +331,8 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
         pids = {arm.pid for arm in arms}
         for arm in arms:                   # two warm-up windows each, in turn
             for _ in range(2):
-                w = arm.ask(WARMUP_STEPS)
-                arm.warm.append(w["s"] / max(1, w["steps"]))
-        per_step = max(arm.warm[-1] for arm in arms)
+                arm.warm_up()
+        per_step = max(arm.pace(-1) for arm in arms)
         size, slices = slicing(per_step)
         steps = size * slices                    # an arm's steps a pair
         fresh = fresh_warmup(per_step)
@@ -368,9 +386,10 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
         startup = {}
         for arm, st in zip(first, steady, strict=True):
             pace = sorted(st)[len(st) // 2]
-            warmup = sum(arm.warm[:1]) * WARMUP_STEPS
+            n, warmup = arm.warm[0]
             startup[arm.label] = {"setup_s": arm.setup_s, "ready_s": arm.ready_s,
-                                  "first_steps_extra_s": max(0.0, warmup - pace * WARMUP_STEPS)}
+                                  "first_steps": n,
+                                  "first_steps_extra_s": max(0.0, warmup - pace * n)}
         return Priced(decision, pairs, loaded, steps, startup, time.monotonic() - t0,
                       first[0].machine, len(pids), slices, looks, fresh)
     finally:
@@ -399,6 +418,12 @@ def looks_kept(entries: Any, cap: Any) -> tuple[int, ...] | None:
         if isinstance(looks, list) and looks and len(looks) <= 64 and all(map(count, looks)):
             return tuple(looks)
     return None
+
+
+def warm_more(steps: int, seconds: float) -> bool:
+    """Whether a warm-up window of `steps` steps in `seconds` takes one more: up to
+    WARMUP_STEPS, and past two only while under WARMUP_S."""
+    return steps < WARMUP_STEPS and (steps < 2 or seconds < WARMUP_S)
 
 
 def fresh_warmup(per_step: float) -> int:
