@@ -323,7 +323,12 @@ def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isola
     assert out["processes"] == 2 * out["pairs"], out
     from tui_trainer import pricing
     assert out["looks"] == list(pricing.LOOKS) and out["pairs"] in out["looks"], out
-    assert 1 <= out["fresh_warmup_steps"] <= pricing.FRESH_WARMUP_STEPS, out
+    # its slices and a later pair's warm-up set by the pace its warm-up windows measured
+    assert out["step_s"] > 0 and 1 <= out["fresh_warmup_steps"] <= \
+        pricing.FRESH_WARMUP_STEPS, out
+    assert out["fresh_warmup_steps"] == pricing.fresh_warmup(out["step_s"]), out
+    assert (out["steps_a_window"] // out["slices"], out["slices"]) == \
+        pricing.slicing(out["step_s"]), out
     # every pair's ratio, what the interval rests on: its median within the interval
     assert len(out["ratios"]) == out["pairs"] and \
         out["low"] <= statistics.median(out["ratios"]) <= out["high"], out
@@ -399,6 +404,10 @@ def test_a_later_pairs_warm_up_is_about_a_fixed_time_at_least_one_step():
         n = pricing.fresh_warmup(per_step)
         assert 1 <= n <= pricing.FRESH_WARMUP_STEPS
         assert n == 1 or n * per_step <= 1.5 * pricing.FRESH_WARMUP_S, per_step
+        # not cut short: as many as about FRESH_WARMUP_S holds, up to the most
+        assert n == pricing.FRESH_WARMUP_STEPS or (n + 0.5) * per_step >= \
+            pricing.FRESH_WARMUP_S, per_step
+        assert n <= pricing.fresh_warmup(per_step / 2), per_step    # quicker: no fewer
 
 
 def test_windows_refuse_what_they_cannot_price_in_one_line(tmp_path):

@@ -203,6 +203,7 @@ class Priced:
     slices: int = 1                        # an arm's slices a pair (its steps in turns)
     looks: tuple[int, ...] = LOOKS         # the pairs at which it looked (the last: its cap)
     fresh: int = FRESH_WARMUP_STEPS        # a later pair's warm-up steps, side by side
+    step_s: float | None = None            # the pace its slices and warm-ups were set by
 
     @property
     def loaded_pairs(self) -> int:
@@ -232,7 +233,7 @@ def as_dict(p: Priced) -> dict[str, Any]:
             "loaded_pairs": p.loaded_pairs, "steps_a_window": p.steps,
             "startup": p.startup, "startup_text": p.startup_text(), "seconds": p.seconds,
             "processes": p.processes, "slices": p.slices, "looks": list(p.looks),
-            "fresh_warmup_steps": p.fresh,
+            "fresh_warmup_steps": p.fresh, "step_s": p.step_s,
             # every pair's ratio, in order: what the interval was drawn from
             "ratios": [round(v / b, 6) if b > 0 else None for b, v in p.pairs],
             "window": "steady state: training steps and their data, after each arm's "
@@ -391,7 +392,8 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
                                   "first_steps": n,
                                   "first_steps_extra_s": max(0.0, warmup - pace * n)}
         return Priced(decision, pairs, loaded, steps, startup, time.monotonic() - t0,
-                      first[0].machine, len(pids), slices, looks, fresh)
+                      first[0].machine, len(pids), slices, looks, fresh,
+                      per_step)
     finally:
         for arm in arms:
             arm.close()
