@@ -49,12 +49,14 @@ def study(session: Path, vary: str, decide: bool | str, steps: int,
     "windows" (tui_trainer/pricing.py) or False (the fixed 6 rounds). `tree`: another
     checkout's tui_trainer runs it (its launcher and arms too), with this venv."""
     args = [sys.executable, "-m", "tui_trainer", "ab", "--session", str(session), "--json",
-            "--set", "dataset=mnist-sample", "--vary", vary, "--steps", str(steps)]
+            "--set", "dataset=mnist-sample", "--vary", vary]
     for kv in SETS:
         args += ["--set", kv]
-    args += ["--decide"] if decide else ["--repeats", "6"]
-    if decide == "windows":
-        args += ["--windows"]
+    # (--windows: the flag of a price in windows before it was --decide's own way, which
+    # this tree still takes and a peer tree from before needs)
+    args += ["--decide", "--windows"] if decide == "windows" else \
+        ["--decide", "--whole-runs", "--steps", str(steps)] if decide else \
+        ["--repeats", "6", "--steps", str(steps)]
     before = contention.snapshot()
     t0 = time.monotonic()
     env = None if tree is None else {**os.environ, "PYTHONPATH": tree}

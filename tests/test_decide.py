@@ -150,7 +150,7 @@ def test_a_large_price_is_decided_at_the_first_look_and_kept(tmp_path):
     against the small default one): decided at 8 rounds, its verdict in the table, what
     ended it said, no more rounds trained."""
     r = tt("ab", "--session", str(tmp_path), "--vary", "model=examples", "--decide",
-           "--steps", "24", "--rerun-loaded", "0",
+           "--whole-runs", "--steps", "24", "--rerun-loaded", "0",
            *sets(*QUICK, "log_every=4", "device=cpu", "fingerprint_every=0"))
     assert r.rc == 0, r.err
     assert "It decides: at 8, 10, 12, 15, 20 rounds" in r.out
@@ -246,7 +246,8 @@ def test_an_undecided_study_beside_a_cpu_hog_says_the_machine_was_too_busy(tmp_p
                              start_new_session=True) for _ in range(1)]
     try:
         r = tt("ab", "--session", str(tmp_path), "--vary", "eval_mode=inference_mode",
-               "--decide", "--max-rounds", "8", "--steps", "12", "--rerun-loaded", "0",
+               "--decide", "--whole-runs", "--max-rounds", "8", "--steps", "12",
+               "--rerun-loaded", "0",
                *sets(*QUICK, "log_every=2", "device=cpu", "fingerprint_every=0"))
     finally:
         for h in hogs:
@@ -341,8 +342,9 @@ def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isola
     assert kept[-1]["knob"] == "batch_size" and kept[-1]["value"] == 8 and \
         kept[-1]["verdict"] == "slower" and "steady state" in kept[-1]["study"]
     assert not price_arms()
+    # --decide prices in windows by itself (--windows was its flag before, still taken)
     r = tt("ab", "--session", str(tmp_path), "--vary", "batch_size=8", "--decide",
-           "--windows", *sets("dataset=mnist-sample", "device=cpu"))
+           *sets("dataset=mnist-sample", "device=cpu"))
     assert r.rc == 0 and "batch_size=8: " in r.out and "start-up, not in the price" in r.out
     assert "steps side by side first" in r.out, r.out
 
@@ -410,27 +412,50 @@ def test_a_later_pairs_warm_up_is_about_a_fixed_time_at_least_one_step():
         assert n <= pricing.fresh_warmup(per_step / 2), per_step    # quicker: no fewer
 
 
-def test_windows_refuse_what_they_cannot_price_in_one_line(tmp_path):
-    for args, said in ((["--vary", "amp=bf16"], "give --decide"),
-                       (["--decide"], "give at least one KEY=V1,V2 to vary")):
-        r = tt("ab", "--session", str(tmp_path), "--windows", *args)
-        assert r.rc == 2 and said in r.err and len(r.err.strip().splitlines()) == 1, r.err
+def test_a_price_in_windows_refuses_what_it_cannot_take_in_one_line(tmp_path):
+    """`ab --decide` prices in windows: the flags of a study of whole runs (its steps, level,
+    jobs, re-runs, time bound) are refused in one line naming them and what takes them
+    (--whole-runs), never left unread; --windows or --whole-runs without --decide, or the
+    two together, and a count of rounds for a study that chooses its own, are refused too.
+    Nothing is written."""
+    bf16 = ["--vary", "amp=bf16"]
+    for args, said in ((["--windows", *bf16], "give --decide"),
+                       (["--whole-runs", *bf16], "give --decide"),
+                       (["--windows", "--whole-runs", "--decide", *bf16], "give one"),
+                       (["--windows", "--decide"], "give at least one KEY=V1,V2 to vary"),
+                       (["--decide", *bf16, "--steps", "100"],
+                        "--steps: --decide prices in windows of steady-state steps"),
+                       (["--decide", *bf16, "--level", "0.9", "--jobs", "2"],
+                        "takes no --level or --jobs; --decide --whole-runs decides"),
+                       (["--decide", *bf16, "--rerun-loaded", "1", "--quiet-wait", "5",
+                         "--max-time", "60"], "--rerun-loaded, --quiet-wait, --max-time:"),
+                       (["--decide", *bf16, "--repeats", "4"], "--repeats: --decide chooses"),
+                       (["--decide", "--whole-runs", *bf16, "--repeats", "4"], "--repeats"),
+                       (["--decide", *bf16, "--until-sure", "0.05"], "not both"),
+                       (["--decide", *bf16, "--max-rounds", "300"], "8 to 200, got 300")):
+        r = tt("ab", "--session", str(tmp_path), *args, "--plan")
+        assert r.rc == 2 and said in r.err and len(r.err.strip().splitlines()) == 1, (args,
+                                                                                      r.err)
     assert not (tmp_path / "session.sqlite").exists()
+    # rounds of whole runs take them
+    r = tt("ab", "--session", str(tmp_path), "--decide", "--whole-runs", *bf16,
+           "--steps", "100", "--level", "0.9", "--plan")
+    assert r.rc == 0 and "2 arms x 8 rounds of 100 steps" in r.out, r.out + r.err
 
 
 def test_a_knob_paid_at_start_up_is_priced_with_it_as_whole_runs(tmp_path):
-    """Issue 67, point 3: `--windows` for compile or a bookkeeping knob (priced outside the
+    """Issue 67, point 3: `--decide` for compile or a bookkeeping knob (priced outside the
     steps' windows) prices it as whole runs, deciding when to stop, and says so; it no
     longer refuses. Shown by its plan (a study of rounds, not windows), nothing written."""
     for knob, said in (("compile=on", "mostly at start-up"),
                        ("checkpoint_every=10", "outside training")):
-        r = tt("ab", "--session", str(tmp_path), "--windows", "--decide", "--vary", knob,
-               "--plan")
-        assert r.rc == 0 and said in r.err and "the rounds of --decide, not --windows" in r.err, r.err
+        r = tt("ab", "--session", str(tmp_path), "--decide", "--vary", knob, "--plan")
+        assert r.rc == 0 and said in r.err and "over rounds of whole runs" in r.err, r.err
         assert "(plan):" in r.out and "rounds" in r.out and "windows" not in r.out, r.out
-    r = tt("ab", "--session", str(tmp_path), "--windows", "--decide", "--vary", "amp=bf16",
-           "--plan")
-    assert r.rc == 0 and "price (plan): 1 variant(s)" in r.out and "amp = bf16" in r.out
+    for flags in ([], ["--windows"]):           # in windows: --decide's own way
+        r = tt("ab", "--session", str(tmp_path), "--decide", *flags, "--vary", "amp=bf16",
+               "--plan")
+        assert r.rc == 0 and "price (plan): 1 variant(s)" in r.out and "amp = bf16" in r.out
     assert not (tmp_path / "session.sqlite").exists()
 
 

@@ -1,9 +1,10 @@
 """`tui-trainer fit`: the fastest config for this machine, with proof (issue 65).
 
 From a start config (fastest-cpu, or fastest-gpu where there is CUDA, its `fit` knobs chosen
-for this machine), one speed knob at a time: a study that decides (`ab --decide`,
-core.analysis.sequential) of each other value against the config so far; a value measured
-faster is taken, and the next knob is priced on top of it. Then the proof: the start config
+for this machine), one speed knob at a time: a study that decides (`ab --decide`: in
+windows, or whole runs for a knob paid at start-up; core.analysis.sequential) of each other
+value against the config so far; a value measured faster is taken, and the next knob is
+priced on top of it. Then the proof: the start config
 and the fitted one each trained to their end with several seeds, every epoch evaluated,
 their accuracy compared against the seeds' spread and their time to 98% measured. The
 result is a preset of the user's ("fastest-here" unless named), each choice written with

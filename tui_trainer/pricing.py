@@ -27,8 +27,9 @@ warm-up), and each arm's start-up (its process's set-up: imports already made by
 launcher, data, model; and its first steps beyond the steady pace) is measured and given
 beside it. Knobs whose price is mostly start-up or bookkeeping (START_UP_KNOBS, and the
 bookkeeping and data-parallel groups) are not priced this way: `ab --decide` trains them
-as whole runs. A window in which other processes took CPU the arms could have used is
-marked loaded (core.processes.contention); a verdict resting on loaded windows says so.
+as whole runs (as `--whole-runs` does any knob). A window in which other processes took CPU
+the arms could have used is marked loaded (core.processes.contention); a verdict resting on
+loaded windows says so.
 """
 
 from __future__ import annotations
@@ -270,7 +271,7 @@ def interval_text(d: dict[str, Any]) -> str:
 
 
 def stored_lines(label: str, d: Any) -> list[str]:
-    """What `ab --decide --windows` prints of one variant, from what its study kept (the
+    """What `ab --decide` prints of one variant, from what its study kept (the
     A/B tab reads the same): the price so far where it is not done. Its words come from
     the session: shown as text, cut."""
     if not isinstance(d, dict) or not d:
@@ -513,7 +514,7 @@ def spec_figures(study_id: int, spec: Any) -> tuple[float, int | None]:
 
 def price_study(store: Any, study_id: int, say: Callable[[str], None],
                 stop: Callable[[], bool], warm: WarmLauncher | None) -> None:
-    """A study of kind "price" (`ab --decide --windows`, the A/B tab's "Decide a price"):
+    """A study of kind "price" (`ab --decide`, the A/B tab's "Decide a price"):
     each variant priced against the base in windows, what it is so far kept in the study's
     spec at each look, and the end kept as this machine's price."""
     study = store.study(study_id)

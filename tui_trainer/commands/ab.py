@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from .. import runner
+from .. import pricing, runner
 from ..core.settings import config
 from ..core.analysis import figures, sequential, stats, study, study_text
 from ..core.settings.config import ConfigError
@@ -23,6 +23,10 @@ from .common import (DEFAULT_AB_STEPS, check_name, config_args, json_safe, sessi
 # intervals after the first (core.analysis.figures), five of them at the default log_every,
 # and rounds are what it needs many of
 DECIDE_STEPS = 60
+# What a price in windows does not take: the flags of a study of whole runs
+WHOLE_RUN_FLAGS = (("steps", "--steps"), ("level", "--level"), ("jobs", "--jobs"),
+                   ("rerun_loaded", "--rerun-loaded"), ("quiet_wait", "--quiet-wait"),
+                   ("max_time", "--max-time"))
 
 
 def add(sub: Any) -> None:
@@ -39,7 +43,9 @@ def add(sub: Any) -> None:
                                     "faster, slower or within noise (within seed noise for "
                                     "accuracy and loss). A study file (experiments/ab/) holds "
                                     "a base config and an [ab] table with its vary list and "
-                                    "steps.")
+                                    "steps. With --decide, each variant's speed is priced "
+                                    "in seconds instead, until it is decided: faster, "
+                                    "slower or the same.")
     config_args(sp)
     sp.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
                     help="a key and the values to try, one variant each (repeatable)")
@@ -55,23 +61,31 @@ def add(sub: Any) -> None:
                          "the study says which ended it")
     sp.add_argument("--decide", type=float, nargs="?", const=sequential.DEFAULT_MARGIN,
                     default=None, metavar="MARGIN",
-                    help="stop as soon as the rounds decide: every variant's samples/s "
-                         "faster, slower, or the same within ±MARGIN (default "
-                         f"{sequential.DEFAULT_MARGIN:.2f}), looking at "
-                         f"{', '.join(map(str, sequential.LOOKS))} rounds with the error "
-                         "rate corrected for the looks; unknown at the cap (--max-rounds, "
-                         f"default {sequential.LOOKS[-1]})")
-    sp.add_argument("--windows", action="store_true",
-                    help="with --decide: time the arms in processes of their own (two new ones "
-                         "a pair), taking turns in short slices of steady-state steps (ABBA "
-                         "ABBA ...), until the pairs decide; each arm's start-up is measured "
-                         "and given "
-                         "beside the price (tui_trainer/pricing.py). Seconds, not minutes; "
-                         "knobs paid at start-up or outside training steps (compile, "
-                         "cudnn_benchmark, cuda_graph, bookkeeping) are priced with what "
-                         "they cost, as whole runs (the rounds of --decide), said in a line")
+                    help="price each variant until it is decided: faster, slower, or the "
+                         "same within ±MARGIN (default "
+                         f"{sequential.DEFAULT_MARGIN:.2f}), with the error rate corrected "
+                         "for every look, or unknown at the cap (--max-rounds). Seconds, "
+                         "not minutes: the arms train in processes of their own (two new "
+                         "ones a pair), taking turns in short slices of steady-state steps "
+                         "(ABBA ABBA ...), looking at "
+                         f"{', '.join(map(str, pricing.LOOKS))} window pairs (the cap, "
+                         "8 to 200); each arm's start-up is measured and given beside the "
+                         "price (tui_trainer/pricing.py). Knobs paid at start-up or outside "
+                         "training steps (compile, cudnn_benchmark, cuda_graph, bookkeeping, "
+                         "evaluation) are priced with what they cost, as whole runs, said "
+                         "in a line")
+    sp.add_argument("--whole-runs", action="store_true",
+                    help="with --decide: decide over rounds of whole runs instead (every "
+                         "arm trained --steps steps a round, start-up and all, with the "
+                         "full table: memory, loss, accuracy, bit-identity), looking at "
+                         f"{', '.join(map(str, sequential.LOOKS))} rounds (the cap, "
+                         f"default {sequential.LOOKS[-1]}); minutes, not seconds")
+    sp.add_argument("--windows", action="store_true", help=argparse.SUPPRESS)
     sp.add_argument("--max-rounds", type=int, metavar="N", default=None,
-                    help="--until-sure's bound on rounds, or --decide's cap")
+                    help="--until-sure's bound on rounds, or --decide's cap: window "
+                         f"pairs, {pricing.LOOKS[0]} to 200 (default {pricing.LOOKS[-1]}); "
+                         f"with --whole-runs rounds, {sequential.LOOKS[0]} to "
+                         f"{study.MAX_ROUNDS} (default {sequential.LOOKS[-1]})")
     sp.add_argument("--max-time", type=float, metavar="S", default=None,
                     help="--until-sure's bound on seconds (the round under way finishes)")
     sp.add_argument("--rerun-loaded", type=int, metavar="N", default=None,
@@ -156,8 +170,22 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "price-arm":
         from ..engine.probes.price import serve
         return serve(config.from_dict(json.loads(args.config_json)))
-    if getattr(args, "windows", False):
-        return windows(args)
+    if args.command == "ab":
+        if args.windows and args.decide is None:
+            raise BadInput("--windows: a price in windows decides; give --decide [MARGIN]")
+        if args.whole_runs and args.decide is None:
+            raise BadInput("--whole-runs decides over rounds of whole runs; give --decide "
+                           "[MARGIN] with it")
+        if args.whole_runs and args.windows:
+            raise BadInput("--whole-runs and --windows: a price is decided one way; give one")
+        if args.decide is not None and args.until_sure is not None:
+            raise ConfigError("--decide", "decides when to stop by itself; give it or "
+                              "--until-sure, not both")
+        if args.decide is not None and args.repeats is not None:
+            raise ConfigError("--repeats", "--decide chooses how many it needs by itself; "
+                              "give --max-rounds for its cap instead")
+        if args.decide is not None and not args.whole_runs:
+            return windows(args)
     session = session_dir(args)
     check_name(args.name)
     SessionStore.check(session)
@@ -259,19 +287,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def windows(args: argparse.Namespace) -> int:
-    """`ab --decide --windows`: a study of kind "price" (tui_trainer/pricing.py): each
-    variant against the base taking turns in short slices (two new processes a pair), kept in
-    the session (the A/B tab shows it) and as this machine's price."""
-    from .. import pricing
-    if args.decide is None:
-        raise BadInput("--windows decides: give --decide [MARGIN] with it")
-    if args.study is not None or args.repeats or args.until_sure is not None:
-        raise BadInput("--windows prices as it goes: it takes no --study, --repeats or "
-                       "--until-sure")
+    """`ab --decide`: a study of kind "price" (tui_trainer/pricing.py): each variant against
+    the base taking turns in short slices (two new processes a pair), kept in the session
+    (the A/B tab shows it) and as this machine's price. Knobs paid at start-up or outside the
+    steps go to the rounds of whole runs (`--decide --whole-runs`), said in a line."""
+    if args.study is not None:
+        raise BadInput("--study runs a study as planned there; it takes no --decide")
     study.check_margin(args.decide)
-    if args.max_rounds is not None and not pricing.LOOKS[0] <= args.max_rounds <= 200:
-        raise ConfigError("--max-rounds", f"with --windows: the window pairs' cap, "
-                          f"{pricing.LOOKS[0]} to 200, got {args.max_rounds}")
     session = session_dir(args)
     check_name(args.name)
     SessionStore.check(session)
@@ -282,14 +304,24 @@ def windows(args: argparse.Namespace) -> int:
     whole = [why for k, _ in vary if (why := pricing.windowable(k))]
     if whole:
         # priced with what it costs, as the A/B tab's "Decide a price" does: whole runs
-        # deciding when to stop (--decide), the windows' cap left aside
+        # deciding when to stop, the windows' cap left aside
         if not args.json:
-            print(f"ab: {'; '.join(dict.fromkeys(whole))} (the rounds of --decide, not "
-                  f"--windows" + ("; --max-rounds counted window pairs: the rounds' own cap "
-                                  "applies" if args.max_rounds is not None else "") + ")",
-                  file=sys.stderr, flush=True)
-        args.windows, args.max_rounds = False, None
+            print(f"ab: {'; '.join(dict.fromkeys(whole))} (--decide over rounds of whole "
+                  "runs, as with --whole-runs" + ("; --max-rounds counted window pairs: the "
+                                                  "rounds' own cap applies"
+                                                  if args.max_rounds is not None else "")
+                  + ")", file=sys.stderr, flush=True)
+        args.windows, args.whole_runs, args.max_rounds = False, True, None
         return run(args)
+    given = [flag for attr, flag in WHOLE_RUN_FLAGS if getattr(args, attr) is not None]
+    if given:
+        raise BadInput(f"{', '.join(given)}: --decide prices in windows of steady-state "
+                       "steps until the price is decided, so it takes no "
+                       f"{' or '.join(given)}; --decide --whole-runs decides over rounds of "
+                       "whole runs (--steps steps each)")
+    if args.max_rounds is not None and not pricing.LOOKS[0] <= args.max_rounds <= 200:
+        raise ConfigError("--max-rounds", f"with --decide: the window pairs' cap, "
+                          f"{pricing.LOOKS[0]} to 200, got {args.max_rounds}")
     arms = pricing.plan(base, vary)
     if args.plan:           # what it would price, and how; nothing trained or written
         cap = args.max_rounds or pricing.LOOKS[-1]
@@ -318,7 +350,6 @@ def windows(args: argparse.Namespace) -> int:
 
 def print_price(record: dict[str, Any], status: str, as_json: bool) -> int:
     """A price study's result (from what the study kept, as the A/B tab reads it)."""
-    from .. import pricing
     done = record["spec"].get("prices")
     done = done if isinstance(done, dict) else {}      # (session data: read, not trusted)
     if as_json:

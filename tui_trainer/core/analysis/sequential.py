@@ -2,11 +2,12 @@
 margin) as soon as the rounds support one, "unknown" at a cap, and an error rate kept at
 its level however often the study looks.
 
-A study that decides (`ab --decide`) trains rounds as usual (every arm once a round,
-interleaved, round r with seed + r) and looks at its paired ratios only at fixed round
-counts, LOOKS: 8, 10, 12, 15 and 20 (the cap). At each look every variant's samples/s is
-judged with the rank-based interval of core.analysis.stats (Hodges-Lehmann with the
-signed-rank interval) at a level corrected for the looks (`one_sided`):
+A study that decides over whole runs (`ab --decide --whole-runs`) trains rounds as usual
+(every arm once a round, interleaved, round r with seed + r) and looks at its paired ratios
+only at fixed round counts, LOOKS: 8, 10, 12, 15 and 20 (the cap). At each look every
+variant's samples/s is judged with the rank-based interval of core.analysis.stats
+(Hodges-Lehmann with the signed-rank interval) at a level corrected for the looks
+(`one_sided`):
 
 - **faster / slower** when the corrected interval lies wholly above or below 1: each side a
   one-sided signed-rank test at a level c such that the chance that any of the looks says

@@ -33,7 +33,7 @@ class ABPanel(Vertical):
     EXPORTS = "study"           # ctrl+e here: the study shown
     COMMANDS = [("Decide a price", "The vary field's knobs priced until each is faster, "
                  "slower or the same within ±5% (in windows where each is paid in every "
-                 "step: seconds; else ab --decide)", "decide"),
+                 "step: seconds; else whole runs, ab --decide --whole-runs)", "decide"),
                 ("Run study", "A/B study of the vary field against the form's config, its "
                  "steps and rounds as in the A/B tab", "run_study"),
                 ("Seed sweep", "The form's config once per seed (as many as the A/B tab's "
