@@ -194,18 +194,17 @@ async def test_at_80x24_the_ab_results_are_reached_by_tab_and_by_wheel_to_the_la
 
 async def test_a_price_decided_from_the_ab_tab_shows_its_looks_and_when_it_stops(tmp_path,
                                                                                  isolated_home):
-    """device=cpu. The palette's "Decide a price" with a knob paid in every step: a price in
-    windows (tui_trainer/pricing.py) started in the supervisor, the tab showing the looks
-    it will stop at and, as it is decided, the interval, the pairs and the verdict, with
-    each arm's start-up beside it."""
+    """device=cpu. The tab's Price (the palette's "Decide a price") with a knob paid in every
+    step: a price in windows (tui_trainer/pricing.py) started in the supervisor, the tab
+    showing the looks it will stop at and, as it is decided, the interval, the pairs and the
+    verdict, with each arm's start-up beside it."""
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
         await ab_tab_with_a_quick_form(pilot)
         await fill(pilot, {"device": "cpu"})
         app.query_one("#tabs").active = "tab-ab"
         app.query_one("#ab-vary", Input).value = "batch_size=8"
-        from tui_trainer.ui.panels.ab import ABPanel
-        app.query_one(ABPanel).action_decide()
+        await pilot.click("#ab-price")
         await until(pilot, lambda: db_rows(tmp_path, "SELECT kind, status FROM studies") ==
                     [("price", "finished")], timeout=300)
         await until(pilot, lambda: "(finished)" in str(app.query_one("#ab-title").render()))

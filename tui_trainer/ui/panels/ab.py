@@ -72,6 +72,10 @@ class ABPanel(Vertical):
             yield Select([(p.label, str(p.path)) for p in presets.studies()],
                          prompt="ready study", id="ab-file", compact=True)
             yield Input(placeholder="vary: KEY=V1,V2 KEY=V1 ...", id="ab-vary", compact=True)
+            yield Button("Price", id="ab-price", variant="primary", compact=True,
+                         tooltip="the vary field's knobs priced in seconds, each until it is "
+                         "faster, slower or the same within ±5% (ab --decide; the palette's "
+                         "Decide a price)")
         with Horizontal(classes="ab-bar"):
             yield Label("steps", classes="ab-label")
             yield Input(str(studies.DEFAULT_STEPS), id="ab-steps", type="integer", compact=True,
@@ -96,10 +100,11 @@ class ABPanel(Vertical):
             yield Button("Stop study", id="ab-stop", variant="warning", compact=True)
             yield Button("Export (ctrl+e)", id="ab-export", compact=True)
         with VerticalScroll(id="ab-body"):
-            yield Static("The base is the form's config; each variant changes one key. Every "
-                         "arm trains once per round, the rounds interleaved; each ratio gets "
-                         "a confidence interval and a verdict. Seed sweep: the form's config "
-                         "once per seed.", id="ab-title")
+            yield Static("The base is the form's config; each variant changes one key. "
+                         "Price: each variant's speed in seconds, until it is decided. Run "
+                         "study: every arm trains once per round, the rounds interleaved; "
+                         "each ratio gets a confidence interval and a verdict. Seed sweep: "
+                         "the form's config once per seed.", id="ab-title")
             # The variant's column stays while Right and Left move the others one at a time.
             yield Table(id="ab-table", cursor_type="row", zebra_stripes=True, fixed_columns=1)
             yield Static("", id="ab-row")         # the row under the cursor, whole
@@ -253,6 +258,11 @@ class ABPanel(Vertical):
     def _start(self, event: Button.Pressed) -> None:
         event.stop()
         self.begin(sweep=event.button.id == "ab-sweep")
+
+    @on(Button.Pressed, "#ab-price")
+    def _price(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.action_decide()
 
     def action_decide(self) -> None:
         """The palette's "Decide a price": the vary field's knobs priced in windows where
