@@ -349,6 +349,56 @@ def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isola
     assert "steps side by side first" in r.out, r.out
 
 
+def test_a_price_skips_what_this_machine_cannot_run_and_prices_a_joined_arm(tmp_path,
+                                                                          isolated_home):
+    """device=cpu. A price study whose variants are fp16 (CUDA only), a joined arm
+    (K1=V+K2=W, one variant setting both) and nothing else: fp16 is skipped with this
+    machine's reason, said, and the joined arm priced all the same (before, the first
+    stopped the study and the second was a KeyError); the joined arm's price is not kept as
+    one knob's, as a study of whole runs keeps none either. No arm is left behind."""
+    r = tt("ab", "--session", str(tmp_path), "--decide", "--json", "--vary", "amp=fp16",
+           "--vary", "batch_size=8+channels_last=on",
+           *sets("dataset=mnist-sample", "device=cpu"))
+    assert r.rc == 0, r.err
+    fp16, joined = json.loads(r.out)
+    assert fp16["key"] == "amp" and "fp16 needs a CUDA device" in fp16["skipped"], fp16
+    assert "verdict" not in fp16 and fp16["done"], fp16
+    assert joined["key"] == "batch_size+channels_last" and \
+        joined["value"] == {"batch_size": 8, "channels_last": True}, joined
+    assert joined["verdict"] == "slower" and joined["high"] < 1, joined
+    kept = (isolated_home / "prices.jsonl")
+    assert not kept.exists() or "channels_last" not in kept.read_text()
+    assert not price_arms()
+    r = tt("ab", "--session", str(tmp_path), "--study", "1")    # as the study kept it
+    assert r.rc == 0 and "amp=fp16: not possible on this machine (amp: fp16 needs" in r.out
+    assert "batch_size=8+channels_last=on: " in r.out and "slower" in r.out, r.out
+
+
+def test_a_joined_arm_is_priced_in_windows_only_where_each_of_its_knobs_can_be():
+    """A joined arm's key (K1+K2) is each of its knobs: in windows where every one is paid
+    in every step, as whole runs where one is paid at start-up; the price of an arm that is
+    not one knob's other value (joined, or the base's own: an A/A) is kept as no knob's."""
+    from tui_trainer import pricing
+    from tui_trainer.core.analysis import sequential, stats
+    from tui_trainer.core.settings import config
+    assert pricing.windowable("deterministic+fill_uninitialized") is None
+    assert "compile" in pricing.windowable("amp+compile")
+    assert "outside training" in pricing.windowable("channels_last+checkpoint_every")
+    base = config.from_dict({"dataset": "mnist-sample", "device": "cpu"})
+    arms = pricing.plan(base, [("amp+channels_last", [{"amp": "bf16", "channels_last": True}])])
+    assert arms[1]["config"]["amp"] == "bf16" and arms[1]["config"]["channels_last"] is True
+    iv = stats.Interval(ratio=0.8, low=0.7, high=0.9, n=8, level=0.967)
+    p = pricing.Priced(sequential.Decision("slower", 8, iv, 0.967, None, "slower"),
+                       [(1.0, 0.8)] * 8, [False] * 8, 8,
+                       {arm: {"setup_s": 0.1, "ready_s": 0.1, "first_steps": 5,
+                              "first_steps_extra_s": 0.0} for arm in ("base", "variant")},
+                       1.0, ["here", "this cpu"], 16)
+    assert pricing.kept("amp", "bf16", base, p) is not None
+    assert pricing.kept("amp+channels_last", {"amp": "bf16", "channels_last": True}, base,
+                        p) is None
+    assert pricing.kept("seed", base.seed, base, p) is None        # an A/A: no knob's price
+
+
 def test_a_pairs_slices_cancel_a_drift_of_the_machine():
     """The machine's pace drifts over tenths of a second (docs/benchmarks.md): a pair's
     slices are taken ABBA ABBA ..., so a drift linear over the pair slows both arms alike

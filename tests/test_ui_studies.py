@@ -197,13 +197,14 @@ async def test_a_price_decided_from_the_ab_tab_shows_its_looks_and_when_it_stops
     """device=cpu. The tab's Price (the palette's "Decide a price") with a knob paid in every
     step: a price in windows (tui_trainer/pricing.py) started in the supervisor, the tab
     showing the looks it will stop at and, as it is decided, the interval, the pairs and the
-    verdict, with each arm's start-up beside it."""
+    verdict, with each arm's start-up beside it; a variant this machine cannot train is
+    skipped and said."""
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
         await ab_tab_with_a_quick_form(pilot)
         await fill(pilot, {"device": "cpu"})
         app.query_one("#tabs").active = "tab-ab"
-        app.query_one("#ab-vary", Input).value = "batch_size=8"
+        app.query_one("#ab-vary", Input).value = "batch_size=8 amp=fp16"
         await pilot.click("#ab-price")
         await until(pilot, lambda: db_rows(tmp_path, "SELECT kind, status FROM studies") ==
                     [("price", "finished")], timeout=300)
@@ -218,6 +219,11 @@ async def test_a_price_decided_from_the_ab_tab_shows_its_looks_and_when_it_stops
         assert row[2].endswith("]") and row[3] == "slower", row
         assert "variant" in row[4] and "base" in row[4], row        # start-up beside it
         assert "start-up, not in the price" in str(app.query_one("#ab-row").render())
+        # a variant this machine cannot train (fp16 on the CPU): skipped, and said so
+        fp16 = [str(c) for c in table.get_row_at(1)]
+        assert fp16[0] == "amp=fp16" and fp16[3] == "not possible here", fp16
+        assert "amp=fp16: not possible on this machine (amp: fp16 needs" in \
+            str(app.query_one("#ab-row").render())
 
 
 async def test_seed_noise_decided_from_the_ab_tab_says_its_looks_and_its_answer(tmp_path):

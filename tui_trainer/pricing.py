@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .core.analysis import prices, sequential
-from .core.analysis.study import _label
+from .core.analysis.study import _label, changes
 from .core.errors import BadInput
 from .core.processes import contention, supervisor
 from .core.settings import config
@@ -86,13 +86,25 @@ WINDOW_WAIT_S = 60.0      # how long one window may take before the arm counts a
 
 
 def windowable(key: str) -> str | None:
-    """Why a knob cannot be priced in steady-state windows, or None where it can."""
+    """Why a knob cannot be priced in steady-state windows, or None where it can (a joined
+    arm's key, K1+K2: where none of its knobs is such)."""
+    if "+" in key:
+        return next((why for part in key.split("+") if (why := windowable(part))), None)
     if key in START_UP_KNOBS:
         return f"{key}'s price is mostly at start-up: priced with it, as whole runs"
     if config.group(key) in ("bookkeeping", "parallel") or key.startswith("eval") or \
             key in ("epochs", "max_steps"):
         return f"{key} is paid outside training steps: priced as whole runs"
     return None
+
+
+class NotHere(BadInput):
+    """An arm whose config this machine cannot train (core.settings.machine's rules, as
+    its process found them): a variant so refused is skipped, said, and the rest priced."""
+
+    def __init__(self, label: str, why: str):
+        self.label, self.why = label, why
+        super().__init__(f"{label}: not possible on this machine ({why})")
 
 
 @dataclass
@@ -144,6 +156,8 @@ class Arm:
         if not line:
             raise BadInput(f"{self.label}: its process ended before it was asked to")
         said = json.loads(line)
+        if "refused" in said:
+            raise NotHere(self.label, str(said["refused"]))
         if "error" in said:
             raise BadInput(f"{self.label}: {said['error']}")
         return said
@@ -276,6 +290,8 @@ def stored_lines(label: str, d: Any) -> list[str]:
     the session: shown as text, cut."""
     if not isinstance(d, dict) or not d:
         return [f"{shown(label, 60)}: not priced"]
+    if isinstance(d.get("skipped"), str):
+        return [f"{shown(label, 60)}: not possible on this machine ({shown(d['skipped'], 300)})"]
     loaded, pairs, seconds = (figure(d, k) for k in ("loaded_pairs", "pairs", "seconds"))
     load = (f"; {loaded:.0f} of {pairs or 0:.0f} pairs shared the CPU with another process"
             if loaded else "")
@@ -292,7 +308,8 @@ def stored_lines(label: str, d: Any) -> list[str]:
             + (f", in {figure(d, 'slices'):.0f} slices taken in turns (ABBA ...)"
                if figure(d, "slices") else ", ABBA")
             + ", each pair in two processes of its own"
-            + (f", warmed up {figure(d, 'fresh_warmup_steps'):.0f} steps side by side first"
+            + (f", warmed up {figure(d, 'fresh_warmup_steps'):.0f} "
+               f"step{'' if figure(d, 'fresh_warmup_steps') == 1 else 's'} side by side first"
                if figure(d, "fresh_warmup_steps") else "")
             + " (training steps and their data; no evaluation, logging or checkpoints)")
     if isinstance(d.get("startup_text"), str):
@@ -302,9 +319,12 @@ def stored_lines(label: str, d: Any) -> list[str]:
 
 def kept(key: str, value: Any, base: RunConfig, p: Priced) -> "prices.Price | None":
     """The price as remembered for this machine (core/analysis/prices.py); None without a
-    ratio or a machine."""
+    ratio or a machine, and for an arm that is not one knob's other value: a joined arm
+    (K1=V+K2=W, as a study of whole runs keeps none), or the base's own value (an A/A price:
+    the machine's noise, not a knob's price)."""
     iv = p.decision.interval
-    if iv is None or iv.ratio is None or not p.machine:
+    if iv is None or iv.ratio is None or not p.machine or isinstance(value, dict) or \
+            value == getattr(base, key):
         return None
     return prices.Price(
         machine=p.machine[0], words=p.machine[1], knob=key, value=value,
@@ -488,7 +508,7 @@ def plan(base: RunConfig, vary: list[tuple[str, list[Any]]]) -> list[dict[str, A
             raise config.ConfigError("--vary", why)
         for value in values:
             arms.append({"label": _label(key, value), "key": key, "value": value,
-                         "config": base.replace(**{key: value}).to_dict()})
+                         "config": base.replace(**changes(key, value)).to_dict()})
     return arms
 
 
@@ -532,8 +552,15 @@ def price_study(store: Any, study_id: int, say: Callable[[str], None],
                 **(spec.get("prices") or {}), label: entry}})
 
         say(f"price: {v['label']} against the base, in windows ...")
-        p = price(base_cfg, config.from_dict(v["config"]), margin, cap, say, warm,
-                  on_look=keep, stop=stop)
+        try:
+            p = price(base_cfg, config.from_dict(v["config"]), margin, cap, say, warm,
+                      on_look=keep, stop=stop)
+        except NotHere as e:
+            if e.label == "base":       # (then no variant can be priced: the study ends)
+                raise
+            keep({"done": True, "skipped": e.why})
+            say(f"price: {v['label']}: skipped, not possible on this machine ({e.why})")
+            continue
         if p is None:
             return
         keep({**as_dict(p), "done": True})

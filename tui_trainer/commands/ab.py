@@ -326,7 +326,8 @@ def windows(args: argparse.Namespace) -> int:
     if args.plan:           # what it would price, and how; nothing trained or written
         cap = args.max_rounds or pricing.LOOKS[-1]
         plan = {"name": args.name, "windows": True, "cap": cap, "arms": [
-            {"label": a["label"], "changes": {a["key"]: a["value"]} if "key" in a else {},
+            {"label": a["label"], "changes": study.changes(a["key"], a["value"])
+             if "key" in a else {},
              "not_possible": runner.device_refusal(a["config"])} for a in arms]}
         if args.json:
             print(json.dumps(json_safe(plan)))

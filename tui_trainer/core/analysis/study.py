@@ -150,6 +150,12 @@ def _anchored_arm(spec: str, folder: Path) -> str:
     return "+".join(parts)
 
 
+def changes(key: str, value: Any) -> dict[str, Any]:
+    """What a variant of `key` = `value` sets: one knob, or each of a joined arm's
+    (K1=V+K2=W: key "K1+K2", value {K1: V, K2: W})."""
+    return dict(value) if isinstance(value, dict) else {key: value}
+
+
 def _label(key: str, value: Any) -> str:
     if isinstance(value, dict):                  # a joined arm: K1=V+K2=W
         return "+".join(_label(k, v) for k, v in value.items())
@@ -188,12 +194,12 @@ def plan(base: config.RunConfig, vary: list[tuple[str, list[Any]]], steps: int,
                               "repeats vary it already (round r trains seed + r); "
                               "`tui-trainer sweep` shows seed-to-seed noise")
         for value in values:
-            changes = value if isinstance(value, dict) else {key: value}
-            if all(v == getattr(base_cfg, k) for k, v in changes.items()):
+            sets = changes(key, value)
+            if all(v == getattr(base_cfg, k) for k, v in sets.items()):
                 notes.append(f"{_label(key, value)} is the base's value: the base row shows it")
                 continue
             try:
-                cfg = base_cfg.replace(**changes)
+                cfg = base_cfg.replace(**sets)
             except ConfigError as e:
                 raise ConfigError(e.key, f"{e.reason} (in the variant {_label(key, value)})") \
                     from None

@@ -3,7 +3,8 @@ training exactly as a run does (Trainer.setup) and then trains windows of steady
 steps when told, timing each.
 
 It talks over its stdout, which is one end of a socket pair (the parent's `pricing.Arm`):
-one JSON line out when it is built (`ready`, with its set-up time), then for each line in
+one JSON line out when it is built (`ready`, with its set-up time; or `refused`, with why,
+where this machine cannot train its config), then for each line in
 (`{"steps": K}`) K more steps, their batches fetched as the loop fetches them, and one JSON
 line out with the window's wall and CPU seconds and the samples it trained. An empty line,
 or the socket closed, ends it. Nothing is recorded: no session, no checkpoint, no
@@ -21,7 +22,9 @@ from typing import Any
 import torch
 
 from ...core.analysis import prices
+from ...core.settings import machine
 from ...core.settings.config import RunConfig
+from ..knobs import machine_facts
 from ..train import Trainer
 
 
@@ -34,6 +37,12 @@ def serve(cfg: RunConfig, fd: int = 1) -> int:
         stream.write(json.dumps(message) + "\n")
         stream.flush()
 
+    # what this machine cannot train (amp=fp16 without CUDA, a dataset not here): said as
+    # such, by the rules every run is checked by, so that the price skips that variant
+    found = machine.problem(cfg.to_dict(), machine_facts(cfg.device))
+    if found is not None:
+        say({"refused": str(found)[:500]})
+        return 2
     try:
         trainer = Trainer(cfg)
         trainer.setup()

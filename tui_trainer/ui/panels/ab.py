@@ -193,6 +193,7 @@ class ABPanel(Vertical):
             d = d if isinstance(d, dict) else {}
             nxt = pricing.figure(d, "next_look")
             state = d.get("verdict") or (f"next look at {nxt:.0f}" if nxt else
+                                         "not possible here" if d.get("skipped") else
                                          "waiting" if not d else "")
             startup = str(d.get("startup_text", "")).split(":", 1)[-1].split("(")[0]
             table.add_row(plain(v["label"], 40), plain(d.get("pairs", "-"), 6),
