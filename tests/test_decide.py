@@ -502,6 +502,11 @@ def test_a_knob_paid_at_start_up_is_priced_with_it_as_whole_runs(tmp_path):
         r = tt("ab", "--session", str(tmp_path), "--decide", "--vary", knob, "--plan")
         assert r.rc == 0 and said in r.err and "over rounds of whole runs" in r.err, r.err
         assert "(plan):" in r.out and "rounds" in r.out and "windows" not in r.out, r.out
+    # with a knob that windows price: it goes with them, and the line says so
+    r = tt("ab", "--session", str(tmp_path), "--decide", "--vary", "compile=on",
+           "--vary", "amp=bf16", "--plan")
+    assert r.rc == 0 and "so are amp, which a study of their own would price in seconds" \
+        in r.err and "3 arms x 8 rounds" in r.out, r.out + r.err
     for flags in ([], ["--windows"]):           # in windows: --decide's own way
         r = tt("ab", "--session", str(tmp_path), "--decide", *flags, "--vary", "amp=bf16",
                "--plan")

@@ -305,11 +305,14 @@ def windows(args: argparse.Namespace) -> int:
     if whole:
         # priced with what it costs, as the A/B tab's "Decide a price" does: whole runs
         # deciding when to stop, the windows' cap left aside
+        others = [k for k, _ in vary if pricing.windowable(k) is None]
         if not args.json:
             print(f"ab: {'; '.join(dict.fromkeys(whole))} (--decide over rounds of whole "
                   "runs, as with --whole-runs" + ("; --max-rounds counted window pairs: the "
                                                   "rounds' own cap applies"
                                                   if args.max_rounds is not None else "")
+                  + (f"; so are {', '.join(others)}, which a study of their own would price "
+                     "in seconds" if others else "")
                   + ")", file=sys.stderr, flush=True)
         args.windows, args.whole_runs, args.max_rounds = False, True, None
         return run(args)
