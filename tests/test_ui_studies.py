@@ -194,11 +194,11 @@ async def test_at_80x24_the_ab_results_are_reached_by_tab_and_by_wheel_to_the_la
 
 async def test_a_price_decided_from_the_ab_tab_shows_its_looks_and_when_it_stops(tmp_path,
                                                                                  isolated_home):
-    """device=cpu. The tab's Price (the palette's "Decide a price") with a knob paid in every
-    step: a price in windows (tui_trainer/pricing.py) started in the supervisor, the tab
-    showing the looks it will stop at and, as it is decided, the interval, the pairs and the
-    verdict, with each arm's start-up beside it; a variant this machine cannot train is
-    skipped and said."""
+    """device=cpu. The tab's Decide a price (a button and a palette entry) with a knob paid
+    in every step: a price in windows (tui_trainer/pricing.py) started in the supervisor,
+    the tab showing the looks it will stop at and, as it is decided, the interval, the
+    pairs and the verdict, with each arm's start-up beside it; a variant this machine
+    cannot train is skipped and said."""
     app = TrainerApp(tmp_path, poll=False)
     async with app.run_test(size=SIZE) as pilot:
         await ab_tab_with_a_quick_form(pilot)

@@ -72,7 +72,7 @@ class ABPanel(Vertical):
             yield Select([(p.label, str(p.path)) for p in presets.studies()],
                          prompt="ready study", id="ab-file", compact=True)
             yield Input(placeholder="vary: KEY=V1,V2 KEY=V1 ...", id="ab-vary", compact=True)
-            yield Button("Price", id="ab-price", variant="primary", compact=True,
+            yield Button("Decide a price", id="ab-price", variant="primary", compact=True,
                          tooltip="the vary field's knobs priced in seconds, each until it is "
                          "faster, slower or the same within ±5% (ab --decide; the palette's "
                          "Decide a price)")
@@ -101,7 +101,7 @@ class ABPanel(Vertical):
             yield Button("Export (ctrl+e)", id="ab-export", compact=True)
         with VerticalScroll(id="ab-body"):
             yield Static("The base is the form's config; each variant changes one key. "
-                         "Price: each variant's speed in seconds, until it is decided. Run "
+                         "Decide a price: each variant's speed in seconds, until it is decided. Run "
                          "study: every arm trains once per round, the rounds interleaved; "
                          "each ratio gets a confidence interval and a verdict. Seed sweep: "
                          "the form's config once per seed.", id="ab-title")
