@@ -101,10 +101,10 @@ class ABPanel(Vertical):
             yield Button("Export (ctrl+e)", id="ab-export", compact=True)
         with VerticalScroll(id="ab-body"):
             yield Static("The base is the form's config; each variant changes one key. "
-                         "Decide a price: each variant's speed in seconds, until it is decided. Run "
-                         "study: every arm trains once per round, the rounds interleaved; "
-                         "each ratio gets a confidence interval and a verdict. Seed sweep: "
-                         "the form's config once per seed.", id="ab-title")
+                         "Decide a price: each variant's speed in seconds, until it is "
+                         "decided. Run study: every arm trains once per round, the rounds "
+                         "interleaved; each ratio gets a confidence interval and a verdict. "
+                         "Seed sweep: the form's config once per seed.", id="ab-title")
             # The variant's column stays while Right and Left move the others one at a time.
             yield Table(id="ab-table", cursor_type="row", zebra_stripes=True, fixed_columns=1)
             yield Static("", id="ab-row")         # the row under the cursor, whole
