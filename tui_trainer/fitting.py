@@ -36,6 +36,7 @@ SPEED_KNOBS: dict[str, tuple[tuple[Any, ...], str]] = {
     "amp": (("off", "bf16", "fp16"), "both"),
     "channels_last": ((False, True), "both"),
     "num_threads": ((0, 1), "cpu"),
+    "malloc": (("system", "keep"), "cpu"),
     "loader": (("resident", "torchvision"), "both"),
     "num_workers": ((0, 2), "both"),
     "compile": (("off", "on"), "both"),
@@ -45,7 +46,9 @@ SPEED_KNOBS: dict[str, tuple[tuple[Any, ...], str]] = {
     "cuda_graph": (("off", "step"), "cuda"),
 }
 # What a fit prices unless told: what each device's speed turns on (compile is left out:
-# its first step alone takes longer than the rest of a fit here; `--knobs compile` asks)
+# its first step alone takes longer than the rest of a fit here; `--knobs compile` asks;
+# malloc too: fastest-cpu's steps free no blocks glibc gives back (its price here "the
+# same", 23 s of an 80 s fit); `--knobs malloc` for a net with large activations)
 DEFAULT_KNOBS = {"cpu": ("amp", "channels_last", "num_threads"),
                  "cuda": ("amp", "channels_last", "cudnn_benchmark", "cuda_graph")}
 TARGET = 0.98

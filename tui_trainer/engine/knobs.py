@@ -8,6 +8,7 @@ their bits, not on what their config files asked for.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import hashlib
 import math
@@ -77,8 +78,33 @@ def apply_knobs(cfg: RunConfig, device: torch.device, rank: int = 0) -> None:
     if workspace is not None and device.type == "cuda":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", workspace)
     set_algorithms(cfg)
+    set_malloc(cfg.malloc)
     if cfg.seed is not None:
         seed_everything(cfg.seed + rank)
+
+
+# malloc = keep (core/settings/config.py): glibc's mallopt parameters, and the bytes under
+# which a freed block stays in the process (both thresholds: the mmap threshold alone still
+# faulted, the trim threshold alone faulted more, with pytorch/examples' net here)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+KEEP_BYTES = 1 << 30
+_malloc = ["system"]        # what this process's glibc was told (mallopt has no getter)
+
+
+def set_malloc(value: str) -> str:
+    """Applies malloc = keep to this process (its DataLoader workers, forked later, inherit
+    it); system leaves glibc as it is (a process once told keep stays so: no run asks
+    back). Returns what this process's malloc does now: keep, or system where there is no
+    glibc mallopt to tell."""
+    if value == "keep" and _malloc[0] != "keep":
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+            if libc.mallopt(M_MMAP_THRESHOLD, KEEP_BYTES) and \
+                    libc.mallopt(M_TRIM_THRESHOLD, KEEP_BYTES):
+                _malloc[0] = "keep"
+        except (OSError, AttributeError):       # (not glibc: as it comes)
+            pass
+    return _malloc[0]
 
 
 def _set_deterministic(value: str) -> None:
@@ -189,6 +215,7 @@ def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any
         "optimizer_impl": optimizer_impl(cfg, cuda),
         "cuda_graph": "step" if graph_step(cfg, cuda) else "off",      # (auto: which)
         "device": str(device),
+        "malloc": set_malloc(cfg.malloc),       # (applied at setup: what took)
     }
     knobs = {setting: applied[key] if key in applied else getattr(cfg, key)
              for key, setting in recorded.SETTING_OF.items()}

@@ -235,8 +235,7 @@ class RunConfig:
         "own net: PATH.py:Name, an nn.Module subclass (or a function returning one) built "
         "with no arguments, returning one score per class (logits); it runs only once you "
         "trust the file (naming it yourself does; `tui-trainer trust FILE`).", "speed",
-        bits=True, setting="model",
-        choices=("grokking", "examples", "fast", "resnet"))
+        bits=True, setting="model", choices=("grokking", "examples", "fast", "resnet"))
     amp: str = knob(
         "off", "Automatic mixed precision: fp16 (CUDA only, with a GradScaler against underflow) "
         "or bf16 (CUDA or CPU, no scaler needed). Faster on tensor-core GPUs; changes the "
@@ -247,6 +246,13 @@ class RunConfig:
         "convolutions on tensor-core GPUs, and on some CPUs too (oneDNN); measure it.",
         "speed",
         bits=True, setting="channels_last")
+    malloc: str = knob(
+        "system", "glibc's malloc and the large blocks a step frees: system (as it comes) gives "
+        "them back, and the next step faults them in again, zeroed (pytorch/examples' net on "
+        "a CPU here: 4,000-11,000 faults, up to a third of a step); keep raises its mmap and "
+        "trim thresholds (mallopt) so they stay, as jemalloc and tcmalloc do. The same bits; "
+        "the process keeps its peak memory. glibc only (a run records what took).", "speed",
+        setting="malloc", setting_before="system", choices=("system", "keep"))
     compile: str = knob(
         "off", "torch.compile the model: a slow first step while it compiles, then often faster "
         "steps. Needs a C++ compiler on the CPU. on: its default mode. reduce-overhead (CUDA "
