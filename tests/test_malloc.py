@@ -47,3 +47,26 @@ def test_malloc_keep_stops_a_step_faulting_in_the_memory_the_step_before_freed()
     assert seen["system"]["malloc"] == "system" and seen["keep"]["malloc"] == "keep", seen
     assert seen["system"]["faults"] >= 1000, seen           # what keep is for
     assert seen["keep"]["faults"] <= 300, seen
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc = keep tells glibc")
+def test_a_price_says_where_its_arms_fault_memory_in_again_and_prices_keep(tmp_path,
+                                                                          isolated_home):
+    """device=cpu. malloc = keep priced in windows on pytorch/examples' net: the arms count
+    their page faults a timed step (the base thousands, keep a fraction of that), and the
+    price says what the base's faults do to it, with the knob that keeps that memory."""
+    from conftest import tt
+    from tui_trainer import pricing
+    r = tt("ab", "--session", str(tmp_path), "--decide", "--json", "--vary", "malloc=keep",
+           "--set", "dataset=mnist-sample", "--set", "device=cpu", "--set", "model=examples")
+    assert r.rc == 0, r.err
+    (out,) = json.loads(r.out)
+    faults = out["faults_a_step"]
+    # (an arm forked from the launcher also faults in the pages it first writes of what it
+    # shares with it: a few hundred a step here, under keep too)
+    assert faults["base"] >= pricing.FAULTS_NOTE > faults["variant"], out
+    assert faults["variant"] * 4 < faults["base"], out
+    r = tt("ab", "--session", str(tmp_path), "--study", "1")
+    assert r.rc == 0 and "note: a step faults in again the base's" in r.out, r.out
+    assert "the variant's" not in r.out and "malloc = keep keeps that memory" in r.out
+    assert pricing.faults_lines({"base": 2.0, "variant": "x"}) == []     # (session data)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import mmap
 import os
 import socket
 import subprocess
@@ -81,6 +82,10 @@ LOOKS = (8, 12, 16, 20, 24, 28, 32)
 # of one config differ by about this much with the default net (docs/benchmarks.md, over
 # A/A prices), and a price this small is not what a user changes a knob for.
 NOISE = 0.03
+# Page faults a step from which a price says its arms' steps fault memory in again: 1,000
+# pages (4 MB); the default net faults about 2, pytorch/examples' net 4,000-17,000 under
+# malloc = system and under 100 with keep (benchmarks/malloc_cost.py)
+FAULTS_NOTE = 1000
 READY_S = 180.0           # how long an arm may take to build (a cold start on a slow CPU)
 WINDOW_WAIT_S = 60.0      # how long one window may take before the arm counts as hung
 
@@ -219,6 +224,7 @@ class Priced:
     looks: tuple[int, ...] = LOOKS         # the pairs at which it looked (the last: its cap)
     fresh: int = FRESH_WARMUP_STEPS        # a later pair's warm-up steps, side by side
     step_s: float | None = None            # the pace its slices and warm-ups were set by
+    faults: dict[str, float] | None = None  # per arm: page faults a timed step
 
     @property
     def loaded_pairs(self) -> int:
@@ -249,6 +255,7 @@ def as_dict(p: Priced) -> dict[str, Any]:
             "startup": p.startup, "startup_text": p.startup_text(), "seconds": p.seconds,
             "processes": p.processes, "slices": p.slices, "looks": list(p.looks),
             "fresh_warmup_steps": p.fresh, "step_s": p.step_s,
+            "faults_a_step": p.faults,
             # every pair's ratio, in order: what the interval was drawn from
             "ratios": [round(v / b, 6) if b > 0 else None for b, v in p.pairs],
             "window": "steady state: training steps and their data, after each arm's "
@@ -314,7 +321,26 @@ def stored_lines(label: str, d: Any) -> list[str]:
             + " (training steps and their data; no evaluation, logging or checkpoints)")
     if isinstance(d.get("startup_text"), str):
         lines.append(f"  {shown(d['startup_text'], 300)}")
+    lines.extend(f"  {line}" for line in faults_lines(d.get("faults_a_step")))
     return lines
+
+
+def faults_lines(faults: Any) -> list[str]:
+    """Where an arm's steps fault much memory in again (glibc gave back what the step before
+    freed: malloc = system), what that does to the price: a fault's cost moves with the
+    kernel's memory traffic, and two prices of one knob minutes apart disagreed
+    (docs/benchmarks.md, "Prices that moved with the kernel's page faults"). `faults` is
+    session data: read, never trusted."""
+    faults = faults if isinstance(faults, dict) else {}
+    many = {arm: figure(faults, arm) for arm in ("base", "variant")}
+    many = {arm: n for arm, n in many.items() if n is not None and n >= FAULTS_NOTE}
+    if not many:
+        return []
+    mb = " and ".join(f"the {arm}'s {n * mmap.PAGESIZE / 2**20:.0f} MB" for arm, n in
+                      many.items())
+    return [f"note: a step faults in again {mb} (memory glibc gave back after the step "
+            "before): what that costs moves with the kernel's memory traffic, so this price "
+            "can move from minute to minute; malloc = keep keeps that memory"]
 
 
 def kept(key: str, value: Any, base: RunConfig, p: Priced) -> "prices.Price | None":
@@ -361,6 +387,7 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
         pairs: list[tuple[float, float]] = []
         loaded: list[bool] = []
         steady = [[], []]
+        faulted = [[0, 0], [0, 0]]                # each arm's faults and steps, timed
         while True:
             if stop():
                 return None
@@ -385,6 +412,8 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
                 w = arms[i].ask(size)
                 done[i] = [done[i][0] + w["samples"], done[i][1] + w["s"],
                            done[i][2] + w["steps"]]
+                faulted[i] = [faulted[i][0] + int(w.get("faults") or 0),
+                              faulted[i][1] + w["steps"]]
             seen = contention.between(before, contention.snapshot(os.getpid()))
             rates = [n / s if s > 0 else 0.0 for n, s, _ in done]
             for i in (0, 1):
@@ -414,7 +443,8 @@ def price(base: RunConfig, variant: RunConfig, margin: float = sequential.DEFAUL
                                   "first_steps_extra_s": max(0.0, warmup - pace * n)}
         return Priced(decision, pairs, loaded, steps, startup, time.monotonic() - t0,
                       first[0].machine, len(pids), slices, looks, fresh,
-                      per_step)
+                      per_step, {arm.label: n / max(1, k)
+                                 for arm, (n, k) in zip(first, faulted, strict=True)})
     finally:
         for arm in arms:
             arm.close()

@@ -6,7 +6,8 @@ It talks over its stdout, which is one end of a socket pair (the parent's `prici
 one JSON line out when it is built (`ready`, with its set-up time; or `refused`, with why,
 where this machine cannot train its config), then for each line in
 (`{"steps": K}`) K more steps, their batches fetched as the loop fetches them, and one JSON
-line out with the window's wall and CPU seconds and the samples it trained. An empty line,
+line out with the window's wall and CPU seconds, the samples it trained and its process's
+page faults (memory the kernel had to map in again). An empty line,
 or the socket closed, ends it. Nothing is recorded: no session, no checkpoint, no
 evaluation (the arms' configs say eval_every = 0), and its parameters are never read.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import socket
 import time
 from typing import Any
@@ -60,6 +62,7 @@ def serve(cfg: RunConfig, fd: int = 1) -> int:
             break
         k = int(json.loads(line)["steps"])
         samples, steps = trainer.pos.samples, trainer.pos.step
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         wall, cpu = time.perf_counter(), time.process_time()
         for _ in range(k):
             batch = next(batches, None)
@@ -69,5 +72,6 @@ def serve(cfg: RunConfig, fd: int = 1) -> int:
         if trainer.cuda:
             torch.cuda.synchronize(trainer.device)
         say({"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
-             "steps": trainer.pos.step - steps, "samples": trainer.pos.samples - samples})
+             "steps": trainer.pos.step - steps, "samples": trainer.pos.samples - samples,
+             "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults})
     return 0
