@@ -82,10 +82,11 @@ LOOKS = (8, 12, 16, 20, 24, 28, 32)
 # of one config differ by about this much with the default net (docs/benchmarks.md, over
 # A/A prices), and a price this small is not what a user changes a knob for.
 NOISE = 0.03
-# Page faults a step from which a price says its arms' steps fault memory in again: 1,000
-# pages (4 MB); the default net faults about 2, pytorch/examples' net 4,000-17,000 under
-# malloc = system and under 100 with keep (benchmarks/malloc_cost.py)
-FAULTS_NOTE = 1000
+# Page faults a step from which a price says its arms' steps fault memory in again: 2,500
+# pages (10 MB). Measured in prices here: the default net 4-9; pytorch/examples' net under
+# malloc = system 5,400-8,000, under keep 360-1,150 (an arm forked from the launcher also
+# faults in the pages it shares with it as it first writes them: Python's reference counts)
+FAULTS_NOTE = 2500
 READY_S = 180.0           # how long an arm may take to build (a cold start on a slow CPU)
 WINDOW_WAIT_S = 60.0      # how long one window may take before the arm counts as hung
 
