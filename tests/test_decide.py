@@ -397,6 +397,12 @@ def test_a_joined_arm_is_priced_in_windows_only_where_each_of_its_knobs_can_be()
     assert pricing.kept("amp+channels_last", {"amp": "bf16", "channels_last": True}, base,
                         p) is None
     assert pricing.kept("seed", base.seed, base, p) is None        # an A/A: no knob's price
+    # and one kept before (an A/A priced in windows until 2026-11-30) is not read back as
+    # its knob's price: the form showed "seed 1: 1.01x the same against 1"
+    from tui_trainer.core.analysis import prices
+    kept = pricing.kept("amp", "bf16", base, p).to_dict()
+    assert prices.Price.from_dict(kept) is not None
+    assert prices.Price.from_dict({**kept, "knob": "seed", "value": 1, "base": 1}) is None
 
 
 def test_a_pairs_slices_cancel_a_drift_of_the_machine():

@@ -63,7 +63,10 @@ class Price:
         ok = (isinstance(p.machine, str) and isinstance(p.knob, str)
               and isinstance(p.ratio, (int, float)) and p.ratio > 0
               and all(x is None or isinstance(x, (int, float)) for x in (p.low, p.high))
-              and isinstance(p.date, str) and isinstance(p.rounds, int))
+              and isinstance(p.date, str) and isinstance(p.rounds, int)
+              # (an A/A, the base's own value, kept by a price in windows before 2026-11-30:
+              # the machine's noise, no knob's price)
+              and p.value != p.base)
         return p if ok else None
 
     def interval(self) -> str:
