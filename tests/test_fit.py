@@ -164,6 +164,7 @@ def test_the_form_marks_an_emulated_value_and_the_price_here_beside_its_knob(tmp
     book = [price(avx2, "amp", "bf16", "off", 0.5, 0.41, 0.57, "slower")]
     said = fit.notes({"amp": "bf16", "device": "cpu"}, avx2, book)
     assert "bf16: 0.50x [0.41-0.57] slower against off here, 2026-11-29" in said["amp"]
+    assert f"({book[0].context})" in said["amp"]     # measured on what: a net, a batch
     # at amp = off the same price, turned over; on another machine none
     assert "off: 2.00x" in fit.notes({"amp": "off", "device": "cpu"}, avx2, book)["amp"]
     assert fit.notes({"amp": "bf16", "device": "cpu"}, amx, book) == {}

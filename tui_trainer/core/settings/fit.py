@@ -248,7 +248,8 @@ def notes(values: dict[str, Any], m: Machine | None, all_prices: list[Price],
             verdict = f" {price.verdict}" if price.verdict else ""
             said = (f"{said}; " if said else "") + (
                 f"{_text(value)}: {price.interval()}{verdict} against {_text(price.base)} "
-                f"here, {price.date}")
+                f"here, {price.date}" + (f" ({shown(price.context, 80)})"   # what it priced
+                                         if isinstance(price.context, str) else ""))
         if said:
             out[k] = said
     return out
