@@ -215,7 +215,7 @@ def effective_settings(cfg: RunConfig, device: torch.device, data: dict[str, Any
         "optimizer_impl": optimizer_impl(cfg, cuda),
         "cuda_graph": "step" if graph_step(cfg, cuda) else "off",      # (auto: which)
         "device": str(device),
-        "malloc": set_malloc(cfg.malloc),       # (applied at setup: what took)
+        "malloc": _malloc[0],           # (set by apply_knobs at set-up: what took)
     }
     knobs = {setting: applied[key] if key in applied else getattr(cfg, key)
              for key, setting in recorded.SETTING_OF.items()}
