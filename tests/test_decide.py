@@ -12,7 +12,7 @@ import statistics
 
 import pytest
 
-from conftest import QUICK, sets, tt
+from conftest import QUICK, cuda_count, sets, tt
 from tui_trainer.core.analysis import figures, sequential, stats, study
 from tui_trainer.core.session.store import SessionStore
 from tui_trainer.core.settings.config import ConfigError
@@ -176,27 +176,30 @@ def test_fit_refuses_bad_knobs_in_one_line_and_stores_nothing(tmp_path):
 
 
 def test_fit_prices_a_knob_proves_the_result_and_writes_the_preset(tmp_path, isolated_home):
-    """The machine fit end to end, kept small: num_threads priced by a study that decides,
-    the start and the fitted config each trained with two seeds, the preset written with
-    the price and the bits of each choice."""
+    """The machine fit end to end, kept small: channels_last priced in windows until they
+    decide, the start and the fitted config each trained with two seeds, the preset
+    written with the price and the bits of each choice."""
     r = tt("fit", "--session", str(tmp_path), "--config", "fastest-cpu",   # (device = cpu)
-           "--knobs", "num_threads", "--steps", "12",
+           "--knobs", "channels_last", "--steps", "12",
            "--seeds", "2", "--json", "--set", "dataset=mnist-sample", "--set", "max_steps=40",
            "--set", "log_every=4", timeout=600)
     assert r.rc in (0, 1), r.err
     out = json.loads(r.out)
     knob = out["knobs"][0]
-    # (num_threads is paid in every step: priced in windows, no study stored)
-    assert knob["knob"] == "num_threads" and knob["tried"] == [1] and knob["study"] is None
+    # (channels_last is paid in every step: priced in windows, no study stored; the
+    # preset has it on, so off is what is tried)
+    assert knob["knob"] == "channels_last" and knob["tried"] == [False] and \
+        knob["study"] is None
     assert "steady state" in knob["decisions"][0] and "start-up" in knob["decisions"][0]
     faster = "faster" in knob["decisions"][0].split("(")[0]
-    assert knob["taken"] == (1 if faster else 0) and out["config"]["num_threads"] == knob["taken"]
+    assert knob["taken"] is (not faster) and \
+        out["config"]["channels_last"] is knob["taken"]
     start, fitted = out["proofs"]
     assert len(start["runs"]) == 2 and all(0 < a <= 1 for a in start["accuracy"])
     assert out["spent"] and out["seconds"] > 0 and out["start"] == "fastest-cpu"
     if out["same_accuracy"]:
         text = (isolated_home / "presets" / "fastest-here.toml").read_text()
-        assert "# Fastest here: `tui-trainer fit` on " in text and "num_threads = " in text
+        assert "# Fastest here: `tui-trainer fit` on " in text and "channels_last = " in text
         assert "(windows" in text and ("bits" in text)
         assert out["preset"].endswith("fastest-here.toml") and r.rc == 0
     else:
@@ -508,15 +511,85 @@ def test_a_knob_paid_at_start_up_is_priced_with_it_as_whole_runs(tmp_path):
         r = tt("ab", "--session", str(tmp_path), "--decide", "--vary", knob, "--plan")
         assert r.rc == 0 and said in r.err and "over rounds of whole runs" in r.err, r.err
         assert "(plan):" in r.out and "rounds" in r.out and "windows" not in r.out, r.out
-    # with a knob that windows price: it goes with them, and the line says so
+    # with a knob that windows price: that one in windows first, then the other as whole
+    # runs, one study after the other, said in a line (and each part's plan given)
     r = tt("ab", "--session", str(tmp_path), "--decide", "--vary", "compile=on",
            "--vary", "amp=bf16", "--plan")
-    assert r.rc == 0 and "so are amp, which a study of their own would price in seconds" \
-        in r.err and "3 arms x 8 rounds" in r.out, r.out + r.err
+    assert r.rc == 0 and "prices amp in windows first, then compile over rounds of whole " \
+        "runs" in r.err, r.err
+    assert "price (plan): 1 variant(s)" in r.out and "2 arms x 8 rounds" in r.out, r.out
+    assert r.out.index("price (plan)") < r.out.index("2 arms x 8 rounds"), r.out
+    r = tt("ab", "--session", str(tmp_path), "--decide", "--vary", "compile=on",
+           "--vary", "amp=bf16", "--steps", "50", "--plan", "--json")    # steps: the runs'
+    plans = json.loads(r.out)
+    assert r.rc == 0 and plans["windows"]["windows"] and \
+        [a["label"] for a in plans["windows"]["arms"]] == ["base", "amp=bf16"], r.out
+    assert plans["whole_runs"]["steps"] == 50 and len(plans["whole_runs"]["arms"]) == 2, r.out
     for flags in ([], ["--windows"]):           # in windows: --decide's own way
         r = tt("ab", "--session", str(tmp_path), "--decide", *flags, "--vary", "amp=bf16",
                "--plan")
         assert r.rc == 0 and "price (plan): 1 variant(s)" in r.out and "amp = bf16" in r.out
+    assert not (tmp_path / "session.sqlite").exists()
+
+
+def test_cudnns_benchmark_is_priced_at_start_up_only_where_the_arms_train_on_cuda(tmp_path):
+    """cudnn_benchmark is paid at start-up on CUDA (cuDNN times its algorithms there), and
+    neither at start-up nor in a step where the arms train on a CPU: `--decide` prices it
+    in windows there, in seconds, with the ready determinism study's other knobs (all five
+    went to whole runs before: 90 runs, minutes). Where the device is not known it is taken
+    as CUDA's. Shown by plans, nothing trained or written."""
+    from tui_trainer import pricing
+    assert pricing.windowable("cudnn_benchmark", "cpu") is None
+    assert pricing.windowable("cudnn_benchmark+deterministic", "cpu") is None
+    for device in ("cuda", "cuda:1", None):
+        assert "mostly at start-up" in pricing.windowable("cudnn_benchmark", device), device
+    assert "mostly at start-up" in pricing.windowable("compile", "cpu")    # compiled anywhere
+    # the ready study: four knobs in windows, num_threads (how many cores: whole runs) after
+    r = tt("ab", "--session", str(tmp_path), "--config", "determinism", "--set", "device=cpu",
+           "--decide", "--plan")
+    assert r.rc == 0 and "price (plan): 4 variant(s)" in r.out and "cudnn_benchmark = True" \
+        in r.out.split("(plan): 2 arms")[0] and "(plan): 2 arms x 8 rounds" in r.out, r.out
+    assert "then num_threads over rounds of whole runs" in r.err, r.err
+    r = tt("ab", "--session", str(tmp_path), "--set", "device=cpu", "--decide", "--vary",
+           "cudnn_benchmark=on", "--vary", "compile=on", "--plan")
+    assert r.rc == 0 and "compile's price is mostly at start-up" in r.err and \
+        "prices cudnn_benchmark in windows first" in r.err, r.err
+    # the default device (auto): the machine is asked; as whole runs where it is CUDA
+    r = tt("ab", "--session", str(tmp_path), "--decide", "--vary", "cudnn_benchmark=on",
+           "--plan")
+    if cuda_count():
+        assert r.rc == 0 and "over rounds of whole runs" in r.err and "rounds" in r.out, r.err
+    else:
+        assert r.rc == 0 and "price (plan): 1 variant(s)" in r.out, r.out + r.err
+    assert not (tmp_path / "session.sqlite").exists()
+
+
+def test_threads_and_workers_are_priced_as_whole_runs(tmp_path):
+    """A knob that changes how many cores an arm keeps busy (num_threads, num_workers) is
+    priced as whole runs by `--decide`: in turns taken in slices, workers load batches
+    during the other arm's turn, unpaid, and a second thread starts each turn slower
+    (docs/benchmarks.md). So is every knob on a base with workers. The others are said,
+    and priced in windows where the base has none. Shown by plans, nothing written."""
+    from tui_trainer import pricing
+    from tui_trainer.core.settings import config
+    for key in ("num_threads", "num_workers", "num_workers+pin_memory"):
+        assert "how many cores" in pricing.windowable(key, "cpu"), key
+    assert pricing.base_windowable(config.from_dict({"num_workers": 1})) is not None
+    assert pricing.base_windowable(config.from_dict({})) is None
+    for vary, sets_, said, others in (
+            (["num_threads=1", "amp=bf16"], [], "num_threads changes how many cores",
+             "prices amp in windows first, then num_threads over"),
+            (["num_workers=2"], [], "num_workers changes how many cores", None),
+            (["amp=bf16", "channels_last=on"], ["--set", "num_workers=2"],
+             "the base loads batches in 2 worker processes", None)):
+        r = tt("ab", "--session", str(tmp_path), "--decide", *sets_,
+               *[a for v in vary for a in ("--vary", v)], "--plan")
+        assert r.rc == 0 and said in r.err and "over rounds of whole runs" in r.err, r.err
+        assert "(plan):" in r.out and "rounds" in r.out, r.out
+        assert (others in r.err and "price (plan): 1 variant(s)" in r.out) if others else \
+            "in windows" not in r.err and "price (plan)" not in r.out, r.out + r.err
+    with pytest.raises(ConfigError, match="worker processes"):
+        pricing.plan(config.from_dict({"num_workers": 2}), [("amp", ["bf16"])])
     assert not (tmp_path / "session.sqlite").exists()
 
 

@@ -224,6 +224,17 @@ async def test_a_price_decided_from_the_ab_tab_shows_its_looks_and_when_it_stops
         assert fp16[0] == "amp=fp16" and fp16[3] == "not possible here", fp16
         assert "amp=fp16: not possible on this machine (amp: fp16 needs" in \
             str(app.query_one("#ab-row").render())
+        # a knob that changes how many cores a run keeps busy: a study of whole runs, and
+        # the notice says why (stopped at once: its runs are not this test's claim)
+        said = notifications(app)
+        app.query_one("#ab-vary", Input).value = "num_threads=1"
+        await pilot.click("#ab-price")
+        await until(pilot, lambda: any("whole runs: num_threads changes how many cores" in m
+                                       for m in said), seen=lambda: said)
+        assert db_rows(tmp_path, "SELECT id, kind FROM studies WHERE id = 2") == [(2, "ab")]
+        await click(pilot, "#ab-stop")
+        await until(pilot, lambda: db_rows(tmp_path, "SELECT status FROM studies WHERE id = 2")
+                    == [("stopped",)], timeout=120)
 
 
 async def test_seed_noise_decided_from_the_ab_tab_says_its_looks_and_its_answer(tmp_path):

@@ -25,11 +25,13 @@ at the cap.
 What the price leaves out, it says: it is the steady state (the windows after each arm's
 warm-up), and each arm's start-up (its process's set-up: imports already made by the
 launcher, data, model; and its first steps beyond the steady pace) is measured and given
-beside it. Knobs whose price is mostly start-up or bookkeeping (START_UP_KNOBS, and the
-bookkeeping and data-parallel groups) are not priced this way: `ab --decide` trains them
-as whole runs (as `--whole-runs` does any knob). A window in which other processes took CPU
-the arms could have used is marked loaded (core.processes.contention); a verdict resting on
-loaded windows says so.
+beside it. Knobs whose price is mostly start-up or bookkeeping (START_UP_KNOBS, those of
+CUDA_START_UP only where the arms train on CUDA, and the bookkeeping and data-parallel
+groups), and those that change how many cores an arm keeps busy (CONCURRENCY_KNOBS, and
+any knob on a base with DataLoader workers) are not priced this way: `ab --decide` trains
+them as whole runs after the others' windows (as `--whole-runs` does any knob). A window
+in which other processes took CPU the arms could have used is marked loaded
+(core.processes.contention); a verdict resting on loaded windows says so.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from .core.analysis import prices, sequential
 from .core.analysis.study import _label, changes
 from .core.errors import BadInput
 from .core.processes import contention, supervisor
-from .core.settings import config
+from .core.settings import config, machine
 from .core.settings.config import RunConfig
 from .core.text import shown
 from .launcher.client import WarmLauncher
@@ -58,6 +60,20 @@ from .launcher.client import WarmLauncher
 # Knobs whose price is mostly paid at start-up (compiling, timing algorithms, capturing
 # graphs): priced with it, as whole runs.
 START_UP_KNOBS = ("compile", "cudnn_benchmark", "cuda_graph")
+# ... of those, the ones whose start-up is CUDA's: cuDNN times its algorithms on a GPU only.
+# Where the arms train on a CPU (or MPS) nothing of them runs at start-up, and what they do
+# in each step (nothing, there) is priced in windows like any other knob.
+CUDA_START_UP = ("cudnn_benchmark",)
+# Knobs that change how many cores an arm keeps busy. Turns in slices assume that an arm
+# does nothing while the other takes its turn, and that its steps in a slice are a run's
+# steps; these two break that (docs/benchmarks.md, "Threads and workers ..."):
+# - num_workers: its worker processes go on loading batches during the other arm's turn,
+#   work the arm is never timed for (whole runs 0.62x, windows 0.75-0.77x here);
+# - num_threads: a second thread starts each turn slower (its first 3-4 steps 5-10% slower
+#   than a run's), so that the arm with more threads pays more in slices than in a run
+#   (0.92x against 0.86x; under OMP_WAIT_POLICY=PASSIVE 1.14x "faster" against 1.02x).
+# They are priced as whole runs, as is any price whose base has DataLoader workers.
+CONCURRENCY_KNOBS = ("num_threads", "num_workers")
 WINDOW_S = 0.25           # an arm's time a pair, about (its steps chosen from the warm-up)
 SLICES = 8                # ... cut in up to this many slices, taken in turns (ABBA ABBA ...)
 WARMUP_STEPS = 5          # each of an arm's two warm-up windows: at most this many steps,
@@ -91,17 +107,49 @@ READY_S = 180.0           # how long an arm may take to build (a cold start on a
 WINDOW_WAIT_S = 60.0      # how long one window may take before the arm counts as hung
 
 
-def windowable(key: str) -> str | None:
+def windowable(key: str, device: str | None = None) -> str | None:
     """Why a knob cannot be priced in steady-state windows, or None where it can (a joined
-    arm's key, K1+K2: where none of its knobs is such)."""
+    arm's key, K1+K2: where none of its knobs is such). `device`: the type of device the
+    arms train on ("cpu", "cuda", ...; `trains_on`), None where not known (then as CUDA)."""
     if "+" in key:
-        return next((why for part in key.split("+") if (why := windowable(part))), None)
+        return next((why for part in key.split("+") if (why := windowable(part, device))),
+                    None)
+    if key in CUDA_START_UP and device is not None and not device.startswith("cuda"):
+        return None
     if key in START_UP_KNOBS:
         return f"{key}'s price is mostly at start-up: priced with it, as whole runs"
+    if key in CONCURRENCY_KNOBS:
+        return (f"{key} changes how many cores a run keeps busy, which turns in slices "
+                "cannot price: priced as whole runs")
     if config.group(key) in ("bookkeeping", "parallel") or key.startswith("eval") or \
             key in ("epochs", "max_steps"):
         return f"{key} is paid outside training steps: priced as whole runs"
     return None
+
+
+def base_windowable(base: RunConfig) -> str | None:
+    """Why no knob can be priced in windows on `base`, or None: its DataLoader workers
+    would load batches during the other arm's turn (CONCURRENCY_KNOBS)."""
+    if base.num_workers > 0:
+        return (f"the base loads batches in {base.num_workers} worker processes, which go "
+                "on during the other arm's turn: priced as whole runs")
+    return None
+
+
+def trains_on(base: RunConfig, vary: list[tuple[str, list[Any]]],
+              facts: Callable[[], machine.Machine | None]) -> str | None:
+    """The type of device a price's arms train on ("cpu", "cuda", ...), where a knob of
+    `vary` is priced one way or the other by it (CUDA_START_UP); else None, as where the
+    machine's `facts` (called only then) cannot say."""
+    if not any(part in CUDA_START_UP for key, _ in vary for part in key.split("+")):
+        return None
+    if base.device in ("cpu", "mps"):
+        return base.device
+    found = facts()
+    try:
+        return None if found is None else machine.device_type(base.device, found)
+    except machine.Problem:
+        return None
 
 
 class NotHere(BadInput):
@@ -529,12 +577,17 @@ def _ready_pair(base: RunConfig, variant: RunConfig, warm: WarmLauncher | None,
     return arms
 
 
-def plan(base: RunConfig, vary: list[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
+def plan(base: RunConfig, vary: list[tuple[str, list[Any]]],
+         device: str | None = None) -> list[dict[str, Any]]:
     """A windowed price's arms as a study's variants: the base first, then one per value
-    (each knob checked: one that cannot be priced in windows is refused by name)."""
+    (each knob checked: one that cannot be priced in windows on `device` is refused by
+    name)."""
+    why = base_windowable(base)
+    if why:
+        raise config.ConfigError("--vary", why)
     arms: list[dict[str, Any]] = [{"label": "base", "config": base.to_dict()}]
     for key, values in vary:
-        why = windowable(key)
+        why = windowable(key, device)
         if why:
             raise config.ConfigError("--vary", why)
         for value in values:

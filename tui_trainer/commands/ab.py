@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .. import pricing, runner
-from ..core.settings import config
+from ..core.settings import config, machine
 from ..core.analysis import figures, sequential, stats, study, study_text
 from ..core.settings.config import ConfigError
 from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, BadInput
@@ -71,9 +71,10 @@ def add(sub: Any) -> None:
                          f"{', '.join(map(str, pricing.LOOKS))} window pairs (the cap, "
                          "8 to 200); each arm's start-up is measured and given beside the "
                          "price (tui_trainer/pricing.py). Knobs paid at start-up or outside "
-                         "training steps (compile, cudnn_benchmark, cuda_graph, bookkeeping, "
-                         "evaluation) are priced with what they cost, as whole runs, said "
-                         "in a line")
+                         "training steps (compile, cuda_graph, cudnn_benchmark on CUDA, "
+                         "bookkeeping, evaluation) or that change how many cores a run "
+                         "keeps busy (num_threads, num_workers) are priced with what they "
+                         "cost, as whole runs, after the others' windows, said in a line")
     sp.add_argument("--whole-runs", action="store_true",
                     help="with --decide: decide over rounds of whole runs instead (every "
                          "arm trained --steps steps a round, start-up and all, with the "
@@ -218,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
             vary, repeats = [], study.DEFAULT_SEEDS if args.seeds is None else args.seeds
         else:
             file_values, spec = ({}, {}) if not args.config else study.read_study_file(args.config)
-            vary = study.parse_vary(list(spec.get("vary", [])) + args.vary)
+            vary = _only(study.parse_vary(list(spec.get("vary", [])) + args.vary), args)
             repeats = args.repeats if args.repeats is not None else \
                 spec.get("repeats") or study.DEFAULT_REPEATS
         values = {**file_values, **config.parse_overrides(args.sets)}
@@ -301,18 +302,24 @@ def windows(args: argparse.Namespace) -> int:
     vary = study.parse_vary(list(spec.get("vary", [])) + args.vary)
     base = config.from_dict({**config.DEFAULTS.to_dict(), **file_values,
                              **config.parse_overrides(args.sets)})
-    whole = [why for k, _ in vary if (why := pricing.windowable(k))]
+    # (cuDNN's benchmark is a start-up only on CUDA: where the arms train is asked of the
+    # machine, a child process, only for such a knob on a device that may be CUDA)
+    on = pricing.trains_on(base, vary, lambda: machine.here(str(base.device)))
+    vary = _only(vary, args)
+    whole = [why for why in [pricing.base_windowable(base)] if why] + \
+        [why for k, _ in vary if (why := pricing.windowable(k, on))]
+    windowed = [k for k, _ in vary if pricing.windowable(k, on) is None] \
+        if pricing.base_windowable(base) is None else []
+    if whole and windowed:
+        return _split(args, windowed, [k for k, _ in vary if k not in windowed], whole)
     if whole:
         # priced with what it costs, as the A/B tab's "Decide a price" does: whole runs
         # deciding when to stop, the windows' cap left aside
-        others = [k for k, _ in vary if pricing.windowable(k) is None]
         if not args.json:
             print(f"ab: {'; '.join(dict.fromkeys(whole))} (--decide over rounds of whole "
                   "runs, as with --whole-runs" + ("; --max-rounds counted window pairs: the "
                                                   "rounds' own cap applies"
                                                   if args.max_rounds is not None else "")
-                  + (f"; so are {', '.join(others)}, which a study of their own would price "
-                     "in seconds" if others else "")
                   + ")", file=sys.stderr, flush=True)
         args.windows, args.whole_runs, args.max_rounds = False, True, None
         return run(args)
@@ -325,7 +332,7 @@ def windows(args: argparse.Namespace) -> int:
     if args.max_rounds is not None and not pricing.LOOKS[0] <= args.max_rounds <= 200:
         raise ConfigError("--max-rounds", f"with --decide: the window pairs' cap, "
                           f"{pricing.LOOKS[0]} to 200, got {args.max_rounds}")
-    arms = pricing.plan(base, vary)
+    arms = pricing.plan(base, vary, on)
     if args.plan:           # what it would price, and how; nothing trained or written
         cap = args.max_rounds or pricing.LOOKS[-1]
         plan = {"name": args.name, "windows": True, "cap": cap, "arms": [
@@ -350,6 +357,48 @@ def windows(args: argparse.Namespace) -> int:
     status = runner.run_study(session, study_id, say)
     with SessionStore(session, create=False) as store:
         return print_price(store.study(study_id), status, args.json)
+
+
+def _only(vary: list[tuple[str, list[Any]]], args: argparse.Namespace
+          ) -> list[tuple[str, list[Any]]]:
+    """The knobs of `vary` that this part of a split `--decide` prices (`_split`)."""
+    only = getattr(args, "only", None)
+    return vary if only is None else [(k, v) for k, v in vary if k in only]
+
+
+def _split(args: argparse.Namespace, windowed: list[str], whole: list[str],
+           why: list[str]) -> int:
+    """`--decide` over knobs of both kinds: those paid in every step priced in windows first
+    (seconds), then the others as rounds of whole runs, one study after the other (never
+    side by side: they would share the CPU), each a study of the session. The flags of
+    whole runs (--steps, ...) are theirs; the exit status is the worse of the two; --json
+    gives {"windows": the price's, "whole_runs": the study's}."""
+    import contextlib
+    import io
+    parts = {"windows": argparse.Namespace(**{**vars(args), "only": windowed}),
+             "whole_runs": argparse.Namespace(**{**vars(args), "only": whole,
+                                                 "windows": False, "whole_runs": True,
+                                                 "max_rounds": None})}
+    for attr, _ in WHOLE_RUN_FLAGS:
+        setattr(parts["windows"], attr, None)
+    if not args.json:
+        print(f"ab: {'; '.join(dict.fromkeys(why))}: --decide prices {', '.join(windowed)} "
+              f"in windows first, then {', '.join(whole)} over rounds of whole runs",
+              file=sys.stderr, flush=True)
+    codes, out = [], {}
+    for name, part in parts.items():
+        if args.json:
+            buffer = io.StringIO()
+            with contextlib.redirect_stdout(buffer):
+                codes.append(windows(part) if name == "windows" else run(part))
+            out[name] = json.loads(buffer.getvalue().strip().splitlines()[-1])
+        else:
+            codes.append(windows(part) if name == "windows" else run(part))
+        if codes[-1] not in (EXIT_OK, EXIT_FAILED):
+            break                          # stopped: the rest is not started
+    if args.json:
+        print(json.dumps(out))
+    return next((c for c in codes if c == EXIT_STOPPED), max(codes))
 
 
 def print_price(record: dict[str, Any], status: str, as_json: bool) -> int:

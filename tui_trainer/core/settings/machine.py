@@ -315,3 +315,9 @@ def facts() -> Machine:
         if _probed is None:
             _probed = probe()
         return _probed
+
+
+def known() -> Machine | None:
+    """What `facts()` found, where it has been asked already; None, never waiting, where
+    not (a screen's thread asks this)."""
+    return _probed

@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.widgets import Button, DataTable, Label, Select, Static
 
 from ...core.settings import config
-from ...core.settings import presets, user_data
+from ...core.settings import machine as machines, presets, user_data
 from ...core.analysis import sequential, study as studies
 from ...core.analysis import study_text
 from ...core.text import shown, shown_lines
@@ -272,21 +272,28 @@ class ABPanel(Vertical):
         from ... import pricing
         try:
             vary = studies.parse_vary(self.query_one("#ab-vary", Input).value.split())
+            form = self.app.query_one(LaunchPanel).form.config()
         except config.ConfigError as e:
             self.notify(f"price not started: {e}", severity="error")
             return
-        if vary and all(pricing.windowable(k) is None for k, _ in vary):
-            self.begin_price(vary)
+        # (where the form's machine check has not answered yet, cuDNN's benchmark is taken
+        # as CUDA's start-up: whole runs)
+        device = pricing.trains_on(form, vary, machines.known)
+        why = [w for w in [pricing.base_windowable(form)] if w] + \
+            [w for k, _ in vary if (w := pricing.windowable(k, device))]
+        if vary and not why:
+            self.begin_price(vary, device)
         else:
-            self.begin(sweep=False, decide=sequential.DEFAULT_MARGIN)
+            self.begin(sweep=False, decide=sequential.DEFAULT_MARGIN, why=why)
 
-    def begin_price(self, vary: list[tuple[str, list[Any]]]) -> None:
-        """A price study of the form's config (windows), started in the supervisor."""
+    def begin_price(self, vary: list[tuple[str, list[Any]]], device: str | None) -> None:
+        """A price study of the form's config (windows, the arms on a device of type
+        `device`), started in the supervisor."""
         from ... import pricing
         if not self.app.writable("price not started"):
             return
         try:
-            arms = pricing.plan(self.app.query_one(LaunchPanel).form.config(), vary)
+            arms = pricing.plan(self.app.query_one(LaunchPanel).form.config(), vary, device)
         except config.ConfigError as e:
             self.notify(f"price not started: {e}", severity="error")
             return
@@ -309,9 +316,11 @@ class ABPanel(Vertical):
 
         self.app.write(create, started, "price not started")
 
-    def begin(self, sweep: bool, decide: float | None = None) -> None:
+    def begin(self, sweep: bool, decide: float | None = None,
+              why: list[str] | None = None) -> None:
         """Plans the study from the form's config and these fields, then starts it (the
-        study's runs train one after the other, in the supervisor)."""
+        study's runs train one after the other, in the supervisor). `why`: why a price is
+        decided over whole runs, not windows (said when it starts)."""
         if not self.app.writable("study not started"):
             return
         chosen = self.query_one("#ab-file", Select).value
@@ -360,7 +369,8 @@ class ABPanel(Vertical):
                            f"{decide * 100:.2f} points (looks at "
                            f"{', '.join(map(str, sequential.SEED_LOOKS))} seeds)"
                            if decide and sweep else "")
-                        + (f" ({'; '.join(planned.notes)})" if planned.notes else ""))
+                        + (f" ({'; '.join(planned.notes)})" if planned.notes else "")
+                        + (f"; whole runs: {'; '.join(dict.fromkeys(why))}" if why else ""))
 
         self.app.write(create, started, "study not started")
 
