@@ -67,8 +67,8 @@ def study(session: Path, vary: str, decide: bool | str, steps: int,
     if p.returncode not in (0, 3):
         raise SystemExit(f"ab failed ({p.returncode}): {p.stderr[-2000:]}")
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    if decide == "windows":
-        w = out[0]
+    if decide == "windows" and isinstance(out, list):     # (a knob windows cannot price,
+        w = out[0]                                        # num_threads: whole runs, below)
         return {"wall": wall, "rounds": w["pairs"], "verdict": w["verdict"],
                 "ratio": w["ratio"], "low": w["low"], "high": w["high"], "load": load,
                 "loaded_rounds": w["loaded_pairs"], "startup": w["startup"],
