@@ -382,8 +382,8 @@ def _split(args: argparse.Namespace, windowed: list[str], whole: list[str],
     for attr, _ in WHOLE_RUN_FLAGS:
         setattr(parts["windows"], attr, None)
     if not args.json:
-        print(f"ab: {'; '.join(dict.fromkeys(why))}: --decide prices {', '.join(windowed)} "
-              f"in windows first, then {', '.join(whole)} over rounds of whole runs",
+        print(f"ab: --decide prices {', '.join(windowed)} in windows first, then "
+              f"{', '.join(whole)} over rounds of whole runs ({'; '.join(dict.fromkeys(why))})",
               file=sys.stderr, flush=True)
     codes, out = [], {}
     for name, part in parts.items():
