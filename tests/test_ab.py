@@ -675,3 +675,37 @@ def test_rounds_beside_a_cpu_hog_are_marked_trained_again_and_until_sure_stops_a
     assert rows[1].loaded_rounds and set(rows[1].loaded_rounds) <= set(variant["loaded_rounds"])
     assert f"measured under load: {len(rows[1].loaded_rounds)} of 3 rounds shared the CPU" \
         in " ".join(r.out.split())
+
+
+def test_a_study_stopped_before_it_runs_and_one_after_it_in_its_job_say_so(tmp_path):
+    """device=cpu. Stop right after the dashboard starts a study, before its process has
+    marked it running: the study is stopped through that process and said "stopped", not
+    left as created (before, the supervisor looked for a status no study has). Two studies
+    run as one job (`ab --study A --then B`, as the tab's Decide a price trains whole runs
+    after its windows): the first stopped, the second is never begun and says why."""
+    from conftest import wait_until
+    from tui_trainer.core.analysis import study
+    from tui_trainer.core.processes.supervisor import Supervisor
+    from tui_trainer.core.settings import config
+    base = config.from_dict({**config.DEFAULTS.to_dict(), "dataset": "mnist-sample",
+                             "device": "cpu", "train_samples": 640, "eval_samples": 200})
+    with SessionStore(tmp_path) as store:
+        ids = []
+        for _ in range(3):
+            planned = study.prepare(base, [("batch_size", [32])], 2000, repeats=2, name="s")
+            ids.append(store.create_study(planned.kind, "s", planned.spec, planned.runs))
+        sup = Supervisor(store)
+        sup.study(ids[0])
+        assert sup.stop_study(ids[0])          # its process has not even started Python yet
+        sup.study(ids[1], then=(ids[2],))
+        assert wait_until(lambda: store.study(ids[1])["status"] == "running", 120)
+        assert sup.stop_study(ids[1])
+        assert wait_until(lambda: (sup.reap(), sup.jobs_running() == 0)[1], 120)
+        sup.reap()
+        first, second, third = (store.study(i) for i in ids)
+        assert first["status"] == "stopped" and "before its first run" in first["message"]
+        assert second["status"] == "stopped", second["status"]
+        assert third["status"] == "stopped" and third["message"] == \
+            f"not started: study {ids[1]} before it ended stopped; run it again to start it"
+    r = tt("ab", "--session", str(tmp_path), "--then", str(ids[2]))
+    assert r.rc == 2 and "give --study ID" in r.err and len(r.err.strip().splitlines()) == 1

@@ -194,47 +194,53 @@ async def test_at_80x24_the_ab_results_are_reached_by_tab_and_by_wheel_to_the_la
 
 async def test_a_price_decided_from_the_ab_tab_shows_its_looks_and_when_it_stops(tmp_path,
                                                                                  isolated_home):
-    """device=cpu. The tab's Decide a price (a button and a palette entry) with a knob paid
+    """device=cpu. The tab's Decide a price (a button and a palette entry) with knobs paid
     in every step: a price in windows (tui_trainer/pricing.py) started in the supervisor,
     the tab showing the looks it will stop at and, as it is decided, the interval, the
     pairs and the verdict, with each arm's start-up beside it; a variant this machine
-    cannot train is skipped and said."""
+    cannot train is skipped and said. A knob that changes how many cores a run keeps busy
+    (num_threads) is priced after the windows, in the same job, as a study of whole runs
+    (said when it starts, and shown once it trains; stopped at once here, its runs are not
+    this test's claim)."""
+    from tui_trainer.ui.panels.ab import ABPanel
     app = TrainerApp(tmp_path, poll=False)
+    said = notifications(app)
     async with app.run_test(size=SIZE) as pilot:
         await ab_tab_with_a_quick_form(pilot)
         await fill(pilot, {"device": "cpu"})
         app.query_one("#tabs").active = "tab-ab"
-        app.query_one("#ab-vary", Input).value = "batch_size=8 amp=fp16"
+        app.query_one("#ab-vary", Input).value = "batch_size=8 amp=fp16 num_threads=1"
         await pilot.click("#ab-price")
-        await until(pilot, lambda: db_rows(tmp_path, "SELECT kind, status FROM studies") ==
-                    [("price", "finished")], timeout=300)
+        await until(pilot, lambda: any(
+            "then study 2: num_threads as whole runs (num_threads changes how many cores" in m
+            for m in said), seen=lambda: said)
+        assert db_rows(tmp_path, "SELECT id, kind, status FROM studies WHERE id = 2") == \
+            [(2, "ab", "created")]          # (waiting for the price before it, in its job)
+        await until(pilot, lambda: any("study 2 started: the whole runs after price 1" in m
+                                       for m in said), timeout=300, seen=lambda: said)
+        assert db_rows(tmp_path, "SELECT status FROM studies WHERE id = 1") == [("finished",)]
+        await click(pilot, "#ab-stop")       # the tab shows study 2: Stop is aimed at it
+        await until(pilot, lambda: db_rows(tmp_path, "SELECT status FROM studies WHERE id = 2")
+                    == [("stopped",)], timeout=120)
+        app.query_one(ABPanel).post_message(ABPanel.StudyChosen(1))     # the price again
         await until(pilot, lambda: "(finished)" in str(app.query_one("#ab-title").render()))
         title = str(app.query_one("#ab-title").render())
         from tui_trainer import pricing
         assert (f"stops at the first look that decides ({', '.join(map(str, pricing.LOOKS))} "
                 "window pairs, the last its cap)") in title
         table = app.query_one("#ab-table", DataTable)
+        assert table.row_count == 2        # num_threads is not a row of the price
         row = [str(c) for c in table.get_row_at(0)]
         assert row[0] == "batch_size=8" and row[1] in ("8", "12", "16"), row
         assert row[2].endswith("]") and row[3] == "slower", row
         assert "variant" in row[4] and "base" in row[4], row        # start-up beside it
+        await pilot.pause()
         assert "start-up, not in the price" in str(app.query_one("#ab-row").render())
         # a variant this machine cannot train (fp16 on the CPU): skipped, and said so
         fp16 = [str(c) for c in table.get_row_at(1)]
         assert fp16[0] == "amp=fp16" and fp16[3] == "not possible here", fp16
         assert "amp=fp16: not possible on this machine (amp: fp16 needs" in \
             str(app.query_one("#ab-row").render())
-        # a knob that changes how many cores a run keeps busy: a study of whole runs, and
-        # the notice says why (stopped at once: its runs are not this test's claim)
-        said = notifications(app)
-        app.query_one("#ab-vary", Input).value = "num_threads=1"
-        await pilot.click("#ab-price")
-        await until(pilot, lambda: any("whole runs: num_threads changes how many cores" in m
-                                       for m in said), seen=lambda: said)
-        assert db_rows(tmp_path, "SELECT id, kind FROM studies WHERE id = 2") == [(2, "ab")]
-        await click(pilot, "#ab-stop")
-        await until(pilot, lambda: db_rows(tmp_path, "SELECT status FROM studies WHERE id = 2")
-                    == [("stopped",)], timeout=120)
 
 
 async def test_seed_noise_decided_from_the_ab_tab_says_its_looks_and_its_answer(tmp_path):

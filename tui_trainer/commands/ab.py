@@ -171,6 +171,16 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "price-arm":
         from ..engine.probes.price import serve
         return serve(config.from_dict(json.loads(args.config_json)))
+    if args.then:
+        if args.study is None:
+            raise BadInput("--then runs a planned study after the one of --study; give "
+                           "--study ID")
+        code = EXIT_OK
+        for study_id in [args.study, *args.then]:     # one after the other, never side by side
+            code = run(argparse.Namespace(**{**vars(args), "study": study_id, "then": None}))
+            if code != EXIT_OK:
+                break                   # (stopped or failed: the next is left as planned)
+        return code
     if args.command == "ab":
         if args.windows and args.decide is None:
             raise BadInput("--windows: a price in windows decides; give --decide [MARGIN]")

@@ -42,6 +42,10 @@ def study_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--study", type=int, metavar="ID",
                     help="run (or continue) a study already in the session, as planned "
                          "there (how the dashboard starts studies)")
+    sp.add_argument("--then", type=int, action="append", metavar="ID",
+                    help="with --study: once it has finished, run (or continue) study ID "
+                         "as planned too, and so on (how the dashboard's Decide a price "
+                         "trains whole runs after its windows); each one's result in turn")
     sp.add_argument("--session", metavar="DIR")
     sp.add_argument("--json", action="store_true")
 

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 from ..settings import fit, machine, user_data, user_models
 from . import gpus, trust
@@ -216,9 +216,10 @@ def explain_args(a: int, b: int) -> list[str]:
     return ["explain", str(a), str(b), "--json"]
 
 
-def study_args(study_id: int) -> list[str]:
-    """Trains the planned study `study_id`, its runs one after the other."""
-    return ["ab", "--study", str(study_id)]
+def study_args(study_id: int, then: Sequence[int] = ()) -> list[str]:
+    """Trains the planned study `study_id`, its runs one after the other (then, once it
+    has finished, each study of `then` in turn)."""
+    return ["ab", "--study", str(study_id), *(a for t in then for a in ("--then", str(t)))]
 
 
 def worker_args(session: Path | None, run_id: int | None, *, checkpoint: Path | None = None,
@@ -377,6 +378,7 @@ class Supervisor:
         self._jobs: list[Process] = []
         self._studies: dict[int, Process] = {}
         self._stopped_studies: set[int] = set()
+        self._after: dict[int, int] = {}        # a study started after another: that one
         self._new: dict[int, Any] = {}      # runs started new (start): their config
         # (run, line, config): a new run refused by its process before its first step
         # (removed, as `run` stores nothing), for the dashboard to say; it takes them
@@ -451,10 +453,14 @@ class Supervisor:
         return self._job(["activations", *ids, *choice, "--no-png", "--json"],
                          f"activations-{'-'.join(ids)}")
 
-    def study(self, study_id: int) -> subprocess.Popen:
-        """Trains a planned A/B study in the background."""
-        proc = self._job(study_args(study_id), f"study-{study_id}")
-        self._studies[study_id] = proc
+    def study(self, study_id: int, then: Sequence[int] = ()) -> subprocess.Popen:
+        """Trains a planned A/B study in the background (then the studies of `then`, one
+        after the other, in the same process: stopping any of them stops the rest)."""
+        proc = self._job(study_args(study_id, then), f"study-{study_id}")
+        for before, one in zip((study_id, *then), (study_id, *then)[1:]):
+            self._after[one] = before
+        for one in (study_id, *then):
+            self._studies[one] = proc
         return proc
 
     def fit(self, sets: list[str]) -> subprocess.Popen:
@@ -475,7 +481,7 @@ class Supervisor:
             return process_alive(study["pid"], study["pid_started"]) and \
                 _terminate(study["pid"])
         proc = self._studies.get(study_id)
-        if study["status"] == "planned" and proc is not None and proc.poll() is None:
+        if study["status"] == "created" and proc is not None and proc.poll() is None:
             self._stopped_studies.add(study_id)
             proc.terminate()
             return True
@@ -564,15 +570,24 @@ class Supervisor:
             if code is None:
                 continue
             del self._studies[study_id]
-            if not self.store.readonly and self.store.study(study_id)["status"] == "planned":
+            if not self.store.readonly and self.store.study(study_id)["status"] == "created":
                 # Its process ended before it marked the study running (a Stop that came
                 # before its signal handler did, or a crash at start): said, not left planned.
                 asked = study_id in self._stopped_studies
-                self.store.set_study_status(
-                    study_id, "stopped" if asked else "crashed",
-                    "stopped before its first run; run it again to start it" if asked else
-                    f"ended before its first run: {exit_text(code)}")
+                before = self._after.get(study_id)
+                ended_first = None if before is None else self.store.study(before)["status"]
+                if ended_first not in (None, "finished", "created"):
+                    # (the study before it stopped or failed: this one was never begun)
+                    self.store.set_study_status(
+                        study_id, "stopped", f"not started: study {before} before it ended "
+                        f"{ended_first}; run it again to start it")
+                else:
+                    self.store.set_study_status(
+                        study_id, "stopped" if asked else "crashed",
+                        "stopped before its first run; run it again to start it" if asked
+                        else f"ended before its first run: {exit_text(code)}")
             self._stopped_studies.discard(study_id)
+            self._after.pop(study_id, None)
         return ended
 
     def _withdrawn(self, run_id: int) -> bool:

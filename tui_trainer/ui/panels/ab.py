@@ -65,6 +65,8 @@ class ABPanel(Vertical):
         self._key: Any = None
         self._study: dict[str, Any] | None = None
         self._shown_id: int | None = None
+        # (a price, the study started after it in its job): that one shown once it trains
+        self._then: tuple[int, int] | None = None
 
     def compose(self) -> ComposeResult:
         # One line per bar (compact widgets): at 80x24 the table keeps most of the tab.
@@ -123,6 +125,22 @@ class ABPanel(Vertical):
             self._shown_id = tick.study  # leaves Stop aimed at that study
         self.show_studies(tick.snap.studies, tick.study)
         self.show(tick.snap.study)
+        self._follow(tick.snap.studies)
+
+    def _follow(self, studies_now: tuple[dict[str, Any], ...]) -> None:
+        """The whole runs started after a price (`begin_price`'s then) are shown once they
+        train, while the price is still the one shown; said in a notice."""
+        if self._then is None:
+            return
+        price, later = self._then
+        status = {s["id"]: s["status"] for s in studies_now}
+        if status.get(later, "created") == "created":
+            return
+        self._then = None
+        if status[later] == "running" and self._shown_id == price:
+            self._shown_id = later
+            self.post_message(self.StudyChosen(later))
+            self.notify(f"study {later} started: the whole runs after price {price}")
 
     def show_studies(self, studies: tuple[dict[str, Any], ...], shown_id: int | None) -> None:
         options = [(plain(f"{s['id']} {shown(s['name'], 40)} ({s['status']})", None), s["id"])
@@ -281,40 +299,83 @@ class ABPanel(Vertical):
         device = pricing.trains_on(form, vary, machines.known)
         why = [w for w in [pricing.base_windowable(form)] if w] + \
             [w for k, _ in vary if (w := pricing.windowable(k, device))]
+        windowed = [(k, v) for k, v in vary if pricing.windowable(k, device) is None] \
+            if pricing.base_windowable(form) is None else []
         if vary and not why:
             self.begin_price(vary, device)
+        elif windowed:      # those in windows first, then the others' whole runs (as `ab`)
+            self.begin_price(windowed, device, then=(
+                [(k, v) for k, v in vary if pricing.windowable(k, device)], why))
         else:
             self.begin(sweep=False, decide=sequential.DEFAULT_MARGIN, why=why)
 
-    def begin_price(self, vary: list[tuple[str, list[Any]]], device: str | None) -> None:
+    def begin_price(self, vary: list[tuple[str, list[Any]]], device: str | None,
+                    then: tuple[list[tuple[str, list[Any]]], list[str]] | None = None) -> None:
         """A price study of the form's config (windows, the arms on a device of type
-        `device`), started in the supervisor."""
+        `device`), started in the supervisor; `then`: knobs (and why) priced after it, in the
+        same job, as a study of whole runs deciding when to stop."""
         from ... import pricing
         if not self.app.writable("price not started"):
             return
         try:
             arms = pricing.plan(self.app.query_one(LaunchPanel).form.config(), vary, device)
+            after = None if then is None else \
+                self._plan(False, sequential.DEFAULT_MARGIN, then[0])
         except config.ConfigError as e:
             self.notify(f"price not started: {e}", severity="error")
             return
         name = "+".join(k for k, _ in vary)
 
-        def create(store: Any, sup: Any) -> int:
+        def create(store: Any, sup: Any) -> tuple[int, int | None]:
             user_data.name_in(*(a["config"] for a in arms))
             study_id = store.create_study("price", name, {
                 "windows": True, "decide": sequential.DEFAULT_MARGIN, "cap": None,
                 "vary": [[k, v] for k, v in vary], "steps": 0}, arms)
-            sup.study(study_id)
-            return study_id
+            later = None
+            if after is not None:
+                user_data.name_in(*(r["config"] for r in after[0].runs))
+                later = store.create_study(after[0].kind, after[1], after[0].spec,
+                                           after[0].runs)
+            sup.study(study_id, then=() if later is None else (later,))
+            return study_id, later
 
-        def started(study_id: int) -> None:
+        def started(ids: tuple[int, int | None]) -> None:
+            study_id, later = ids
             self._shown_id = study_id
+            self._then = None if later is None else (study_id, later)
             self.post_message(self.StudyChosen(study_id))
             self.notify(f"price {study_id} started: {len(arms) - 1} variant(s) against the "
                         "base, two processes taking turns in short slices, until each "
-                        "decides")
+                        "decides" + ("" if later is None else
+                                     f"; then study {later}: "
+                                     f"{', '.join(k for k, _ in then[0])} as whole runs "
+                                     f"({'; '.join(dict.fromkeys(then[1]))})"))
 
         self.app.write(create, started, "price not started")
+
+    def _plan(self, sweep: bool, decide: float | None,
+              vary: list[tuple[str, list[Any]]] | None = None) -> tuple[Any, str, str, Any]:
+        """A study of the form's config and these fields (their vary, or `vary`): (its
+        plan, name, steps, the "sure" fraction). Raises ConfigError, naming the field."""
+        chosen = self.query_one("#ab-file", Select).value
+        file = chosen if isinstance(chosen, str) and not sweep else None
+        steps = self.query_one("#ab-steps", Input).value.strip()
+        repeats = self.query_one("#ab-repeats", Input).value.strip()
+        base = self.app.query_one(LaunchPanel).form.config()
+        if vary is None:
+            vary = [] if sweep else studies.parse_vary(self.query_one("#ab-vary", Input).value
+                                                       .split())
+        for key, text in (("steps", steps), ("rounds", repeats)):
+            if not text.isdigit() or int(text) < 1:
+                raise config.ConfigError(key, f"must be a whole number >= 1, got {text!r}")
+        sure = self._until_sure(sweep)
+        name = "sweep" if sweep else \
+            Path(file).stem if file else "+".join(k for k, _ in vary)
+        planned = studies.prepare(base, vary, int(steps), repeats=int(repeats), name=name,
+                                  file=file, until_sure=None if decide else sure,
+                                  decide=None if sweep else decide,
+                                  spread=decide if sweep else None)
+        return planned, name, steps, sure
 
     def begin(self, sweep: bool, decide: float | None = None,
               why: list[str] | None = None) -> None:
@@ -323,24 +384,8 @@ class ABPanel(Vertical):
         decided over whole runs, not windows (said when it starts)."""
         if not self.app.writable("study not started"):
             return
-        chosen = self.query_one("#ab-file", Select).value
-        file = chosen if isinstance(chosen, str) and not sweep else None
-        steps = self.query_one("#ab-steps", Input).value.strip()
-        repeats = self.query_one("#ab-repeats", Input).value.strip()
         try:
-            base = self.app.query_one(LaunchPanel).form.config()
-            vary = [] if sweep else studies.parse_vary(self.query_one("#ab-vary", Input).value
-                                                  .split())
-            for key, text in (("steps", steps), ("rounds", repeats)):
-                if not text.isdigit() or int(text) < 1:
-                    raise config.ConfigError(key, f"must be a whole number >= 1, got {text!r}")
-            sure = self._until_sure(sweep)
-            name = "sweep" if sweep else \
-                Path(file).stem if file else "+".join(k for k, _ in vary)
-            planned = studies.prepare(base, vary, int(steps), repeats=int(repeats), name=name,
-                                      file=file, until_sure=None if decide else sure,
-                                      decide=None if sweep else decide,
-                                      spread=decide if sweep else None)
+            planned, name, steps, sure = self._plan(sweep, decide)
         except config.ConfigError as e:
             self.notify(f"study not started: {e}", severity="error")
             return
