@@ -145,13 +145,15 @@ class ABPanel(Vertical):
     def show_studies(self, studies: tuple[dict[str, Any], ...], shown_id: int | None) -> None:
         options = [(plain(f"{s['id']} {shown(s['name'], 40)} ({s['status']})", None), s["id"])
                    for s in studies]
+        select = self.query_one("#ab-study", Select)
         if options != self._options:
             self._options = options
-            select = self.query_one("#ab-study", Select)
             with self.prevent(Select.Changed):
                 select.set_options(options)
-                if shown_id is not None and any(v == shown_id for _, v in options):
-                    select.value = shown_id
+        if shown_id is not None and select.value != shown_id and \
+                any(v == shown_id for _, v in options):
+            with self.prevent(Select.Changed):     # (the study shown, whoever chose it)
+                select.value = shown_id
 
     def show(self, study: dict[str, Any] | None) -> None:
         if study is None or study is self._study:
