@@ -26,9 +26,9 @@ batches = t.steps()
 for _ in range(3):
     t.step(next(batches))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(5):
+for _ in range(10):
     t.step(next(batches))
-faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5
+faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10
 print(json.dumps({"faults": faults, "malloc": t.settings["malloc"]}))
 '''
 
@@ -36,8 +36,9 @@ print(json.dumps({"faults": faults, "malloc": t.settings["malloc"]}))
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc = keep tells glibc")
 def test_malloc_keep_stops_a_step_faulting_in_the_memory_the_step_before_freed():
     """pytorch/examples' net (its activations several MB a step): as glibc comes, every step
-    faults thousands of pages in again (4,000-11,000 here); with keep, next to none. Each
-    run records what its malloc did."""
+    faults thousands of pages in again (4,000-11,000 here); with keep, a tenth of that or
+    less (what is left is new small objects: 40-460 here, the most on a loaded machine).
+    Each run records what its malloc did."""
     seen = {}
     for value in ("system", "keep"):
         p = subprocess.run([sys.executable, "-c", FAULTS, value], capture_output=True,
@@ -46,7 +47,8 @@ def test_malloc_keep_stops_a_step_faulting_in_the_memory_the_step_before_freed()
         seen[value] = json.loads(p.stdout.strip().splitlines()[-1])
     assert seen["system"]["malloc"] == "system" and seen["keep"]["malloc"] == "keep", seen
     assert seen["system"]["faults"] >= 1000, seen           # what keep is for
-    assert seen["keep"]["faults"] <= 300, seen
+    assert seen["keep"]["faults"] * 10 <= seen["system"]["faults"], seen
+    assert seen["keep"]["faults"] < 1000, seen         # not one step's blocks again
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc = keep tells glibc")

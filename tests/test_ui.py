@@ -115,10 +115,13 @@ async def test_every_knob_is_in_the_form_with_its_explanation(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.app.ready()
         form = app.query_one(ConfigForm)
+        shown = lambda: str(app.query_one("#knob-help").render())  # noqa: E731
         for key in config.FIELDS:        # the focused knob is explained under the form
             (await form.field(key)).focus()
             await pilot.pause()
-            assert config.doc(key) in str(app.query_one("#knob-help").render()), key
+            # (bounded: on a loaded machine the focus event can land a pause later)
+            await until(pilot, lambda: config.doc(key) in shown(), timeout=30,
+                        seen=lambda: (key, shown()))
         assert isinstance(form.query_one("#field-pin_memory"), Checkbox)
         assert isinstance(form.query_one("#field-amp"), Select)
         assert isinstance(form.query_one("#field-batch_size"), Input)
