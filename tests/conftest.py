@@ -112,6 +112,36 @@ DASHBOARD = ("test_ui", "test_snapshots", "test_terminal", "test_activations",
 
 
 @pytest.fixture(autouse=True)
+def _ends_what_the_test_started(monkeypatch):
+    """A dashboard's jobs (studies, checks, fits) and runs outlive it by design: the
+    session goes on training. A test's end is theirs too: one that fails before it stops
+    them left them training, writing into its folders after pytest removed them (a study of
+    a failed tab test recreated the suite's temporary folder in /tmp). Whatever a test's
+    supervisors started and is still alive at its end is stopped (SIGTERM: a run stops with
+    its checkpoint), and killed where it does not end within 30 s."""
+    from tui_trainer.core.processes import supervisor
+    made: list = []
+    init = supervisor.Supervisor.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(supervisor.Supervisor, "__init__", record)
+    yield
+    alive = [p for sup in made for p in [*sup._jobs, *sup._children.values()]
+             if p.poll() is None]
+    for p in alive:
+        p.terminate()
+    for p in alive:
+        try:
+            p.wait(timeout=30)
+        except Exception:  # noqa: BLE001 - then killed: nothing outlives the test
+            p.kill()
+            p.wait(timeout=10)
+
+
+@pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory, monkeypatch, request):
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("TUI_TRAINER_HOME", str(home))
