@@ -68,10 +68,11 @@ CUDA_START_UP = ("cudnn_benchmark",)
 # does nothing while the other takes its turn, and that its steps in a slice are a run's
 # steps; these two break that (docs/benchmarks.md, "Threads and workers ..."):
 # - num_workers: its worker processes go on loading batches during the other arm's turn,
-#   work the arm is never timed for (whole runs 0.62x, windows 0.75-0.77x here);
-# - num_threads: a second thread starts each turn slower (its first 3-4 steps 5-10% slower
+#   work the arm is never timed for (two workers: windows 0.71-0.77x, whole runs 0.63x);
+# - num_threads: a second thread starts each turn slower (its first 3-4 steps 5-20% slower
 #   than a run's), so that the arm with more threads pays more in slices than in a run
-#   (0.92x against 0.86x; under OMP_WAIT_POLICY=PASSIVE 1.14x "faster" against 1.02x).
+#   (one thread: 0.87-0.92x against 0.82x; under OMP_WAIT_POLICY=PASSIVE 1.14-1.17x
+#   against 1.07x; benchmarks/turns_bias.py).
 # They are priced as whole runs, as is any price whose base has DataLoader workers.
 CONCURRENCY_KNOBS = ("num_threads", "num_workers")
 WINDOW_S = 0.25           # an arm's time a pair, about (its steps chosen from the warm-up)
