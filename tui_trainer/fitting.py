@@ -167,7 +167,7 @@ def fit(session: Path, base: RunConfig, knobs: list[tuple[str, list[Any]]], step
             step.skipped, step.taken = "nothing else runs on top of the choices so far", \
                 getattr(current, key)
             continue
-        if pricing.windowable(key) is None and pricing.base_windowable(current) is None:
+        if pricing.sort_out(current, [(key, tried)])[0]:
             # its price in steady-state windows (two new processes a pair): seconds
             t0 = time.monotonic()
             current = _by_windows(step, current, key, tried, say)

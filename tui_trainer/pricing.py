@@ -137,6 +137,20 @@ def base_windowable(base: RunConfig) -> str | None:
     return None
 
 
+def sort_out(base: RunConfig, vary: list[tuple[str, list[Any]]], device: str | None = None
+             ) -> tuple[list[tuple[str, list[Any]]], list[tuple[str, list[Any]]], list[str]]:
+    """The knobs of `vary` priced in windows on `base`, those priced as whole runs, and why
+    (each reason once): the one answer of `ab --decide`, the A/B tab and the fit."""
+    on_base = base_windowable(base)
+    windowed, whole, why = [], [], [on_base] if on_base else []
+    for key, values in vary:
+        reason = on_base or windowable(key, device)
+        (whole if reason else windowed).append((key, values))
+        if reason and reason not in why:
+            why.append(reason)
+    return windowed, whole, why
+
+
 def trains_on(base: RunConfig, vary: list[tuple[str, list[Any]]],
               facts: Callable[[], machine.Machine | None]) -> str | None:
     """The type of device a price's arms train on ("cpu", "cuda", ...), where a knob of

@@ -316,17 +316,14 @@ def windows(args: argparse.Namespace) -> int:
     # machine, a child process, only for such a knob on a device that may be CUDA)
     on = pricing.trains_on(base, vary, lambda: machine.here(str(base.device)))
     vary = _only(vary, args)
-    whole = [why for why in [pricing.base_windowable(base)] if why] + \
-        [why for k, _ in vary if (why := pricing.windowable(k, on))]
-    windowed = [k for k, _ in vary if pricing.windowable(k, on) is None] \
-        if pricing.base_windowable(base) is None else []
-    if whole and windowed:
-        return _split(args, windowed, [k for k, _ in vary if k not in windowed], whole)
-    if whole:
+    windowed, whole, why = pricing.sort_out(base, vary, on)
+    if why and windowed:
+        return _split(args, [k for k, _ in windowed], [k for k, _ in whole], why)
+    if why:
         # priced with what it costs, as the A/B tab's "Decide a price" does: whole runs
         # deciding when to stop, the windows' cap left aside
         if not args.json:
-            print(f"ab: {'; '.join(dict.fromkeys(whole))} (--decide over rounds of whole "
+            print(f"ab: {'; '.join(why)} (--decide over rounds of whole "
                   "runs, as with --whole-runs" + ("; --max-rounds counted window pairs: the "
                                                   "rounds' own cap applies"
                                                   if args.max_rounds is not None else "")
@@ -393,7 +390,7 @@ def _split(args: argparse.Namespace, windowed: list[str], whole: list[str],
         setattr(parts["windows"], attr, None)
     if not args.json:
         print(f"ab: --decide prices {', '.join(windowed)} in windows first, then "
-              f"{', '.join(whole)} over rounds of whole runs ({'; '.join(dict.fromkeys(why))})",
+              f"{', '.join(whole)} over rounds of whole runs ({'; '.join(why)})",
               file=sys.stderr, flush=True)
     codes, out = [], {}
     for name, part in parts.items():

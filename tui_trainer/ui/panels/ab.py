@@ -299,28 +299,25 @@ class ABPanel(Vertical):
         # (where the form's machine check has not answered yet, cuDNN's benchmark is taken
         # as CUDA's start-up: whole runs)
         device = pricing.trains_on(form, vary, machines.known)
-        why = [w for w in [pricing.base_windowable(form)] if w] + \
-            [w for k, _ in vary if (w := pricing.windowable(k, device))]
-        windowed = [(k, v) for k, v in vary if pricing.windowable(k, device) is None] \
-            if pricing.base_windowable(form) is None else []
+        windowed, whole, why = pricing.sort_out(form, vary, device)
         if vary and not why:
-            self.begin_price(vary, device)
+            self.begin_price(form, vary, device)
         elif windowed:      # those in windows first, then the others' whole runs (as `ab`)
-            self.begin_price(windowed, device, then=(
-                [(k, v) for k, v in vary if pricing.windowable(k, device)], why))
+            self.begin_price(form, windowed, device, then=(whole, why))
         else:
             self.begin(sweep=False, decide=sequential.DEFAULT_MARGIN, why=why)
 
-    def begin_price(self, vary: list[tuple[str, list[Any]]], device: str | None,
+    def begin_price(self, base: config.RunConfig, vary: list[tuple[str, list[Any]]],
+                    device: str | None,
                     then: tuple[list[tuple[str, list[Any]]], list[str]] | None = None) -> None:
-        """A price study of the form's config (windows, the arms on a device of type
+        """A price study of the form's config `base` (windows, the arms on a device of type
         `device`), started in the supervisor; `then`: knobs (and why) priced after it, in the
         same job, as a study of whole runs deciding when to stop."""
         from ... import pricing
         if not self.app.writable("price not started"):
             return
         try:
-            arms = pricing.plan(self.app.query_one(LaunchPanel).form.config(), vary, device)
+            arms = pricing.plan(base, vary, device)
             after = None if then is None else \
                 self._plan(False, sequential.DEFAULT_MARGIN, then[0])
         except config.ConfigError as e:
@@ -351,7 +348,7 @@ class ABPanel(Vertical):
                         "decides" + ("" if later is None else
                                      f"; then study {later}: "
                                      f"{', '.join(k for k, _ in then[0])} as whole runs "
-                                     f"({'; '.join(dict.fromkeys(then[1]))})"))
+                                     f"({'; '.join(then[1])})"))
 
         self.app.write(create, started, "price not started")
 
@@ -417,7 +414,7 @@ class ABPanel(Vertical):
                            f"{', '.join(map(str, sequential.SEED_LOOKS))} seeds)"
                            if decide and sweep else "")
                         + (f" ({'; '.join(planned.notes)})" if planned.notes else "")
-                        + (f"; whole runs: {'; '.join(dict.fromkeys(why))}" if why else ""))
+                        + (f"; whole runs: {'; '.join(why)}" if why else ""))
 
         self.app.write(create, started, "study not started")
 
