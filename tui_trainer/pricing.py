@@ -355,12 +355,16 @@ def interval_text(d: dict[str, Any]) -> str:
     return f"{r:.2f}x [{lo:.2f}-{hi:.2f}]" if None not in (r, lo, hi) else "-"
 
 
-def stored_lines(label: str, d: Any) -> list[str]:
+def stored_lines(label: str, d: Any, status: str | None = None) -> list[str]:
     """What `ab --decide` prints of one variant, from what its study kept (the
-    A/B tab reads the same): the price so far where it is not done. Its words come from
-    the session: shown as text, cut."""
+    A/B tab reads the same): the price so far where it is not done. A variant with nothing
+    kept is waiting its turn while its study (`status`) has not ended, and was never priced
+    once it has. Its words come from the session: shown as text, cut."""
     if not isinstance(d, dict) or not d:
-        return [f"{shown(label, 60)}: not priced"]
+        return [f"{shown(label, 60)}: " + (
+            "waiting its turn" if status in ("created", "running") else
+            f"not priced: the study {shown(status, 20)} before its turn" if status
+            else "not priced")]
     if isinstance(d.get("skipped"), str):
         return [f"{shown(label, 60)}: not possible on this machine ({shown(d['skipped'], 300)})"]
     loaded, pairs, seconds = (figure(d, k) for k in ("loaded_pairs", "pairs", "seconds"))

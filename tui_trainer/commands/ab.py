@@ -419,7 +419,7 @@ def print_price(record: dict[str, Any], status: str, as_json: bool) -> int:
     else:
         print(f"price study {record['id']} ({shown(record['name'], 60)}), {status}:")
         for v in record["variants"][1:]:
-            for line in pricing.stored_lines(v["label"], done.get(v["label"])):
+            for line in pricing.stored_lines(v["label"], done.get(v["label"]), status):
                 print(line)
     return EXIT_STOPPED if status == "stopped" else \
         EXIT_OK if status == "finished" else EXIT_FAILED

@@ -221,7 +221,8 @@ class ABPanel(Vertical):
                           plain(startup.strip(), 40))
         self.query_one("#ab-row", Static).update(Text(shown_lines("\n".join(
             line for v in study["variants"][1:]
-            for line in pricing.stored_lines(v["label"], done.get(v["label"]))))))
+            for line in pricing.stored_lines(v["label"], done.get(v["label"]),
+                                             str(study["status"]))))))
         self.query_one("#ab-method", Static).update(Text(
             f"A pair: about {pricing.WINDOW_S} s of each arm in short slices taken in "
             "turns (ABBA ABBA ...: the machine's drift falls on both), each pair in two new "
