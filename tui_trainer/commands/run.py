@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 from .. import lifecycle
-from ..core.settings import config
 from ..core.session.paths import default_session_dir
 from .common import check_name, config_args, ended, fitted, session_dir, trust_named
 
