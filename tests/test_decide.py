@@ -8,6 +8,7 @@ import asyncio
 import json
 import math
 import random
+import re
 import statistics
 
 import pytest
@@ -349,7 +350,8 @@ def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isola
     r = tt("ab", "--session", str(tmp_path), "--vary", "batch_size=8", "--decide",
            *sets("dataset=mnist-sample", "device=cpu"))
     assert r.rc == 0 and "batch_size=8: " in r.out and "start-up, not in the price" in r.out
-    assert "steps side by side first" in r.out, r.out
+    # (one step where steps are slow: on a slower or busy CPU a later pair warms up less)
+    assert re.search(r"warmed up \d+ steps? side by side first", r.out), r.out
 
 
 def test_a_price_skips_what_this_machine_cannot_run_and_prices_a_joined_arm(tmp_path,
