@@ -622,10 +622,18 @@ def test_a_price_study_read_from_a_hostile_session_is_shown_as_text():
     assert "[bold]x\\x1b[2J" in lines[0] and " in " not in lines[0].split(",")[1]
     assert pricing.interval_text(kept) == "-" and pricing.stored_lines("x", "junk") == \
         ["x: not priced"]
-    # nothing kept yet: waiting while the study runs, never priced once it has ended
+    # nothing kept yet: measured now, or waiting while the study runs, never priced once
+    # it has ended
     assert pricing.stored_lines("x", {}, "running") == ["x: waiting its turn"]
+    assert pricing.stored_lines("x", {}, "running", True, 8) == \
+        ["x: its first pairs are being measured (the first look at 8 pairs)"]
     assert pricing.stored_lines("x", None, "stopped") == \
         ["x: not priced: the study stopped before its turn"]
+    variants = [{"label": "base"}, {"label": "a"}, {"label": "b"}]
+    assert pricing.pricing_now(variants, {"a": {"done": True}, "b": "junk"}, "running") == "b"
+    assert pricing.pricing_now(variants, {"a": {"pairs": 8}}, "running") == "a"
+    assert pricing.pricing_now(variants, ["junk"], "running") == "a"
+    assert pricing.pricing_now(variants, {}, "stopped") is None
     bare = pricing.stored_lines("x", {"done": True, "words": {"a": 1}, "steps_a_window": "9",
                                       "startup_text": None})
     assert bare == ["x: no verdict kept, samples/s of the variant over the base"], bare

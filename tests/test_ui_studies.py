@@ -216,6 +216,17 @@ async def test_a_price_decided_from_the_ab_tab_shows_its_looks_and_when_it_stops
             for m in said), seen=lambda: said)
         assert db_rows(tmp_path, "SELECT id, kind, status FROM studies WHERE id = 2") == \
             [(2, "ab", "created")]          # (waiting for the price before it, in its job)
+
+        def states() -> list[str]:
+            t = app.query_one("#ab-table", DataTable)
+            return [str(t.get_row_at(i)[3]) for i in range(t.row_count)]
+        # before its first look: the variant priced now says when it looks, the next one
+        # waits its turn (before, both read "waiting", and under the table "not priced")
+        await until(pilot, lambda: states() == ["first look at 8", "waiting"], timeout=120,
+                    seen=states)
+        lines = str(app.query_one("#ab-row").render())
+        assert "batch_size=8: its first pairs are being measured (the first look at 8 pairs)" \
+            in lines and "amp=fp16: waiting its turn" in lines, lines
         await until(pilot, lambda: any("study 2 started: the whole runs after price 1" in m
                                        for m in said), timeout=300, seen=lambda: said)
         assert db_rows(tmp_path, "SELECT status FROM studies WHERE id = 1") == [("finished",)]

@@ -355,13 +355,33 @@ def interval_text(d: dict[str, Any]) -> str:
     return f"{r:.2f}x [{lo:.2f}-{hi:.2f}]" if None not in (r, lo, hi) else "-"
 
 
-def stored_lines(label: str, d: Any, status: str | None = None) -> list[str]:
+def pricing_now(variants: list[dict[str, Any]], entries: Any, status: Any) -> str | None:
+    """The label of the variant a running price study is pricing now: the first one without
+    a finished entry (`price_study` takes them in order), whose windows have not reached a
+    look yet where it has no entry. None where the study is not running. Session data:
+    read, never trusted."""
+    entries = entries if isinstance(entries, dict) else {}
+    if status != "running":
+        return None
+    for v in variants[1:]:
+        d = entries.get(v["label"])
+        if not (isinstance(d, dict) and d.get("done")):
+            return v["label"]
+    return None
+
+
+def stored_lines(label: str, d: Any, status: str | None = None, now: bool = False,
+                 first_look: int | None = None) -> list[str]:
     """What `ab --decide` prints of one variant, from what its study kept (the
     A/B tab reads the same): the price so far where it is not done. A variant with nothing
-    kept is waiting its turn while its study (`status`) has not ended, and was never priced
-    once it has. Its words come from the session: shown as text, cut."""
+    kept is being measured where it is the study's variant `now` (its pairs before their
+    `first_look`), waiting its turn while its study (`status`) has not ended, and was never
+    priced once it has. Its words come from the session: shown as text, cut."""
     if not isinstance(d, dict) or not d:
         return [f"{shown(label, 60)}: " + (
+            "its first pairs are being measured" + (
+                f" (the first look at {first_look} pairs)" if first_look else "")
+            if now else
             "waiting its turn" if status in ("created", "running") else
             f"not priced: the study {shown(status, 20)} before its turn" if status
             else "not priced")]

@@ -194,7 +194,8 @@ class ABPanel(Vertical):
         """A price in windows (tui_trainer/pricing.py): each variant's interval as it
         narrows look by look, and when it will stop."""
         from ... import pricing
-        done = study["spec"].get("prices") or {}
+        done = study["spec"].get("prices")
+        done = done if isinstance(done, dict) else {}   # (session data: read, not trusted)
         looks = pricing.looks_kept(done, study["spec"].get("cap"))
         at = (f" ({', '.join(map(str, looks))} window pairs, the last its cap)"
               if looks else "")      # (an earlier version's price: its looks not kept)
@@ -208,21 +209,26 @@ class ABPanel(Vertical):
         table = self.query_one("#ab-table", DataTable)
         table.clear(columns=True)
         table.add_columns("variant", "pairs", "samples/s", "so far", "start-up")
+        now = pricing.pricing_now(study["variants"], done, study["status"])
         for v in study["variants"][1:]:
-            d = done.get(v["label"]) if isinstance(done, dict) else None
+            d = done.get(v["label"])
             d = d if isinstance(d, dict) else {}
             nxt = pricing.figure(d, "next_look")
             state = d.get("verdict") or (f"next look at {nxt:.0f}" if nxt else
                                          "not possible here" if d.get("skipped") else
-                                         "waiting" if not d else "")
+                                         "" if d else
+                                         f"first look at {looks[0]}" if v["label"] == now
+                                         and looks else
+                                         "measuring" if v["label"] == now else "waiting")
             startup = str(d.get("startup_text", "")).split(":", 1)[-1].split("(")[0]
             table.add_row(plain(v["label"], 40), plain(d.get("pairs", "-"), 6),
                           pricing.interval_text(d), plain(state, 40),
                           plain(startup.strip(), 40))
         self.query_one("#ab-row", Static).update(Text(shown_lines("\n".join(
             line for v in study["variants"][1:]
-            for line in pricing.stored_lines(v["label"], done.get(v["label"]),
-                                             str(study["status"]))))))
+            for line in pricing.stored_lines(
+                v["label"], done.get(v["label"]), str(study["status"]), v["label"] == now,
+                looks[0] if looks else None)))))
         self.query_one("#ab-method", Static).update(Text(
             f"A pair: about {pricing.WINDOW_S} s of each arm in short slices taken in "
             "turns (ABBA ABBA ...: the machine's drift falls on both), each pair in two new "
