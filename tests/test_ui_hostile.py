@@ -65,6 +65,11 @@ def _fill(session, names: list[str]) -> None:
     s.set_study_run(study, 0, 1)
     s.set_study_run(study, 1, 2, names[2])
     s.set_study_status(study, "finished", names[1])
+    # a price study whose kept prices are not a mapping, running (its variant "now")
+    price = s.create_study("price", names[6], {"prices": [names[0]], "cap": names[1]},
+                           [{"label": names[3], "config": cfg},
+                            {"label": names[5], "key": "seed", "value": 2, "config": cfg}])
+    s.set_study_status(price, "running")
     s.add_event(2, "repro_verdict", names[0], data={"runs": [1, 2], "mode": "resume",
                                                      "resume_at": names[0], "identical": False,
                                                      "fingerprints_compared": names[3]})
@@ -125,6 +130,18 @@ async def test_hostile_names_show_as_text_on_every_tab_and_clicks_do_nothing(hos
             screen = _all_text(app)
             assert "\x1b" not in screen and "\x07" not in screen, tab
             assert app.is_running, tab
+        # a price study with hostile prices: shown, its names as text, nothing raises
+        from tui_trainer.ui.panels.ab import ABPanel
+        app.query_one("#tabs").active = "tab-ab"
+        app.query_one(ABPanel).post_message(ABPanel.StudyChosen(2))
+        await pilot.pause()
+        await app.poll_now()
+        await pilot.pause()
+        title = str(app.query_one("#ab-title", Static).render())
+        assert title.startswith("Price 2 \\x1b[2Jclear") and app.is_running, title
+        lines = str(app.query_one("#ab-row", Static).render())
+        assert lines.startswith("\\x1b]52;c;ZXZpbA==\\x07clip: its first pairs are being "
+                                "measured"), lines
         # The verdict and the A/B title hold the names, literally.
         app.query_one("#tabs").active = "tab-divergence"
         await pilot.pause()
