@@ -640,15 +640,16 @@ def test_a_price_study_read_from_a_hostile_session_is_shown_as_text():
 
 
 def test_a_price_study_with_a_hostile_spec_is_refused_in_one_line(tmp_path):
-    """A price study's margin and cap come from its session: one that is not a margin or a
-    cap (edited, another tool's) is refused in one line naming it, before any arm starts,
+    """A price study's margin, cap and kept prices come from its session: one that is not a
+    margin, a cap or a mapping of prices (edited, another tool's) is refused in one line naming it, before any arm starts,
     and the study is left as it was."""
     from tui_trainer import pricing
     from tui_trainer.core.settings import config
     arms = pricing.plan(config.from_dict({"dataset": "mnist-sample"}), [("amp", ["bf16"])])
     bad = [({"decide": "y"}, "its decide is 'y'"), ({"decide": True}, "its decide is True"),
            ({"cap": "x"}, "its cap is 'x'"), ({"cap": 1e300}, "its cap is 1e+300"),
-           ({"cap": 7}, "its cap is 7")]
+           ({"cap": 7}, "its cap is 7"), ({"prices": ["x"]}, "its prices are ['x']"),
+           ({"prices": {"amp=bf16": "x"}}, "its prices are {'amp=bf16': 'x'}")]
     with SessionStore(tmp_path) as store:
         ids = [store.create_study("price", f"s{i}", {"windows": True, "decide": 0.05,
                                                      "cap": None, **spec}, arms)

@@ -636,9 +636,9 @@ def plan(base: RunConfig, vary: list[tuple[str, list[Any]]],
 
 
 def spec_figures(study_id: int, spec: Any) -> tuple[float, int | None]:
-    """A price study's margin and cap as its spec keeps them (session data: a study of
-    another tool or version, or edited, is refused in one line naming the field, before
-    anything starts)."""
+    """A price study's margin and cap as its spec keeps them, and its prices checked to be
+    a mapping of mappings (session data: a study of another tool or version, or edited, is
+    refused in one line naming the field, before anything starts)."""
     spec = spec if isinstance(spec, dict) else {}
     margin, cap = spec.get("decide"), spec.get("cap")
     margin = sequential.DEFAULT_MARGIN if margin is None else margin
@@ -652,6 +652,11 @@ def spec_figures(study_id: int, spec: Any) -> tuple[float, int | None]:
                                 and LOOKS[0] <= cap <= 200):
         raise BadInput(f"study {study_id}: its cap is {shown(repr(cap), 40)}; a price "
                        f"study's cap is {LOOKS[0]} to 200 window pairs, or none")
+    kept = spec.get("prices")
+    if kept is not None and not (isinstance(kept, dict) and
+                                 all(isinstance(d, dict) for d in kept.values())):
+        raise BadInput(f"study {study_id}: its prices are {shown(repr(kept), 40)}; a price "
+                       "study keeps each variant's price as a mapping, by its label")
     return float(margin), None if cap is None else int(cap)
 
 
