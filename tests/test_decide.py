@@ -15,6 +15,7 @@ import pytest
 
 from conftest import QUICK, cuda_count, sets, tt
 from tui_trainer.core.analysis import figures, sequential, stats, study
+from tui_trainer.core.errors import BadInput
 from tui_trainer.core.session.store import SessionStore
 from tui_trainer.core.settings.config import ConfigError
 
@@ -662,8 +663,10 @@ def test_a_price_study_with_a_hostile_spec_is_refused_in_one_line(tmp_path):
     with SessionStore(tmp_path, create=False) as store:
         assert all(store.study(sid)["status"] == "created" for sid in ids)
     assert pricing.spec_figures(1, {"decide": 0.1, "cap": 12.0}) == (0.1, 12)
-    assert pricing.spec_figures(1, "junk") == pricing.spec_figures(1, {"decide": None}) == \
-        (0.05, None)
+    assert pricing.spec_figures(1, {"decide": None}) == (0.05, None)
+    with pytest.raises(BadInput, match=r"^study 1: its spec is 'junk'; a price study's spec "
+                       "is a mapping$"):
+        pricing.spec_figures(1, "junk")
 
 
 def test_a_price_study_says_the_looks_it_was_priced_under():

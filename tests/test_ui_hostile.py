@@ -70,6 +70,12 @@ def _fill(session, names: list[str]) -> None:
                            [{"label": names[3], "config": cfg},
                             {"label": names[5], "key": "seed", "value": 2, "config": cfg}])
     s.set_study_status(price, "running")
+    # a study whose spec is not what a study keeps (its jobs a word): shown as damaged
+    damaged = s.create_study("ab", names[2], {"vary": [["seed", [2]]], "steps": 10,
+                                              "jobs": names[0]},
+                             [{"label": names[3], "config": cfg},
+                              {"label": names[0], "key": "seed", "value": 2, "config": cfg}])
+    s.set_study_status(damaged, "finished")
     s.add_event(2, "repro_verdict", names[0], data={"runs": [1, 2], "mode": "resume",
                                                      "resume_at": names[0], "identical": False,
                                                      "fingerprints_compared": names[3]})
@@ -142,6 +148,16 @@ async def test_hostile_names_show_as_text_on_every_tab_and_clicks_do_nothing(hos
         lines = str(app.query_one("#ab-row", Static).render())
         assert lines.startswith("\\x1b]52;c;ZXZpbA==\\x07clip: its first pairs are being "
                                 "measured"), lines
+        # a study whose spec cannot be read: said, as text, its table empty
+        app.query_one(ABPanel).post_message(ABPanel.StudyChosen(3))
+        await pilot.pause()
+        await app.poll_now()
+        await pilot.pause()
+        title = str(app.query_one("#ab-title", Static).render())
+        assert title.startswith("Study 3 [link=file:///etc/passwd]a link[/link] (finished) "
+                                "cannot be read (damaged: study 3: its jobs is "
+                                "'[@click=app.quit]quit[/]'; a study's jobs is 1 to "), title
+        assert app.query_one("#ab-table", DataTable).row_count == 0 and app.is_running
         # The verdict and the A/B title hold the names, literally.
         app.query_one("#tabs").active = "tab-divergence"
         await pilot.pause()

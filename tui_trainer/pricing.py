@@ -639,7 +639,9 @@ def spec_figures(study_id: int, spec: Any) -> tuple[float, int | None]:
     """A price study's margin and cap as its spec keeps them, and its prices checked to be
     a mapping of mappings (session data: a study of another tool or version, or edited, is
     refused in one line naming the field, before anything starts)."""
-    spec = spec if isinstance(spec, dict) else {}
+    if not isinstance(spec, dict):
+        raise BadInput(f"study {study_id}: its spec is {shown(repr(spec), 40)}; a price "
+                       "study's spec is a mapping")
     margin, cap = spec.get("decide"), spec.get("cap")
     margin = sequential.DEFAULT_MARGIN if margin is None else margin
 

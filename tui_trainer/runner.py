@@ -409,6 +409,9 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
             if study["kind"] == "price":       # its margin and cap, refused before it starts
                 from .pricing import spec_figures
                 spec_figures(study_id, study["spec"])
+            else:                              # every field it reads, the same
+                from .core.analysis.study import check_stored
+                check_stored(study)
             ended_before = study["status"] == "finished"     # its prices kept then
             jobs = jobs or study["spec"].get("jobs", 1)
             # One run per GPU: the study's runs on CUDA train side by side, each on GPUs

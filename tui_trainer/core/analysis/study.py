@@ -19,11 +19,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..errors import BadInput
 from ..processes import contention
 from ..session.store import SessionStore
 from ..settings import config
 from ..settings.config import ConfigError
-from ..text import name_problem
+from ..text import name_problem, shown
 from . import figures, sequential, stats
 
 DEFAULT_STEPS = 200
@@ -495,6 +496,7 @@ def table(store: SessionStore, study_id: int,
     run its figures do not hold yet)."""
     figures_of = figures_of or (lambda r: figures.run_figures(store, r))
     study = study if study is not None else store.study(study_id)
+    check_stored(study)
     side_by_side = study["spec"].get("jobs", 1) > 1
     marks: dict[int, tuple[bool, str | None]] = {}
 
@@ -644,7 +646,7 @@ def price(store: SessionStore, cfg: dict[str, Any], key: str, value: Any
     the ratio, its interval and verdict where it trained in rounds. None where none did."""
     for study in reversed(store.studies()):
         variants = study["variants"]
-        if study["kind"] != "ab" or not variants:
+        if study["kind"] != "ab" or not variants or stored_problem(study):
             continue
         base = variants[0]["config"]
         if any(base.get(k) != cfg.get(k) for k in set(base) | set(cfg)
@@ -679,6 +681,97 @@ def _phase_ratios(grid: list, arm: int, row: Row, base: Row, repeats: int, level
         out[k] = interval if interval is not None else \
             figures.ratio(row.phase_ms[k], base.phase_ms[k])
     return out
+
+
+MAX_STORED_JOBS = 1024     # runs a stored study may have trained at a time (another machine's)
+
+
+def stored_problem(study: dict[str, Any]) -> str | None:
+    """What makes a stored A/B study or seed sweep unreadable, in one line naming the field
+    and what it may be; None where it can be read and trained. Its spec is session data
+    (edited, another tool's or version's): every field the table and the runner read is
+    checked here, once, before either does."""
+    spec, n = study["spec"], len(study["variants"])
+    if not isinstance(spec, dict):
+        return f"study {study['id']}: its spec is {text_of(spec)}; a study's spec is a mapping"
+
+    def whole(x: Any, lo: int, hi: int) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and lo <= x <= hi
+
+    def number(x: Any, lo: float, hi: float) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and lo <= x <= hi
+
+    def pairs(x: Any) -> bool:
+        return isinstance(x, list) and all(isinstance(p, list) and len(p) == 2 for p in x)
+    if n == 0:
+        return f"study {study['id']}: it has no runs; a study has a base and its variants"
+    repeats = spec.get("repeats", 1)
+    margin = (0.0001, 0.5) if study["kind"] == "sweep" else (0.005, 0.5)
+
+    def layout_ok() -> bool:
+        """Every run's place, and every arm's every round filled (a round trained again
+        takes its place again)."""
+        places = spec.get("layout")
+        if not places:
+            return repeats == 1         # (an old study's: one round, arms in order)
+        return pairs(places) and len(places) == n and all(
+            whole(a, 0, n - 1) and whole(r, 0, repeats - 1) for a, r in places) and \
+            {(a, r) for a, r in places} == {(a, r) for a in range(max(a for a, _ in places) + 1)
+                                            for r in range(repeats)}
+    rules: list[tuple[str, Callable[[], bool], str]] = [
+        ("steps", lambda: whole(spec.get("steps"), 1, 10**12),
+         "a whole number of steps, 1 or more"),
+        ("repeats", lambda: whole(repeats, 1, MAX_ROUNDS), f"1 to {MAX_ROUNDS} rounds"),
+        ("layout", layout_ok, f"one [arm, round] for each of its {n} runs, every arm from 0 "
+         "on in every round under its repeats"),
+        ("jobs", lambda: "jobs" not in spec or whole(spec["jobs"], 1, MAX_STORED_JOBS),
+         f"1 to {MAX_STORED_JOBS} runs at a time"),
+        ("gpus", lambda: "gpus" not in spec or whole(spec["gpus"], 0, MAX_STORED_JOBS),
+         "a count of GPUs"),
+        ("level", lambda: "level" not in spec or number(spec["level"], 0.5, 0.999999),
+         "a confidence level from 0.5 to 0.999"),
+        ("rerun_loaded", lambda: "rerun_loaded" not in spec or whole(spec["rerun_loaded"], 0,
+                                                                      MAX_ROUNDS),
+         f"0 to {MAX_ROUNDS} rounds"),
+        ("quiet_wait_s", lambda: "quiet_wait_s" not in spec or
+         number(spec["quiet_wait_s"], 0, 3600), "0 to 3600 seconds"),
+        ("until_sure", lambda: spec.get("until_sure") is None or
+         number(spec["until_sure"], 0.001, 10), "an interval's width from 0.001 to 10, or none"),
+        ("decide", lambda: spec.get("decide") is None or number(spec["decide"], *margin),
+         f"a margin from {margin[0]} to {margin[1]}, or none"),
+        ("max_rounds", lambda: spec.get("max_rounds") is None or
+         whole(spec["max_rounds"], 1, MAX_ROUNDS), f"1 to {MAX_ROUNDS} rounds, or none"),
+        ("max_time_s", lambda: spec.get("max_time_s") is None or
+         number(spec["max_time_s"], 1e-9, 1e12), "seconds over 0, or none"),
+        ("vary", lambda: "vary" not in spec or pairs(spec["vary"]) and all(
+            isinstance(k, str) and isinstance(v, list) for k, v in spec["vary"]),
+         "a list of [knob, [values]]"),
+        ("notes", lambda: "notes" not in spec or isinstance(spec["notes"], list) and all(
+            isinstance(x, str) for x in spec["notes"]), "a list of lines"),
+        ("file", lambda: spec.get("file") is None or isinstance(spec["file"], str),
+         "a path, or none"),
+        ("reruns", lambda: "reruns" not in spec or isinstance(spec["reruns"], list),
+         "a list of rounds trained again"),
+        ("waits", lambda: "waits" not in spec or isinstance(spec["waits"], list),
+         "a list of waits for a quiet machine"),
+    ]
+    for name, ok, allowed in rules:
+        if not ok():
+            return (f"study {study['id']}: its {name} is {text_of(spec.get(name))}; a "
+                    f"study's {name} is {allowed}")
+    return None
+
+
+def check_stored(study: dict[str, Any]) -> None:
+    """`stored_problem`, refused in one line (exit status 2)."""
+    problem = stored_problem(study)
+    if problem is not None:
+        raise BadInput(problem)
+
+
+def text_of(x: Any) -> str:
+    """A stored value in a message: as Python writes it, shown as text, cut."""
+    return shown(repr(x), 40)
 
 
 def _finished(cell: tuple[dict[str, Any], dict[str, Any] | None] | None) -> bool:

@@ -374,13 +374,20 @@ class SessionReader:
 
     # --- studies ---------------------------------------------------------------------------
     def _read_study(self, study_id: int | None) -> dict[str, Any] | None:
-        from ..analysis.study import table as study_table
+        from ..analysis.study import stored_problem, table as study_table
         if study_id is None:
             return None
         known = {s["id"]: s for s in self._studies}
         if study_id not in known:
             return None
         st = known[study_id]
+        problem = stored_problem(st) if st["kind"] != "price" else None if isinstance(
+            st["spec"], dict) else f"study {study_id}: its spec is not a mapping"
+        if problem is not None:         # (session data: shown as damaged, never read on)
+            key = (study_id, st["status"], problem)
+            if key != self._study_key:
+                self._study_key, self._study = key, {**st, "rows": [], "damaged": problem}
+            return self._study
         if st["kind"] == "price":       # priced in windows: what its spec keeps (pricing.py)
             key = (study_id, st["status"], repr(st["spec"].get("prices")))
             if key != self._study_key:

@@ -159,6 +159,9 @@ class ABPanel(Vertical):
         if study is None or study is self._study:
             return
         self._study = study
+        if study.get("damaged"):
+            self._show_damaged(study)
+            return
         if study["kind"] == "price":
             self._show_price(study)
             return
@@ -189,6 +192,17 @@ class ABPanel(Vertical):
         if cursor < table.row_count:
             table.move_cursor(row=cursor)
         self._row_lines(table.cursor_row)
+
+    def _show_damaged(self, study: dict[str, Any]) -> None:
+        """A study whose spec cannot be read (session data: edited, another tool's): said,
+        with nothing else of it shown or trained."""
+        self.query_one("#ab-title", Static).update(Text(
+            f"Study {study['id']} {shown(study['name'], 40)} ({study['status']}) cannot be "
+            f"read (damaged: {shown(study['damaged'], 300)}); nothing of it is shown or "
+            "trained"))
+        self.query_one("#ab-table", DataTable).clear(columns=True)
+        for part in ("#ab-row", "#ab-method"):
+            self.query_one(part, Static).update("")
 
     def _show_price(self, study: dict[str, Any]) -> None:
         """A price in windows (tui_trainer/pricing.py): each variant's interval as it
