@@ -197,7 +197,8 @@ class ABPanel(Vertical):
         """A study whose spec cannot be read (session data: edited, another tool's): said,
         with nothing else of it shown or trained."""
         self.query_one("#ab-title", Static).update(Text(
-            f"Study {study['id']} {shown(study['name'], 40)} ({study['status']}) cannot be "
+            f"Study {study['id']} {shown(study['name'], 40)} ({shown(study['status'], 20)}) "
+            "cannot be "
             f"read (damaged: {shown(study['damaged'], 300)}); nothing of it is shown or "
             "trained"))
         self.query_one("#ab-table", DataTable).clear(columns=True)
