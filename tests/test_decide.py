@@ -13,9 +13,8 @@ import statistics
 
 import pytest
 
-from conftest import QUICK, cuda_count, sets, tt
+from conftest import QUICK, cuda_count, price_arms, sets, tt
 from tui_trainer.core.analysis import figures, sequential, stats, study
-from tui_trainer.core.errors import BadInput
 from tui_trainer.core.session.store import SessionStore
 from tui_trainer.core.settings.config import ConfigError
 
@@ -293,20 +292,6 @@ async def test_the_dashboards_fit_never_runs_a_file_the_user_has_not_trusted(tmp
 
 
 # --- windowed prices (tui_trainer/pricing.py) -------------------------------------------------
-
-def price_arms() -> list[int]:
-    """Processes of windowed prices' arms still alive on this machine."""
-    import os
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
-        except OSError:
-            continue
-        if b"price-arm" in cmd:
-            out.append(int(pid))
-    return out
-
 
 def test_a_large_price_in_windows_is_decided_in_seconds_and_kept(tmp_path, isolated_home):
     """device=cpu. Batches of 8 against 64 (a price every CPU pays: per-step overhead) in
@@ -609,64 +594,6 @@ def test_windows_that_never_settle_give_up_at_the_cap():
     assert d.verdict == "unknown" and "32 window pairs" in d.words
     tight = [(1.0, math.exp(rng.gauss(0.0, 0.01))) for _ in range(8)]
     assert sequential.decide(tight, 0.05, looks_at=pricing.LOOKS).verdict == "the same"
-
-
-def test_a_price_study_read_from_a_hostile_session_is_shown_as_text():
-    """What a price study kept is session data: words with markup and control characters
-    come out escaped, a figure that is not a number is left out, nothing raises."""
-    from tui_trainer import pricing
-    kept = {"done": True, "words": "[bold]x\x1b[2J", "seconds": "oops", "ratio": 1,
-            "low": None, "high": 2, "startup_text": "\x07bell", "loaded_pairs": 3,
-            "pairs": 8, "steps_a_window": 9}
-    lines = pricing.stored_lines("amp=bf16", kept)
-    assert not any(c in "".join(lines) for c in "\x1b\x07"), lines
-    assert "[bold]x\\x1b[2J" in lines[0] and " in " not in lines[0].split(",")[1]
-    assert pricing.interval_text(kept) == "-" and pricing.stored_lines("x", "junk") == \
-        ["x: not priced"]
-    # nothing kept yet: measured now, or waiting while the study runs, never priced once
-    # it has ended
-    assert pricing.stored_lines("x", {}, "running") == ["x: waiting its turn"]
-    assert pricing.stored_lines("x", {}, "running", True, 8) == \
-        ["x: its first pairs are being measured (the first look at 8 pairs)"]
-    assert pricing.stored_lines("x", None, "stopped") == \
-        ["x: not priced: the study stopped before its turn"]
-    variants = [{"label": "base"}, {"label": "a"}, {"label": "b"}]
-    assert pricing.pricing_now(variants, {"a": {"done": True}, "b": "junk"}, "running") == "b"
-    assert pricing.pricing_now(variants, {"a": {"pairs": 8}}, "running") == "a"
-    assert pricing.pricing_now(variants, ["junk"], "running") == "a"
-    assert pricing.pricing_now(variants, {}, "stopped") is None
-    bare = pricing.stored_lines("x", {"done": True, "words": {"a": 1}, "steps_a_window": "9",
-                                      "startup_text": None})
-    assert bare == ["x: no verdict kept, samples/s of the variant over the base"], bare
-
-
-def test_a_price_study_with_a_hostile_spec_is_refused_in_one_line(tmp_path):
-    """A price study's margin, cap and kept prices come from its session: one that is not a
-    margin, a cap or a mapping of prices (edited, another tool's) is refused in one line naming it, before any arm starts,
-    and the study is left as it was."""
-    from tui_trainer import pricing
-    from tui_trainer.core.settings import config
-    arms = pricing.plan(config.from_dict({"dataset": "mnist-sample"}), [("amp", ["bf16"])])
-    bad = [({"decide": "y"}, "its decide is 'y'"), ({"decide": True}, "its decide is True"),
-           ({"cap": "x"}, "its cap is 'x'"), ({"cap": 1e300}, "its cap is 1e+300"),
-           ({"cap": 7}, "its cap is 7"), ({"prices": ["x"]}, "its prices are ['x']"),
-           ({"prices": {"amp=bf16": "x"}}, "its prices are {'amp=bf16': 'x'}")]
-    with SessionStore(tmp_path) as store:
-        ids = [store.create_study("price", f"s{i}", {"windows": True, "decide": 0.05,
-                                                     "cap": None, **spec}, arms)
-               for i, (spec, _) in enumerate(bad)]
-    for sid, (_, said) in zip(ids, bad):
-        r = tt("ab", "--session", str(tmp_path), "--study", str(sid))
-        lines = [line for line in r.err.splitlines() if line.strip()]
-        assert r.rc == 2 and len(lines) == 1 and f"study {sid}: {said};" in lines[0], r.err
-        assert not price_arms()
-    with SessionStore(tmp_path, create=False) as store:
-        assert all(store.study(sid)["status"] == "created" for sid in ids)
-    assert pricing.spec_figures(1, {"decide": 0.1, "cap": 12.0}) == (0.1, 12)
-    assert pricing.spec_figures(1, {"decide": None}) == (0.05, None)
-    with pytest.raises(BadInput, match=r"^study 1: its spec is 'junk'; a price study's spec "
-                       "is a mapping$"):
-        pricing.spec_figures(1, "junk")
 
 
 def test_a_price_study_says_the_looks_it_was_priced_under():
