@@ -45,6 +45,13 @@ def test_a_stored_study_with_a_hostile_spec_is_refused_in_one_line_naming_the_fi
                 (name, value, problem)
     assert study.stored_problem({**record, "spec": ["junk"]}) == \
         "study 7: its spec is ['junk']; a study's spec is a mapping"
+    # a run's config that is not a mapping, in any kind of study (a price's too)
+    for kind in ("ab", "price"):
+        junk = [{**ab.runs[0], "config": "junk"}] + ab.runs[1:]
+        assert study.stored_problem({**record, "kind": kind, "spec": ab.spec,
+                                     "variants": junk}) == \
+            "study 7: the config of its run 'base' is 'junk'; a run's config is a mapping " \
+            "of its settings"
     # through the command, as a session edited by hand gives it
     with SessionStore(tmp_path) as store:
         ids = [store.create_study(p.kind, "s", {**p.spec, name: value}, p.runs)

@@ -406,12 +406,11 @@ def run_study(session: Path, study_id: int, say: Say, jobs: int | None = None) -
             study = store.study(study_id)
             if study["status"] == "running":
                 raise BadInput(f"study {study_id} is running already (pid {study['pid']})")
-            if study["kind"] == "price":       # its margin and cap, refused before it starts
+            from .core.analysis.study import check_stored
+            check_stored(study)                # every field it reads, refused before it starts
+            if study["kind"] == "price":       # its margin and cap, the same
                 from .pricing import spec_figures
                 spec_figures(study_id, study["spec"])
-            else:                              # every field it reads, the same
-                from .core.analysis.study import check_stored
-                check_stored(study)
             ended_before = study["status"] == "finished"     # its prices kept then
             jobs = jobs or study["spec"].get("jobs", 1)
             # One run per GPU: the study's runs on CUDA train side by side, each on GPUs

@@ -687,13 +687,20 @@ MAX_STORED_JOBS = 1024     # runs a stored study may have trained at a time (ano
 
 
 def stored_problem(study: dict[str, Any]) -> str | None:
-    """What makes a stored A/B study or seed sweep unreadable, in one line naming the field
-    and what it may be; None where it can be read and trained. Its spec is session data
-    (edited, another tool's or version's): every field the table and the runner read is
-    checked here, once, before either does."""
+    """What makes a stored study unreadable, in one line naming the field and what it may
+    be; None where it can be read and trained. Its spec and its runs' configs are session
+    data (edited, another tool's or version's): for an A/B study or a seed sweep every
+    field the table and the runner read is checked here, once, before either does (a price
+    study's own fields: pricing.spec_figures)."""
     spec, n = study["spec"], len(study["variants"])
     if not isinstance(spec, dict):
         return f"study {study['id']}: its spec is {text_of(spec)}; a study's spec is a mapping"
+    for v in study["variants"]:
+        if not isinstance(v["config"], dict):
+            return (f"study {study['id']}: the config of its run {text_of(v['label'])} is "
+                    f"{text_of(v['config'])}; a run's config is a mapping of its settings")
+    if study["kind"] == "price":
+        return None
 
     def whole(x: Any, lo: int, hi: int) -> bool:
         return isinstance(x, int) and not isinstance(x, bool) and lo <= x <= hi
@@ -708,9 +715,7 @@ def stored_problem(study: dict[str, Any]) -> str | None:
     repeats = spec.get("repeats", 1)
     margin = (0.0001, 0.5) if study["kind"] == "sweep" else (0.005, 0.5)
 
-    def layout_ok() -> bool:
-        """Every run's place, and every arm's every round filled (a round trained again
-        takes its place again)."""
+    def layout_ok() -> bool:      # every arm's every round filled (a re-run: its place again)
         places = spec.get("layout")
         if not places:
             return repeats == 1         # (an old study's: one round, arms in order)
@@ -769,8 +774,7 @@ def check_stored(study: dict[str, Any]) -> None:
         raise BadInput(problem)
 
 
-def text_of(x: Any) -> str:
-    """A stored value in a message: as Python writes it, shown as text, cut."""
+def text_of(x: Any) -> str:     # a stored value in a message: as Python writes it, as text
     return shown(repr(x), 40)
 
 

@@ -381,8 +381,7 @@ class SessionReader:
         if study_id not in known:
             return None
         st = known[study_id]
-        problem = stored_problem(st) if st["kind"] != "price" else None if isinstance(
-            st["spec"], dict) else f"study {study_id}: its spec is not a mapping"
+        problem = stored_problem(st)
         if problem is not None:         # (session data: shown as damaged, never read on)
             key = (study_id, st["status"], problem)
             if key != self._study_key:
