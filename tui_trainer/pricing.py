@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .core.analysis import prices, sequential
-from .core.analysis.study import _label, changes
+from .core.analysis.study import _label, changes, text_of
 from .core.errors import BadInput
 from .core.processes import contention, supervisor
 from .core.settings import config, machine
@@ -640,7 +640,7 @@ def spec_figures(study_id: int, spec: Any) -> tuple[float, int | None]:
     a mapping of mappings (session data: a study of another tool or version, or edited, is
     refused in one line naming the field, before anything starts)."""
     if not isinstance(spec, dict):
-        raise BadInput(f"study {study_id}: its spec is {shown(repr(spec), 40)}; a price "
+        raise BadInput(f"study {study_id}: its spec is {text_of(spec)}; a price "
                        "study's spec is a mapping")
     margin, cap = spec.get("decide"), spec.get("cap")
     margin = sequential.DEFAULT_MARGIN if margin is None else margin
@@ -648,16 +648,16 @@ def spec_figures(study_id: int, spec: Any) -> tuple[float, int | None]:
     def number(x: Any) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
     if not (number(margin) and 0.005 <= margin <= 0.5):
-        raise BadInput(f"study {study_id}: its decide is {shown(repr(margin), 40)}; a price "
+        raise BadInput(f"study {study_id}: its decide is {text_of(margin)}; a price "
                        "study's margin is from 0.005 to 0.5 (0.05: ±5%)")
     if cap is not None and not (number(cap) and cap == int(cap)
                                 and LOOKS[0] <= cap <= 200):
-        raise BadInput(f"study {study_id}: its cap is {shown(repr(cap), 40)}; a price "
+        raise BadInput(f"study {study_id}: its cap is {text_of(cap)}; a price "
                        f"study's cap is {LOOKS[0]} to 200 window pairs, or none")
     kept = spec.get("prices")
     if kept is not None and not (isinstance(kept, dict) and
                                  all(isinstance(d, dict) for d in kept.values())):
-        raise BadInput(f"study {study_id}: its prices are {shown(repr(kept), 40)}; a price "
+        raise BadInput(f"study {study_id}: its prices are {text_of(kept)}; a price "
                        "study keeps each variant's price as a mapping, by its label")
     return float(margin), None if cap is None else int(cap)
 
